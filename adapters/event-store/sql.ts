@@ -1,0 +1,275 @@
+// The event store on SQL (PGlite or PostgreSQL), through kysely.
+//
+// Global order is (transaction id, position), not position alone: concurrent
+// transactions commit out of order, so a reader trusting a sequence could pass
+// a gap that a slower transaction fills later and lose that event for good.
+// Each row stores its writer's pg_current_xact_id(); readers only take rows
+// whose transaction is older than every transaction still running
+// (pg_snapshot_xmin), which are all committed, and no new row can ever sort
+// before them. The position string is "<transaction id>:<sequence>".
+import { EventEmitter } from 'node:events';
+import { sql, type Generated, type Kysely, type Migration } from 'kysely';
+import type { SqlDatabase } from '../sql/database.ts';
+import { migrate } from '../sql/migrate.ts';
+import { catchUpSubscription } from './catch-up.ts';
+import {
+  checkExpected,
+  type AppendOptions,
+  type AppendResult,
+  type EventMetadata,
+  type EventStore,
+  type ExpectedRevision,
+  type NewEvent,
+  type RecordedEvent,
+  type SubscribeOptions,
+} from './port.ts';
+
+interface EventStoreTables {
+  es_events: {
+    global_position: Generated<string>;
+    transaction_id: Generated<string>;
+    stream_id: string;
+    stream_revision: number;
+    event_id: string;
+    event_type: string;
+    data: unknown;
+    metadata: unknown;
+    recorded_at: Generated<Date>;
+  };
+  es_streams: { stream_id: string; revision: number };
+}
+
+const NOTIFY_CHANNEL = 'es_events_appended';
+
+export const eventStoreMigrations: Record<string, Migration> = {
+  '0001_events': {
+    async up(db) {
+      await db.schema
+        .createTable('es_events')
+        .addColumn('global_position', 'bigint', (c) => c.primaryKey().generatedAlwaysAsIdentity())
+        .addColumn('transaction_id', sql`xid8`, (c) => c.notNull().defaultTo(sql`pg_current_xact_id()`))
+        .addColumn('stream_id', 'text', (c) => c.notNull())
+        .addColumn('stream_revision', 'integer', (c) => c.notNull())
+        .addColumn('event_id', 'uuid', (c) => c.notNull())
+        .addColumn('event_type', 'text', (c) => c.notNull())
+        .addColumn('data', 'jsonb', (c) => c.notNull())
+        .addColumn('metadata', 'jsonb', (c) => c.notNull())
+        .addColumn('recorded_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
+        .addUniqueConstraint('es_events_stream_revision', ['stream_id', 'stream_revision'])
+        .addUniqueConstraint('es_events_stream_event_id', ['stream_id', 'event_id'])
+        .execute();
+      await db.schema
+        .createIndex('es_events_global_order')
+        .on('es_events')
+        .columns(['transaction_id', 'global_position'])
+        .execute();
+      await db.schema
+        .createTable('es_streams')
+        .addColumn('stream_id', 'text', (c) => c.primaryKey())
+        .addColumn('revision', 'integer', (c) => c.notNull())
+        .execute();
+    },
+  },
+};
+
+export class SqlEventStore implements EventStore {
+  readonly name: string;
+  private readonly db: Kysely<EventStoreTables>;
+  private readonly appended = new EventEmitter().setMaxListeners(0);
+  private stopListening?: () => Promise<void>;
+
+  private constructor(private readonly database: SqlDatabase) {
+    this.name = database.engine;
+    this.db = database.db as Kysely<EventStoreTables>;
+  }
+
+  static async open(database: SqlDatabase): Promise<SqlEventStore> {
+    await migrate(database.db, 'es_migrations', eventStoreMigrations);
+    const store = new SqlEventStore(database);
+    if (database.engine === 'postgres') {
+      // Appends from other processes arrive as notifications.
+      store.stopListening = await database.listen(NOTIFY_CHANNEL, () => store.appended.emit('appended'));
+    }
+    return store;
+  }
+
+  async append(
+    streamId: string,
+    events: readonly NewEvent[],
+    expected: ExpectedRevision,
+    options: AppendOptions = {},
+  ): Promise<AppendResult> {
+    const result = await this.db.transaction().execute(async (trx) => {
+      // Takes the stream's row lock (creating the row at -1 for a new stream),
+      // so appends to one stream run one after another.
+      const { revision: current } = await trx
+        .insertInto('es_streams')
+        .values({ stream_id: streamId, revision: -1 })
+        .onConflict((oc) => oc.column('stream_id').doUpdateSet({ revision: sql`es_streams.revision` }))
+        .returning('revision')
+        .executeTakeFirstOrThrow();
+
+      const ids = events.map((e) => e.id);
+      const stored = new Set(
+        ids.length === 0
+          ? []
+          : (
+              await trx
+                .selectFrom('es_events')
+                .select('event_id')
+                .where('stream_id', '=', streamId)
+                .where('event_id', 'in', ids)
+                .execute()
+            ).map((r) => r.event_id),
+      );
+      const fresh = events.filter((e) => !stored.has(e.id));
+      if (fresh.length === 0 && events.length > 0) {
+        return { nextRevision: current, position: await lastPosition(trx, streamId), written: false };
+      }
+      checkExpected(streamId, expected, current);
+      if (fresh.length === 0) return { nextRevision: current, position: '0:0', written: false };
+
+      const rows = await trx
+        .insertInto('es_events')
+        .values(
+          fresh.map((event, i) => ({
+            stream_id: streamId,
+            stream_revision: current + 1 + i,
+            event_id: event.id,
+            event_type: event.type,
+            data: sql`${JSON.stringify(event.data ?? null)}::jsonb`,
+            metadata: sql`${JSON.stringify(event.metadata ?? {})}::jsonb`,
+          })),
+        )
+        .returning(sql<string>`transaction_id::text || ':' || global_position::text`.as('position'))
+        .execute();
+      const nextRevision = current + fresh.length;
+      await trx.updateTable('es_streams').set({ revision: nextRevision }).where('stream_id', '=', streamId).execute();
+      if (this.database.engine === 'postgres') {
+        await sql`select pg_notify(${NOTIFY_CHANNEL}, '')`.execute(trx);
+      }
+      await options.beforeCommit?.();
+      return { nextRevision, position: rows.at(-1)!.position, written: true };
+    });
+    if (result.written) this.appended.emit('appended');
+    return result;
+  }
+
+  async readStream(streamId: string, fromRevision = 0): Promise<RecordedEvent[]> {
+    const rows = await this.selectEvents()
+      .where('stream_id', '=', streamId)
+      .where('stream_revision', '>=', fromRevision)
+      .orderBy('stream_revision')
+      .execute();
+    return rows.map(toRecorded);
+  }
+
+  async readAll(after: string | undefined, limit: number): Promise<RecordedEvent[]> {
+    const [transactionId, sequence] = parsePosition(after);
+    const rows = await this.selectEvents()
+      .where(sql<boolean>`(transaction_id, global_position) > (${transactionId}::xid8, ${sequence}::bigint)`)
+      .where(sql<boolean>`transaction_id < pg_snapshot_xmin(pg_current_snapshot())`)
+      .orderBy('transaction_id')
+      .orderBy('global_position')
+      .limit(limit)
+      .execute();
+    return rows.map(toRecorded);
+  }
+
+  async countAfter(after: string | undefined, cap: number): Promise<number> {
+    const [transactionId, sequence] = parsePosition(after);
+    const row = await this.db
+      .selectFrom((qb) =>
+        qb
+          .selectFrom('es_events')
+          .select(sql`1`.as('one'))
+          .where(sql<boolean>`(transaction_id, global_position) > (${transactionId}::xid8, ${sequence}::bigint)`)
+          .where(sql<boolean>`transaction_id < pg_snapshot_xmin(pg_current_snapshot())`)
+          .limit(cap)
+          .as('pending'),
+      )
+      .select(sql<number>`count(*)::int`.as('count'))
+      .executeTakeFirstOrThrow();
+    return row.count;
+  }
+
+  comparePositions(a: string, b: string): number {
+    const [ta, sa] = parsePosition(a);
+    const [tb, sb] = parsePosition(b);
+    return ta === tb ? compareBig(sa, sb) : compareBig(ta, tb);
+  }
+
+  onAppended(listener: () => void): () => void {
+    this.appended.on('appended', listener);
+    return () => this.appended.off('appended', listener);
+  }
+
+  subscribe(options: SubscribeOptions) {
+    return catchUpSubscription(this, options, { pollMs: this.database.engine === 'postgres' ? 500 : 1000 });
+  }
+
+  async close(): Promise<void> {
+    await this.stopListening?.();
+  }
+
+  private selectEvents() {
+    return this.db
+      .selectFrom('es_events')
+      .select([
+        'event_id',
+        'event_type',
+        'stream_id',
+        'stream_revision',
+        'recorded_at',
+        'data',
+        'metadata',
+        sql<string>`transaction_id::text || ':' || global_position::text`.as('position'),
+      ]);
+  }
+}
+
+async function lastPosition(trx: Kysely<EventStoreTables>, streamId: string): Promise<string> {
+  const row = await trx
+    .selectFrom('es_events')
+    .select(sql<string>`transaction_id::text || ':' || global_position::text`.as('position'))
+    .where('stream_id', '=', streamId)
+    .orderBy('stream_revision', 'desc')
+    .limit(1)
+    .executeTakeFirstOrThrow();
+  return row.position;
+}
+
+function parsePosition(position: string | undefined): [string, string] {
+  if (position === undefined || position === '') return ['0', '0'];
+  const match = /^(\d+):(\d+)$/.exec(position);
+  if (!match) throw new Error(`Not a position of the SQL event store: ${position}`);
+  return [match[1]!, match[2]!];
+}
+
+function compareBig(a: string, b: string): number {
+  const x = BigInt(a);
+  const y = BigInt(b);
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+function toRecorded(row: {
+  event_id: string;
+  event_type: string;
+  stream_id: string;
+  stream_revision: number;
+  recorded_at: Date;
+  data: unknown;
+  metadata: unknown;
+  position: string;
+}): RecordedEvent {
+  return {
+    id: row.event_id,
+    type: row.event_type,
+    streamId: row.stream_id,
+    revision: row.stream_revision,
+    position: row.position,
+    recordedAt: new Date(row.recorded_at),
+    data: row.data,
+    metadata: (row.metadata ?? {}) as EventMetadata,
+  };
+}

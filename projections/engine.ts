@@ -1,0 +1,276 @@
+// Runs the consumers of the event log, each from its own checkpoint, one
+// instance of each across processes (advisory lock; the others stand by):
+// - projectors write their rows and their new checkpoint in one transaction,
+//   so a crash replays at most one batch, harmlessly (projectors upsert);
+// - process managers (reactors) issue commands for events, then move their
+//   checkpoint; a crash in between repeats the reactions, which derive their
+//   event ids from the causing event, so nothing is appended twice.
+import { sql, type Kysely, type Migration } from 'kysely';
+import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
+import { migrate } from '../adapters/sql/migrate.ts';
+import { followAppends } from '../adapters/event-store/catch-up.ts';
+
+export interface Projector<Prepared = unknown> {
+  readonly name: string;
+  /** The read-model tables this projector owns; a rebuild empties them. */
+  readonly tables: readonly string[];
+  /**
+   * Reads what `apply` needs for a batch (e.g. whole streams to fold), before
+   * the batch's transaction opens: inside it, only `trx` may be used.
+   */
+  prepare?(batch: readonly RecordedEvent[], store: EventStore): Promise<Prepared>;
+  /** Writes what `event` changes, through `trx` only (PGlite has one connection). */
+  apply(trx: Kysely<any>, event: RecordedEvent, prepared: Prepared): Promise<void>;
+}
+
+export interface Reactor {
+  readonly name: string;
+  /** Reacts to one event, idempotently: it may see the same event again after a crash. */
+  react(event: RecordedEvent): Promise<void>;
+}
+
+type Consumer = Projector | Reactor;
+const isProjector = (consumer: Consumer): consumer is Projector => 'apply' in consumer;
+
+export interface ProjectorStatus {
+  name: string;
+  /** `active` here, or `standby` while another process holds the projector. */
+  role: 'active' | 'standby';
+  checkpoint: string | null;
+  eventsBehind: number;
+  msBehind: number;
+}
+
+interface CheckpointTables {
+  projection_checkpoints: { name: string; position: string; updated_at: Date };
+}
+
+const checkpointMigrations: Record<string, Migration> = {
+  '0001_checkpoints': {
+    async up(db) {
+      await db.schema
+        .createTable('projection_checkpoints')
+        .addColumn('name', 'text', (c) => c.primaryKey())
+        .addColumn('position', 'text', (c) => c.notNull())
+        .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+        .execute();
+    },
+  },
+};
+
+export interface EngineOptions {
+  batchSize?: number;
+  pollMs?: number;
+  /** Called after each committed batch, e.g. for metrics. */
+  onBatch?: (projector: string, events: number) => void;
+  onError?: (projector: string, error: unknown) => void;
+}
+
+const LAG_CAP = 100_000;
+
+export class ProjectionEngine {
+  private readonly db: Kysely<CheckpointTables>;
+  private readonly checkpoints = new Map<string, string | undefined>();
+  private readonly active = new Set<string>();
+  private readonly progressed = new Set<() => void>();
+  private running = false;
+  private stopping?: AbortController;
+  private loops: Promise<void>[] = [];
+
+  constructor(
+    private readonly database: SqlDatabase,
+    private readonly store: EventStore,
+    readonly consumers: readonly Consumer[],
+    private readonly options: EngineOptions = {},
+  ) {
+    this.db = database.db as Kysely<CheckpointTables>;
+    // A name is a checkpoint and a lock: two consumers sharing one would stall each other.
+    const names = consumers.map((c) => c.name);
+    const twice = names.find((name, i) => names.indexOf(name) !== i);
+    if (twice) throw new Error(`Two consumers of the event log are named ${twice}`);
+  }
+
+  get projectors(): Projector[] {
+    return this.consumers.filter(isProjector);
+  }
+
+  /** Creates the checkpoint table and then the read models' own migrations. */
+  static async migrate(database: SqlDatabase, readModelMigrations: Record<string, Migration>): Promise<void> {
+    await migrate(database.db, 'projection_migrations', checkpointMigrations);
+    await migrate(database.db, 'read_model_migrations', readModelMigrations);
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.stopping = new AbortController();
+    this.loops = this.consumers.map((c) => this.supervise(c, this.stopping!.signal));
+  }
+
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    this.stopping?.abort();
+    await Promise.all(this.loops);
+  }
+
+  /**
+   * Resolves once every projector (or the named ones) has passed `position`,
+   * so that a read after a write sees it. Rejects after `timeoutMs`.
+   */
+  async waitFor(position: string, timeoutMs = 10_000, names?: readonly string[]): Promise<void> {
+    const wanted = this.projectors.filter((p) => !names || names.includes(p.name));
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      let behind = false;
+      for (const projector of wanted) {
+        const checkpoint = this.active.has(projector.name)
+          ? this.checkpoints.get(projector.name)
+          : await this.readCheckpoint(this.db, projector.name);
+        if (checkpoint === undefined || this.store.comparePositions(checkpoint, position) < 0) behind = true;
+      }
+      if (!behind) return;
+      const left = deadline - Date.now();
+      if (left <= 0) throw new Error(`read models did not reach position ${position} in ${timeoutMs} ms`);
+      // Woken by local progress; polled when another process projects.
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer);
+          this.progressed.delete(done);
+          resolve();
+        };
+        const timer = setTimeout(done, Math.min(left, 25));
+        this.progressed.add(done);
+      });
+    }
+  }
+
+  /** Where a consumer has read to, as its checkpoint says. */
+  async checkpointOf(name: string): Promise<string | undefined> {
+    return this.active.has(name) ? this.checkpoints.get(name) : this.readCheckpoint(this.db, name);
+  }
+
+  async status(): Promise<ProjectorStatus[]> {
+    return Promise.all(
+      this.consumers.map(async (p) => {
+        const role = this.active.has(p.name) ? 'active' : 'standby';
+        const checkpoint =
+          role === 'active' ? this.checkpoints.get(p.name) : await this.readCheckpoint(this.db, p.name);
+        const eventsBehind = await this.store.countAfter(checkpoint, LAG_CAP);
+        let msBehind = 0;
+        if (eventsBehind > 0) {
+          const [next] = await this.store.readAll(checkpoint, 1);
+          if (next) msBehind = Math.max(0, Date.now() - next.recordedAt.getTime());
+        }
+        return { name: p.name, role, checkpoint: checkpoint ?? null, eventsBehind, msBehind };
+      }),
+    );
+  }
+
+  /**
+   * Empties the read models of the named projectors (all when none is named),
+   * resets their checkpoints and replays the whole log. For the embedded
+   * store, run it with the service stopped.
+   */
+  async rebuild(names?: readonly string[]): Promise<{ events: number; ms: number }> {
+    const chosen = this.projectors.filter((p) => !names || names.length === 0 || names.includes(p.name));
+    const unknown = (names ?? []).filter((n) => !this.projectors.some((p) => p.name === n));
+    if (unknown.length > 0) throw new Error(`unknown projection: ${unknown.join(', ')}`);
+    const started = Date.now();
+    let events = 0;
+    for (const projector of chosen) {
+      await this.database.db.transaction().execute(async (trx) => {
+        for (const table of projector.tables) await sql`delete from ${sql.table(table)}`.execute(trx);
+        await trx.deleteFrom('projection_checkpoints').where('name', '=', projector.name).execute();
+      });
+      this.checkpoints.set(projector.name, undefined);
+      for (;;) {
+        const applied = await this.catchUpOnce(projector);
+        events += applied;
+        if (applied === 0) break;
+      }
+    }
+    return { events, ms: Date.now() - started };
+  }
+
+  private async supervise(projector: Consumer, signal: AbortSignal): Promise<void> {
+    const pollMs = this.options.pollMs ?? 1000;
+    while (!signal.aborted) {
+      try {
+        const ran = await this.database.withAdvisoryLock(`projector:${projector.name}`, (lost) =>
+          this.run(projector, signal, lost),
+        );
+        if (!ran) await sleep(pollMs * 2, signal); // another process is active; try later
+      } catch (error) {
+        this.options.onError?.(projector.name, error);
+        await sleep(pollMs, signal);
+      } finally {
+        this.active.delete(projector.name);
+      }
+    }
+  }
+
+  private async run(projector: Consumer, stop: AbortSignal, lockLost: AbortSignal): Promise<void> {
+    this.checkpoints.set(projector.name, await this.readCheckpoint(this.db, projector.name));
+    this.active.add(projector.name);
+    const signal = AbortSignal.any([stop, lockLost]);
+    await followAppends(this.store, () => this.catchUpOnce(projector), {
+      batchSize: this.options.batchSize ?? 500,
+      pollMs: this.options.pollMs ?? 1000,
+      signal,
+      // A failed batch rolled back whole; it is read again after a pause.
+      onError: (error) => this.options.onError?.(projector.name, error),
+    });
+  }
+
+  /** Applies one batch after the checkpoint in one transaction; returns how many events it applied. */
+  private async catchUpOnce(consumer: Consumer): Promise<number> {
+    const checkpoint = this.checkpoints.get(consumer.name);
+    const batch = await this.store.readAll(checkpoint, this.options.batchSize ?? 500);
+    if (batch.length === 0) return 0;
+    const position = batch.at(-1)!.position;
+    const saveCheckpoint = (db: Kysely<any>) =>
+      db
+        .insertInto('projection_checkpoints')
+        .values({ name: consumer.name, position, updated_at: new Date() })
+        .onConflict((oc) => oc.column('name').doUpdateSet({ position, updated_at: new Date() }))
+        .execute();
+    if (isProjector(consumer)) {
+      const prepared = await consumer.prepare?.(batch, this.store);
+      await this.database.db.transaction().execute(async (trx) => {
+        for (const event of batch) await consumer.apply(trx, event, prepared);
+        await saveCheckpoint(trx);
+      });
+    } else {
+      for (const event of batch) await consumer.react(event);
+      await saveCheckpoint(this.db);
+    }
+    this.checkpoints.set(consumer.name, position);
+    this.options.onBatch?.(consumer.name, batch.length);
+    for (const notify of [...this.progressed]) notify();
+    return batch.length;
+  }
+
+  private async readCheckpoint(db: Kysely<CheckpointTables>, name: string): Promise<string | undefined> {
+    const row = await db
+      .selectFrom('projection_checkpoints')
+      .select('position')
+      .where('name', '=', name)
+      .executeTakeFirst();
+    return row?.position;
+  }
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const timer = setTimeout(done, ms);
+    function done() {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    }
+    signal.addEventListener('abort', done);
+  });
+}

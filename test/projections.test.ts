@@ -1,0 +1,185 @@
+// The projection engine on PGlite and PostgreSQL: checkpoints, rebuild from
+// zero, read-after-write, and one active instance across processes.
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { SqlEventStore } from '../adapters/event-store/sql.ts';
+import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
+import { merchantCommands } from '../commands/merchants.ts';
+import { ProjectionEngine } from '../projections/engine.ts';
+import { merchantsProjector } from '../projections/merchants.ts';
+import { readModelMigrations } from '../projections/schema.ts';
+import { freshPostgres } from './support/postgres.ts';
+
+async function dump(database: SqlDatabase) {
+  const merchants = await database.db.selectFrom('merchants').selectAll().orderBy('id').execute();
+  const keys = await database.db.selectFrom('api_keys').selectAll().orderBy('id').execute();
+  return { merchants, keys };
+}
+
+function engineSuite(
+  name: string,
+  open: () => Promise<{ database: SqlDatabase; reopen?: () => Promise<SqlDatabase>; dispose(): Promise<void> }>,
+) {
+  describe(`projection engine on ${name}`, () => {
+    let subject: Awaited<ReturnType<typeof open>>;
+    let store: SqlEventStore;
+    let engine: ProjectionEngine;
+    before(async () => {
+      subject = await open();
+      store = await SqlEventStore.open(subject.database);
+      await ProjectionEngine.migrate(subject.database, readModelMigrations);
+      engine = new ProjectionEngine(subject.database, store, [merchantsProjector], { pollMs: 200 });
+      engine.start();
+    });
+    after(async () => {
+      await engine.stop();
+      await store.close();
+      await subject.dispose();
+    });
+
+    it('shows a write once waitFor resolves, and rebuilds the same rows from zero', async () => {
+      const commands = merchantCommands(store);
+      let last: string | undefined;
+      for (let i = 0; i < 20; i++) {
+        const m = await commands.register({
+          name: `M${i}`,
+          tier: i % 2 ? 'pro' : 'free',
+          webhookUrl: null,
+          settlementWallets: { tron: `T${i}` },
+        });
+        await commands.update(m.value.id, { status: 'suspended' });
+        const key = await commands.issueApiKey(m.value.id, {
+          name: 'k',
+          permissions: ['invoices:read'],
+          expiresAt: null,
+        });
+        if (i % 3 === 0) last = (await commands.revokeApiKey(key.value.record.id)).position;
+        else last = key.position;
+      }
+      await engine.waitFor(last!);
+      const before = await dump(subject.database);
+      assert.equal(before.merchants.length, 20);
+      assert.equal(before.keys.length, 20);
+      assert.equal(before.keys.filter((k: any) => k.revoked_at).length, 7);
+      assert.ok(before.merchants.every((m: any) => m.status === 'suspended'));
+
+      await engine.stop();
+      const rebuilt = await engine.rebuild();
+      assert.ok(rebuilt.events >= 20 * 3);
+      assert.deepEqual(await dump(subject.database), before);
+      engine.start();
+    });
+
+    it('reports its lag in events and milliseconds', async () => {
+      await engine.stop();
+      const commands = merchantCommands(store);
+      for (let i = 0; i < 3; i++)
+        await commands.register({ name: `Lag${i}`, tier: 'free', webhookUrl: null, settlementWallets: {} });
+      await new Promise((r) => setTimeout(r, 20));
+      const [lagging] = await engine.status();
+      assert.equal(lagging!.eventsBehind, 3);
+      assert.ok(lagging!.msBehind >= 20);
+      engine.start();
+      const { position } = await commands.register({
+        name: 'Last',
+        tier: 'free',
+        webhookUrl: null,
+        settlementWallets: {},
+      });
+      await engine.waitFor(position!);
+      const [caughtUp] = await engine.status();
+      assert.equal(caughtUp!.eventsBehind, 0);
+      assert.equal(caughtUp!.msBehind, 0);
+    });
+
+    it('refuses to rebuild a projection it does not know', async () => {
+      await assert.rejects(engine.rebuild(['nope']), /unknown projection: nope/);
+    });
+
+    if (name === 'postgresql') {
+      it('runs one active instance of a projector across processes; the other takes over when it stops', async () => {
+        const second = await subject.reopen!();
+        const secondStore = await SqlEventStore.open(second);
+        const standby = new ProjectionEngine(second, secondStore, [merchantsProjector], { pollMs: 100 });
+        standby.start();
+        try {
+          await new Promise((r) => setTimeout(r, 300));
+          assert.equal((await standby.status())[0]!.role, 'standby');
+          assert.equal((await engine.status())[0]!.role, 'active');
+          await engine.stop();
+          const { position } = await merchantCommands(secondStore).register({
+            name: 'Taken over',
+            tier: 'free',
+            webhookUrl: null,
+            settlementWallets: {},
+          });
+          await standby.waitFor(position!, 5000);
+          assert.equal((await standby.status())[0]!.role, 'active');
+          const row = await second.db
+            .selectFrom('merchants')
+            .select('name')
+            .where('name', '=', 'Taken over')
+            .executeTakeFirst();
+          assert.equal(row?.name, 'Taken over');
+        } finally {
+          await standby.stop();
+          await secondStore.close();
+          await second.close();
+          engine.start();
+        }
+      });
+    }
+  });
+}
+
+engineSuite('pglite', async () => {
+  const database = await openPglite('memory://');
+  return { database, dispose: () => database.close() };
+});
+
+const postgres = await freshPostgres();
+if (postgres) {
+  engineSuite('postgresql', async () => {
+    const database = await postgres.open();
+    return {
+      database,
+      reopen: () => postgres.open(),
+      async dispose() {
+        await database.close();
+        await postgres.drop();
+      },
+    };
+  });
+}
+
+describe('projection checkpoints', () => {
+  it('resume where they stopped after a restart of the engine', async () => {
+    const database = await openPglite('memory://');
+    const store = await SqlEventStore.open(database);
+    await ProjectionEngine.migrate(database, readModelMigrations);
+    let applied = 0;
+    const counting = {
+      ...merchantsProjector,
+      name: 'counting',
+      apply: async (trx: any, e: any, prepared: unknown) => {
+        applied++;
+        await merchantsProjector.apply(trx, e, prepared);
+      },
+    };
+    const commands = merchantCommands(store);
+    const first = new ProjectionEngine(database, store, [counting], { pollMs: 100 });
+    first.start();
+    const a = await commands.register({ name: 'A', tier: 'free', webhookUrl: null, settlementWallets: {} });
+    await first.waitFor(a.position!);
+    await first.stop();
+    const b = await commands.register({ name: randomUUID(), tier: 'free', webhookUrl: null, settlementWallets: {} });
+    const second = new ProjectionEngine(database, store, [counting], { pollMs: 100 });
+    second.start();
+    await second.waitFor(b.position!);
+    await second.stop();
+    assert.equal(applied, 2, 'each event applied once across the restart');
+    await store.close();
+    await database.close();
+  });
+});

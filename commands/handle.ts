@@ -1,0 +1,78 @@
+// The one way commands change state: load the stream, fold it, decide, and
+// append with the revision that was read. A concurrent writer makes the append
+// fail; then the command is decided again on the fresh stream.
+import { randomUUID } from 'node:crypto';
+import { v5 as uuidv5 } from 'uuid';
+import { fold, type Decider, type DomainEvent } from '../domain/decider.ts';
+import { ConcurrencyError, type EventMetadata, type EventStore, type NewEvent } from '../adapters/event-store/port.ts';
+
+/** Namespace of event ids derived from their cause (UUIDv5). */
+const CAUSED_EVENT_NAMESPACE = '6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10';
+
+export interface HandleOptions {
+  /**
+   * The event that caused this command, when a process manager issues it: the
+   * new events' ids are derived from it, so running the reaction twice appends
+   * nothing twice.
+   */
+  causationId?: string;
+  correlationId?: string;
+  maxAttempts?: number;
+}
+
+export interface Handled<State, Event> {
+  state: State;
+  events: Event[];
+  /** Global position of the stream's last event after the command; undefined for an untouched, empty stream. */
+  position: string | undefined;
+}
+
+export async function handleCommand<Command, State, Event extends DomainEvent>(
+  store: EventStore,
+  decider: Decider<Command, State, Event>,
+  streamId: string,
+  command: Command,
+  options: HandleOptions = {},
+): Promise<Handled<State, Event>> {
+  const attempts = options.maxAttempts ?? 5;
+  for (let attempt = 1; ; attempt++) {
+    const recorded = await store.readStream(streamId);
+    const state = fold(
+      decider,
+      recorded.map((r) => ({ type: r.type, data: r.data }) as Event),
+    );
+    const events = decider.decide(command, state);
+    const lastPosition = recorded.at(-1)?.position;
+    if (events.length === 0) return { state, events, position: lastPosition };
+    const metadata: EventMetadata = {};
+    if (options.causationId) metadata.causationId = options.causationId;
+    if (options.correlationId) metadata.correlationId = options.correlationId;
+    const toAppend: NewEvent[] = events.map((event, i) => ({
+      id: options.causationId
+        ? uuidv5(`${options.causationId}/${streamId}/${event.type}/${i}`, CAUSED_EVENT_NAMESPACE)
+        : randomUUID(),
+      type: event.type,
+      data: event.data,
+      metadata,
+    }));
+    try {
+      const result = await store.append(streamId, toAppend, recorded.length === 0 ? 'no_stream' : recorded.length - 1);
+      return { state: events.reduce(decider.evolve, state), events, position: result.position };
+    } catch (error) {
+      if (!(error instanceof ConcurrencyError) || attempt >= attempts) throw error;
+    }
+  }
+}
+
+/** The current state of a stream, folded from its events. */
+export async function loadState<Command, State, Event extends DomainEvent>(
+  store: EventStore,
+  decider: Decider<Command, State, Event>,
+  streamId: string,
+): Promise<State> {
+  const recorded = await store.readStream(streamId);
+  return fold(
+    decider,
+    recorded.map((r) => ({ type: r.type, data: r.data }) as Event),
+  );
+}

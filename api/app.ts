@@ -1,0 +1,153 @@
+// The HTTP application: the contract's envelope and errors, authentication,
+// rate limits, metrics and the OpenAPI document around the route modules.
+import { randomUUID } from 'node:crypto';
+import swagger from '@fastify/swagger';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
+import { merchantCommands } from '../commands/merchants.ts';
+import type { ProjectionEngine } from '../projections/engine.ts';
+import type { ReadModelTables } from '../projections/schema.ts';
+import { authentication } from './auth.ts';
+import type { Config } from './config.ts';
+import { handleError, sendError } from './errors.ts';
+import type { Metrics } from './metrics.ts';
+import type { RateLimiter } from './rate-limit.ts';
+import { adminRoutes } from './routes/admin.ts';
+import { catalogueRoutes } from './routes/catalogue.ts';
+import { healthRoutes } from './routes/health.ts';
+import { invoiceRoutes } from './routes/invoices.ts';
+import { settlementRoutes } from './routes/settlements.ts';
+import { liveRoutes } from './routes/live.ts';
+import { checkoutRoutes } from './routes/checkout.ts';
+import { webhookRoutes, type WebhookRouteDeps } from './routes/webhooks.ts';
+import type { LiveInvoiceStatus } from '../projections/live-status.ts';
+import { sandboxRoutes, type Sandbox } from './routes/sandbox.ts';
+import { idempotency } from './idempotency.ts';
+import type { Clock } from '../adapters/clock.ts';
+import type { InvoiceCommands } from '../commands/invoices.ts';
+
+export interface AppDeps {
+  config: Config;
+  clock: Clock;
+  invoices: InvoiceCommands;
+  sandbox: Sandbox | undefined;
+  live: LiveInvoiceStatus;
+  webhooks: WebhookRouteDeps;
+  adminToken: string;
+  database: SqlDatabase;
+  store: EventStore;
+  projections: ProjectionEngine;
+  metrics: Metrics;
+  rateLimiter: RateLimiter | undefined;
+  logger: FastifyBaseLogger | boolean;
+}
+
+/** The largest request body accepted; larger ones get a 413. */
+export const BODY_LIMIT = 64 * 1024;
+
+export async function buildApp(deps: AppDeps) {
+  const app = Fastify({
+    loggerInstance: typeof deps.logger === 'object' ? deps.logger : undefined,
+    logger: typeof deps.logger === 'boolean' ? deps.logger : undefined,
+    genReqId: () => randomUUID(),
+    requestIdHeader: false,
+    bodyLimit: BODY_LIMIT,
+    return503OnClosing: true,
+    ajv: {
+      customOptions: {
+        // `errorMessage` carries the contract's wording for a field; `verbose`
+        // hands the failing schema to the error handler so it can use it.
+        keywords: ['errorMessage'],
+        verbose: true,
+        removeAdditional: false,
+        // Never turn a JSON number into a string: amounts must arrive as strings.
+        coerceTypes: false,
+      },
+    },
+  }).withTypeProvider<TypeBoxTypeProvider>();
+
+  const db = deps.database.db as Kysely<ReadModelTables>;
+  const auth = authentication({ db, rateLimiter: deps.rateLimiter, adminToken: deps.adminToken });
+  const context = {
+    ...deps,
+    db,
+    auth,
+    merchants: merchantCommands(deps.store),
+    /** Lets the answer to a write wait until the read models show it. */
+    settle: (position: string | undefined) => (position ? deps.projections.waitFor(position) : Promise.resolve()),
+  };
+
+  await app.register(swagger, {
+    openapi: {
+      openapi: '3.0.3',
+      info: {
+        title: 'Crypto payment invoicing API',
+        version: '1.0.0',
+        description: 'Merchant API (interface.md), operator API and sandbox API (operations.md).',
+      },
+      servers: [{ url: deps.config.publicBaseUrl }],
+      components: {
+        securitySchemes: {
+          apiKey: { type: 'http', scheme: 'bearer', description: 'Merchant API key, pk_live_…' },
+          adminToken: { type: 'http', scheme: 'bearer', description: 'Operator ADMIN_TOKEN' },
+        },
+      },
+    },
+  });
+
+  app.addHook('onRequest', async (request, reply) => {
+    reply.header('X-Correlation-Id', request.id);
+  });
+  app.addHook('onResponse', async (request, reply) => {
+    const route = request.routeOptions.url ?? 'unmatched';
+    deps.metrics.requests.inc({ method: request.method, route, status: reply.statusCode });
+    deps.metrics.latency.observe({ method: request.method, route }, reply.elapsedTime / 1000);
+  });
+
+  // Which methods each path pattern answers, so a wrong method gets 405 instead of 404.
+  const routes: { pattern: RegExp; method: string }[] = [];
+  app.addHook('onRoute', (route) => {
+    const pattern = new RegExp(`^${route.url.replace(/:[^/]+/g, '[^/]+')}/?$`);
+    for (const method of [route.method].flat()) routes.push({ pattern, method });
+  });
+  app.setNotFoundHandler((request, reply) => {
+    const path = request.url.split('?')[0]!;
+    const allowed = [...new Set(routes.filter((r) => r.pattern.test(path)).map((r) => r.method))];
+    if (allowed.length > 0) {
+      reply.header('Allow', allowed.join(', '));
+      return sendError(reply, 405, `Method ${request.method} is not allowed on ${path}`);
+    }
+    return sendError(reply, 404, `Route ${request.method} ${path} not found`);
+  });
+  app.setErrorHandler(handleError);
+  const idempotent = await idempotency(deps.database);
+  app.addHook('preHandler', idempotent.claim);
+  app.addHook('onSend', idempotent.record);
+
+  await app.register(async (scope) => healthRoutes(scope, context));
+  await app.register(async (scope) => catalogueRoutes(scope, context));
+  await app.register(async (scope) => adminRoutes(scope, context));
+  await app.register(async (scope) => invoiceRoutes(scope, context));
+  await app.register(async (scope) => settlementRoutes(scope, context));
+  await app.register(async (scope) => liveRoutes(scope, context, deps.live));
+  await app.register(async (scope) => webhookRoutes(scope, context, deps.webhooks));
+  await app.register(async (scope) => checkoutRoutes(scope, context));
+  if (deps.sandbox) {
+    const sandbox = deps.sandbox;
+    await app.register(async (scope) => sandboxRoutes(scope, context, sandbox));
+  }
+
+  app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
+  return app;
+}
+
+export type App = Awaited<ReturnType<typeof buildApp>>;
+export type RouteContext = AppDeps & {
+  db: Kysely<ReadModelTables>;
+  auth: ReturnType<typeof authentication>;
+  merchants: ReturnType<typeof merchantCommands>;
+  settle: (position: string | undefined) => Promise<void>;
+};

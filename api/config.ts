@@ -1,0 +1,173 @@
+// The service's configuration, read from the environment (operations.md §1).
+// Every problem is reported as one line naming the variable, all at once.
+import { chainNames, isChainName, type ChainName } from '../domain/catalogue.ts';
+
+export type AppEnv = 'production' | 'development' | 'test';
+
+export interface Config {
+  port: number;
+  host: string;
+  publicBaseUrl: string;
+  appEnv: AppEnv;
+  /** Embedded store directory, or `memory://`; also where generated secrets are kept. */
+  dataDir: string;
+  databaseUrl: string | undefined;
+  /** Unset: generated on first start (not in production). */
+  adminToken: string | undefined;
+  walletMnemonic: string | undefined;
+  chains: ChainName[];
+  chainRpcUrls: Partial<Record<ChainName, string>>;
+  /** Confirmations a payment needs on each chain before it counts as confirmed. */
+  requiredConfirmations: Record<ChainName, number>;
+  platformFeeBps: number;
+  rateProvider: 'fixed' | 'coingecko';
+  /** CoinGecko's base URL and optional API key, when RATE_PROVIDER=coingecko. */
+  coinGecko: { baseUrl: string | undefined; apiKey: string | undefined };
+  webhookAllowPrivateTargets: boolean;
+  redisUrl: string | undefined;
+  publicRateLimit: number;
+  rateLimits: boolean;
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(problems.join('\n'));
+    this.name = 'ConfigError';
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+/** DESIGN.md's starting points; solana's 32 is "finalized". */
+export const defaultConfirmations: Record<ChainName, number> = {
+  bitcoin: 2,
+  ethereum: 12,
+  bsc: 15,
+  polygon: 128,
+  tron: 19,
+  solana: 32,
+};
+
+export function loadConfig(env: Env = process.env): Config {
+  const problems: string[] = [];
+  const value = (name: string) => {
+    const v = env[name]?.trim();
+    return v === undefined || v === '' ? undefined : v;
+  };
+  const integer = (name: string, fallback: number, min: number, max: number) => {
+    const raw = value(name);
+    if (raw === undefined) return fallback;
+    const n = Number(raw);
+    if (!/^\d+$/.test(raw) || n < min || n > max) {
+      problems.push(`${name} must be a whole number from ${min} to ${max} (got "${raw}")`);
+      return fallback;
+    }
+    return n;
+  };
+  const oneOf = <T extends string>(name: string, allowed: readonly T[], fallback: T): T => {
+    const raw = value(name);
+    if (raw === undefined) return fallback;
+    if (!(allowed as readonly string[]).includes(raw)) {
+      problems.push(`${name} must be one of ${allowed.join(', ')} (got "${raw}")`);
+      return fallback;
+    }
+    return raw as T;
+  };
+  const url = (name: string, protocols: readonly string[]) => {
+    const raw = value(name);
+    if (raw === undefined) return undefined;
+    try {
+      const parsed = new URL(raw);
+      if (!protocols.includes(parsed.protocol)) throw new Error('protocol');
+      return raw;
+    } catch {
+      problems.push(`${name} must be a ${protocols.map((p) => p.replace(':', '://')).join(' or ')} URL`);
+      return undefined;
+    }
+  };
+
+  const appEnv = oneOf<AppEnv>('APP_ENV', ['production', 'development', 'test'], 'development');
+  const production = appEnv === 'production';
+  const port = integer('PORT', 3000, 0, 65535);
+  const host = value('HOST') ?? '127.0.0.1';
+  const publicBaseUrl = (url('PUBLIC_BASE_URL', ['http:', 'https:']) ?? `http://localhost:${port}`).replace(/\/+$/, '');
+  const dataDir = value('DATA_DIR') ?? './data';
+  const databaseUrl = url('DATABASE_URL', ['postgres:', 'postgresql:']);
+  if (value('EVENTSTORE_URL') !== undefined) {
+    problems.push('EVENTSTORE_URL is not supported by this version yet: unset it to keep events in the SQL database');
+  }
+
+  const adminToken = value('ADMIN_TOKEN');
+  if (adminToken !== undefined && adminToken.length < 16) problems.push('ADMIN_TOKEN must be at least 16 characters');
+  if (production && adminToken === undefined) problems.push('ADMIN_TOKEN is required when APP_ENV=production');
+  const walletMnemonic = value('WALLET_MNEMONIC');
+  if (production && walletMnemonic === undefined) problems.push('WALLET_MNEMONIC is required when APP_ENV=production');
+
+  const chainRpcUrls: Partial<Record<ChainName, string>> = {};
+  const requiredConfirmations = { ...defaultConfirmations };
+  for (const chain of chainNames) {
+    const rpc = url(`CHAIN_${chain.toUpperCase()}_RPC_URL`, ['http:', 'https:', 'ws:', 'wss:']);
+    if (rpc) chainRpcUrls[chain] = rpc;
+    requiredConfirmations[chain] = integer(
+      `CHAIN_${chain.toUpperCase()}_CONFIRMATIONS`,
+      defaultConfirmations[chain],
+      1,
+      10_000,
+    );
+  }
+  let chains: ChainName[] = [...chainNames];
+  const chainList = value('CHAINS');
+  if (chainList !== undefined) {
+    const named = chainList
+      .split(',')
+      .map((c) => c.trim().toLowerCase())
+      .filter(Boolean);
+    const unknown = named.filter((c) => !isChainName(c));
+    if (unknown.length > 0) {
+      problems.push(`CHAINS has unknown chain ${unknown.join(', ')}; known: ${chainNames.join(', ')}`);
+    }
+    chains = chainNames.filter((c) => named.includes(c));
+    if (chains.length === 0 && unknown.length === 0) problems.push('CHAINS must name at least one chain');
+  }
+  // In production there is no sandbox ledger: a chain without a node is off.
+  if (production) chains = chains.filter((c) => chainRpcUrls[c] !== undefined);
+
+  const flag = (name: string, fallback: boolean) => {
+    const raw = value(name)?.toLowerCase();
+    if (raw === undefined) return fallback;
+    if (['true', '1', 'yes', 'on'].includes(raw)) return true;
+    if (['false', '0', 'no', 'off'].includes(raw)) return false;
+    problems.push(`${name} must be true or false (got "${raw}")`);
+    return fallback;
+  };
+  const webhookAllowPrivateTargets = flag('WEBHOOK_ALLOW_PRIVATE_TARGETS', false);
+  if (production && webhookAllowPrivateTargets) {
+    problems.push('WEBHOOK_ALLOW_PRIVATE_TARGETS cannot be true when APP_ENV=production');
+  }
+  const rateLimits = oneOf('RATE_LIMITS', ['on', 'off'], 'on') === 'on';
+  if (production && !rateLimits) problems.push('RATE_LIMITS cannot be off when APP_ENV=production');
+
+  const config: Config = {
+    port,
+    host,
+    publicBaseUrl,
+    appEnv,
+    dataDir,
+    databaseUrl,
+    adminToken,
+    walletMnemonic,
+    chains,
+    chainRpcUrls,
+    requiredConfirmations,
+    platformFeeBps: integer('PLATFORM_FEE_BPS', 100, 0, 10_000),
+    // Production defaults to the real provider: a built-in table would quote stale prices.
+    rateProvider: oneOf('RATE_PROVIDER', ['fixed', 'coingecko'], production ? 'coingecko' : 'fixed'),
+    coinGecko: { baseUrl: url('COINGECKO_API_URL', ['http:', 'https:']), apiKey: value('COINGECKO_API_KEY') },
+    webhookAllowPrivateTargets,
+    redisUrl: url('REDIS_URL', ['redis:', 'rediss:']),
+    publicRateLimit: integer('PUBLIC_RATE_LIMIT', 600, 1, 1_000_000),
+    rateLimits,
+  };
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}

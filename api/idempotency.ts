@@ -1,0 +1,123 @@
+// `Idempotency-Key` on every POST (operations.md §3): a retried request with
+// the same key and body gets the first response and creates nothing new; the
+// same key with another body gets 409. The first request claims the key
+// before it runs, so two concurrent retries cannot both run.
+import { createHash } from 'node:crypto';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { Kysely, Migration } from 'kysely';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
+import { migrate } from '../adapters/sql/migrate.ts';
+import { HttpError } from './errors.ts';
+
+interface IdempotencyTables {
+  idempotency_keys: {
+    scope: string;
+    key: string;
+    request_hash: string;
+    status_code: number | null;
+    response_body: string | null;
+    created_at: Date;
+  };
+}
+
+const migrations: Record<string, Migration> = {
+  '0001_idempotency_keys': {
+    async up(db) {
+      await db.schema
+        .createTable('idempotency_keys')
+        .addColumn('scope', 'text', (c) => c.notNull())
+        .addColumn('key', 'text', (c) => c.notNull())
+        .addColumn('request_hash', 'text', (c) => c.notNull())
+        .addColumn('status_code', 'integer')
+        .addColumn('response_body', 'text')
+        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+        .addPrimaryKeyConstraint('idempotency_keys_pk', ['scope', 'key'])
+        .execute();
+    },
+  },
+};
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    idempotencyClaim?: { scope: string; key: string };
+  }
+}
+
+const MAX_KEY_LENGTH = 255;
+const ABANDONED_CLAIM_MS = 60_000;
+
+export async function idempotency(database: SqlDatabase) {
+  await migrate(database.db, 'idempotency_migrations', migrations);
+  const db = database.db as Kysely<IdempotencyTables>;
+
+  /** Whose keys these are: a merchant's, the operator's, or a public client's. */
+  const scopeOf = (request: FastifyRequest) =>
+    request.caller
+      ? `merchant:${request.caller.merchantId}`
+      : /^\/(admin|dev)\//.test(request.url)
+        ? 'operator'
+        : `client:${request.ip}`;
+
+  async function claim(request: FastifyRequest, reply: FastifyReply) {
+    const key = request.headers['idempotency-key'];
+    if (request.method !== 'POST' || key === undefined) return;
+    if (typeof key !== 'string' || key.length === 0 || key.length > MAX_KEY_LENGTH) {
+      throw new HttpError(400, `Idempotency-Key must be 1 to ${MAX_KEY_LENGTH} characters`);
+    }
+    const scope = scopeOf(request);
+    const requestHash = createHash('sha256')
+      .update(`${request.method} ${request.url}\n${JSON.stringify(request.body ?? null)}`)
+      .digest('hex');
+    const claimed = await db
+      .insertInto('idempotency_keys')
+      .values({ scope, key, request_hash: requestHash, status_code: null, response_body: null, created_at: new Date() })
+      .onConflict((oc) => oc.columns(['scope', 'key']).doNothing())
+      .returning('key')
+      .executeTakeFirst();
+    if (claimed) {
+      request.idempotencyClaim = { scope, key };
+      return;
+    }
+    const first = await db
+      .selectFrom('idempotency_keys')
+      .selectAll()
+      .where('scope', '=', scope)
+      .where('key', '=', key)
+      .executeTakeFirstOrThrow();
+    if (first.request_hash !== requestHash) {
+      throw new HttpError(409, 'Idempotency-Key has already been used with a different request');
+    }
+    if (first.status_code === null) {
+      // A claim whose request never finished (the process died) is released after a while.
+      if (Date.now() - new Date(first.created_at).getTime() > ABANDONED_CLAIM_MS) {
+        await db
+          .deleteFrom('idempotency_keys')
+          .where('scope', '=', scope)
+          .where('key', '=', key)
+          .where('status_code', 'is', null)
+          .execute();
+        return claim(request, reply);
+      }
+      throw new HttpError(409, 'A request with this Idempotency-Key is still in progress');
+    }
+    reply.header('Idempotent-Replayed', 'true');
+    reply.header('content-type', 'application/json; charset=utf-8');
+    return reply.code(first.status_code).send(first.response_body);
+  }
+
+  /** Keeps the answer for replays; a failure (5xx) releases the key so the client can retry. */
+  async function record(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
+    const claim = request.idempotencyClaim;
+    if (!claim) return payload;
+    request.idempotencyClaim = undefined;
+    const where = db.updateTable('idempotency_keys').where('scope', '=', claim.scope).where('key', '=', claim.key);
+    if (reply.statusCode >= 500) {
+      await db.deleteFrom('idempotency_keys').where('scope', '=', claim.scope).where('key', '=', claim.key).execute();
+    } else {
+      await where.set({ status_code: reply.statusCode, response_body: String(payload) }).execute();
+    }
+    return payload;
+  }
+
+  return { claim, record };
+}

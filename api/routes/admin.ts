@@ -1,0 +1,302 @@
+// The operator API (operations.md §2): merchants and their API keys.
+import { Type, type Static } from 'typebox';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { permissions, type ApiKey } from '../../domain/api-key.ts';
+import { isChainName } from '../../domain/catalogue.ts';
+import { merchantStatuses, merchantTiers, type Merchant, type MerchantChanges } from '../../domain/merchant.ts';
+import type { RouteContext } from '../app.ts';
+import { badRequest } from '../errors.ts';
+import { webhookUrlProblem } from '../webhook-url.ts';
+
+/** A string from a fixed list, with one message for any other value. */
+const OneOf = <T extends string>(values: readonly T[], errorMessage: string) =>
+  Type.Unsafe<T>({ type: 'string', enum: [...values], errorMessage });
+
+const Uuid = Type.String({ format: 'uuid', errorMessage: 'id must be a UUID' });
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
+const Wallets = Type.Record(Type.String(), Type.String({ minLength: 1, maxLength: 128 }));
+
+const MerchantView = Type.Object({
+  id: Type.String(),
+  name: Type.String(),
+  tier: Type.String(),
+  status: Type.String(),
+  webhookUrl: Nullable(Type.String()),
+  settlementWallets: Wallets,
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+const ApiKeyView = Type.Object({
+  id: Type.String(),
+  name: Nullable(Type.String()),
+  keyPrefix: Type.String(),
+  permissions: Nullable(Type.Array(Type.String())),
+  expiresAt: Nullable(Type.String()),
+  revokedAt: Nullable(Type.String()),
+  createdAt: Type.String(),
+});
+
+const MerchantCreate = Type.Object(
+  {
+    name: Type.String({ minLength: 1, maxLength: 200, errorMessage: 'Name is required (1 to 200 characters)' }),
+    tier: Type.Optional(OneOf(merchantTiers, 'Tier must be free or pro')),
+    webhookUrl: Type.Optional(Nullable(Type.String({ maxLength: 2048 }))),
+    settlementWallets: Type.Optional(Wallets),
+  },
+  { additionalProperties: false },
+);
+const MerchantPatch = Type.Object(
+  {
+    name: Type.Optional(MerchantCreate.properties.name),
+    tier: Type.Optional(MerchantCreate.properties.tier),
+    status: Type.Optional(OneOf(merchantStatuses, 'Status must be active, suspended or pending_review')),
+    webhookUrl: MerchantCreate.properties.webhookUrl,
+    settlementWallets: MerchantCreate.properties.settlementWallets,
+  },
+  { additionalProperties: false },
+);
+const permissionsMessage = `Permissions must be a list of distinct values from: ${permissions.join(', ')}`;
+const KeyCreate = Type.Object(
+  {
+    name: Type.Optional(Nullable(Type.String({ maxLength: 200 }))),
+    permissions: Type.Optional(
+      Type.Array(OneOf(permissions, permissionsMessage), { uniqueItems: true, errorMessage: permissionsMessage }),
+    ),
+    expiresAt: Type.Optional(
+      Nullable(Type.String({ format: 'date-time', errorMessage: 'expiresAt must be an ISO 8601 date-time' })),
+    ),
+  },
+  { additionalProperties: false },
+);
+
+const merchantView = (m: Merchant): Static<typeof MerchantView> => ({
+  id: m.id,
+  name: m.name,
+  tier: m.tier,
+  status: m.status,
+  webhookUrl: m.webhookUrl,
+  settlementWallets: m.settlementWallets,
+  createdAt: m.createdAt,
+  updatedAt: m.updatedAt,
+});
+const apiKeyView = (k: ApiKey): Static<typeof ApiKeyView> => ({
+  id: k.id,
+  name: k.name,
+  keyPrefix: k.keyPrefix,
+  permissions: k.permissions,
+  expiresAt: k.expiresAt,
+  revokedAt: k.revokedAt,
+  createdAt: k.createdAt,
+});
+
+const data = <T extends Parameters<typeof Type.Object>[0][string]>(schema: T) => Type.Object({ data: schema });
+const security = [{ adminToken: [] }];
+
+export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
+  const app = scope.withTypeProvider<TypeBoxTypeProvider>();
+  const { auth, merchants, settle, db, config } = ctx;
+  app.addHook('onRequest', async (request) => {
+    if (request.url.startsWith('/admin/')) await auth.admin(request);
+  });
+
+  const checkProfile = (body: { webhookUrl?: string | null; settlementWallets?: Record<string, string> }) => {
+    if (body.webhookUrl) {
+      const problem = webhookUrlProblem(body.webhookUrl, {
+        production: config.appEnv === 'production',
+        allowPrivateTargets: config.webhookAllowPrivateTargets,
+      });
+      if (problem) throw badRequest(problem);
+    }
+    for (const chain of Object.keys(body.settlementWallets ?? {})) {
+      if (!isChainName(chain)) throw badRequest(`Unknown chain in settlementWallets: ${chain}`);
+    }
+  };
+
+  app.post(
+    '/admin/v1/merchants',
+    {
+      schema: {
+        tags: ['operator'],
+        security,
+        body: MerchantCreate,
+        response: { 201: data(Type.Intersect([MerchantView, Type.Object({ webhookSecret: Type.String() })])) },
+      },
+    },
+    async (request, reply) => {
+      checkProfile(request.body);
+      const { value, position } = await merchants.register(
+        {
+          name: request.body.name,
+          tier: request.body.tier ?? 'free',
+          webhookUrl: request.body.webhookUrl ?? null,
+          settlementWallets: request.body.settlementWallets ?? {},
+        },
+        request.id,
+      );
+      await settle(position);
+      return reply.code(201).send({ data: { ...merchantView(value), webhookSecret: value.webhookSecret } });
+    },
+  );
+
+  app.get(
+    '/admin/v1/merchants/:id',
+    {
+      schema: {
+        tags: ['operator'],
+        security,
+        params: Type.Object({ id: Uuid }),
+        response: { 200: data(MerchantView) },
+      },
+    },
+    async (request) => ({ data: merchantView(await merchants.existingMerchant(request.params.id)) }),
+  );
+
+  app.patch(
+    '/admin/v1/merchants/:id',
+    {
+      schema: {
+        tags: ['operator'],
+        security,
+        params: Type.Object({ id: Uuid }),
+        body: MerchantPatch,
+        response: { 200: data(MerchantView) },
+      },
+    },
+    async (request) => {
+      checkProfile(request.body);
+      const { value, position } = await merchants.update(
+        request.params.id,
+        request.body as MerchantChanges,
+        request.id,
+      );
+      await settle(position);
+      return { data: merchantView(value) };
+    },
+  );
+
+  app.post(
+    '/admin/v1/merchants/:id/webhook-secret/rotate',
+    {
+      schema: {
+        tags: ['operator'],
+        security,
+        params: Type.Object({ id: Uuid }),
+        response: { 200: data(Type.Object({ webhookSecret: Type.String() })) },
+      },
+    },
+    async (request) => {
+      const { value, position } = await merchants.rotateWebhookSecret(request.params.id, request.id);
+      await settle(position);
+      return { data: { webhookSecret: value } };
+    },
+  );
+
+  app.post(
+    '/admin/v1/merchants/:id/api-keys',
+    {
+      // Every field is optional, so no body at all is fine too.
+      preValidation: async (request) => {
+        request.body ??= {};
+      },
+      schema: {
+        tags: ['operator'],
+        security,
+        params: Type.Object({ id: Uuid }),
+        body: KeyCreate,
+        response: {
+          201: data(
+            Type.Object({
+              id: Type.String(),
+              key: Type.String(),
+              name: Nullable(Type.String()),
+              permissions: Nullable(Type.Array(Type.String())),
+              expiresAt: Nullable(Type.String()),
+              createdAt: Type.String(),
+            }),
+          ),
+        },
+      },
+    },
+    async (request, reply) => {
+      const body = request.body;
+      let expiresAt: string | null = null;
+      if (body.expiresAt) {
+        const at = new Date(body.expiresAt);
+        if (at.getTime() <= Date.now()) throw badRequest('expiresAt must be in the future');
+        expiresAt = at.toISOString();
+      }
+      const { value, position } = await merchants.issueApiKey(
+        request.params.id,
+        { name: body.name ?? null, permissions: body.permissions ?? null, expiresAt },
+        request.id,
+      );
+      await settle(position);
+      const { record, key } = value;
+      return reply.code(201).send({
+        data: {
+          id: record.id,
+          key,
+          name: record.name,
+          permissions: record.permissions,
+          expiresAt: record.expiresAt,
+          createdAt: record.createdAt,
+        },
+      });
+    },
+  );
+
+  app.get(
+    '/admin/v1/merchants/:id/api-keys',
+    {
+      schema: {
+        tags: ['operator'],
+        security,
+        params: Type.Object({ id: Uuid }),
+        response: { 200: data(Type.Array(ApiKeyView)) },
+      },
+    },
+    async (request) => {
+      await merchants.existingMerchant(request.params.id);
+      const rows = await db
+        .selectFrom('api_keys')
+        .selectAll()
+        .where('merchant_id', '=', request.params.id)
+        .orderBy('created_at')
+        .execute();
+      return {
+        data: rows.map((r) =>
+          apiKeyView({
+            id: r.id,
+            merchantId: r.merchant_id,
+            name: r.name,
+            keyHash: r.key_hash,
+            keyPrefix: r.key_prefix,
+            permissions: r.permissions as ApiKey['permissions'],
+            expiresAt: r.expires_at && new Date(r.expires_at).toISOString(),
+            revokedAt: r.revoked_at && new Date(r.revoked_at).toISOString(),
+            createdAt: new Date(r.created_at).toISOString(),
+          }),
+        ),
+      };
+    },
+  );
+
+  app.post(
+    '/admin/v1/api-keys/:keyId/revoke',
+    {
+      schema: {
+        tags: ['operator'],
+        security,
+        params: Type.Object({ keyId: Type.String({ format: 'uuid', errorMessage: 'keyId must be a UUID' }) }),
+        response: { 200: data(ApiKeyView) },
+      },
+    },
+    async (request) => {
+      const { value, position } = await merchants.revokeApiKey(request.params.keyId, request.id);
+      // Revocation takes effect at once: answer only when authentication sees it.
+      await settle(position);
+      return { data: apiKeyView(value) };
+    },
+  );
+}

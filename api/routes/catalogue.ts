@@ -1,0 +1,64 @@
+import { Type } from 'typebox';
+import type { FastifyInstance } from 'fastify';
+import { catalogue, listTokens } from '../../domain/catalogue.ts';
+import type { RouteContext } from '../app.ts';
+
+const TokenOnChain = Type.Object({
+  symbol: Type.String(),
+  name: Type.String(),
+  contractAddress: Type.Union([Type.String(), Type.Null()]),
+  decimals: Type.Integer(),
+  standard: Type.String(),
+  iconUrl: Type.Union([Type.String(), Type.Null()]),
+});
+const Chain = Type.Object({
+  name: Type.String(),
+  displayName: Type.String(),
+  chainType: Type.String(),
+  nativeCurrency: Type.String(),
+  supportedTokens: Type.Array(TokenOnChain),
+});
+const Token = Type.Object({
+  symbol: Type.String(),
+  name: Type.String(),
+  icon: Type.String(),
+  iconUrl: Type.Union([Type.String(), Type.Null()]),
+  chains: Type.Array(
+    Type.Object({
+      chain: Type.String(),
+      chainName: Type.String(),
+      contractAddress: Type.Union([Type.String(), Type.Null()]),
+      decimals: Type.Integer(),
+      standard: Type.String(),
+    }),
+  ),
+});
+
+export async function catalogueRoutes(app: FastifyInstance, { config, auth }: RouteContext) {
+  const chains = catalogue.filter((c) => config.chains.includes(c.name));
+  const tokens = listTokens(config.chains);
+  app.get(
+    '/api/v1/chains',
+    {
+      preHandler: auth.public,
+      schema: {
+        tags: ['public'],
+        summary: 'List enabled chains',
+        response: { 200: Type.Object({ data: Type.Array(Chain) }) },
+      },
+    },
+    async () => ({ data: chains }),
+  );
+  app.get(
+    '/api/v1/tokens',
+    {
+      preHandler: auth.public,
+      schema: {
+        tags: ['public'],
+        summary: 'List tokens: BTC, ETH, USDT, USDC, then the rest by symbol',
+        response: { 200: Type.Object({ data: Type.Array(Token) }) },
+      },
+    },
+    async () => ({ data: tokens }),
+  );
+}

@@ -1,0 +1,29 @@
+// Query-string rules shared by the list endpoints (interface.md, "Limits").
+import { badRequest } from '../errors.ts';
+
+export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/** `limit` 1–100 (default 20) and `page` from 1 (default 1). */
+export function pageOf(query: { limit?: string; page?: string }): { limit: number; page: number } {
+  return {
+    limit: wholeNumber(query.limit, 20, 'Limit must be a whole number from 1 to 100', 1, 100),
+    page: wholeNumber(query.page, 1, 'Page must be a whole number of at least 1', 1, 1_000_000),
+  };
+}
+
+function wholeNumber(raw: string | undefined, fallback: number, message: string, min: number, max: number): number {
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || n < min || n > max) throw badRequest(message);
+  return n;
+}
+
+/** An ISO 8601 date or date-time from the query, or a 400 naming the parameter. */
+export function timeOf(raw: string | undefined, name: string): Date | undefined {
+  if (raw === undefined) return undefined;
+  const time = new Date(raw);
+  if (Number.isNaN(time.getTime()) || !/^\d{4}-\d\d-\d\d/.test(raw)) {
+    throw badRequest(`${name} must be an ISO 8601 date or date-time`);
+  }
+  return time;
+}

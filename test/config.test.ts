@@ -1,0 +1,91 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { ConfigError, loadConfig } from '../api/config.ts';
+
+const problems = (env: Record<string, string>) => {
+  try {
+    loadConfig(env);
+  } catch (error) {
+    if (error instanceof ConfigError) return error.problems;
+    throw error;
+  }
+  return [];
+};
+
+describe('configuration', () => {
+  it('has the defaults of operations.md with no variable set', () => {
+    const config = loadConfig({});
+    assert.equal(config.port, 3000);
+    assert.equal(config.host, '127.0.0.1');
+    assert.equal(config.publicBaseUrl, 'http://localhost:3000');
+    assert.equal(config.appEnv, 'development');
+    assert.equal(config.dataDir, './data');
+    assert.equal(config.databaseUrl, undefined);
+    assert.deepEqual(config.chains, ['ethereum', 'bsc', 'polygon', 'solana', 'tron', 'bitcoin']);
+    assert.equal(config.platformFeeBps, 100);
+    assert.equal(config.publicRateLimit, 600);
+    assert.equal(config.rateLimits, true);
+    assert.equal(config.webhookAllowPrivateTargets, false);
+  });
+
+  it('reads every variable', () => {
+    const config = loadConfig({
+      PORT: '8080',
+      HOST: '0.0.0.0',
+      PUBLIC_BASE_URL: 'https://pay.example.com/',
+      DATABASE_URL: 'postgres://u@db/pay',
+      CHAINS: 'tron, bitcoin',
+      CHAIN_ETHEREUM_RPC_URL: 'https://eth.example.com',
+      PLATFORM_FEE_BPS: '250',
+      REDIS_URL: 'redis://cache:6379',
+      PUBLIC_RATE_LIMIT: '100',
+      RATE_LIMITS: 'off',
+      WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
+    });
+    assert.equal(config.port, 8080);
+    assert.equal(config.publicBaseUrl, 'https://pay.example.com');
+    assert.deepEqual(config.chains, ['tron', 'bitcoin']);
+    assert.equal(config.chainRpcUrls.ethereum, 'https://eth.example.com');
+    assert.equal(config.platformFeeBps, 250);
+    assert.equal(config.rateLimits, false);
+    assert.equal(config.webhookAllowPrivateTargets, true);
+  });
+
+  it('reports every problem as one line naming its variable', () => {
+    assert.deepEqual(
+      problems({
+        PORT: 'eighty',
+        APP_ENV: 'staging',
+        CHAINS: 'ethereum,dogecoin',
+        PLATFORM_FEE_BPS: '-1',
+        DATABASE_URL: 'mysql://x',
+      }),
+      [
+        'APP_ENV must be one of production, development, test (got "staging")',
+        'PORT must be a whole number from 0 to 65535 (got "eighty")',
+        'DATABASE_URL must be a postgres:// or postgresql:// URL',
+        'CHAINS has unknown chain dogecoin; known: ethereum, bsc, polygon, solana, tron, bitcoin',
+        'PLATFORM_FEE_BPS must be a whole number from 0 to 10000 (got "-1")',
+      ],
+    );
+  });
+
+  it('demands secrets and refuses unsafe switches in production', () => {
+    assert.deepEqual(problems({ APP_ENV: 'production', RATE_LIMITS: 'off', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }), [
+      'ADMIN_TOKEN is required when APP_ENV=production',
+      'WALLET_MNEMONIC is required when APP_ENV=production',
+      'WEBHOOK_ALLOW_PRIVATE_TARGETS cannot be true when APP_ENV=production',
+      'RATE_LIMITS cannot be off when APP_ENV=production',
+    ]);
+  });
+
+  it('disables chains without a node in production, where there is no sandbox', () => {
+    const config = loadConfig({
+      APP_ENV: 'production',
+      ADMIN_TOKEN: 'a-long-enough-admin-token',
+      WALLET_MNEMONIC: 'abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about',
+      CHAIN_TRON_RPC_URL: 'https://tron.example.com',
+    });
+    assert.deepEqual(config.chains, ['tron']);
+  });
+});

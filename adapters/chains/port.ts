@@ -1,0 +1,69 @@
+// The chain port: what the watcher (and later the settlement signer) asks of a
+// chain, whether the sandbox ledger or a real node behind an adapter.
+import type { ChainName } from '../../domain/catalogue.ts';
+
+export interface ChainTransfer {
+  txHash: string;
+  /** Output index (Bitcoin), log index (EVM token), or 0 for a plain native transfer. */
+  index: number;
+  to: string;
+  /** Token symbol from the catalogue (the chain's native coin or a token). */
+  token: string;
+  /** Base units of `token`. */
+  amount: bigint;
+}
+
+export interface ChainBlock {
+  height: number;
+  hash: string;
+  parentHash: string;
+  timestamp: Date;
+  /** Every transfer in the block; the watcher picks those to its addresses. */
+  transfers: ChainTransfer[];
+}
+
+export interface ChainHead {
+  height: number;
+  hash: string;
+}
+
+/** A payout from a deposit address (a settlement's sweep). */
+export interface OutgoingTransfer {
+  from: { address: string; derivationIndex: number };
+  to: string;
+  token: string;
+  /** Base units of `token`. */
+  amount: bigint;
+  /** Unique per settlement attempt: the same reference always prepares the same transaction. */
+  reference: string;
+}
+
+/** A signed transaction, named by its hash before it is broadcast. */
+export interface PreparedTransaction {
+  txHash: string;
+  /** The adapter's own serialisation (e.g. signed raw bytes), JSON-safe, kept to broadcast it again after a crash. */
+  raw: string;
+}
+
+export interface TransactionStatus {
+  blockNumber: number;
+  confirmations: number;
+}
+
+export interface ChainAdapter {
+  readonly chain: ChainName;
+  head(): Promise<ChainHead>;
+  /** The block at `height` on the current best chain; undefined above the head. */
+  block(height: number): Promise<ChainBlock | undefined>;
+  /** Calls `listener` when a new block (or a reorg) may be there; returns a function that stops it. */
+  onNewBlock(listener: () => void): () => void;
+
+  /** What the chain charges to send `token`, in base units of `token` (0 where the fee is paid in another coin). */
+  networkFee(token: string): bigint;
+  /** Builds and signs a payout; preparing the same reference again gives the same transaction. */
+  prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction>;
+  /** Sends a prepared transaction; sending one the chain already has is not an error. */
+  broadcast(transaction: PreparedTransaction): Promise<void>;
+  /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */
+  transactionStatus(txHash: string): Promise<TransactionStatus | undefined>;
+}

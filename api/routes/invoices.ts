@@ -1,0 +1,461 @@
+// The merchant's invoice endpoints (interface.md), the public status and
+// address endpoints, and the audit trail (operations.md §3).
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { Type, type Static } from 'typebox';
+import { qrCodeDataUri } from '../../adapters/keys/qr.ts';
+import type { RecordedEvent } from '../../adapters/event-store/port.ts';
+import { invoiceStreamName, type AssignedAddress, type Invoice } from '../../domain/invoice.ts';
+import { formatFiat, formatUnits, parseUnits, FIAT_DECIMALS } from '../../domain/money.ts';
+import { paymentStreamName } from '../../domain/payment.ts';
+import {
+  invoiceAddresses,
+  invoiceRow,
+  invoiceStatus,
+  invoiceView,
+  listInvoices,
+} from '../../projections/invoice-queries.ts';
+import type { RouteContext } from '../app.ts';
+import { badRequest, notFound } from '../errors.ts';
+import { webhookUrlProblem } from '../webhook-url.ts';
+import { pageOf, timeOf, UUID } from './query.ts';
+
+const MAX_INVOICE_MINUTES = 525_600;
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
+
+// Field types are checked in the handlers, so that every failure carries the
+// contract's own message (e.g. a JSON number as amount is "not a valid decimal string").
+const InvoiceFields = {
+  amount: Type.Optional(Type.Unknown({ description: 'Fiat amount as a decimal string, greater than 0' })),
+  currency: Type.Optional(Type.Unknown({ description: 'Fiat currency code, e.g. USD' })),
+  description: Type.Optional(Type.Unknown({ description: 'Free text, at most 1000 characters' })),
+  expiresInMinutes: Type.Optional(Type.Unknown({ description: 'Minutes until expiry' })),
+  webhookUrl: Type.Optional(Type.Unknown({ description: 'HTTPS URL overriding the merchant default' })),
+  metadata: Type.Optional(Type.Unknown({ description: 'Object of key-value pairs returned in every webhook event' })),
+};
+const InvoiceBody = Type.Object(InvoiceFields);
+const PaymentBody = Type.Object({
+  ...InvoiceFields,
+  chain: Type.Optional(Type.Unknown({ description: 'Chain identifier (GET /api/v1/chains)' })),
+  token: Type.Optional(Type.Unknown({ description: "Token symbol; the chain's native coin when omitted" })),
+});
+const AddressBody = Type.Object({
+  chain: Type.Optional(Type.Unknown({ description: 'Chain identifier' })),
+  token: Type.Optional(Type.Unknown({ description: "Token symbol; the chain's native coin when omitted" })),
+});
+
+const InvoiceSchema = Type.Object({
+  id: Type.String(),
+  merchantId: Type.String(),
+  amount: Type.String(),
+  currency: Type.String(),
+  status: Type.String(),
+  description: Nullable(Type.String()),
+  expiresAt: Type.String(),
+  webhookUrl: Nullable(Type.String()),
+  paymentUrl: Type.String(),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+const AddressSchema = Type.Object({
+  currency: Type.String(),
+  chain: Type.String(),
+  address: Type.String(),
+  qrCode: Type.String(),
+});
+const PaymentSchema = Type.Object({
+  paymentId: Type.String(),
+  address: Type.String(),
+  qrCode: Type.String(),
+  cryptoAmount: Type.String(),
+  cryptoCurrency: Type.String(),
+  chain: Type.String(),
+  fiatAmount: Type.String(),
+  fiatCurrency: Type.String(),
+  exchangeRate: Type.String(),
+  status: Type.String(),
+  expiresAt: Type.String(),
+  createdAt: Type.String(),
+});
+const Pagination = Type.Object({
+  total: Type.Integer(),
+  page: Type.Integer(),
+  limit: Type.Integer(),
+  totalPages: Type.Integer(),
+});
+const StatusSchema = Type.Object({
+  id: Type.String(),
+  status: Type.String(),
+  amount: Type.String(),
+  currency: Type.String(),
+  description: Nullable(Type.String()),
+  merchantName: Type.String(),
+  confirmations: Type.Integer(),
+  requiredConfirmations: Type.Integer(),
+  paymentStatus: Type.String(),
+  paymentStatusDetail: Nullable(Type.String()),
+  settledAmount: Nullable(Type.String()),
+  txHash: Nullable(Type.String()),
+  expiresAt: Nullable(Type.String()),
+  createdAt: Type.String(),
+  returnUrl: Nullable(Type.String()),
+  totalReceivedAmount: Type.String(),
+  totalReceivedCurrency: Type.String(),
+  remainingAmount: Type.String(),
+  paymentProgress: Type.Integer(),
+  hasDetectedPayment: Type.Boolean(),
+  detectedPaymentAmount: Nullable(Type.String()),
+  detectedPaymentCurrency: Nullable(Type.String()),
+  paymentIssueType: Nullable(Type.String()),
+  mismatchPayment: Nullable(
+    Type.Object({
+      amount: Type.String(),
+      currency: Type.String(),
+      actualCurrency: Type.String(),
+      txHash: Type.String(),
+    }),
+  ),
+});
+const EventSchema = Type.Object({
+  eventId: Type.String(),
+  type: Type.String(),
+  streamId: Type.String(),
+  position: Type.String(),
+  recordedAt: Type.String(),
+  data: Type.Unknown(),
+});
+const ListQuery = Type.Object({
+  status: Type.Optional(
+    Type.String({
+      enum: ['pending', 'confirmed', 'settled', 'expired'],
+      errorMessage: 'Status must be one of pending, confirmed, settled, expired',
+    }),
+  ),
+  currency: Type.Optional(Type.String()),
+  from: Type.Optional(Type.String({ description: 'ISO 8601; created on or after' })),
+  to: Type.Optional(Type.String({ description: 'ISO 8601; created on or before' })),
+  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
+  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+});
+const IdParams = Type.Object({ id: Type.String() });
+const data = <T extends Parameters<typeof Type.Object>[0][string]>(schema: T) => Type.Object({ data: schema });
+
+type InvoiceInput = Static<typeof InvoiceBody>;
+
+export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
+  const app = scope.withTypeProvider<TypeBoxTypeProvider>();
+  const { auth, invoices, db, config, settle, store } = ctx;
+  const key = [{ apiKey: [] }];
+
+  /** The contract's checks of a new invoice, in the contract's words. */
+  function checkInvoice(body: InvoiceInput, minutes: { fallback: number; max?: number; clampTo?: number }) {
+    if (typeof body.amount !== 'string' || !((parseUnits(body.amount, FIAT_DECIMALS) ?? 0n) > 0n)) {
+      throw badRequest('Amount must be greater than 0');
+    }
+    if (typeof body.currency !== 'string' || body.currency.trim() === '') throw badRequest('Currency is required');
+    const currency = body.currency.trim().toUpperCase();
+    if (!/^[A-Z]{3}$/.test(currency)) throw badRequest('Currency must be a 3-letter ISO 4217 code');
+    let expiresInMinutes = minutes.fallback;
+    if (body.expiresInMinutes !== undefined && body.expiresInMinutes !== null) {
+      if (typeof body.expiresInMinutes !== 'number' || !Number.isFinite(body.expiresInMinutes)) {
+        throw badRequest('Expires in minutes must be a number');
+      }
+      if (body.expiresInMinutes <= 0) throw badRequest('Expires in minutes must be greater than 0');
+      if (!Number.isInteger(body.expiresInMinutes)) throw badRequest('Expires in minutes must be a whole number');
+      if (minutes.max !== undefined && body.expiresInMinutes > minutes.max) {
+        throw badRequest(`Expires in minutes cannot exceed ${minutes.max}`);
+      }
+      expiresInMinutes = Math.min(body.expiresInMinutes, minutes.clampTo ?? Infinity);
+    }
+    if (body.description !== undefined && body.description !== null) {
+      if (typeof body.description !== 'string') throw badRequest('Description must be a string');
+      if (body.description.length > 1000) throw badRequest('Description must be at most 1000 characters');
+    }
+    let webhookUrl: string | null = null;
+    if (body.webhookUrl !== undefined && body.webhookUrl !== null) {
+      if (typeof body.webhookUrl !== 'string') throw badRequest('Invalid webhook URL format');
+      const problem = webhookUrlProblem(body.webhookUrl, {
+        production: config.appEnv === 'production',
+        allowPrivateTargets: config.webhookAllowPrivateTargets,
+      });
+      if (problem) throw badRequest(problem);
+      webhookUrl = body.webhookUrl;
+    }
+    const metadata = body.metadata ?? null;
+    if (metadata !== null && (typeof metadata !== 'object' || Array.isArray(metadata))) {
+      throw badRequest('Metadata must be an object of key-value pairs');
+    }
+    if (metadata !== null && JSON.stringify(metadata).length > 16_384)
+      throw badRequest('Metadata must be at most 16 KB as JSON');
+    return {
+      amount: body.amount,
+      currency,
+      description: (body.description as string | undefined) ?? null,
+      expiresInMinutes,
+      webhookUrl,
+      metadata: metadata as Record<string, unknown> | null,
+    };
+  }
+
+  const tokenOf = (value: unknown) => {
+    if (value === undefined || value === null) return undefined;
+    if (typeof value !== 'string' || value.trim() === '') throw badRequest('Token must be a token symbol, e.g. USDT');
+    return value.trim().toUpperCase();
+  };
+  const chainOf = (value: unknown) => {
+    if (typeof value !== 'string' || value.trim() === '') throw badRequest('Chain is required');
+    return value.trim().toLowerCase();
+  };
+
+  async function paymentView(invoice: Invoice, address: AssignedAddress) {
+    return {
+      paymentId: invoice.id,
+      address: address.address,
+      qrCode: await qrCodeDataUri(address.address),
+      cryptoAmount: formatUnits(address.cryptoAmount, address.tokenDecimals),
+      cryptoCurrency: address.token,
+      chain: address.chain,
+      fiatAmount: formatFiat(invoice.amount)!,
+      fiatCurrency: invoice.currency,
+      exchangeRate: address.rate,
+      status: 'pending',
+      expiresAt: invoice.expiresAt,
+      createdAt: invoice.createdAt,
+    };
+  }
+
+  const viewOf = (invoice: Invoice) =>
+    invoiceView(
+      {
+        id: invoice.id,
+        merchant_id: invoice.merchantId,
+        amount: invoice.amount,
+        currency: invoice.currency,
+        status: invoice.status,
+        description: invoice.description,
+        expires_at: new Date(invoice.expiresAt),
+        webhook_url: invoice.webhookUrl,
+        created_at: new Date(invoice.createdAt),
+        updated_at: new Date(invoice.updatedAt),
+      },
+      config.publicBaseUrl,
+    );
+
+  app.post(
+    '/api/v1/payments',
+    {
+      onRequest: auth.merchant(),
+      schema: {
+        tags: ['invoices'],
+        summary: 'Create an invoice and its deposit address',
+        security: key,
+        body: PaymentBody,
+        response: { 201: data(PaymentSchema) },
+      },
+    },
+    async (request, reply) => {
+      const input = checkInvoice(request.body, { fallback: 15, clampTo: 15 });
+      const chain = chainOf(request.body.chain);
+      const token = tokenOf(request.body.token);
+      const { value, position } = await invoices.createPayment(
+        request.caller!.merchantId,
+        { ...input, chain, token },
+        request.id,
+      );
+      await settle(position);
+      return reply.code(201).send({ data: await paymentView(value.invoice, value.address) });
+    },
+  );
+
+  app.post(
+    '/api/v1/invoices',
+    {
+      onRequest: auth.merchant('invoices:write'),
+      schema: {
+        tags: ['invoices'],
+        summary: 'Create an invoice; the customer picks chain and token at checkout',
+        security: key,
+        body: InvoiceBody,
+        response: { 201: data(InvoiceSchema) },
+      },
+    },
+    async (request, reply) => {
+      const input = checkInvoice(request.body, { fallback: 15, max: MAX_INVOICE_MINUTES });
+      const { value, position } = await invoices.create(request.caller!.merchantId, input, request.id);
+      await settle(position);
+      return reply.code(201).send({ data: viewOf(value) });
+    },
+  );
+
+  app.get(
+    '/api/v1/invoices',
+    {
+      onRequest: auth.merchant('invoices:read'),
+      schema: {
+        tags: ['invoices'],
+        summary: "List the merchant's invoices, newest first",
+        security: key,
+        querystring: ListQuery,
+        response: { 200: Type.Object({ data: Type.Array(InvoiceSchema), pagination: Pagination }) },
+      },
+    },
+    async (request) => {
+      const q = request.query;
+      const { limit, page } = pageOf(q);
+      const { rows, total } = await listInvoices(db, {
+        merchantId: request.caller!.merchantId,
+        status: q.status,
+        currency: q.currency,
+        from: timeOf(q.from, 'from'),
+        to: timeOf(q.to, 'to'),
+        limit,
+        page,
+      });
+      return {
+        data: rows.map((r) => invoiceView(r, config.publicBaseUrl)),
+        pagination: { total, page, limit, totalPages: Math.ceil(total / limit) },
+      };
+    },
+  );
+
+  /** The caller's invoice row, or 404 as the contract says (also for another merchant's invoice). */
+  async function ownInvoice(id: string, merchantId: string) {
+    const row = UUID.test(id) ? await invoiceRow(db, id) : undefined;
+    if (!row || row.merchant_id !== merchantId) throw notFound('Invoice not found');
+    return row;
+  }
+
+  app.get(
+    '/api/v1/invoices/:id',
+    {
+      onRequest: auth.merchant('invoices:read'),
+      schema: {
+        tags: ['invoices'],
+        summary: 'Get an invoice with its addresses',
+        security: key,
+        params: IdParams,
+        response: { 200: data(Type.Intersect([InvoiceSchema, Type.Object({ addresses: Type.Array(AddressSchema) })])) },
+      },
+    },
+    async (request) => {
+      const row = await ownInvoice(request.params.id, request.caller!.merchantId);
+      const addresses = await invoiceAddresses(db, row.id);
+      return {
+        data: {
+          ...invoiceView(row, config.publicBaseUrl),
+          addresses: await Promise.all(
+            addresses.map(async (a) => ({
+              currency: a.token,
+              chain: a.chain,
+              address: a.address,
+              qrCode: await qrCodeDataUri(a.address),
+            })),
+          ),
+        },
+      };
+    },
+  );
+
+  app.post(
+    '/api/v1/invoices/:id/cancel',
+    {
+      onRequest: auth.merchant('invoices:write'),
+      schema: {
+        tags: ['invoices'],
+        summary: 'Cancel a pending invoice (it becomes expired)',
+        security: key,
+        params: IdParams,
+        response: { 200: data(InvoiceSchema) },
+      },
+    },
+    async (request) => {
+      if (!UUID.test(request.params.id)) throw notFound('Invoice not found');
+      const { value, position } = await invoices.cancel(request.params.id, request.caller!.merchantId, request.id);
+      await settle(position);
+      return { data: viewOf(value) };
+    },
+  );
+
+  app.get(
+    '/api/v1/invoices/:id/status',
+    {
+      onRequest: auth.public,
+      schema: {
+        tags: ['public'],
+        summary: 'Poll payment status (public)',
+        params: IdParams,
+        response: { 200: data(StatusSchema) },
+      },
+    },
+    async (request) => {
+      const status = UUID.test(request.params.id) ? await invoiceStatus(db, request.params.id) : undefined;
+      if (!status) throw notFound('Invoice not found');
+      return { data: status };
+    },
+  );
+
+  app.post(
+    '/api/v1/invoices/:id/addresses',
+    {
+      onRequest: auth.public,
+      schema: {
+        tags: ['public'],
+        summary: 'Create (201) or return (200) the deposit address of a chain and token, for the checkout page',
+        params: IdParams,
+        body: AddressBody,
+        response: { 200: data(PaymentSchema), 201: data(PaymentSchema) },
+      },
+    },
+    async (request, reply) => {
+      if (!UUID.test(request.params.id)) throw notFound('Invoice not found');
+      const chain = chainOf(request.body.chain);
+      const token = tokenOf(request.body.token);
+      const invoice = await invoices.invoiceOf(request.params.id);
+      if (invoice.status !== 'pending')
+        throw badRequest(
+          `Invoice is ${invoice.status === 'partial' ? 'partly paid' : invoice.status}: no new address can be created`,
+        );
+      const { value, position } = await invoices.assignAddress(request.params.id, chain, token, request.id);
+      await settle(position);
+      return reply.code(value.created ? 201 : 200).send({ data: await paymentView(value.invoice, value.address) });
+    },
+  );
+
+  app.get(
+    '/api/v1/invoices/:id/events',
+    {
+      onRequest: auth.merchant('invoices:read'),
+      schema: {
+        tags: ['invoices'],
+        summary: "The invoice's whole history: its events and those of its payments, in order",
+        security: key,
+        params: IdParams,
+        response: { 200: data(Type.Array(EventSchema)) },
+      },
+    },
+    async (request) => {
+      const row = await ownInvoice(request.params.id, request.caller!.merchantId);
+      const payments = await db
+        .selectFrom('payments')
+        .select(['chain', 'tx_hash', 'output_index'])
+        .where('invoice_id', '=', row.id)
+        .execute();
+      const streams = [
+        invoiceStreamName(row.id),
+        ...new Set(payments.map((p) => paymentStreamName(p.chain, p.tx_hash, p.output_index))),
+      ];
+      const events = (await Promise.all(streams.map((s) => store.readStream(s)))).flat();
+      events.sort((a: RecordedEvent, b: RecordedEvent) => store.comparePositions(a.position, b.position));
+      return {
+        data: events.map((e) => ({
+          eventId: e.id,
+          type: e.type,
+          streamId: e.streamId,
+          position: e.position,
+          recordedAt: e.recordedAt.toISOString(),
+          data: e.data,
+        })),
+      };
+    },
+  );
+}

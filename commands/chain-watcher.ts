@@ -1,0 +1,262 @@
+// Follows one chain: new blocks become payments to watched deposit addresses,
+// confirmations are counted from the head, and a reorg (a stored block hash
+// that the chain no longer has) takes the payments of dropped blocks back.
+// What it has processed is kept in `watched_blocks`, so a restart resumes
+// where it stopped and backfills what it missed.
+import type { Kysely, Migration } from 'kysely';
+import type { Clock } from '../adapters/clock.ts';
+import type { ChainAdapter, ChainBlock } from '../adapters/chains/port.ts';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
+import { migrate } from '../adapters/sql/migrate.ts';
+import type { ChainName } from '../domain/catalogue.ts';
+import type { ReadModelTables } from '../projections/schema.ts';
+import type { PaymentCommands, WatchedAddress } from './payments.ts';
+
+interface WatcherTables extends ReadModelTables {
+  watched_blocks: { chain: string; height: number; hash: string };
+}
+
+export const watcherMigrations: Record<string, Migration> = {
+  '0001_watched_blocks': {
+    async up(db) {
+      await db.schema
+        .createTable('watched_blocks')
+        .addColumn('chain', 'text', (c) => c.notNull())
+        .addColumn('height', 'integer', (c) => c.notNull())
+        .addColumn('hash', 'text', (c) => c.notNull())
+        .addPrimaryKeyConstraint('watched_blocks_pk', ['chain', 'height'])
+        .execute();
+    },
+  },
+};
+
+export interface WatcherOptions {
+  requiredConfirmations: number;
+  /** How long an expired or cancelled invoice's addresses are still watched for late payments. */
+  monitoringWindowMs: number;
+  /** Blocks read per step, so a long backfill commits progress as it goes. */
+  batchBlocks?: number;
+  /** Blocks kept to find reorgs; deeper ones cannot be undone automatically. */
+  reorgDepth?: number;
+  pollMs?: number;
+  /**
+   * Waits until the read models show a position. The watcher reads payments
+   * from them, and must never count confirmations for, or miss the reorg of,
+   * a payment it recorded but the read model does not show yet.
+   */
+  settle: (position: string) => Promise<void>;
+  onError?: (error: unknown) => void;
+}
+
+export class ChainWatcher {
+  private readonly db: Kysely<WatcherTables>;
+  private running?: Promise<void>;
+  private stopping = new AbortController();
+  private again = false;
+  private wake?: () => void;
+  private unlisten?: () => void;
+  /** The last position this watcher wrote. */
+  private written: string | undefined;
+
+  constructor(
+    readonly chain: ChainAdapter,
+    database: SqlDatabase,
+    private readonly payments: PaymentCommands,
+    private readonly clock: Clock,
+    private readonly options: WatcherOptions,
+  ) {
+    this.db = database.db as Kysely<WatcherTables>;
+  }
+
+  static migrate(database: SqlDatabase) {
+    return migrate(database.db, 'watcher_migrations', watcherMigrations);
+  }
+
+  private get name(): ChainName {
+    return this.chain.chain;
+  }
+
+  start(): void {
+    this.stopping = new AbortController();
+    this.unlisten = this.chain.onNewBlock(() => this.poke());
+    this.running = this.loop(this.stopping.signal);
+  }
+
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    this.unlisten?.();
+    this.wake?.();
+    await this.running;
+  }
+
+  /** Asks for a step soon (a new block, a new address). */
+  poke(): void {
+    this.again = true;
+    this.wake?.();
+  }
+
+  private async loop(signal: AbortSignal): Promise<void> {
+    while (!signal.aborted) {
+      this.again = false;
+      let more = false;
+      try {
+        more = await this.step();
+      } catch (error) {
+        this.options.onError?.(error);
+      }
+      if (more || this.again || signal.aborted) continue;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, this.options.pollMs ?? 1000);
+        const self = this;
+        function done() {
+          clearTimeout(timer);
+          self.wake = undefined;
+          resolve();
+        }
+        this.wake = done;
+      });
+    }
+  }
+
+  /** One pass: undo a reorg, read new blocks, count confirmations. True when more blocks wait. */
+  async step(): Promise<boolean> {
+    if (this.written) await this.options.settle(this.written);
+    const head = await this.chain.head();
+    let last = await this.lastProcessed();
+    if (last === undefined) {
+      // A chain seen for the first time: no deposit address can have been
+      // paid before it was watched, so start at its head.
+      await this.remember({ height: head.height, hash: head.hash });
+      return false;
+    }
+    last = await this.undoReorg(last);
+    const to = Math.min(head.height, last.height + (this.options.batchBlocks ?? 100));
+    for (let height = last.height + 1; height <= to; height++) {
+      const block = await this.chain.block(height);
+      if (!block) break;
+      if (block.parentHash !== last.hash) {
+        // The chain moved under us between reads; the next step sees the reorg.
+        return true;
+      }
+      await this.detectPayments(block, head.height);
+      await this.remember(block);
+      last = block;
+    }
+    await this.countConfirmations(head.height);
+    return to < head.height;
+  }
+
+  private wrote(position: string | undefined) {
+    if (position) this.written = position;
+  }
+
+  private async lastProcessed(): Promise<{ height: number; hash: string } | undefined> {
+    return this.db
+      .selectFrom('watched_blocks')
+      .select(['height', 'hash'])
+      .where('chain', '=', this.name)
+      .orderBy('height', 'desc')
+      .limit(1)
+      .executeTakeFirst();
+  }
+
+  private async remember(block: { height: number; hash: string }) {
+    await this.db
+      .insertInto('watched_blocks')
+      .values({ chain: this.name, height: block.height, hash: block.hash })
+      .onConflict((oc) => oc.columns(['chain', 'height']).doUpdateSet({ hash: block.hash }))
+      .execute();
+    // Only the last blocks are needed to find a reorg.
+    await this.db
+      .deleteFrom('watched_blocks')
+      .where('chain', '=', this.name)
+      .where('height', '<', block.height - (this.options.reorgDepth ?? 256))
+      .execute();
+  }
+
+  /** Walks back to the last stored block the chain still has; payments in the blocks after it are withdrawn. */
+  private async undoReorg(last: { height: number; hash: string }) {
+    const stored = await this.db
+      .selectFrom('watched_blocks')
+      .select(['height', 'hash'])
+      .where('chain', '=', this.name)
+      .orderBy('height', 'desc')
+      .execute();
+    let forkPoint: { height: number; hash: string } | undefined;
+    for (const block of stored) {
+      const current = await this.chain.block(block.height);
+      if (current?.hash === block.hash) {
+        forkPoint = block;
+        break;
+      }
+    }
+    if (forkPoint?.height === last.height) return last;
+    if (!forkPoint)
+      throw new Error(`${this.name}: reorg deeper than the ${stored.length} blocks kept; needs an operator`);
+    const dropped = await this.db
+      .selectFrom('payments')
+      .select(['tx_hash', 'output_index', 'block_hash'])
+      .where('chain', '=', this.name)
+      .where('block_number', '>', forkPoint.height)
+      .where('status', '!=', 'reorged')
+      .execute();
+    for (const p of dropped)
+      this.wrote(await this.payments.recordReorg(this.name, p.tx_hash, p.output_index, p.block_hash));
+    await this.db
+      .deleteFrom('watched_blocks')
+      .where('chain', '=', this.name)
+      .where('height', '>', forkPoint.height)
+      .execute();
+    return forkPoint;
+  }
+
+  private async detectPayments(block: ChainBlock, headHeight: number) {
+    if (block.transfers.length === 0) return;
+    const watched = await this.watchedAmong([...new Set(block.transfers.map((t) => t.to))]);
+    for (const transfer of block.transfers) {
+      const address = watched.get(transfer.to);
+      if (!address) continue;
+      this.wrote(
+        await this.payments.detect(
+          this.name,
+          block,
+          transfer,
+          address,
+          headHeight - block.height + 1,
+          this.options.requiredConfirmations,
+        ),
+      );
+    }
+  }
+
+  /** Which of these addresses are watched: one query per block, never one per address. */
+  private async watchedAmong(addresses: string[]): Promise<Map<string, WatchedAddress>> {
+    const since = new Date(this.clock.now().getTime() - this.options.monitoringWindowMs);
+    const rows = await this.db
+      .selectFrom('invoice_addresses')
+      .innerJoin('invoices', 'invoices.id', 'invoice_addresses.invoice_id')
+      .select(['invoice_addresses.address', 'invoice_addresses.invoice_id'])
+      .where('invoice_addresses.chain', '=', this.name)
+      .where('invoice_addresses.address', 'in', addresses)
+      // Open invoices always; closed ones for the monitoring window, to see late payments.
+      .where((eb) => eb.or([eb('invoices.status', '!=', 'expired'), eb('invoices.updated_at', '>=', since)]))
+      .execute();
+    return new Map(rows.map((r) => [r.address, { invoiceId: r.invoice_id, chain: this.name, address: r.address }]));
+  }
+
+  private async countConfirmations(headHeight: number) {
+    const open = await this.db
+      .selectFrom('payments')
+      .select(['tx_hash', 'output_index', 'block_number', 'confirmations'])
+      .where('chain', '=', this.name)
+      .where('status', '=', 'detected')
+      .where('block_number', '<=', headHeight)
+      .execute();
+    for (const p of open) {
+      const confirmations = headHeight - p.block_number + 1;
+      if (confirmations > p.confirmations) {
+        this.wrote(await this.payments.updateConfirmations(this.name, p.tx_hash, p.output_index, confirmations));
+      }
+    }
+  }
+}

@@ -1,0 +1,71 @@
+// Expires open invoices whose time has run out on the business clock. The
+// decider decides: an invoice paid in full that waits for confirmations is
+// left alone, and one expired twice stays expired once.
+import type { Kysely } from 'kysely';
+import type { Clock } from '../adapters/clock.ts';
+import type { ReadModelTables } from '../projections/schema.ts';
+import type { InvoiceCommands } from './invoices.ts';
+
+export class ExpiryScheduler {
+  private stopping = new AbortController();
+  private running?: Promise<void>;
+  private wake?: () => void;
+
+  constructor(
+    private readonly db: Kysely<ReadModelTables>,
+    private readonly invoices: Pick<InvoiceCommands, 'expire'>,
+    private readonly clock: Clock,
+    private readonly options: { pollMs?: number; onError?: (error: unknown) => void } = {},
+  ) {}
+
+  start() {
+    this.stopping = new AbortController();
+    this.running = this.loop(this.stopping.signal);
+  }
+
+  async stop() {
+    this.stopping.abort();
+    this.wake?.();
+    await this.running;
+  }
+
+  /** Looks again now, e.g. after the sandbox clock moved. */
+  poke() {
+    this.wake?.();
+  }
+
+  /** Expires what is due; returns how many invoices it asked to expire. */
+  async expireDue(): Promise<number> {
+    const due = await this.db
+      .selectFrom('invoices')
+      .select('id')
+      .where('status', 'in', ['pending', 'partial'])
+      .where('expires_at', '<=', this.clock.now())
+      // Paid in full and waiting for confirmations: time running out changes nothing.
+      .where('payment_progress', '<', 100)
+      .orderBy('expires_at')
+      .limit(200)
+      .execute();
+    for (const { id } of due) await this.invoices.expire(id);
+    return due.length;
+  }
+
+  private async loop(signal: AbortSignal) {
+    while (!signal.aborted) {
+      try {
+        await this.expireDue();
+      } catch (error) {
+        this.options.onError?.(error);
+      }
+      if (signal.aborted) return;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => this.wake?.(), this.options.pollMs ?? 1000);
+        this.wake = () => {
+          clearTimeout(timer);
+          this.wake = undefined;
+          resolve();
+        };
+      });
+    }
+  }
+}

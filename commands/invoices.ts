@@ -1,0 +1,191 @@
+// Merchant commands on invoices: create, give a deposit address with its
+// quote, cancel, expire.
+import { randomUUID } from 'node:crypto';
+import type { Clock } from '../adapters/clock.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
+import type { RateProvider } from '../adapters/rates/port.ts';
+import { findChain, findToken, type ChainName } from '../domain/catalogue.ts';
+import { DomainError } from '../domain/decider.ts';
+import {
+  invoiceDecider,
+  invoiceStreamName,
+  type AssignedAddress,
+  type Invoice,
+  type JsonObject,
+} from '../domain/invoice.ts';
+import { handleCommand, loadState } from './handle.ts';
+import type { Written } from './merchants.ts';
+
+/** A quote's rate holds for this long; it is also the longest life of a payment created with its address. */
+export const RATE_WINDOW_MINUTES = 15;
+const DERIVATION_INDEX_STREAM = 'derivation-indexes';
+
+export interface NewInvoice {
+  amount: string;
+  currency: string;
+  description: string | null;
+  expiresInMinutes: number;
+  webhookUrl: string | null;
+  metadata: JsonObject | null;
+  subscriberId?: string;
+}
+
+export interface InvoiceCommandDeps {
+  store: EventStore;
+  clock: Clock;
+  rates: RateProvider;
+  addresses: DepositAddressDeriver;
+  enabledChains: readonly ChainName[];
+}
+
+export function invoiceCommands({ store, clock, rates, addresses, enabledChains }: InvoiceCommandDeps) {
+  /**
+   * A derivation index no other address has ever had or will have: the
+   * stream's revision after an append with `any` is unique, across restarts
+   * and concurrent requests. An index reserved and then not used is a gap,
+   * never a reuse.
+   */
+  async function reserveDerivationIndex(invoiceId: string, chain: string): Promise<number> {
+    const { nextRevision } = await store.append(
+      DERIVATION_INDEX_STREAM,
+      [{ id: randomUUID(), type: 'DerivationIndexReserved', data: { invoiceId, chain } }],
+      'any',
+    );
+    return nextRevision;
+  }
+
+  async function invoiceOf(invoiceId: string, merchantId?: string): Promise<Invoice> {
+    const invoice = await loadState(store, invoiceDecider, invoiceStreamName(invoiceId));
+    // Another merchant's invoice is reported exactly like a missing one.
+    if (!invoice || (merchantId !== undefined && invoice.merchantId !== merchantId)) {
+      throw new DomainError('not_found', 'Invoice not found');
+    }
+    return invoice;
+  }
+
+  async function create(merchantId: string, input: NewInvoice, correlationId?: string): Promise<Written<Invoice>> {
+    // One reading of the clock, so `expiresAt - createdAt` is exactly the window asked for.
+    const now = clock.now();
+    const id = randomUUID();
+    const { state, position } = await handleCommand(
+      store,
+      invoiceDecider,
+      invoiceStreamName(id),
+      {
+        type: 'CreateInvoice',
+        id,
+        merchantId,
+        amount: input.amount,
+        currency: input.currency,
+        description: input.description,
+        expiresAt: new Date(now.getTime() + input.expiresInMinutes * 60_000).toISOString(),
+        webhookUrl: input.webhookUrl,
+        metadata: input.metadata,
+        createdAt: now.toISOString(),
+        ...(input.subscriberId !== undefined && { subscriberId: input.subscriberId }),
+      },
+      { correlationId },
+    );
+    return { value: state!, position };
+  }
+
+  /**
+   * The deposit address and quote of `token` on `chain` for the invoice: a new
+   * one (`created`), or the one it already has for that pair.
+   */
+  async function assignAddress(
+    invoiceId: string,
+    chain: string,
+    tokenSymbol: string | undefined,
+    correlationId?: string,
+  ): Promise<Written<{ invoice: Invoice; address: AssignedAddress; created: boolean }>> {
+    const chainInfo = findChain(chain, enabledChains);
+    if (!chainInfo) throw new DomainError('bad_request', `Chain ${chain} is not supported or not enabled`);
+    const token = findToken(chainInfo.name, tokenSymbol ?? chainInfo.nativeCurrency);
+    if (!token) throw new DomainError('bad_request', `Token ${tokenSymbol} is not supported on ${chain}`);
+    const invoice = await invoiceOf(invoiceId);
+    const existing = invoice.addresses.find((a) => a.chain === chainInfo.name && a.token === token.symbol);
+    if (existing) return { value: { invoice, address: existing, created: false }, position: undefined };
+
+    const quotedAt = clock.now();
+    const rate = await rates.rate(token.symbol, invoice.currency);
+    if (!rate)
+      throw new DomainError('bad_request', `No exchange rate for ${token.symbol} in ${invoice.currency} is available`);
+    const derivationIndex = await reserveDerivationIndex(invoiceId, chainInfo.name);
+    const address = await addresses.deriveDepositAddress(chainInfo.name, derivationIndex);
+    const { state, position } = await handleCommand(
+      store,
+      invoiceDecider,
+      invoiceStreamName(invoiceId),
+      {
+        type: 'AssignAddress',
+        chain: chainInfo.name,
+        token: token.symbol,
+        tokenDecimals: token.decimals,
+        address,
+        derivationIndex,
+        rate: rate.rate,
+        quotedAt: quotedAt.toISOString(),
+        rateValidUntil: new Date(quotedAt.getTime() + RATE_WINDOW_MINUTES * 60_000).toISOString(),
+      },
+      { correlationId },
+    );
+    const assigned = state!.addresses.find((a) => a.chain === chainInfo.name && a.token === token.symbol)!;
+    return { value: { invoice: state!, address: assigned, created: assigned.address === address }, position };
+  }
+
+  return {
+    invoiceOf,
+    create,
+    assignAddress,
+
+    /** An invoice with its address in one call, for a known chain and token. */
+    async createPayment(
+      merchantId: string,
+      input: NewInvoice & { chain: string; token: string | undefined },
+      correlationId?: string,
+    ): Promise<Written<{ invoice: Invoice; address: AssignedAddress }>> {
+      // Checked before anything is written, so a bad chain leaves no invoice behind.
+      const chainInfo = findChain(input.chain, enabledChains);
+      if (!chainInfo) throw new DomainError('bad_request', `Chain ${input.chain} is not supported or not enabled`);
+      if (!findToken(chainInfo.name, input.token ?? chainInfo.nativeCurrency)) {
+        throw new DomainError('bad_request', `Token ${input.token} is not supported on ${input.chain}`);
+      }
+      const rate = await rates.rate(input.token?.toUpperCase() ?? chainInfo.nativeCurrency, input.currency);
+      if (!rate)
+        throw new DomainError(
+          'bad_request',
+          `No exchange rate for ${input.token ?? chainInfo.nativeCurrency} in ${input.currency} is available`,
+        );
+      const created = await create(
+        merchantId,
+        { ...input, expiresInMinutes: Math.min(input.expiresInMinutes, RATE_WINDOW_MINUTES) },
+        correlationId,
+      );
+      const { value, position } = await assignAddress(created.value.id, input.chain, input.token, correlationId);
+      return { value: { invoice: value.invoice, address: value.address }, position };
+    },
+
+    async cancel(invoiceId: string, merchantId: string, correlationId?: string): Promise<Written<Invoice>> {
+      await invoiceOf(invoiceId, merchantId);
+      const { state, position } = await handleCommand(
+        store,
+        invoiceDecider,
+        invoiceStreamName(invoiceId),
+        { type: 'CancelInvoice', cancelledAt: clock.now().toISOString() },
+        { correlationId },
+      );
+      return { value: state!, position };
+    },
+
+    async expire(invoiceId: string): Promise<void> {
+      await handleCommand(store, invoiceDecider, invoiceStreamName(invoiceId), {
+        type: 'ExpireInvoice',
+        now: clock.now().toISOString(),
+      });
+    },
+  };
+}
+
+export type InvoiceCommands = ReturnType<typeof invoiceCommands>;

@@ -1,0 +1,158 @@
+// From chain observations to payments, and from payments to invoices.
+import type { Clock } from '../adapters/clock.ts';
+import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
+import type { ChainBlock, ChainTransfer } from '../adapters/chains/port.ts';
+import { findToken, type ChainName } from '../domain/catalogue.ts';
+import { DomainError } from '../domain/decider.ts';
+import { classifyPayment, invoiceDecider, invoiceStreamName } from '../domain/invoice.ts';
+import { paymentDecider, paymentStreamName, type PaymentEvent } from '../domain/payment.ts';
+import type { Reactor } from '../projections/engine.ts';
+import { handleCommand, loadState } from './handle.ts';
+
+export interface WatchedAddress {
+  invoiceId: string;
+  chain: ChainName;
+  address: string;
+}
+
+export function paymentCommands(store: EventStore, clock: Clock) {
+  return {
+    /** Records a transfer to an invoice's address; seeing the same transfer again changes nothing. */
+    async detect(
+      chain: ChainName,
+      block: ChainBlock,
+      transfer: ChainTransfer,
+      watched: WatchedAddress,
+      confirmations: number,
+      requiredConfirmations: number,
+    ): Promise<string | undefined> {
+      const token = findToken(chain, transfer.token);
+      if (!token) return undefined; // a token the catalogue does not know is not a payment we can value
+      const invoice = await loadState(store, invoiceDecider, invoiceStreamName(watched.invoiceId));
+      if (!invoice) return undefined;
+      const detectedAt = clock.now().toISOString();
+      const { wrongToken } = classifyPayment(invoice, {
+        chain,
+        token: token.symbol,
+        address: watched.address,
+        detectedAt,
+      });
+      const { position } = await handleCommand(
+        store,
+        paymentDecider,
+        paymentStreamName(chain, transfer.txHash, transfer.index),
+        {
+          type: 'DetectPayment',
+          chain,
+          token: token.symbol,
+          tokenDecimals: token.decimals,
+          amount: transfer.amount,
+          toAddress: watched.address,
+          txHash: transfer.txHash,
+          outputIndex: transfer.index,
+          blockNumber: block.height,
+          blockHash: block.hash,
+          invoiceId: watched.invoiceId,
+          tokenMatchesInvoice: !wrongToken,
+          confirmations,
+          requiredConfirmations,
+          detectedAt,
+        },
+      );
+      return position;
+    },
+
+    async updateConfirmations(
+      chain: string,
+      txHash: string,
+      index: number,
+      confirmations: number,
+    ): Promise<string | undefined> {
+      const { position } = await handleCommand(store, paymentDecider, paymentStreamName(chain, txHash, index), {
+        type: 'UpdateConfirmations',
+        confirmations,
+        observedAt: clock.now().toISOString(),
+      });
+      return position;
+    },
+
+    async recordReorg(chain: string, txHash: string, index: number, blockHash: string): Promise<string | undefined> {
+      const { position } = await handleCommand(store, paymentDecider, paymentStreamName(chain, txHash, index), {
+        type: 'RecordReorg',
+        blockHash,
+        reorgedAt: clock.now().toISOString(),
+      });
+      return position;
+    },
+  };
+}
+
+export type PaymentCommands = ReturnType<typeof paymentCommands>;
+
+/**
+ * The process manager that carries payments onto their invoices: detected →
+ * applied, confirmed → confirmed on the invoice, reorged → withdrawn. Its
+ * commands derive their event ids from the payment event, so a repeat after
+ * a crash appends nothing.
+ */
+export function paymentsToInvoices(store: EventStore): Reactor {
+  return {
+    name: 'payments-to-invoices',
+    async react(recorded: RecordedEvent) {
+      if (!recorded.streamId.startsWith('payment-')) return;
+      const event = { type: recorded.type, data: recorded.data } as PaymentEvent;
+      const options = { causationId: recorded.id, correlationId: recorded.metadata.correlationId };
+      try {
+        await carry(event, options);
+      } catch (error) {
+        // A refusal is deterministic: retrying would refuse again and hold up
+        // every later payment. The payment stays recorded on its own stream.
+        if (!(error instanceof DomainError)) throw error;
+      }
+    },
+  };
+
+  async function carry(event: PaymentEvent, options: { causationId: string; correlationId?: string }) {
+    switch (event.type) {
+      case 'PaymentDetected': {
+        const d = event.data;
+        await handleCommand(
+          store,
+          invoiceDecider,
+          invoiceStreamName(d.invoiceId),
+          {
+            type: 'ApplyPayment',
+            paymentId: d.paymentId,
+            chain: d.chain,
+            token: d.token,
+            tokenDecimals: d.tokenDecimals,
+            address: d.toAddress,
+            amount: BigInt(d.amount),
+            txHash: d.txHash,
+            detectedAt: d.detectedAt,
+          },
+          options,
+        );
+        return;
+      }
+      case 'PaymentConfirmed':
+        await handleCommand(
+          store,
+          invoiceDecider,
+          invoiceStreamName(event.data.invoiceId),
+          { type: 'ConfirmInvoicePayment', paymentId: event.data.paymentId, confirmedAt: event.data.confirmedAt },
+          options,
+        );
+        return;
+      case 'PaymentReorged':
+        await handleCommand(
+          store,
+          invoiceDecider,
+          invoiceStreamName(event.data.invoiceId),
+          { type: 'WithdrawPayment', paymentId: event.data.paymentId, withdrawnAt: event.data.reorgedAt },
+          options,
+        );
+        return;
+    }
+  }
+}

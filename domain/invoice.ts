@@ -1,0 +1,742 @@
+// The invoice aggregate, stream `invoice-<id>`.
+//
+// Two axes (DESIGN.md, "Payment rules worth keeping"): the contract's status
+// (pending, partial, confirmed, settled, expired) and, beside it, an exception
+// (underpaid, overpaid, wrong token, paid late) that never changes the status.
+//
+// Payments reach the invoice from the payment aggregate through a process
+// manager: ApplyPayment when a transfer is detected, ConfirmInvoicePayment when
+// it has its chain's confirmations, WithdrawPayment when a reorg drops it.
+// Every payment is recorded, whatever it is; only "counted" payments (right
+// token, in time) move the status.
+import { type Decider, type DomainEvent, DomainError } from './decider.ts';
+import {
+  FIAT_DECIMALS,
+  formatFiat,
+  formatUnits,
+  isFullPayment,
+  parseUnits,
+  paymentProgress,
+  quoteCryptoAmount,
+} from './money.ts';
+
+export const invoiceStreamName = (invoiceId: string): string => `invoice-${invoiceId}`;
+
+export type InvoiceStatus = 'pending' | 'partial' | 'confirmed' | 'settled' | 'expired';
+export type JsonObject = { [key: string]: unknown };
+
+// ---------------------------------------------------------------- events
+// Event data is JSON: amounts in base units as integer strings, times as ISO strings.
+
+export type InvoiceCreated = DomainEvent<
+  'InvoiceCreated',
+  {
+    id: string;
+    merchantId: string;
+    /** fiat decimal string, as given */
+    amount: string;
+    currency: string;
+    description: string | null;
+    expiresAt: string;
+    webhookUrl: string | null;
+    metadata: JsonObject | null;
+    createdAt: string;
+    subscriberId?: string;
+  }
+>;
+
+export type AddressAssigned = DomainEvent<
+  'AddressAssigned',
+  {
+    chain: string;
+    token: string;
+    tokenDecimals: number;
+    address: string;
+    derivationIndex: number;
+    /** fiat per whole token, decimal string */
+    rate: string;
+    /** base units of the token */
+    cryptoAmount: string;
+    quotedAt: string;
+    rateValidUntil: string;
+  }
+>;
+
+export type InvoiceCancelled = DomainEvent<'InvoiceCancelled', { cancelledAt: string }>;
+export type InvoiceExpired = DomainEvent<'InvoiceExpired', { expiredAt: string }>;
+
+export type PaymentApplied = DomainEvent<
+  'PaymentApplied',
+  {
+    paymentId: string;
+    chain: string;
+    /** the token actually sent */
+    token: string;
+    tokenDecimals: number;
+    address: string;
+    /** base units of `token` */
+    amount: string;
+    txHash: string;
+    detectedAt: string;
+    /** not the token of the invoice's payment quote: recorded, never counted */
+    wrongToken: boolean;
+    /** arrived after expiry or cancellation: recorded, never counted */
+    late: boolean;
+  }
+>;
+
+export type InvoicePaymentConfirmed = DomainEvent<
+  'InvoicePaymentConfirmed',
+  { paymentId: string; confirmedAt: string }
+>;
+export type PaymentWithdrawn = DomainEvent<'PaymentWithdrawn', { paymentId: string; withdrawnAt: string }>;
+
+export type InvoiceConfirmed = DomainEvent<
+  'InvoiceConfirmed',
+  {
+    confirmedAt: string;
+    chain: string;
+    token: string;
+    /** counted total in base units of `token` */
+    totalReceived: string;
+  }
+>;
+
+export type InvoiceSettled = DomainEvent<
+  'InvoiceSettled',
+  {
+    settlementId: string;
+    /** net decimal amount delivered, in the settlement currency */
+    settledAmount: string;
+    settledCurrency: string;
+    txHash: string | null;
+    settledAt: string;
+  }
+>;
+
+export type InvoiceEvent =
+  | InvoiceCreated
+  | AddressAssigned
+  | InvoiceCancelled
+  | InvoiceExpired
+  | PaymentApplied
+  | InvoicePaymentConfirmed
+  | PaymentWithdrawn
+  | InvoiceConfirmed
+  | InvoiceSettled;
+
+// ---------------------------------------------------------------- commands
+
+export type InvoiceCommand =
+  | {
+      type: 'CreateInvoice';
+      id: string;
+      merchantId: string;
+      amount: string;
+      currency: string;
+      description: string | null;
+      expiresAt: string;
+      webhookUrl: string | null;
+      metadata: JsonObject | null;
+      createdAt: string;
+      subscriberId?: string;
+    }
+  | {
+      type: 'AssignAddress';
+      chain: string;
+      token: string;
+      tokenDecimals: number;
+      address: string;
+      derivationIndex: number;
+      /** fiat per whole token; the decider computes the crypto amount from it */
+      rate: string;
+      quotedAt: string;
+      rateValidUntil: string;
+    }
+  | { type: 'CancelInvoice'; cancelledAt: string }
+  | { type: 'ExpireInvoice'; now: string }
+  | {
+      type: 'ApplyPayment';
+      paymentId: string;
+      chain: string;
+      token: string;
+      tokenDecimals: number;
+      address: string;
+      amount: bigint;
+      txHash: string;
+      detectedAt: string;
+    }
+  | { type: 'ConfirmInvoicePayment'; paymentId: string; confirmedAt: string }
+  | { type: 'WithdrawPayment'; paymentId: string; withdrawnAt: string }
+  | {
+      type: 'SettleInvoice';
+      settlementId: string;
+      settledAmount: string;
+      settledCurrency: string;
+      txHash: string | null;
+      settledAt: string;
+    };
+
+// ---------------------------------------------------------------- state
+
+export interface AssignedAddress {
+  chain: string;
+  token: string;
+  tokenDecimals: number;
+  address: string;
+  derivationIndex: number;
+  rate: string;
+  cryptoAmount: bigint;
+  quotedAt: string;
+  rateValidUntil: string;
+}
+
+export interface InvoicePayment {
+  paymentId: string;
+  chain: string;
+  token: string;
+  tokenDecimals: number;
+  address: string;
+  amount: bigint;
+  txHash: string;
+  detectedAt: string;
+  wrongToken: boolean;
+  late: boolean;
+  confirmedAt: string | null;
+  /** taken back out by a reorg; kept for the history, ignored everywhere else */
+  withdrawn: boolean;
+}
+
+export interface Settlement {
+  settlementId: string;
+  settledAmount: string;
+  settledCurrency: string;
+  txHash: string | null;
+  settledAt: string;
+}
+
+export interface Invoice {
+  id: string;
+  merchantId: string;
+  amount: string;
+  currency: string;
+  description: string | null;
+  expiresAt: string;
+  webhookUrl: string | null;
+  metadata: JsonObject | null;
+  createdAt: string;
+  updatedAt: string;
+  subscriberId: string | null;
+  status: InvoiceStatus;
+  /** expired because the merchant cancelled it, not because time ran out */
+  cancelled: boolean;
+  addresses: AssignedAddress[];
+  /** every payment ever applied, in order of application */
+  payments: InvoicePayment[];
+  confirmedAt: string | null;
+  settlement: Settlement | null;
+}
+
+/** null until InvoiceCreated. */
+export type InvoiceState = Invoice | null;
+
+// ---------------------------------------------------------------- pure helpers
+
+const isAtOrAfter = (time: string, reference: string): boolean => Date.parse(time) >= Date.parse(reference);
+const isValidTime = (time: string): boolean => typeof time === 'string' && !Number.isNaN(Date.parse(time));
+
+/** A payment that is still there (not withdrawn by a reorg). */
+const isLive = (payment: InvoicePayment): boolean => !payment.withdrawn;
+
+/** A payment that counts toward the invoice total: live, right token, in time. */
+export function countsTowardTotal(payment: InvoicePayment): boolean {
+  return isLive(payment) && !payment.wrongToken && !payment.late;
+}
+
+export function countedPayments(invoice: Invoice): InvoicePayment[] {
+  return invoice.payments.filter(countsTowardTotal);
+}
+
+const sum = (payments: InvoicePayment[]): bigint => payments.reduce((total, p) => total + p.amount, 0n);
+
+/** Sum of the counted payments, in base units of the payment quote's token. */
+export function countedTotal(invoice: Invoice): bigint {
+  return sum(countedPayments(invoice));
+}
+
+/**
+ * The quote the invoice is being paid against. The first counted payment locks
+ * it (amounts in two tokens cannot be added up); before any payment it is the
+ * most recently assigned address, the one the customer was last shown.
+ */
+export function paymentQuote(invoice: Invoice): AssignedAddress | undefined {
+  return lockedQuote(invoice) ?? invoice.addresses.at(-1);
+}
+
+/** The quote of the first counted payment, if any. */
+function lockedQuote(invoice: Invoice): AssignedAddress | undefined {
+  const first = countedPayments(invoice)[0];
+  return first === undefined ? undefined : findAssignment(invoice, first.chain, first.address);
+}
+
+export function findAssignment(invoice: Invoice, chain: string, address: string): AssignedAddress | undefined {
+  return invoice.addresses.find((a) => a.chain === chain && a.address === address);
+}
+
+/** Counted total reaches the 1% tolerance of the payment quote. */
+export function isPaidInFull(invoice: Invoice): boolean {
+  const quote = paymentQuote(invoice);
+  return quote !== undefined && isFullPayment(countedTotal(invoice), quote.cryptoAmount);
+}
+
+/** Paid in full and every counted payment has its confirmations: the invoice may become confirmed. */
+function isReadyToConfirm(invoice: Invoice): boolean {
+  return (
+    (invoice.status === 'pending' || invoice.status === 'partial') &&
+    isPaidInFull(invoice) &&
+    countedPayments(invoice).every((p) => p.confirmedAt !== null)
+  );
+}
+
+/**
+ * How a newly detected transfer to one of the invoice's addresses is recorded.
+ * Wrong token: the token differs from the one quoted for that address, or the
+ * address is not the one the invoice is already being paid against. Late: the
+ * invoice is closed (expired or cancelled), or the deadline has passed and the
+ * expiry timer has not run yet. Exported so the payment command handler can
+ * tell the payment aggregate whether the token matches.
+ */
+export function classifyPayment(
+  invoice: Invoice,
+  payment: { chain: string; token: string; address: string; detectedAt: string },
+): { wrongToken: boolean; late: boolean } {
+  const assignment = findAssignment(invoice, payment.chain, payment.address);
+  const locked = lockedQuote(invoice);
+  const wrongToken =
+    assignment === undefined || assignment.token !== payment.token || (locked !== undefined && locked !== assignment);
+  const open = invoice.status === 'pending' || invoice.status === 'partial';
+  const late = invoice.status === 'expired' || (open && isAtOrAfter(payment.detectedAt, invoice.expiresAt));
+  return { wrongToken, late };
+}
+
+/**
+ * The status after the set of payments changed (applied or withdrawn).
+ * Expired and settled are final. A confirmed invoice stays confirmed while its
+ * confirmed counted payments alone still pay it in full (an extra unconfirmed
+ * overpayment does not unconfirm it; a reorg of a needed payment does).
+ * Otherwise: nothing counted or paid in full (awaiting confirmations) is
+ * pending, something counted below the tolerance is partial.
+ */
+function statusAfterPaymentsChanged(invoice: Invoice): InvoiceStatus {
+  if (invoice.status === 'expired' || invoice.status === 'settled') return invoice.status;
+  const quote = paymentQuote(invoice);
+  if (invoice.status === 'confirmed' && quote !== undefined) {
+    const confirmedTotal = sum(countedPayments(invoice).filter((p) => p.confirmedAt !== null));
+    if (isFullPayment(confirmedTotal, quote.cryptoAmount)) return 'confirmed';
+  }
+  const total = countedTotal(invoice);
+  if (total === 0n || isPaidInFull(invoice)) return 'pending';
+  return 'partial';
+}
+
+function requireInvoice(state: InvoiceState): Invoice {
+  if (state === null) throw new DomainError('not_found', 'Invoice not found');
+  return state;
+}
+
+function requireTime(time: string, name: string): void {
+  if (!isValidTime(time)) throw new DomainError('bad_request', `${name} must be an ISO 8601 timestamp`);
+}
+
+// ---------------------------------------------------------------- decide
+
+function create(command: Extract<InvoiceCommand, { type: 'CreateInvoice' }>, state: InvoiceState): InvoiceEvent[] {
+  if (state !== null) throw new DomainError('conflict', `Invoice ${command.id} already exists`);
+  const units = parseUnits(command.amount, FIAT_DECIMALS);
+  if (units === undefined || units <= 0n) throw new DomainError('bad_request', 'Amount must be greater than 0');
+  if (typeof command.currency !== 'string' || command.currency.trim() === '') {
+    throw new DomainError('bad_request', 'Currency is required');
+  }
+  requireTime(command.createdAt, 'createdAt');
+  requireTime(command.expiresAt, 'expiresAt');
+  if (isAtOrAfter(command.createdAt, command.expiresAt)) {
+    throw new DomainError('bad_request', 'Expires in minutes must be greater than 0');
+  }
+  return [
+    {
+      type: 'InvoiceCreated',
+      data: {
+        id: command.id,
+        merchantId: command.merchantId,
+        amount: command.amount,
+        currency: command.currency,
+        description: command.description,
+        expiresAt: command.expiresAt,
+        webhookUrl: command.webhookUrl,
+        metadata: command.metadata,
+        createdAt: command.createdAt,
+        ...(command.subscriberId === undefined ? {} : { subscriberId: command.subscriberId }),
+      },
+    },
+  ];
+}
+
+function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' }>, invoice: Invoice): InvoiceEvent[] {
+  // A chain+token that already has an address keeps it and its quote: the
+  // repeat is a no-op (a retried checkout selection), and the caller reads the
+  // existing address from the state. Re-quoting would need its own event.
+  if (invoice.addresses.some((a) => a.chain === command.chain && a.token === command.token)) return [];
+  if (invoice.status !== 'pending') {
+    throw new DomainError(
+      'bad_request',
+      `Invoice cannot accept a payment address in its current status: ${invoice.status}`,
+    );
+  }
+  requireTime(command.quotedAt, 'quotedAt');
+  requireTime(command.rateValidUntil, 'rateValidUntil');
+  if (isAtOrAfter(command.quotedAt, invoice.expiresAt)) throw new DomainError('bad_request', 'Invoice has expired');
+  // One address, one chain+token: a transfer to it must say unambiguously what was expected.
+  if (invoice.addresses.some((a) => a.chain === command.chain && a.address === command.address)) {
+    throw new DomainError('conflict', `Address ${command.address} is already assigned to this invoice`);
+  }
+  let cryptoAmount: bigint;
+  try {
+    cryptoAmount = quoteCryptoAmount(invoice.amount, command.rate, command.tokenDecimals);
+  } catch (error) {
+    throw new DomainError('bad_request', error instanceof Error ? error.message : String(error));
+  }
+  return [
+    {
+      type: 'AddressAssigned',
+      data: {
+        chain: command.chain,
+        token: command.token,
+        tokenDecimals: command.tokenDecimals,
+        address: command.address,
+        derivationIndex: command.derivationIndex,
+        rate: command.rate,
+        cryptoAmount: cryptoAmount.toString(),
+        quotedAt: command.quotedAt,
+        rateValidUntil: command.rateValidUntil,
+      },
+    },
+  ];
+}
+
+function cancel(command: Extract<InvoiceCommand, { type: 'CancelInvoice' }>, invoice: Invoice): InvoiceEvent[] {
+  if (invoice.status !== 'pending') {
+    throw new DomainError('bad_request', `Invoice cannot be cancelled in its current status: ${invoice.status}`);
+  }
+  return [{ type: 'InvoiceCancelled', data: { cancelledAt: command.cancelledAt } }];
+}
+
+function expire(command: Extract<InvoiceCommand, { type: 'ExpireInvoice' }>, invoice: Invoice): InvoiceEvent[] {
+  // The expiry timer races with payments and may run twice: anything not open is a no-op.
+  if (invoice.status !== 'pending' && invoice.status !== 'partial') return [];
+  // Paid in full in time, only waiting for confirmations: time running out must not expire it.
+  if (isPaidInFull(invoice)) return [];
+  requireTime(command.now, 'now');
+  if (!isAtOrAfter(command.now, invoice.expiresAt)) {
+    throw new DomainError('conflict', `Invoice does not expire before ${invoice.expiresAt}`);
+  }
+  return [{ type: 'InvoiceExpired', data: { expiredAt: command.now } }];
+}
+
+/** Appends InvoiceConfirmed when the events leave the invoice paid in full with every counted payment confirmed. */
+function withConfirmationIfDue(invoice: Invoice, events: InvoiceEvent[], at: string): InvoiceEvent[] {
+  const after = events.reduce<Invoice>((state, event) => evolve(state, event) as Invoice, invoice);
+  const quote = paymentQuote(after);
+  if (!isReadyToConfirm(after) || quote === undefined) return events;
+  return [
+    ...events,
+    {
+      type: 'InvoiceConfirmed',
+      data: { confirmedAt: at, chain: quote.chain, token: quote.token, totalReceived: countedTotal(after).toString() },
+    },
+  ];
+}
+
+function applyPayment(command: Extract<InvoiceCommand, { type: 'ApplyPayment' }>, invoice: Invoice): InvoiceEvent[] {
+  const known = invoice.payments.find((p) => p.paymentId === command.paymentId);
+  // Same transfer twice: nothing to do. A withdrawn one seen again (re-mined
+  // after a reorg) is applied again.
+  if (known !== undefined && isLive(known)) return [];
+  if (command.amount <= 0n) throw new DomainError('bad_request', 'Payment amount must be greater than 0');
+  if (findAssignment(invoice, command.chain, command.address) === undefined) {
+    throw new DomainError('conflict', `Address ${command.address} on ${command.chain} is not assigned to this invoice`);
+  }
+  requireTime(command.detectedAt, 'detectedAt');
+  const { wrongToken, late } = classifyPayment(invoice, command);
+  const applied: PaymentApplied = {
+    type: 'PaymentApplied',
+    data: {
+      paymentId: command.paymentId,
+      chain: command.chain,
+      token: command.token,
+      tokenDecimals: command.tokenDecimals,
+      address: command.address,
+      amount: command.amount.toString(),
+      txHash: command.txHash,
+      detectedAt: command.detectedAt,
+      wrongToken,
+      late,
+    },
+  };
+  // A freshly applied payment is unconfirmed, so it can never confirm the invoice by itself.
+  return [applied];
+}
+
+function confirmPayment(
+  command: Extract<InvoiceCommand, { type: 'ConfirmInvoicePayment' }>,
+  invoice: Invoice,
+): InvoiceEvent[] {
+  const payment = invoice.payments.find((p) => p.paymentId === command.paymentId);
+  if (payment === undefined) {
+    throw new DomainError('conflict', `Payment ${command.paymentId} has not been applied to this invoice`);
+  }
+  // Already confirmed, or withdrawn by a reorg before its confirmation arrived: nothing to do.
+  if (payment.confirmedAt !== null || !isLive(payment)) return [];
+  return withConfirmationIfDue(
+    invoice,
+    [{ type: 'InvoicePaymentConfirmed', data: { paymentId: command.paymentId, confirmedAt: command.confirmedAt } }],
+    command.confirmedAt,
+  );
+}
+
+function withdrawPayment(
+  command: Extract<InvoiceCommand, { type: 'WithdrawPayment' }>,
+  invoice: Invoice,
+): InvoiceEvent[] {
+  const payment = invoice.payments.find((p) => p.paymentId === command.paymentId);
+  if (payment === undefined || !isLive(payment)) return [];
+  // Taking out an unconfirmed payment can leave the rest paid in full and all confirmed.
+  return withConfirmationIfDue(
+    invoice,
+    [{ type: 'PaymentWithdrawn', data: { paymentId: command.paymentId, withdrawnAt: command.withdrawnAt } }],
+    command.withdrawnAt,
+  );
+}
+
+function settle(command: Extract<InvoiceCommand, { type: 'SettleInvoice' }>, invoice: Invoice): InvoiceEvent[] {
+  if (invoice.settlement?.settlementId === command.settlementId) return [];
+  if (invoice.status !== 'confirmed') {
+    throw new DomainError('conflict', `Invoice cannot be settled in its current status: ${invoice.status}`);
+  }
+  return [
+    {
+      type: 'InvoiceSettled',
+      data: {
+        settlementId: command.settlementId,
+        settledAmount: command.settledAmount,
+        settledCurrency: command.settledCurrency,
+        txHash: command.txHash,
+        settledAt: command.settledAt,
+      },
+    },
+  ];
+}
+
+function decide(command: InvoiceCommand, state: InvoiceState): InvoiceEvent[] {
+  if (command.type === 'CreateInvoice') return create(command, state);
+  const invoice = requireInvoice(state);
+  switch (command.type) {
+    case 'AssignAddress':
+      return assignAddress(command, invoice);
+    case 'CancelInvoice':
+      return cancel(command, invoice);
+    case 'ExpireInvoice':
+      return expire(command, invoice);
+    case 'ApplyPayment':
+      return applyPayment(command, invoice);
+    case 'ConfirmInvoicePayment':
+      return confirmPayment(command, invoice);
+    case 'WithdrawPayment':
+      return withdrawPayment(command, invoice);
+    case 'SettleInvoice':
+      return settle(command, invoice);
+  }
+}
+
+// ---------------------------------------------------------------- evolve
+
+function updatePayment(invoice: Invoice, paymentId: string, change: Partial<InvoicePayment>): InvoicePayment[] {
+  return invoice.payments.map((p) => (p.paymentId === paymentId ? { ...p, ...change } : p));
+}
+
+function evolve(state: InvoiceState, event: InvoiceEvent): InvoiceState {
+  if (event.type === 'InvoiceCreated') {
+    const { subscriberId, ...data } = event.data;
+    return {
+      ...data,
+      subscriberId: subscriberId ?? null,
+      updatedAt: data.createdAt,
+      status: 'pending',
+      cancelled: false,
+      addresses: [],
+      payments: [],
+      confirmedAt: null,
+      settlement: null,
+    };
+  }
+  // Events only exist after InvoiceCreated; a stream that says otherwise is corrupt.
+  if (state === null) throw new Error(`${event.type} before InvoiceCreated`);
+  switch (event.type) {
+    case 'AddressAssigned':
+      return {
+        ...state,
+        updatedAt: event.data.quotedAt,
+        addresses: [...state.addresses, { ...event.data, cryptoAmount: BigInt(event.data.cryptoAmount) }],
+      };
+    case 'InvoiceCancelled':
+      return { ...state, status: 'expired', cancelled: true, updatedAt: event.data.cancelledAt };
+    case 'InvoiceExpired':
+      return { ...state, status: 'expired', updatedAt: event.data.expiredAt };
+    case 'PaymentApplied': {
+      const payment: InvoicePayment = {
+        ...event.data,
+        amount: BigInt(event.data.amount),
+        confirmedAt: null,
+        withdrawn: false,
+      };
+      // A payment re-applied after its withdrawal moves to the end: it is the latest again.
+      const others = state.payments.filter((p) => p.paymentId !== payment.paymentId);
+      const next = { ...state, payments: [...others, payment], updatedAt: event.data.detectedAt };
+      return { ...next, status: statusAfterPaymentsChanged(next) };
+    }
+    case 'InvoicePaymentConfirmed':
+      return {
+        ...state,
+        payments: updatePayment(state, event.data.paymentId, { confirmedAt: event.data.confirmedAt }),
+        updatedAt: event.data.confirmedAt,
+      };
+    case 'PaymentWithdrawn': {
+      const next = {
+        ...state,
+        payments: updatePayment(state, event.data.paymentId, { withdrawn: true }),
+        updatedAt: event.data.withdrawnAt,
+      };
+      return { ...next, status: statusAfterPaymentsChanged(next) };
+    }
+    case 'InvoiceConfirmed':
+      return { ...state, status: 'confirmed', confirmedAt: event.data.confirmedAt, updatedAt: event.data.confirmedAt };
+    case 'InvoiceSettled':
+      return { ...state, status: 'settled', settlement: { ...event.data }, updatedAt: event.data.settledAt };
+  }
+}
+
+export const invoiceDecider: Decider<InvoiceCommand, InvoiceState, InvoiceEvent> = {
+  initialState: null,
+  decide,
+  evolve,
+};
+
+// ---------------------------------------------------------------- read-model view
+
+export type PaymentStatus = 'pending' | 'detected' | 'confirmed' | 'partial' | 'wrong_token' | 'settled' | 'expired';
+export type PaymentIssueType = 'underpaid' | 'overpaid' | 'wrong_token';
+
+/** The payment fields of the public status shape (interface.md, "Invoice status"), computed from the state. */
+export interface InvoicePaymentView {
+  status: InvoiceStatus;
+  cancelled: boolean;
+  paymentStatus: PaymentStatus;
+  /** status of the latest live payment record */
+  paymentStatusDetail: 'detected' | 'confirmed' | null;
+  paymentIssueType: PaymentIssueType | null;
+  /** a payment arrived after expiry or cancellation (the fourth exception; not in the contract's issue types) */
+  paidLate: boolean;
+  /** chain and token of the payment quote, null before an address was assigned */
+  chain: string | null;
+  token: string | null;
+  /** the quote, 8 decimal places, null before an address was assigned */
+  cryptoAmount: string | null;
+  /** invoice fiat amount, 8 decimal places */
+  fiatAmount: string;
+  /** counted total in base units (integer string) */
+  totalReceived: string;
+  /** counted total, 8 decimal places, rounded down */
+  totalReceivedAmount: string;
+  totalReceivedCurrency: string;
+  /** still owed, 8 decimal places, rounded up; 0 once paid in full; the fiat amount before a quote exists */
+  remainingAmount: string;
+  /** 0..100; 100 once paid in full (within the tolerance) */
+  paymentProgress: number;
+  hasDetectedPayment: boolean;
+  detectedPaymentAmount: string | null;
+  detectedPaymentCurrency: string | null;
+  mismatchPayment: { amount: string; currency: string; actualCurrency: string; txHash: string } | null;
+  /** settlement hash once settled, else the latest live payment's hash */
+  txHash: string | null;
+}
+
+const shown = (payment: InvoicePayment): string =>
+  formatUnits(payment.amount, payment.tokenDecimals, undefined, 'down');
+
+export function invoicePaymentView(invoice: Invoice): InvoicePaymentView {
+  const quote = paymentQuote(invoice);
+  const live = invoice.payments.filter(isLive);
+  const latest = live.at(-1);
+  const latestRightToken = live.filter((p) => !p.wrongToken).at(-1);
+  const latestWrongToken = live.filter((p) => p.wrongToken).at(-1);
+  const total = countedTotal(invoice);
+  const full = isPaidInFull(invoice);
+  const fiatAmount = formatFiat(invoice.amount) ?? invoice.amount;
+
+  let paymentIssueType: PaymentIssueType | null = null;
+  if (latestWrongToken !== undefined) paymentIssueType = 'wrong_token';
+  else if (quote !== undefined && total > quote.cryptoAmount) paymentIssueType = 'overpaid';
+  else if (total > 0n && !full) paymentIssueType = 'underpaid';
+
+  return {
+    status: invoice.status,
+    cancelled: invoice.cancelled,
+    paymentStatus: paymentStatusOf(invoice, live),
+    paymentStatusDetail: latest === undefined ? null : latest.confirmedAt !== null ? 'confirmed' : 'detected',
+    paymentIssueType,
+    paidLate: live.some((p) => p.late),
+    chain: quote?.chain ?? null,
+    token: quote?.token ?? null,
+    cryptoAmount: quote === undefined ? null : formatUnits(quote.cryptoAmount, quote.tokenDecimals),
+    fiatAmount,
+    totalReceived: total.toString(),
+    totalReceivedAmount:
+      quote === undefined ? formatUnits(0n, 0) : formatUnits(total, quote.tokenDecimals, undefined, 'down'),
+    totalReceivedCurrency: quote?.token ?? invoice.currency,
+    remainingAmount:
+      quote === undefined
+        ? fiatAmount
+        : formatUnits(full || total >= quote.cryptoAmount ? 0n : quote.cryptoAmount - total, quote.tokenDecimals),
+    paymentProgress: full ? 100 : quote === undefined ? 0 : paymentProgress(total, quote.cryptoAmount),
+    hasDetectedPayment: latestRightToken !== undefined,
+    detectedPaymentAmount: latestRightToken === undefined ? null : shown(latestRightToken),
+    detectedPaymentCurrency: latestRightToken?.token ?? null,
+    mismatchPayment:
+      latestWrongToken === undefined
+        ? null
+        : {
+            amount: shown(latestWrongToken),
+            currency: expectedToken(invoice, latestWrongToken),
+            actualCurrency: latestWrongToken.token,
+            txHash: latestWrongToken.txHash,
+          },
+    txHash: invoice.settlement?.txHash ?? latest?.txHash ?? null,
+  };
+}
+
+function paymentStatusOf(invoice: Invoice, live: InvoicePayment[]): PaymentStatus {
+  if (invoice.status !== 'pending') return invoice.status;
+  if (countedTotal(invoice) > 0n) return 'detected';
+  if (live.some((p) => p.wrongToken)) return 'wrong_token';
+  return 'pending';
+}
+
+/**
+ * The token a wrong-token payment should have been: its address's token when
+ * another token was sent there, else the token the invoice is being paid in
+ * (the payment went to another quote's address after the first payment locked it).
+ */
+function expectedToken(invoice: Invoice, payment: InvoicePayment): string {
+  const assignment = findAssignment(invoice, payment.chain, payment.address);
+  if (assignment !== undefined && assignment.token !== payment.token) return assignment.token;
+  return paymentQuote(invoice)?.token ?? payment.token;
+}

@@ -1,0 +1,160 @@
+// Reads of the invoice read models, shaped as the contract shows them.
+import type { Kysely } from 'kysely';
+import type { InvoicesTable, ReadModelTables } from './schema.ts';
+
+const iso = (value: Date | string) => new Date(value).toISOString();
+
+/** The create, list and get shapes name four states: a partly paid invoice is still pending there. */
+const contractStatus = (status: string) => (status === 'partial' ? 'pending' : status);
+
+export interface InvoiceView {
+  id: string;
+  merchantId: string;
+  amount: string;
+  currency: string;
+  status: string;
+  description: string | null;
+  expiresAt: string;
+  webhookUrl: string | null;
+  paymentUrl: string;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export function invoiceView(
+  row: Pick<
+    InvoicesTable,
+    | 'id'
+    | 'merchant_id'
+    | 'amount'
+    | 'currency'
+    | 'status'
+    | 'description'
+    | 'expires_at'
+    | 'webhook_url'
+    | 'created_at'
+    | 'updated_at'
+  >,
+  baseUrl: string,
+): InvoiceView {
+  return {
+    id: row.id,
+    merchantId: row.merchant_id,
+    amount: row.amount,
+    currency: row.currency,
+    status: contractStatus(row.status),
+    description: row.description,
+    expiresAt: iso(row.expires_at),
+    webhookUrl: row.webhook_url,
+    paymentUrl: `${baseUrl}/checkout/${row.id}`,
+    createdAt: iso(row.created_at),
+    updatedAt: iso(row.updated_at),
+  };
+}
+
+/** Only http(s) URLs are ever handed back: anything else (javascript:, data:) is ignored. */
+export function returnUrlOf(metadata: Record<string, unknown> | null): string | null {
+  for (const key of ['returnUrl', 'successUrl', 'return_url', 'success_url']) {
+    const value = metadata?.[key];
+    if (typeof value !== 'string') continue;
+    try {
+      const url = new URL(value);
+      if (url.protocol === 'https:' || url.protocol === 'http:') return url.toString();
+    } catch {
+      // not a URL: ignored
+    }
+  }
+  return null;
+}
+
+export interface ListFilter {
+  merchantId: string;
+  status?: string;
+  currency?: string;
+  from?: Date;
+  to?: Date;
+  limit: number;
+  page: number;
+}
+
+export async function listInvoices(db: Kysely<ReadModelTables>, filter: ListFilter) {
+  let query = db.selectFrom('invoices').where('merchant_id', '=', filter.merchantId);
+  if (filter.status) {
+    query = query.where('status', 'in', filter.status === 'pending' ? ['pending', 'partial'] : [filter.status]);
+  }
+  if (filter.currency) query = query.where('currency', '=', filter.currency.toUpperCase());
+  if (filter.from) query = query.where('created_at', '>=', filter.from);
+  if (filter.to) query = query.where('created_at', '<=', filter.to);
+  const [{ total }, rows] = await Promise.all([
+    query.select((eb) => eb.fn.countAll<string | number>().as('total')).executeTakeFirstOrThrow(),
+    query
+      .selectAll()
+      .orderBy('created_at', 'desc')
+      .orderBy('id')
+      .limit(filter.limit)
+      .offset((filter.page - 1) * filter.limit)
+      .execute(),
+  ]);
+  return { rows, total: Number(total) };
+}
+
+export async function invoiceRow(db: Kysely<ReadModelTables>, id: string) {
+  return db.selectFrom('invoices').selectAll().where('id', '=', id).executeTakeFirst();
+}
+
+export async function invoiceAddresses(db: Kysely<ReadModelTables>, id: string) {
+  return db.selectFrom('invoice_addresses').selectAll().where('invoice_id', '=', id).orderBy('quoted_at').execute();
+}
+
+/** The public status shape of interface.md ("Invoice status"), or undefined for an unknown invoice. */
+export async function invoiceStatus(db: Kysely<ReadModelTables>, id: string) {
+  const row = await db
+    .selectFrom('invoices')
+    .innerJoin('merchants', 'merchants.id', 'invoices.merchant_id')
+    .selectAll('invoices')
+    .select('merchants.name as merchant_name')
+    .where('invoices.id', '=', id)
+    .executeTakeFirst();
+  if (!row) return undefined;
+  const latest = await db
+    .selectFrom('payments')
+    .select(['confirmations', 'required_confirmations'])
+    .where('invoice_id', '=', id)
+    .where('status', '!=', 'reorged')
+    .orderBy('detected_at', 'desc')
+    .limit(1)
+    .executeTakeFirst();
+  return {
+    id: row.id,
+    status: row.status,
+    amount: row.amount,
+    currency: row.currency,
+    description: row.description,
+    merchantName: row.merchant_name,
+    confirmations: latest?.confirmations ?? 0,
+    requiredConfirmations: latest?.required_confirmations ?? 0,
+    paymentStatus: row.payment_status,
+    paymentStatusDetail: row.payment_status_detail,
+    settledAmount: row.settled_amount,
+    txHash: row.tx_hash,
+    expiresAt: iso(row.expires_at),
+    createdAt: iso(row.created_at),
+    returnUrl: returnUrlOf(row.metadata),
+    totalReceivedAmount: row.total_received_amount,
+    totalReceivedCurrency: row.total_received_currency,
+    remainingAmount: row.remaining_amount,
+    paymentProgress: row.payment_progress,
+    hasDetectedPayment: row.has_detected_payment,
+    detectedPaymentAmount: row.detected_payment_amount,
+    detectedPaymentCurrency: row.detected_payment_currency,
+    paymentIssueType: row.payment_issue_type,
+    mismatchPayment: row.mismatch_payment as {
+      amount: string;
+      currency: string;
+      actualCurrency: string;
+      txHash: string;
+    } | null,
+  };
+}
+
+export type InvoiceStatusView = NonNullable<Awaited<ReturnType<typeof invoiceStatus>>>;

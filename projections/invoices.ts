@@ -1,0 +1,161 @@
+// Projects invoices, their deposit addresses and their payments into
+// `invoices`, `invoice_addresses` and `payments`, which the list, get and
+// status endpoints and the chain watcher read.
+import { sql, type Kysely } from 'kysely';
+import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
+import { invoiceDecider, invoicePaymentView, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
+import type { PaymentEvent } from '../domain/payment.ts';
+import type { Projector } from './engine.ts';
+import type { ReadModelTables } from './schema.ts';
+
+const json = <T>(value: T) => sql<T>`${JSON.stringify(value)}::jsonb`;
+const isInvoiceStream = (streamId: string) => streamId.startsWith('invoice-');
+
+/** The invoice streams a batch touches, read whole before the transaction. */
+type InvoiceHistories = Map<string, RecordedEvent[]>;
+
+export const invoicesProjector: Projector<InvoiceHistories> = {
+  name: 'invoices',
+  tables: ['invoices', 'invoice_addresses', 'payments'],
+
+  async prepare(batch: readonly RecordedEvent[], store: EventStore) {
+    const streams = [...new Set(batch.filter((e) => isInvoiceStream(e.streamId)).map((e) => e.streamId))];
+    return new Map(await Promise.all(streams.map(async (s) => [s, await store.readStream(s)] as const)));
+  },
+
+  async apply(trx: Kysely<ReadModelTables>, recorded: RecordedEvent, histories: InvoiceHistories) {
+    if (isInvoiceStream(recorded.streamId)) {
+      // The row shows the invoice as of this event: fold its stream up to it,
+      // so replaying any prefix of the log gives the same rows.
+      const history = histories.get(recorded.streamId)!.filter((e) => e.revision <= recorded.revision);
+      const invoice = history.reduce(
+        (state, e) => invoiceDecider.evolve(state, { type: e.type, data: e.data } as InvoiceEvent),
+        invoiceDecider.initialState,
+      );
+      if (invoice) await upsertInvoice(trx, invoice);
+      if (recorded.type === 'AddressAssigned') await insertAddress(trx, invoice!, recorded);
+      return;
+    }
+    if (recorded.streamId.startsWith('payment-')) await applyPaymentEvent(trx, recorded);
+  },
+};
+
+async function upsertInvoice(trx: Kysely<ReadModelTables>, invoice: Invoice) {
+  const view = invoicePaymentView(invoice);
+  const row = {
+    id: invoice.id,
+    merchant_id: invoice.merchantId,
+    amount: invoice.amount,
+    currency: invoice.currency,
+    status: invoice.status,
+    cancelled: invoice.cancelled,
+    description: invoice.description,
+    expires_at: new Date(invoice.expiresAt),
+    webhook_url: invoice.webhookUrl,
+    metadata: invoice.metadata === null ? null : json(invoice.metadata),
+    subscriber_id: invoice.subscriberId,
+    chain: view.chain,
+    token: view.token,
+    crypto_amount: view.cryptoAmount,
+    payment_status: view.paymentStatus,
+    payment_status_detail: view.paymentStatusDetail,
+    payment_issue_type: view.paymentIssueType,
+    paid_late: view.paidLate,
+    total_received_amount: view.totalReceivedAmount,
+    total_received_currency: view.totalReceivedCurrency,
+    remaining_amount: view.remainingAmount,
+    payment_progress: view.paymentProgress,
+    has_detected_payment: view.hasDetectedPayment,
+    detected_payment_amount: view.detectedPaymentAmount,
+    detected_payment_currency: view.detectedPaymentCurrency,
+    mismatch_payment: view.mismatchPayment === null ? null : json(view.mismatchPayment),
+    tx_hash: view.txHash,
+    settled_amount: invoice.settlement?.settledAmount ?? null,
+    created_at: new Date(invoice.createdAt),
+    updated_at: new Date(invoice.updatedAt),
+  };
+  await trx
+    .insertInto('invoices')
+    .values(row)
+    .onConflict((oc) => oc.column('id').doUpdateSet(row))
+    .execute();
+}
+
+async function insertAddress(trx: Kysely<ReadModelTables>, invoice: Invoice, recorded: RecordedEvent) {
+  const d = (recorded as unknown as Extract<InvoiceEvent, { type: 'AddressAssigned' }>).data;
+  await trx
+    .insertInto('invoice_addresses')
+    .values({
+      invoice_id: invoice.id,
+      chain: d.chain,
+      token: d.token,
+      token_decimals: d.tokenDecimals,
+      address: d.address,
+      derivation_index: d.derivationIndex,
+      rate: d.rate,
+      crypto_amount: d.cryptoAmount,
+      quoted_at: new Date(d.quotedAt),
+      rate_valid_until: new Date(d.rateValidUntil),
+    })
+    .onConflict((oc) => oc.columns(['chain', 'address']).doNothing())
+    .execute();
+}
+
+async function applyPaymentEvent(trx: Kysely<ReadModelTables>, recorded: RecordedEvent) {
+  const event = { type: recorded.type, data: recorded.data } as PaymentEvent;
+  switch (event.type) {
+    case 'PaymentDetected': {
+      const d = event.data;
+      const row = {
+        payment_id: d.paymentId,
+        invoice_id: d.invoiceId,
+        chain: d.chain,
+        token: d.token,
+        token_decimals: d.tokenDecimals,
+        amount: d.amount,
+        to_address: d.toAddress,
+        tx_hash: d.txHash,
+        output_index: d.outputIndex,
+        block_number: d.blockNumber,
+        block_hash: d.blockHash,
+        wrong_token: d.wrongToken,
+        status: 'detected',
+        confirmations: d.confirmations,
+        required_confirmations: d.requiredConfirmations,
+        detected_at: new Date(d.detectedAt),
+        confirmed_at: null,
+      };
+      await trx
+        .insertInto('payments')
+        .values(row)
+        .onConflict((oc) => oc.column('payment_id').doUpdateSet(row))
+        .execute();
+      return;
+    }
+    case 'PaymentConfirmationsUpdated':
+      await trx
+        .updateTable('payments')
+        .set({ confirmations: event.data.confirmations })
+        .where('payment_id', '=', event.data.paymentId)
+        .execute();
+      return;
+    case 'PaymentConfirmed':
+      await trx
+        .updateTable('payments')
+        .set({
+          status: 'confirmed',
+          confirmations: event.data.confirmations,
+          confirmed_at: new Date(event.data.confirmedAt),
+        })
+        .where('payment_id', '=', event.data.paymentId)
+        .execute();
+      return;
+    case 'PaymentReorged':
+      await trx
+        .updateTable('payments')
+        .set({ status: 'reorged' })
+        .where('payment_id', '=', event.data.paymentId)
+        .execute();
+      return;
+  }
+}

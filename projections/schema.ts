@@ -1,0 +1,284 @@
+// Read-model tables, the ones finance tools may query directly (documented in
+// the README). Every table belongs to one projector and is rebuilt from the
+// events by it.
+import { sql, type Migration } from 'kysely';
+
+export interface MerchantsTable {
+  id: string;
+  name: string;
+  tier: string;
+  status: string;
+  webhook_url: string | null;
+  settlement_wallets: Record<string, string>;
+  webhook_secret: string;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface ApiKeysTable {
+  id: string;
+  merchant_id: string;
+  name: string | null;
+  key_hash: string;
+  key_prefix: string;
+  permissions: string[] | null;
+  expires_at: Date | null;
+  revoked_at: Date | null;
+  created_at: Date;
+}
+
+export interface InvoicesTable {
+  id: string;
+  merchant_id: string;
+  /** fiat decimal as given */
+  amount: string;
+  currency: string;
+  /** pending, partial, confirmed, settled, expired */
+  status: string;
+  cancelled: boolean;
+  description: string | null;
+  expires_at: Date;
+  webhook_url: string | null;
+  metadata: Record<string, unknown> | null;
+  subscriber_id: string | null;
+  /** the quote being paid: chain and token, null before an address exists */
+  chain: string | null;
+  token: string | null;
+  crypto_amount: string | null;
+  payment_status: string;
+  payment_status_detail: string | null;
+  payment_issue_type: string | null;
+  paid_late: boolean;
+  total_received_amount: string;
+  total_received_currency: string;
+  remaining_amount: string;
+  payment_progress: number;
+  has_detected_payment: boolean;
+  detected_payment_amount: string | null;
+  detected_payment_currency: string | null;
+  mismatch_payment: Record<string, string> | null;
+  tx_hash: string | null;
+  settled_amount: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface InvoiceAddressesTable {
+  invoice_id: string;
+  chain: string;
+  token: string;
+  token_decimals: number;
+  address: string;
+  derivation_index: number;
+  rate: string;
+  /** base units */
+  crypto_amount: string;
+  quoted_at: Date;
+  rate_valid_until: Date;
+}
+
+export interface PaymentsTable {
+  payment_id: string;
+  invoice_id: string;
+  chain: string;
+  token: string;
+  token_decimals: number;
+  /** base units */
+  amount: string;
+  to_address: string;
+  tx_hash: string;
+  output_index: number;
+  block_number: number;
+  block_hash: string;
+  wrong_token: boolean;
+  /** detected, confirmed, reorged */
+  status: string;
+  confirmations: number;
+  required_confirmations: number;
+  detected_at: Date;
+  confirmed_at: Date | null;
+}
+
+export interface SettlementsTable {
+  id: string;
+  invoice_id: string;
+  merchant_id: string;
+  chain: string;
+  /** token symbol */
+  currency: string;
+  /** net, gross and fees as decimal strings in the token */
+  amount: string;
+  gross_amount: string;
+  platform_fee: string;
+  network_fee: string;
+  from_address: string;
+  merchant_wallet: string | null;
+  /** pending, submitted, completed, failed */
+  status: string;
+  attempt: number;
+  transaction_hash: string | null;
+  failure_reason: string | null;
+  next_attempt_at: Date | null;
+  initiated_at: Date | null;
+  completed_at: Date | null;
+  failed_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface ReadModelTables {
+  settlements: SettlementsTable;
+  merchants: MerchantsTable;
+  api_keys: ApiKeysTable;
+  invoices: InvoicesTable;
+  invoice_addresses: InvoiceAddressesTable;
+  payments: PaymentsTable;
+}
+
+export const readModelMigrations: Record<string, Migration> = {
+  '0001_merchants_and_keys': {
+    async up(db) {
+      await db.schema
+        .createTable('merchants')
+        .addColumn('id', 'uuid', (c) => c.primaryKey())
+        .addColumn('name', 'text', (c) => c.notNull())
+        .addColumn('tier', 'text', (c) => c.notNull())
+        .addColumn('status', 'text', (c) => c.notNull())
+        .addColumn('webhook_url', 'text')
+        .addColumn('settlement_wallets', 'jsonb', (c) => c.notNull().defaultTo(sql`'{}'::jsonb`))
+        .addColumn('webhook_secret', 'text', (c) => c.notNull())
+        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+        .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+        .execute();
+      await db.schema
+        .createTable('api_keys')
+        .addColumn('id', 'uuid', (c) => c.primaryKey())
+        .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+        .addColumn('name', 'text')
+        .addColumn('key_hash', 'text', (c) => c.notNull().unique())
+        .addColumn('key_prefix', 'text', (c) => c.notNull())
+        .addColumn('permissions', 'jsonb')
+        .addColumn('expires_at', 'timestamptz')
+        .addColumn('revoked_at', 'timestamptz')
+        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+        .execute();
+      await db.schema.createIndex('api_keys_merchant').on('api_keys').columns(['merchant_id', 'created_at']).execute();
+    },
+  },
+};
+
+readModelMigrations['0002_invoices_and_payments'] = {
+  async up(db) {
+    await db.schema
+      .createTable('invoices')
+      .addColumn('id', 'uuid', (c) => c.primaryKey())
+      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+      .addColumn('amount', 'text', (c) => c.notNull())
+      .addColumn('currency', 'text', (c) => c.notNull())
+      .addColumn('status', 'text', (c) => c.notNull())
+      .addColumn('cancelled', 'boolean', (c) => c.notNull())
+      .addColumn('description', 'text')
+      .addColumn('expires_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('webhook_url', 'text')
+      .addColumn('metadata', 'jsonb')
+      .addColumn('subscriber_id', 'uuid')
+      .addColumn('chain', 'text')
+      .addColumn('token', 'text')
+      .addColumn('crypto_amount', 'text')
+      .addColumn('payment_status', 'text', (c) => c.notNull())
+      .addColumn('payment_status_detail', 'text')
+      .addColumn('payment_issue_type', 'text')
+      .addColumn('paid_late', 'boolean', (c) => c.notNull())
+      .addColumn('total_received_amount', 'text', (c) => c.notNull())
+      .addColumn('total_received_currency', 'text', (c) => c.notNull())
+      .addColumn('remaining_amount', 'text', (c) => c.notNull())
+      .addColumn('payment_progress', 'integer', (c) => c.notNull())
+      .addColumn('has_detected_payment', 'boolean', (c) => c.notNull())
+      .addColumn('detected_payment_amount', 'text')
+      .addColumn('detected_payment_currency', 'text')
+      .addColumn('mismatch_payment', 'jsonb')
+      .addColumn('tx_hash', 'text')
+      .addColumn('settled_amount', 'text')
+      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex('invoices_merchant_created')
+      .on('invoices')
+      .columns(['merchant_id', 'created_at'])
+      .execute();
+    await db.schema.createIndex('invoices_open_expiry').on('invoices').columns(['status', 'expires_at']).execute();
+    await db.schema
+      .createTable('invoice_addresses')
+      .addColumn('chain', 'text', (c) => c.notNull())
+      .addColumn('address', 'text', (c) => c.notNull())
+      .addColumn('invoice_id', 'uuid', (c) => c.notNull())
+      .addColumn('token', 'text', (c) => c.notNull())
+      .addColumn('token_decimals', 'integer', (c) => c.notNull())
+      .addColumn('derivation_index', 'integer', (c) => c.notNull())
+      .addColumn('rate', 'text', (c) => c.notNull())
+      .addColumn('crypto_amount', sql`numeric(78,0)`, (c) => c.notNull())
+      .addColumn('quoted_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('rate_valid_until', 'timestamptz', (c) => c.notNull())
+      .addPrimaryKeyConstraint('invoice_addresses_pk', ['chain', 'address'])
+      .execute();
+    await db.schema.createIndex('invoice_addresses_invoice').on('invoice_addresses').column('invoice_id').execute();
+    await db.schema
+      .createTable('payments')
+      .addColumn('payment_id', 'uuid', (c) => c.primaryKey())
+      .addColumn('invoice_id', 'uuid', (c) => c.notNull())
+      .addColumn('chain', 'text', (c) => c.notNull())
+      .addColumn('token', 'text', (c) => c.notNull())
+      .addColumn('token_decimals', 'integer', (c) => c.notNull())
+      .addColumn('amount', sql`numeric(78,0)`, (c) => c.notNull())
+      .addColumn('to_address', 'text', (c) => c.notNull())
+      .addColumn('tx_hash', 'text', (c) => c.notNull())
+      .addColumn('output_index', 'integer', (c) => c.notNull())
+      .addColumn('block_number', 'integer', (c) => c.notNull())
+      .addColumn('block_hash', 'text', (c) => c.notNull())
+      .addColumn('wrong_token', 'boolean', (c) => c.notNull())
+      .addColumn('status', 'text', (c) => c.notNull())
+      .addColumn('confirmations', 'integer', (c) => c.notNull())
+      .addColumn('required_confirmations', 'integer', (c) => c.notNull())
+      .addColumn('detected_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('confirmed_at', 'timestamptz')
+      .execute();
+    await db.schema.createIndex('payments_invoice').on('payments').columns(['invoice_id', 'detected_at']).execute();
+    await db.schema.createIndex('payments_open').on('payments').columns(['chain', 'status']).execute();
+  },
+};
+
+readModelMigrations['0003_settlements'] = {
+  async up(db) {
+    await db.schema
+      .createTable('settlements')
+      .addColumn('id', 'uuid', (c) => c.primaryKey())
+      .addColumn('invoice_id', 'uuid', (c) => c.notNull().unique())
+      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+      .addColumn('chain', 'text', (c) => c.notNull())
+      .addColumn('currency', 'text', (c) => c.notNull())
+      .addColumn('amount', 'text', (c) => c.notNull())
+      .addColumn('gross_amount', 'text', (c) => c.notNull())
+      .addColumn('platform_fee', 'text', (c) => c.notNull())
+      .addColumn('network_fee', 'text', (c) => c.notNull())
+      .addColumn('from_address', 'text', (c) => c.notNull())
+      .addColumn('merchant_wallet', 'text')
+      .addColumn('status', 'text', (c) => c.notNull())
+      .addColumn('attempt', 'integer', (c) => c.notNull())
+      .addColumn('transaction_hash', 'text')
+      .addColumn('failure_reason', 'text')
+      .addColumn('next_attempt_at', 'timestamptz')
+      .addColumn('initiated_at', 'timestamptz')
+      .addColumn('completed_at', 'timestamptz')
+      .addColumn('failed_at', 'timestamptz')
+      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex('settlements_merchant_created')
+      .on('settlements')
+      .columns(['merchant_id', 'created_at'])
+      .execute();
+    await db.schema.createIndex('settlements_open').on('settlements').columns(['status']).execute();
+  },
+};

@@ -1,0 +1,162 @@
+// Settlements of the merchant's invoices (interface.md, "Settlement").
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import type { SettlementsTable } from '../../projections/schema.ts';
+import type { RouteContext } from '../app.ts';
+import { forbidden, notFound } from '../errors.ts';
+import { pageOf, timeOf, UUID } from './query.ts';
+
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
+const SettlementSchema = Type.Object({
+  id: Type.String(),
+  invoiceId: Type.String(),
+  amount: Type.String(),
+  grossAmount: Nullable(Type.String()),
+  currency: Type.String(),
+  chain: Type.String(),
+  transactionHash: Nullable(Type.String()),
+  merchantWallet: Type.String(),
+  status: Type.String(),
+  initiatedAt: Nullable(Type.String()),
+  completedAt: Nullable(Type.String()),
+  failedAt: Nullable(Type.String()),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+const Pagination = Type.Object({
+  total: Type.Integer(),
+  page: Type.Integer(),
+  limit: Type.Integer(),
+  totalPages: Type.Integer(),
+});
+const ListQuery = Type.Object({
+  status: Type.Optional(
+    Type.String({
+      enum: ['pending', 'submitted', 'completed', 'failed'],
+      errorMessage: 'Status must be one of pending, submitted, completed, failed',
+    }),
+  ),
+  chain: Type.Optional(Type.String()),
+  from: Type.Optional(Type.String({ description: 'ISO 8601; created on or after' })),
+  to: Type.Optional(Type.String({ description: 'ISO 8601; created on or before' })),
+  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
+  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+});
+const IdParams = Type.Object({ id: Type.String() });
+const iso = (value: Date | string | null) => (value === null ? null : new Date(value).toISOString());
+
+export function settlementView(row: SettlementsTable) {
+  return {
+    id: row.id,
+    invoiceId: row.invoice_id,
+    amount: row.amount,
+    grossAmount: row.gross_amount,
+    currency: row.currency,
+    chain: row.chain,
+    transactionHash: row.transaction_hash,
+    // A settlement waiting for the merchant to set a wallet shows an empty one.
+    merchantWallet: row.merchant_wallet ?? '',
+    status: row.status,
+    initiatedAt: iso(row.initiated_at),
+    completedAt: iso(row.completed_at),
+    failedAt: iso(row.failed_at),
+    createdAt: iso(row.created_at)!,
+    updatedAt: iso(row.updated_at)!,
+  };
+}
+
+export async function settlementRoutes(scope: FastifyInstance, { auth, db }: RouteContext) {
+  const app = scope.withTypeProvider<TypeBoxTypeProvider>();
+  const security = [{ apiKey: [] }];
+
+  app.get(
+    '/api/v1/invoices/:id/settlement',
+    {
+      onRequest: auth.merchant('invoices:read'),
+      schema: {
+        tags: ['settlements'],
+        summary: 'The most recent settlement of an invoice',
+        security,
+        params: IdParams,
+        response: { 200: Type.Object({ data: SettlementSchema }) },
+      },
+    },
+    async (request) => {
+      const invoice = UUID.test(request.params.id)
+        ? await db.selectFrom('invoices').select('merchant_id').where('id', '=', request.params.id).executeTakeFirst()
+        : undefined;
+      if (!invoice) throw notFound('Invoice not found');
+      if (invoice.merchant_id !== request.caller!.merchantId) throw forbidden('Invoice not accessible');
+      const row = await db
+        .selectFrom('settlements')
+        .selectAll()
+        .where('invoice_id', '=', request.params.id)
+        .orderBy('created_at', 'desc')
+        .limit(1)
+        .executeTakeFirst();
+      if (!row) throw notFound('No settlement found for this invoice');
+      return { data: settlementView(row) };
+    },
+  );
+
+  app.get(
+    '/api/v1/settlements',
+    {
+      onRequest: auth.merchant('settlements:read'),
+      schema: {
+        tags: ['settlements'],
+        summary: "List the merchant's settlements, newest first",
+        security,
+        querystring: ListQuery,
+        response: { 200: Type.Object({ data: Type.Array(SettlementSchema), pagination: Pagination }) },
+      },
+    },
+    async (request) => {
+      const q = request.query;
+      const { limit, page } = pageOf(q);
+      let query = db.selectFrom('settlements').where('merchant_id', '=', request.caller!.merchantId);
+      if (q.status) query = query.where('status', '=', q.status);
+      if (q.chain) query = query.where('chain', '=', q.chain.toLowerCase());
+      const from = timeOf(q.from, 'from');
+      const to = timeOf(q.to, 'to');
+      if (from) query = query.where('created_at', '>=', from);
+      if (to) query = query.where('created_at', '<=', to);
+      const [{ total }, rows] = await Promise.all([
+        query.select((eb) => eb.fn.countAll<string | number>().as('total')).executeTakeFirstOrThrow(),
+        query
+          .selectAll()
+          .orderBy('created_at', 'desc')
+          .orderBy('id')
+          .limit(limit)
+          .offset((page - 1) * limit)
+          .execute(),
+      ]);
+      return {
+        data: rows.map(settlementView),
+        pagination: { total: Number(total), page, limit, totalPages: Math.ceil(Number(total) / limit) },
+      };
+    },
+  );
+
+  app.get(
+    '/api/v1/settlements/:id',
+    {
+      onRequest: auth.merchant('settlements:read'),
+      schema: {
+        tags: ['settlements'],
+        summary: 'Get a settlement',
+        security,
+        params: IdParams,
+        response: { 200: Type.Object({ data: SettlementSchema }) },
+      },
+    },
+    async (request) => {
+      const row = UUID.test(request.params.id)
+        ? await db.selectFrom('settlements').selectAll().where('id', '=', request.params.id).executeTakeFirst()
+        : undefined;
+      if (!row || row.merchant_id !== request.caller!.merchantId) throw notFound('Settlement not found');
+      return { data: settlementView(row) };
+    },
+  );
+}

@@ -1,0 +1,146 @@
+// The settlement decider: given events, when a command, then events.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import {
+  platformFeeOf,
+  settlementDecider,
+  settlementIdOf,
+  type SettlementCommand,
+  type SettlementEvent,
+} from '../domain/settlement.ts';
+import { given } from './support/decider.ts';
+
+const T0 = '2026-11-22T10:00:00.000Z';
+const T1 = '2026-11-22T10:01:00.000Z';
+const id = settlementIdOf('6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10');
+const request = (wallet: string | null, gross = 100_000_000n): SettlementCommand => ({
+  type: 'RequestSettlement',
+  settlementId: id,
+  invoiceId: '6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10',
+  merchantId: 'c83280d0-085e-47c7-a874-6e4fc2a47207',
+  chain: 'tron',
+  token: 'USDT',
+  tokenDecimals: 6,
+  fromAddress: 'TDeposit',
+  derivationIndex: 7,
+  grossAmount: gross,
+  networkFee: 0n,
+  platformFeeBps: 100,
+  merchantWallet: wallet,
+  now: T0,
+});
+const requested = (wallet: string | null): SettlementEvent => ({
+  type: 'SettlementRequested',
+  data: {
+    settlementId: id,
+    invoiceId: '6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10',
+    merchantId: 'c83280d0-085e-47c7-a874-6e4fc2a47207',
+    chain: 'tron',
+    token: 'USDT',
+    tokenDecimals: 6,
+    fromAddress: 'TDeposit',
+    derivationIndex: 7,
+    grossAmount: '100000000',
+    platformFee: '1000000',
+    networkFee: '0',
+    netAmount: '99000000',
+    platformFeeBps: 100,
+    merchantWallet: wallet,
+    requestedAt: T0,
+  },
+});
+const prepared = (txHash = '0xaa', attempt = 1): SettlementEvent => ({
+  type: 'SettlementTransactionPrepared',
+  data: { attempt, txHash, raw: '{}', preparedAt: T0 },
+});
+const submitted = (txHash = '0xaa', attempt = 1): SettlementEvent => ({
+  type: 'SettlementSubmitted',
+  data: { attempt, txHash, submittedAt: T0 },
+});
+const failed: SettlementEvent = {
+  type: 'SettlementFailed',
+  data: { attempt: 1, reason: 'node down', retryAt: T1, failedAt: T0 },
+};
+const retried: SettlementEvent = { type: 'SettlementRetried', data: { attempt: 2, retriedAt: T1 } };
+
+describe('settlement decider', () => {
+  it('requests a settlement net of the platform fee, once per invoice', () => {
+    given(settlementDecider, [])
+      .when(request('TWallet'))
+      .then([requested('TWallet')]);
+    given(settlementDecider, [requested('TWallet')])
+      .when(request('TWallet'))
+      .then([]);
+  });
+
+  it('rounds the platform fee down, never charging more than the rate', () => {
+    assert.equal(platformFeeOf(199n, 100), 1n);
+    assert.equal(platformFeeOf(100n, 100), 1n);
+    assert.equal(platformFeeOf(99n, 100), 0n);
+    assert.equal(platformFeeOf(10_000n, 250), 250n);
+  });
+
+  it('refuses a payout the fees would eat', () => {
+    given(settlementDecider, [])
+      .when({ ...request('TWallet', 1n), networkFee: 1n } as SettlementCommand)
+      .thenError('bad_request', 'The amount received does not cover the fees');
+  });
+
+  it('waits for a wallet, then takes the one set, once', () => {
+    given(settlementDecider, [requested(null)])
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T0 })
+      .thenError('conflict', 'The merchant has no wallet for this chain');
+    given(settlementDecider, [requested(null)])
+      .when({ type: 'SetWallet', merchantWallet: 'TNew', now: T1 })
+      .then([{ type: 'SettlementWalletSet', data: { merchantWallet: 'TNew', setAt: T1 } }]);
+    given(settlementDecider, [requested('TOld')])
+      .when({ type: 'SetWallet', merchantWallet: 'TNew', now: T1 })
+      .then([]);
+  });
+
+  it('records the transaction before it is sent, and only one per attempt', () => {
+    given(settlementDecider, [requested('TWallet')])
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T0 })
+      .then([prepared()]);
+    given(settlementDecider, [requested('TWallet'), prepared()])
+      .when({ type: 'PrepareTransaction', txHash: '0xbb', raw: '{}', now: T0 })
+      .then([]);
+  });
+
+  it('is submitted only with a transaction it prepared', () => {
+    given(settlementDecider, [requested('TWallet'), prepared()])
+      .when({ type: 'MarkSubmitted', txHash: '0xaa', now: T0 })
+      .then([submitted()]);
+    given(settlementDecider, [requested('TWallet'), prepared()])
+      .when({ type: 'MarkSubmitted', txHash: '0xcc', now: T0 })
+      .then([]);
+  });
+
+  it('completes with any attempt transaction that reached the chain, once', () => {
+    const history = [requested('TWallet'), prepared('0xaa'), failed, retried, prepared('0xbb', 2)];
+    given(settlementDecider, history)
+      .when({ type: 'MarkCompleted', txHash: '0xaa', blockNumber: 9, confirmations: 19, now: T1 })
+      .then([
+        { type: 'SettlementCompleted', data: { txHash: '0xaa', blockNumber: 9, confirmations: 19, completedAt: T1 } },
+      ]);
+    given(settlementDecider, [...history, submitted('0xaa', 2)])
+      .when({ type: 'MarkSubmitted', txHash: '0xaa', now: T1 })
+      .then([]);
+    given(settlementDecider, history)
+      .when({ type: 'MarkCompleted', txHash: '0xdd', blockNumber: 9, confirmations: 19, now: T1 })
+      .thenError('conflict', "Transaction 0xdd is not one of this settlement's");
+  });
+
+  it('fails with a retry time, and a retry starts the next attempt with no transaction', () => {
+    const scenario = given(settlementDecider, [requested('TWallet'), prepared()]);
+    scenario.when({ type: 'MarkFailed', reason: 'node down', retryAt: T1, now: T0 }).then([failed]);
+    const after = given(settlementDecider, [requested('TWallet'), prepared(), failed, retried]);
+    assert.equal(after.state!.status, 'pending');
+    assert.equal(after.state!.attempt, 2);
+    assert.equal(after.state!.prepared, null);
+    assert.deepEqual(after.state!.preparedHashes, ['0xaa']);
+    given(settlementDecider, [requested('TWallet')])
+      .when({ type: 'Retry', now: T1 })
+      .then([]);
+  });
+});

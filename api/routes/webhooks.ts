@@ -1,0 +1,271 @@
+// The merchant's webhook endpoints: a signed test event (interface.md,
+// POST /api/v1/webhooks/test) and the delivery log with redelivery
+// (operations.md §3). All need permission webhooks:write.
+import { randomUUID } from 'node:crypto';
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance } from 'fastify';
+import { Type } from 'typebox';
+import { checkWebhookTarget, webhookUrlProblem, type WebhookTargetPolicy } from '../../adapters/webhooks/target.ts';
+import {
+  DELIVERY_STATUSES,
+  findWebhookDelivery,
+  listWebhookDeliveries,
+  type WebhookDeliveryWorker,
+} from '../../commands/webhook-delivery.ts';
+import type { RouteContext } from '../app.ts';
+import { badRequest, notFound } from '../errors.ts';
+import { pageOf } from './query.ts';
+
+export const WEBHOOK_EVENT_TYPES = [
+  'invoice.confirmed',
+  'invoice.settled',
+  'invoice.overpaid',
+  'invoice.underpaid',
+  'invoice.expired',
+  'subscriber.enrolled',
+  'subscriber.activated',
+] as const;
+export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
+
+const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
+const DeliverySchema = Type.Object({
+  id: Type.String(),
+  eventId: Type.String(),
+  event: Type.String(),
+  url: Type.String(),
+  status: Type.String({ description: 'pending, succeeded or failed (given up, or a final 3xx/4xx)' }),
+  attempts: Type.Integer({ description: 'Attempts made so far, across redeliveries' }),
+  lastStatusCode: Nullable(Type.Integer()),
+  lastError: Nullable(Type.String()),
+  nextAttemptAt: Nullable(Type.String({ description: 'When a pending delivery is tried next' })),
+  createdAt: Type.String(),
+  updatedAt: Type.String(),
+});
+const AttemptSchema = Type.Object({
+  attempt: Type.Integer(),
+  statusCode: Nullable(Type.Integer()),
+  error: Nullable(Type.String()),
+  durationMs: Type.Integer(),
+  attemptedAt: Type.String(),
+});
+const Pagination = Type.Object({
+  total: Type.Integer(),
+  page: Type.Integer(),
+  limit: Type.Integer(),
+  totalPages: Type.Integer(),
+});
+const TestBody = Type.Object({
+  webhookUrl: Type.Optional(Type.Unknown({ description: 'Target URL; checked like every webhook URL' })),
+  eventType: Type.Optional(Type.Unknown({ description: `One of ${WEBHOOK_EVENT_TYPES.join(', ')}` })),
+});
+const TestResult = Type.Object({
+  delivered: Type.Boolean({ description: 'The receiver answered 2xx' }),
+  statusCode: Nullable(Type.Integer({ description: "The receiver's HTTP status; null when none came" })),
+  error: Nullable(Type.String({ description: 'Why it was not delivered' })),
+  deliveryId: Type.String({ description: 'Its entry in the delivery log' }),
+  eventId: Type.String({ description: 'The simulated event, as in the body sent' }),
+});
+const ListQuery = Type.Object({
+  status: Type.Optional(
+    Type.String({
+      enum: [...DELIVERY_STATUSES],
+      errorMessage: `Status must be one of ${DELIVERY_STATUSES.join(', ')}`,
+    }),
+  ),
+  event: Type.Optional(Type.String({ description: 'Event name, e.g. invoice.confirmed' })),
+  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
+  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+});
+const IdParams = Type.Object({ id: Type.String() });
+
+const EVENT_TYPE_MESSAGE = `eventType must be one of ${WEBHOOK_EVENT_TYPES.join(', ')}`;
+const isEventType = (value: unknown): value is WebhookEventType =>
+  typeof value === 'string' && (WEBHOOK_EVENT_TYPES as readonly string[]).includes(value);
+
+export interface WebhookRouteDeps {
+  worker: WebhookDeliveryWorker;
+  policy: WebhookTargetPolicy;
+}
+
+export async function webhookRoutes(scope: FastifyInstance, ctx: RouteContext, webhooks: WebhookRouteDeps) {
+  const app = scope.withTypeProvider<TypeBoxTypeProvider>();
+  const { auth, db } = ctx;
+  const { worker, policy } = webhooks;
+  const security = [{ apiKey: [] }];
+  const onRequest = auth.merchant('webhooks:write');
+
+  app.post(
+    '/api/v1/webhooks/test',
+    {
+      onRequest,
+      schema: {
+        tags: ['webhooks'],
+        summary: 'Send a simulated, genuinely signed event to a URL now, and log it',
+        security,
+        body: TestBody,
+        response: { 200: Type.Object({ data: TestResult }) },
+      },
+    },
+    async (request) => {
+      const { webhookUrl, eventType } = request.body ?? {};
+      if (typeof webhookUrl !== 'string') throw badRequest('Invalid webhook URL format');
+      if (!isEventType(eventType)) throw badRequest(EVENT_TYPE_MESSAGE);
+      const literal = webhookUrlProblem(webhookUrl, policy);
+      if (literal) throw badRequest(literal);
+      // Resolved here too, so a name pointing inside gets the contract's 400
+      // instead of a logged failure; the sender checks again when it connects.
+      const target = await checkWebhookTarget(webhookUrl, policy);
+      if (!target.ok && target.kind === 'refused') throw badRequest(target.problem);
+      const merchantId = request.caller!.merchantId;
+      const eventId = randomUUID();
+      const { delivery, result } = await worker.sendNow({
+        eventId,
+        event: eventType,
+        merchantId,
+        url: webhookUrl,
+        payload: sampleWebhookEvent(eventType, eventId, merchantId, new Date()),
+      });
+      return {
+        data: {
+          delivered: result.ok,
+          statusCode: result.statusCode,
+          error: result.error,
+          deliveryId: delivery.id,
+          eventId,
+        },
+      };
+    },
+  );
+
+  app.get(
+    '/api/v1/webhooks/deliveries',
+    {
+      onRequest,
+      schema: {
+        tags: ['webhooks'],
+        summary: "The merchant's webhook deliveries, newest first",
+        security,
+        querystring: ListQuery,
+        response: { 200: Type.Object({ data: Type.Array(DeliverySchema), pagination: Pagination }) },
+      },
+    },
+    async (request) => {
+      const { limit, page } = pageOf(request.query);
+      const { items, total } = await listWebhookDeliveries(db, request.caller!.merchantId, {
+        status: request.query.status,
+        event: request.query.event,
+        limit,
+        page,
+      });
+      return { data: items, pagination: { total, page, limit, totalPages: Math.ceil(total / limit) } };
+    },
+  );
+
+  app.get(
+    '/api/v1/webhooks/deliveries/:id',
+    {
+      onRequest,
+      schema: {
+        tags: ['webhooks'],
+        summary: 'A webhook delivery with every attempt made',
+        security,
+        params: IdParams,
+        response: {
+          200: Type.Object({
+            data: Type.Object({ ...DeliverySchema.properties, attemptLog: Type.Array(AttemptSchema) }),
+          }),
+        },
+      },
+    },
+    async (request) => {
+      const delivery = await findWebhookDelivery(db, request.params.id, request.caller!.merchantId);
+      if (!delivery) throw notFound('Webhook delivery not found');
+      return { data: delivery };
+    },
+  );
+
+  app.post(
+    '/api/v1/webhooks/deliveries/:id/redeliver',
+    {
+      onRequest,
+      schema: {
+        tags: ['webhooks'],
+        summary: 'Send a delivery again: a new attempt series, due now',
+        security,
+        params: IdParams,
+        response: { 200: Type.Object({ data: DeliverySchema }) },
+      },
+    },
+    async (request) => ({ data: await worker.redeliver(request.params.id, request.caller!.merchantId) }),
+  );
+}
+
+/**
+ * A simulated event of the given type in the envelope real events use
+ * ({ eventId, event, createdAt, data }), marked `test: true`, with a sample
+ * invoice or subscriber of the real shape, so receivers can exercise their
+ * whole handler, signature check included.
+ */
+export function sampleWebhookEvent(event: WebhookEventType, eventId: string, merchantId: string, now: Date) {
+  const createdAt = now.toISOString();
+  const data = event.startsWith('subscriber.')
+    ? { subscriber: sampleSubscriber(event, merchantId, now) }
+    : { invoice: sampleInvoice(event, merchantId, now) };
+  return { eventId, event, createdAt, test: true, data };
+}
+
+function sampleInvoice(event: WebhookEventType, merchantId: string, now: Date) {
+  const status: Record<string, string> = {
+    'invoice.confirmed': 'confirmed',
+    'invoice.settled': 'settled',
+    'invoice.overpaid': 'confirmed',
+    'invoice.underpaid': 'partial',
+    'invoice.expired': 'expired',
+  };
+  const received: Record<string, string> = {
+    'invoice.overpaid': '30.00000000',
+    'invoice.underpaid': '12.50000000',
+    'invoice.expired': '0.00000000',
+  };
+  const totalReceivedAmount = received[event] ?? '25.00000000';
+  const paid = totalReceivedAmount !== '0.00000000';
+  return {
+    id: randomUUID(),
+    merchantId,
+    amount: '25.00',
+    currency: 'USD',
+    status: status[event] ?? 'confirmed',
+    description: 'Test invoice',
+    expiresAt: new Date(now.getTime() + 30 * 60_000).toISOString(),
+    createdAt: new Date(now.getTime() - 10 * 60_000).toISOString(),
+    updatedAt: now.toISOString(),
+    metadata: { orderId: 'test_order_123' },
+    chain: 'tron',
+    cryptoCurrency: 'USDT',
+    cryptoAmount: '25.00000000',
+    totalReceivedAmount,
+    remainingAmount:
+      event === 'invoice.underpaid' ? '12.50000000' : event === 'invoice.expired' ? '25.00000000' : '0.00000000',
+    paymentIssueType: event === 'invoice.overpaid' ? 'overpaid' : event === 'invoice.underpaid' ? 'underpaid' : null,
+    txHash: paid ? `test_${randomUUID().replace(/-/g, '')}` : null,
+    settledAmount: event === 'invoice.settled' ? '24.75000000' : null,
+  };
+}
+
+function sampleSubscriber(event: WebhookEventType, merchantId: string, now: Date) {
+  const day = 24 * 60 * 60_000;
+  return {
+    id: randomUUID(),
+    merchantId,
+    planId: randomUUID(),
+    email: 'subscriber@example.com',
+    externalId: 'test_customer_123',
+    status: event === 'subscriber.activated' ? 'active' : 'pending',
+    currentPeriodStart: now.toISOString(),
+    currentPeriodEnd: new Date(now.getTime() + 30 * day).toISOString(),
+    gracePeriodEndsAt: new Date(now.getTime() + 3 * day).toISOString(),
+    cancelAtEnd: false,
+    metadata: { plan: 'test' },
+    createdAt: now.toISOString(),
+  };
+}

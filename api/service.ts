@@ -1,0 +1,205 @@
+// The composition root: opens the stores, starts the projectors, process
+// managers, chain watchers and timers, and builds the HTTP application.
+// main.ts runs it as a process; tests run it in-process.
+import type { FastifyBaseLogger } from 'fastify';
+import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { systemClock, type Clock } from '../adapters/clock.ts';
+import { withAppendCounter } from '../adapters/event-store/instrumented.ts';
+import type { EventStore } from '../adapters/event-store/port.ts';
+import { SqlEventStore } from '../adapters/event-store/sql.ts';
+import { DepositKeyring, depositAddressesFromKeyring } from '../adapters/keys/derivation.ts';
+import { CoinGeckoRateProvider } from '../adapters/rates/coingecko.ts';
+import { FixedRateProvider } from '../adapters/rates/fixed.ts';
+import type { RateProvider } from '../adapters/rates/port.ts';
+import { SandboxClock } from '../adapters/sandbox-clock.ts';
+import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
+import { ChainWatcher } from '../commands/chain-watcher.ts';
+import { ExpiryScheduler } from '../commands/expiry.ts';
+import { SettlementSweeper, settlementManager } from '../commands/settlements.ts';
+import type { ChainAdapter } from '../adapters/chains/port.ts';
+import { WebhookDeliveryWorker, migrateWebhookDeliveries } from '../commands/webhook-delivery.ts';
+import { webhookEvents } from '../commands/webhook-events.ts';
+import { settlementsProjector } from '../projections/settlements.ts';
+import { LiveInvoiceStatus } from '../projections/live-status.ts';
+import { invoiceCommands } from '../commands/invoices.ts';
+import { merchantCommands, type MerchantCommands } from '../commands/merchants.ts';
+import { paymentCommands, paymentsToInvoices } from '../commands/payments.ts';
+import type { ChainName } from '../domain/catalogue.ts';
+import { ProjectionEngine } from '../projections/engine.ts';
+import { invoicesProjector } from '../projections/invoices.ts';
+import { merchantsProjector } from '../projections/merchants.ts';
+import { readModelMigrations } from '../projections/schema.ts';
+import { buildApp, type App } from './app.ts';
+import type { Config } from './config.ts';
+import { createMetrics } from './metrics.ts';
+import { createRateLimiter } from './rate-limit.ts';
+import type { Sandbox } from './routes/sandbox.ts';
+
+export const projectors = [merchantsProjector, invoicesProjector, settlementsProjector];
+
+/** Expired and cancelled invoices' addresses are watched this long for late payments. */
+const MONITORING_WINDOW_MS = 24 * 60 * 60 * 1000;
+
+export interface Service {
+  app: App;
+  store: EventStore;
+  merchants: MerchantCommands;
+  projections: ProjectionEngine;
+  database: SqlDatabase;
+  sandbox: Sandbox | undefined;
+  /** Stops accepting requests, lets the running ones finish, stops the workers, then closes the stores. */
+  close(): Promise<void>;
+}
+
+export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Promise<SqlDatabase> {
+  return config.databaseUrl ? openPostgres(config.databaseUrl) : openPglite(config.dataDir);
+}
+
+export async function startService(
+  config: Config,
+  secrets: { adminToken: string; walletMnemonic: string },
+  logger: FastifyBaseLogger | boolean,
+): Promise<Service> {
+  const log = typeof logger === 'object' ? logger : undefined;
+  const database = await openDatabase(config);
+  const metrics = createMetrics();
+  const sqlStore = await SqlEventStore.open(database);
+  const store = withAppendCounter(sqlStore, () => metrics.appends.inc());
+  await ProjectionEngine.migrate(database, readModelMigrations);
+  await ChainWatcher.migrate(database);
+  await migrateWebhookDeliveries(database);
+
+  const production = config.appEnv === 'production';
+  const sandboxClock = production ? undefined : await SandboxClock.open(store);
+  const clock: Clock = sandboxClock ?? systemClock;
+  // Chains without a node run on the sandbox ledger (never in production).
+  const sandboxChains = config.chains.filter((c) => !config.chainRpcUrls[c]);
+  const ledgers = new Map<ChainName, SandboxLedger>();
+  if (!production) {
+    for (const chain of sandboxChains) ledgers.set(chain, await SandboxLedger.open(store, chain, clock));
+  }
+  const fixedRates = config.rateProvider === 'fixed' ? await FixedRateProvider.open(store) : undefined;
+  const rates: RateProvider =
+    fixedRates ??
+    new CoinGeckoRateProvider({
+      baseUrl: config.coinGecko.baseUrl,
+      apiKey: config.coinGecko.apiKey,
+      onError: (error) => log?.warn({ err: error }, 'exchange rates could not be fetched'),
+    });
+
+  // The API side derives addresses watch-only from account public keys; the
+  // keyring (the signer's side) is only asked for Solana's hardened paths.
+  const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic);
+  const invoices = invoiceCommands({
+    store,
+    clock,
+    rates,
+    addresses: depositAddressesFromKeyring(keyring),
+    enabledChains: config.chains,
+  });
+
+  const settlementDeps = {
+    store,
+    clock,
+    chains: ledgers as ReadonlyMap<ChainName, ChainAdapter>,
+    platformFeeBps: config.platformFeeBps,
+    requiredConfirmations: config.requiredConfirmations,
+  };
+  const webhookPolicy = { production, allowPrivateTargets: config.webhookAllowPrivateTargets };
+  const webhooks = new WebhookDeliveryWorker(database, {
+    policy: webhookPolicy,
+    onError: (error) => log?.error({ err: error }, 'webhook delivery failed'),
+  });
+  const projections = new ProjectionEngine(
+    database,
+    store,
+    [...projectors, paymentsToInvoices(store), settlementManager(settlementDeps, database.db), webhookEvents],
+    {
+      onBatch: (name, events) => {
+        metrics.projected.inc({ projection: name }, events);
+        // The outbox has new rows: send them now rather than at the next poll.
+        if (name === webhookEvents.name) webhooks.poke();
+      },
+      onError: (name, error) => log?.error({ err: error, projection: name }, 'projection failed'),
+    },
+  );
+  metrics.watch(projections);
+  projections.start();
+  webhooks.start();
+
+  const payments = paymentCommands(store, clock);
+  const watchers = [...ledgers.values()].map(
+    (ledger) =>
+      new ChainWatcher(ledger, database, payments, clock, {
+        requiredConfirmations: config.requiredConfirmations[ledger.chain],
+        monitoringWindowMs: MONITORING_WINDOW_MS,
+        pollMs: 1000,
+        settle: (position) => projections.waitFor(position, 30_000),
+        onError: (error) => log?.error({ err: error, chain: ledger.chain }, 'chain watcher step failed'),
+      }),
+  );
+  for (const watcher of watchers) watcher.start();
+  const expiry = new ExpiryScheduler(database.db, invoices, clock, {
+    onError: (error) => log?.error({ err: error }, 'expiry failed'),
+  });
+  expiry.start();
+  const sweeper = new SettlementSweeper(settlementDeps, database.db, {
+    onError: (error) => log?.error({ err: error }, 'settlement step failed'),
+  });
+  sweeper.start();
+  for (const ledger of ledgers.values()) ledger.onNewBlock(() => sweeper.poke());
+
+  const sandbox: Sandbox | undefined = sandboxClock && {
+    ledgers,
+    clock: sandboxClock,
+    rates: fixedRates,
+    clockAdvanced: () => {
+      expiry.poke();
+      for (const watcher of watchers) watcher.poke();
+    },
+  };
+
+  const live = new LiveInvoiceStatus(store, projections, database.db, (error) =>
+    log?.error({ err: error }, 'live status failed'),
+  );
+  await live.start();
+
+  const rateLimiter = config.rateLimits
+    ? createRateLimiter({ publicLimit: config.publicRateLimit, redisUrl: config.redisUrl })
+    : undefined;
+  const app = await buildApp({
+    config,
+    clock,
+    invoices,
+    sandbox,
+    live,
+    webhooks: { worker: webhooks, policy: webhookPolicy },
+    adminToken: secrets.adminToken,
+    database,
+    store,
+    projections,
+    metrics,
+    rateLimiter,
+    logger,
+  });
+  return {
+    app,
+    store,
+    merchants: merchantCommands(store),
+    projections,
+    database,
+    sandbox,
+    async close() {
+      await app.close();
+      await live.stop();
+      await expiry.stop();
+      await sweeper.stop();
+      await webhooks.stop();
+      await Promise.all(watchers.map((w) => w.stop()));
+      await projections.stop();
+      await rateLimiter?.close();
+      await store.close();
+      await database.close();
+    },
+  };
+}

@@ -1,0 +1,579 @@
+// The webhook outbox and the worker that empties it (DESIGN.md, "Webhooks").
+//
+// A webhook is written once, in the transaction of whatever caused it
+// (enqueueWebhook), as a `webhook_deliveries` row holding the exact JSON body
+// to send. The worker claims due rows, signs them with the merchant's CURRENT
+// secret, sends them and records every attempt in `webhook_attempts`, the
+// delivery log merchants read and redeliver from.
+//
+// Guarantees:
+// - At least once. A row is claimed with a lease (`locked_until`) before it is
+//   sent, so two workers, in one process or several sharing a PostgreSQL
+//   database, never send it at the same time. A crash between the send and the
+//   record leaves the lease to expire, and the delivery is sent again: receivers
+//   deduplicate on eventId (interface.md, "Delivery rules").
+// - Order per target: only the oldest pending delivery of a URL may be sent,
+//   and only while no other delivery of that URL is in flight; a delivery
+//   being retried holds back the later ones to its URL until it succeeds or is
+//   given up, while other URLs go on.
+// - Retries on network errors, timeouts, 408, 429 and 5xx, with growing delays
+//   over about three days (DEFAULT_RETRY_SCHEDULE); then `failed`. A refused
+//   target, a redirect or any other 4xx is final at once.
+import { randomUUID } from 'node:crypto';
+import { sql, type Generated, type Kysely, type Migration } from 'kysely';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
+import { migrate } from '../adapters/sql/migrate.ts';
+import { DEFAULT_TIMEOUT_MS, sendWebhook, type WebhookSendResult } from '../adapters/webhooks/sender.ts';
+import type { WebhookTargetPolicy } from '../adapters/webhooks/target.ts';
+import { DomainError } from '../domain/decider.ts';
+
+export type DeliveryStatus = 'pending' | 'succeeded' | 'failed';
+export const DELIVERY_STATUSES: readonly DeliveryStatus[] = ['pending', 'succeeded', 'failed'];
+
+export interface WebhookDeliveriesTable {
+  id: string;
+  /** Enqueue order, the order of deliveries to one URL; created_at can tie within a transaction. */
+  seq: Generated<string>;
+  merchant_id: string;
+  event_id: string;
+  event: string;
+  url: string;
+  /** The exact JSON body, signed and sent unchanged on every attempt. */
+  payload: string;
+  status: DeliveryStatus;
+  /** All attempts ever made, across redeliveries. */
+  attempts: number;
+  /** Attempts of the current series (since enqueue or the last redelivery): picks the next delay. */
+  series_attempts: number;
+  /** Bumped by each redelivery, so an attempt in flight during one does not close the new series. */
+  generation: number;
+  last_status_code: number | null;
+  last_error: string | null;
+  next_attempt_at: Date | null;
+  /** While in the future, a worker is sending this delivery. */
+  locked_until: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface WebhookAttemptsTable {
+  delivery_id: string;
+  attempt: number;
+  status_code: number | null;
+  error: string | null;
+  duration_ms: number;
+  attempted_at: Date;
+}
+
+export interface WebhookTables {
+  webhook_deliveries: WebhookDeliveriesTable;
+  webhook_attempts: WebhookAttemptsTable;
+}
+
+export const webhookMigrations: Record<string, Migration> = {
+  '0001_webhook_deliveries': {
+    async up(db) {
+      await db.schema
+        .createTable('webhook_deliveries')
+        .addColumn('id', 'uuid', (c) => c.primaryKey())
+        .addColumn('seq', 'bigserial', (c) => c.notNull())
+        .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+        .addColumn('event_id', 'uuid', (c) => c.notNull())
+        .addColumn('event', 'text', (c) => c.notNull())
+        .addColumn('url', 'text', (c) => c.notNull())
+        .addColumn('payload', 'text', (c) => c.notNull())
+        .addColumn('status', 'text', (c) => c.notNull())
+        .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('series_attempts', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('generation', 'integer', (c) => c.notNull().defaultTo(0))
+        .addColumn('last_status_code', 'integer')
+        .addColumn('last_error', 'text')
+        .addColumn('next_attempt_at', 'timestamptz')
+        .addColumn('locked_until', 'timestamptz')
+        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+        .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+        .addUniqueConstraint('webhook_deliveries_event_url', ['event_id', 'url'])
+        .execute();
+      // The worker's question: the oldest pending delivery of each URL.
+      await db.schema
+        .createIndex('webhook_deliveries_pending_by_url')
+        .on('webhook_deliveries')
+        .columns(['url', 'seq'])
+        .where(sql.ref('status'), '=', 'pending')
+        .execute();
+      // The merchant's question: their deliveries, newest first.
+      await db.schema
+        .createIndex('webhook_deliveries_by_merchant')
+        .on('webhook_deliveries')
+        .columns(['merchant_id', 'seq'])
+        .execute();
+      await db.schema
+        .createTable('webhook_attempts')
+        .addColumn('delivery_id', 'uuid', (c) => c.notNull().references('webhook_deliveries.id').onDelete('cascade'))
+        .addColumn('attempt', 'integer', (c) => c.notNull())
+        .addColumn('status_code', 'integer')
+        .addColumn('error', 'text')
+        .addColumn('duration_ms', 'integer', (c) => c.notNull())
+        .addColumn('attempted_at', 'timestamptz', (c) => c.notNull())
+        .addPrimaryKeyConstraint('webhook_attempts_pk', ['delivery_id', 'attempt'])
+        .execute();
+    },
+  },
+};
+
+/** Creates or updates the outbox tables; run before any projector can enqueue. */
+export async function migrateWebhookDeliveries(database: SqlDatabase): Promise<void> {
+  await migrate(database.db, 'webhook_migrations', webhookMigrations);
+}
+
+/**
+ * Delays after the 1st, 2nd, … failed attempt of a series: 12 attempts over
+ * about 2.9 days (10 s, 30 s, 2 min, 10 min, 30 min, 1 h, 3 h, 6 h, 12 h,
+ * 24 h, 24 h); after the last one the delivery is failed.
+ */
+export const DEFAULT_RETRY_SCHEDULE: readonly number[] = [
+  10_000, 30_000, 120_000, 600_000, 1_800_000, 3_600_000, 10_800_000, 21_600_000, 43_200_000, 86_400_000, 86_400_000,
+];
+
+export interface WebhookToEnqueue {
+  eventId: string;
+  event: string;
+  merchantId: string;
+  url: string;
+  payload: Record<string, unknown>;
+}
+
+/**
+ * Puts a webhook in the outbox, due now. Uses only `trx`, so it commits or
+ * rolls back with the caller's work (a projector's batch). Enqueueing the
+ * same (eventId, url) again adds nothing: a replayed event cannot send twice.
+ */
+export async function enqueueWebhook(trx: Kysely<any>, w: WebhookToEnqueue): Promise<void> {
+  const now = new Date();
+  await (trx as Kysely<WebhookTables>)
+    .insertInto('webhook_deliveries')
+    .values({
+      ...newDelivery(w, now),
+      next_attempt_at: now,
+    })
+    .onConflict((oc) => oc.columns(['event_id', 'url']).doNothing())
+    .execute();
+}
+
+function newDelivery(w: WebhookToEnqueue, now: Date) {
+  return {
+    id: randomUUID(),
+    merchant_id: w.merchantId,
+    event_id: w.eventId,
+    event: w.event,
+    url: w.url,
+    // Serialised once: every attempt signs and sends these very bytes.
+    payload: JSON.stringify(w.payload),
+    status: 'pending' as const,
+    attempts: 0,
+    series_attempts: 0,
+    generation: 0,
+    created_at: now,
+    updated_at: now,
+  };
+}
+
+export interface WebhookDeliveryView {
+  id: string;
+  eventId: string;
+  event: string;
+  url: string;
+  status: DeliveryStatus;
+  attempts: number;
+  lastStatusCode: number | null;
+  lastError: string | null;
+  nextAttemptAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+}
+
+export interface WebhookAttemptView {
+  attempt: number;
+  statusCode: number | null;
+  error: string | null;
+  durationMs: number;
+  attemptedAt: string;
+}
+
+const iso = (value: Date | string) => new Date(value).toISOString();
+
+export function deliveryView(row: Omit<WebhookDeliveriesTable, 'seq'>): WebhookDeliveryView {
+  return {
+    id: row.id,
+    eventId: row.event_id,
+    event: row.event,
+    url: row.url,
+    status: row.status,
+    attempts: row.attempts,
+    lastStatusCode: row.last_status_code,
+    lastError: row.last_error,
+    nextAttemptAt: row.status === 'pending' && row.next_attempt_at ? iso(row.next_attempt_at) : null,
+    createdAt: iso(row.created_at),
+    updatedAt: iso(row.updated_at),
+  };
+}
+
+const DELIVERY_COLUMNS = [
+  'id',
+  'merchant_id',
+  'event_id',
+  'event',
+  'url',
+  'payload',
+  'status',
+  'attempts',
+  'series_attempts',
+  'generation',
+  'last_status_code',
+  'last_error',
+  'next_attempt_at',
+  'locked_until',
+  'created_at',
+  'updated_at',
+] as const;
+
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const deliveryNotFound = () => new DomainError('not_found', 'Webhook delivery not found');
+
+/** A merchant's deliveries, newest first, one page of them. */
+export async function listWebhookDeliveries(
+  db: Kysely<any>,
+  merchantId: string,
+  query: { status?: string; event?: string; limit: number; page: number },
+): Promise<{ items: WebhookDeliveryView[]; total: number }> {
+  const base = (db as Kysely<WebhookTables>)
+    .selectFrom('webhook_deliveries')
+    .where('merchant_id', '=', merchantId)
+    .$if(query.status !== undefined, (q) => q.where('status', '=', query.status as DeliveryStatus))
+    .$if(query.event !== undefined, (q) => q.where('event', '=', query.event!));
+  const [rows, count] = await Promise.all([
+    base
+      .select(DELIVERY_COLUMNS)
+      .orderBy('seq', 'desc')
+      .limit(query.limit)
+      .offset((query.page - 1) * query.limit)
+      .execute(),
+    base.select((eb) => eb.fn.countAll<string>().as('total')).executeTakeFirstOrThrow(),
+  ]);
+  return { items: rows.map(deliveryView), total: Number(count.total) };
+}
+
+/** One of the merchant's deliveries with every attempt made, or undefined (also for another merchant's). */
+export async function findWebhookDelivery(
+  db: Kysely<any>,
+  id: string,
+  merchantId: string,
+): Promise<(WebhookDeliveryView & { attemptLog: WebhookAttemptView[] }) | undefined> {
+  if (!UUID.test(id)) return undefined;
+  const tables = db as Kysely<WebhookTables>;
+  const row = await tables
+    .selectFrom('webhook_deliveries')
+    .select(DELIVERY_COLUMNS)
+    .where('id', '=', id)
+    .where('merchant_id', '=', merchantId)
+    .executeTakeFirst();
+  if (!row) return undefined;
+  const attempts = await tables
+    .selectFrom('webhook_attempts')
+    .selectAll()
+    .where('delivery_id', '=', id)
+    .orderBy('attempt')
+    .execute();
+  return {
+    ...deliveryView(row),
+    attemptLog: attempts.map((a) => ({
+      attempt: a.attempt,
+      statusCode: a.status_code,
+      error: a.error,
+      durationMs: a.duration_ms,
+      attemptedAt: iso(a.attempted_at),
+    })),
+  };
+}
+
+export interface WebhookWorkerOptions {
+  policy: WebhookTargetPolicy;
+  /** The merchant's signing secret as it is now; the `merchants` read model by default. */
+  secretOf?: (merchantId: string) => Promise<string | undefined>;
+  /** Wall time: signature timestamps and delays follow it, never the sandbox business clock. */
+  now?: () => Date;
+  /** How often to look for due deliveries when nobody pokes. */
+  pollMs?: number;
+  /** Delays in ms after each failed attempt of a series; see DEFAULT_RETRY_SCHEDULE. */
+  schedule?: readonly number[];
+  /** Deliveries to different URLs sent at the same time. */
+  concurrency?: number;
+  timeoutMs?: number;
+  onError?: (error: unknown) => void;
+}
+
+interface Claimed {
+  id: string;
+  merchant_id: string;
+  url: string;
+  payload: string;
+  generation: number;
+  series_attempts: number;
+}
+
+/** Beyond the request timeout, time for DNS and the record before another worker may take over. */
+const LEASE_MARGIN_MS = 60_000;
+
+export class WebhookDeliveryWorker {
+  private readonly db: Kysely<WebhookTables>;
+  private readonly now: () => Date;
+  private readonly schedule: readonly number[];
+  private readonly concurrency: number;
+  private readonly timeoutMs: number;
+  private readonly secretOf: (merchantId: string) => Promise<string | undefined>;
+  private readonly inFlight = new Set<Promise<void>>();
+  private running = false;
+  private pumping: Promise<void> | undefined;
+  private again = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    database: SqlDatabase,
+    private readonly options: WebhookWorkerOptions,
+  ) {
+    this.db = database.db as Kysely<WebhookTables>;
+    this.now = options.now ?? (() => new Date());
+    this.schedule = options.schedule ?? DEFAULT_RETRY_SCHEDULE;
+    this.concurrency = options.concurrency ?? 8;
+    this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+    this.secretOf = options.secretOf ?? ((merchantId) => this.currentSecret(merchantId));
+  }
+
+  get policy(): WebhookTargetPolicy {
+    return this.options.policy;
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.timer = setInterval(() => this.poke(), this.options.pollMs ?? 1000);
+    this.timer.unref();
+    this.poke();
+  }
+
+  /** Stops claiming, and waits for the sends in flight to be recorded. */
+  async stop(): Promise<void> {
+    this.running = false;
+    clearInterval(this.timer);
+    await this.pumping;
+    await Promise.all(this.inFlight);
+  }
+
+  /** Looks for due deliveries now rather than at the next poll, e.g. after an enqueue. */
+  poke(): void {
+    if (!this.running) return;
+    if (this.pumping) {
+      this.again = true;
+      return;
+    }
+    this.pumping = this.pump().finally(() => {
+      this.pumping = undefined;
+    });
+  }
+
+  /** One round: claims what is due (up to `concurrency`), sends it, records it. Returns how many were sent. */
+  async deliverDue(): Promise<number> {
+    const claimed = await this.claim(this.concurrency);
+    await Promise.all(claimed.map((delivery) => this.attempt(delivery)));
+    return claimed.length;
+  }
+
+  /**
+   * Sends one webhook at once (the test endpoint): recorded in the log like
+   * any other, but one attempt only: it does not wait behind the URL's queue
+   * and is not retried; a failed one can be redelivered.
+   */
+  async sendNow(w: WebhookToEnqueue): Promise<{ delivery: WebhookDeliveryView; result: WebhookSendResult }> {
+    const now = this.now();
+    const row = {
+      ...newDelivery(w, now),
+      next_attempt_at: null,
+      locked_until: new Date(now.getTime() + this.timeoutMs + LEASE_MARGIN_MS),
+    };
+    await this.db.insertInto('webhook_deliveries').values(row).execute();
+    const result = await this.attempt(row, { oneShot: true });
+    const delivery = await this.db
+      .selectFrom('webhook_deliveries')
+      .select(DELIVERY_COLUMNS)
+      .where('id', '=', row.id)
+      .executeTakeFirstOrThrow();
+    return { delivery: deliveryView(delivery), result };
+  }
+
+  /**
+   * Starts a new attempt series, due now, whatever the delivery's status
+   * (a succeeded one is sent again). 404 for an unknown or another merchant's
+   * delivery. An attempt in flight keeps its lease, so it is not sent twice
+   * at once; the new series follows it.
+   */
+  async redeliver(deliveryId: string, merchantId: string): Promise<WebhookDeliveryView> {
+    if (!UUID.test(deliveryId)) throw deliveryNotFound();
+    const now = this.now();
+    const row = await this.db
+      .updateTable('webhook_deliveries')
+      .set((eb) => ({
+        status: 'pending',
+        next_attempt_at: now,
+        series_attempts: 0,
+        generation: eb('generation', '+', 1),
+        updated_at: now,
+      }))
+      .where('id', '=', deliveryId)
+      .where('merchant_id', '=', merchantId)
+      .returning(DELIVERY_COLUMNS)
+      .executeTakeFirst();
+    if (!row) throw deliveryNotFound();
+    this.poke();
+    return deliveryView(row);
+  }
+
+  private async pump(): Promise<void> {
+    do {
+      this.again = false;
+      const free = this.concurrency - this.inFlight.size;
+      if (free <= 0) return;
+      let claimed: Claimed[] = [];
+      try {
+        claimed = await this.claim(free);
+      } catch (error) {
+        this.options.onError?.(error);
+        return;
+      }
+      for (const delivery of claimed) {
+        const sending: Promise<void> = this.attempt(delivery)
+          .then(() => undefined)
+          .catch((error) => this.options.onError?.(error))
+          .finally(() => {
+            this.inFlight.delete(sending);
+            this.poke();
+          });
+        this.inFlight.add(sending);
+      }
+      // A full batch suggests more is due.
+      if (claimed.length === free) this.again = true;
+    } while (this.again && this.running);
+  }
+
+  /**
+   * Takes a lease on up to `limit` due deliveries, each the oldest pending
+   * one of its URL, of URLs with nothing in flight. The UPDATE re-checks the
+   * lease on the row it locks, so of two workers racing for a row only one
+   * gets it.
+   */
+  private async claim(limit: number): Promise<Claimed[]> {
+    const now = this.now();
+    const leaseEnd = new Date(now.getTime() + this.timeoutMs + LEASE_MARGIN_MS);
+    const { rows } = await sql<Claimed>`
+      update webhook_deliveries d
+         set locked_until = ${leaseEnd}, updated_at = ${now}
+       where d.id in (
+               select head.id
+                 from (select distinct on (url) id, url, next_attempt_at, locked_until
+                         from webhook_deliveries
+                        where status = 'pending'
+                        order by url, seq) head
+                where head.next_attempt_at <= ${now}
+                  and (head.locked_until is null or head.locked_until <= ${now})
+                  and not exists (select 1 from webhook_deliveries busy
+                                   where busy.url = head.url and busy.status = 'pending'
+                                     and busy.locked_until > ${now})
+                order by head.next_attempt_at
+                limit ${limit})
+         and d.status = 'pending'
+         and (d.locked_until is null or d.locked_until <= ${now})
+      returning d.id, d.merchant_id, d.url, d.payload, d.generation, d.series_attempts`.execute(this.db);
+    return rows;
+  }
+
+  /** Sends a claimed delivery with the merchant's current secret and records the outcome. */
+  private async attempt(delivery: Claimed, mode: { oneShot?: boolean } = {}): Promise<WebhookSendResult> {
+    const secret = await this.secretOf(delivery.merchant_id);
+    const result: WebhookSendResult =
+      secret === undefined
+        ? { ok: false, statusCode: null, error: 'Merchant not found', retryable: false, durationMs: 0 }
+        : await sendWebhook({
+            url: delivery.url,
+            rawBody: delivery.payload,
+            secret,
+            policy: this.options.policy,
+            timeoutMs: this.timeoutMs,
+            now: () => this.now().getTime(),
+          });
+    await this.record(delivery, result, mode.oneShot ?? false);
+    return result;
+  }
+
+  /** Writes the attempt to the log and moves the delivery on: succeeded, retried later, or failed. */
+  private async record(delivery: Claimed, result: WebhookSendResult, oneShot: boolean): Promise<void> {
+    const now = this.now();
+    await this.db.transaction().execute(async (trx) => {
+      const current = await trx
+        .selectFrom('webhook_deliveries')
+        .select(['attempts', 'generation'])
+        .where('id', '=', delivery.id)
+        .forUpdate()
+        .executeTakeFirst();
+      if (!current) return;
+      const attempt = current.attempts + 1;
+      // Redelivered while this attempt was in flight: the new series is still to come.
+      const next =
+        current.generation === delivery.generation
+          ? this.nextStep(result, delivery.series_attempts + 1, now, oneShot)
+          : {};
+      await trx
+        .updateTable('webhook_deliveries')
+        .set({
+          attempts: attempt,
+          last_status_code: result.statusCode,
+          last_error: result.error,
+          locked_until: null,
+          updated_at: now,
+          ...next,
+        })
+        .where('id', '=', delivery.id)
+        .execute();
+      await trx
+        .insertInto('webhook_attempts')
+        .values({
+          delivery_id: delivery.id,
+          attempt,
+          status_code: result.statusCode,
+          error: result.error,
+          duration_ms: result.durationMs,
+          attempted_at: now,
+        })
+        .execute();
+    });
+  }
+
+  private nextStep(result: WebhookSendResult, seriesAttempts: number, now: Date, oneShot: boolean) {
+    const done = { series_attempts: seriesAttempts, next_attempt_at: null };
+    if (result.ok) return { ...done, status: 'succeeded' as const };
+    const delay = result.retryable && !oneShot ? this.schedule[seriesAttempts - 1] : undefined;
+    if (delay === undefined) return { ...done, status: 'failed' as const };
+    return {
+      series_attempts: seriesAttempts,
+      status: 'pending' as const,
+      next_attempt_at: new Date(now.getTime() + delay),
+    };
+  }
+
+  private async currentSecret(merchantId: string): Promise<string | undefined> {
+    const row = await (this.db as unknown as Kysely<{ merchants: { id: string; webhook_secret: string } }>)
+      .selectFrom('merchants')
+      .select('webhook_secret')
+      .where('id', '=', merchantId)
+      .executeTakeFirst();
+    return row?.webhook_secret;
+  }
+}

@@ -1,0 +1,334 @@
+/// <reference lib="dom" />
+// The checkout page's script, run in the customer's browser. Served by
+// api/routes/checkout.ts, transpiled from this file at start-up; type imports
+// are erased, so the page stays one self-contained module with no bundler.
+//
+// It lets the customer pick a token, then a chain carrying it, asks for the
+// deposit address, and follows the invoice live: WebSocket first, polling the
+// public status endpoint every 5 s if the socket fails.
+import type { CheckoutData, CheckoutPayment } from '../routes/checkout.ts';
+import type { TokenListing } from '../../domain/catalogue.ts';
+import type { InvoiceStatusView } from '../../projections/invoice-queries.ts';
+
+const POLL_MS = 5_000;
+/** Long enough to read "Payment complete" before leaving for the merchant's page. */
+const RETURN_DELAY_MS = 2_500;
+const COPY_FEEDBACK_MS = 3_000;
+/** Close code of /ws/invoices/{id} once the invoice is settled or expired (api/routes/live.ts). */
+const CLOSE_FINAL = 4000;
+const CLOSE_NOT_FOUND = 4404;
+
+function element<T extends HTMLElement = HTMLElement>(id: string): T {
+  const found = document.getElementById(id);
+  if (!found) throw new Error(`#${id} is missing from the page`);
+  return found as T;
+}
+const optional = <T extends HTMLElement = HTMLElement>(id: string) => document.getElementById(id) as T | null;
+
+const data = JSON.parse(element('checkout-data').textContent ?? '{}') as CheckoutData;
+const invoiceId = data.invoiceId;
+/** Business time minus wall time: the countdown follows the service's clock, which the sandbox can move. */
+const clockOffset = new Date(data.serverNow).getTime() - Date.now();
+
+let current: InvoiceStatusView = data.status;
+let payment: CheckoutPayment | null = null;
+let tokens: TokenListing[] = [];
+let leaving = false;
+
+const isFinal = (s: InvoiceStatusView) => s.status === 'settled' || s.status === 'expired';
+const isOpen = (s: InvoiceStatusView) => s.status === 'pending' || s.status === 'partial';
+
+// ---- Status --------------------------------------------------------------
+
+function statusMessage(s: InvoiceStatusView): string {
+  const received = `${s.totalReceivedAmount} ${s.totalReceivedCurrency}`;
+  switch (s.status) {
+    case 'expired':
+      return 'This invoice has expired. Please do not send a payment to it.';
+    case 'settled':
+      return 'Payment complete. Thank you!';
+    case 'confirmed':
+      return 'Payment confirmed. Finishing up…';
+    case 'partial':
+      return `Partial payment received: ${received}. Please send the remaining ${s.remainingAmount} ${s.totalReceivedCurrency} to the same address.`;
+  }
+  if (s.paymentStatus === 'detected') return 'Payment detected. Waiting for network confirmations…';
+  return payment ? 'Waiting for your payment…' : 'Choose a token and network to pay.';
+}
+
+function notice(s: InvoiceStatusView): string {
+  const m = s.mismatchPayment;
+  if (s.paymentIssueType === 'wrong_token' && m) {
+    return `We received ${m.amount} ${m.actualCurrency}, but this invoice is paid in ${m.currency}. That payment does not count towards it; please contact ${s.merchantName}.`;
+  }
+  if (s.paymentIssueType === 'overpaid') {
+    return `You sent more than the amount due (${s.totalReceivedAmount} ${s.totalReceivedCurrency} received). Please contact ${s.merchantName} about the difference.`;
+  }
+  return '';
+}
+
+/** Sets text only when it changes, so the live regions announce changes, not repeats. */
+function setText(target: HTMLElement, text: string) {
+  if (target.textContent !== text) target.textContent = text;
+}
+
+function showStatus(s: InvoiceStatusView) {
+  current = s;
+  const text = element('status-text');
+  text.dataset['state'] = s.status;
+  setText(text, statusMessage(s));
+
+  const counting = isOpen(s) && s.hasDetectedPayment && s.requiredConfirmations > 0;
+  element('confirmations').hidden = !counting;
+  if (counting) {
+    const progress = element<HTMLProgressElement>('confirmations-progress');
+    progress.max = s.requiredConfirmations;
+    progress.value = Math.min(s.confirmations, s.requiredConfirmations);
+    setText(element('confirmations-label'), `Confirmations: ${s.confirmations} of ${s.requiredConfirmations}`);
+  }
+
+  const issue = notice(s);
+  const noticeElement = element('notice');
+  noticeElement.hidden = issue === '';
+  setText(noticeElement, issue);
+
+  // The same address takes the rest of a partial payment: show what is still owed there.
+  if (s.status === 'partial' && payment) showAmount(s.remainingAmount, s.totalReceivedCurrency);
+  showSections(s);
+  if (s.status === 'settled') returnToMerchant(s.returnUrl);
+}
+
+/** Money is still owed: nothing arrived yet, or only part of it (wrong-token payments do not count). */
+const awaitingMoney = (s: InvoiceStatusView) =>
+  s.status === 'partial' || (s.status === 'pending' && !s.hasDetectedPayment);
+
+/**
+ * The picker only while no payment has locked the invoice to a token; the
+ * address only while money is owed, so that nobody pays twice.
+ */
+function showSections(s: InvoiceStatusView) {
+  const picker = optional('picker');
+  if (picker && !(s.status === 'pending' && !s.hasDetectedPayment)) picker.hidden = true;
+  const details = optional('payment');
+  if (details && payment) details.hidden = !awaitingMoney(s);
+  const countdown = optional('countdown');
+  if (countdown && !isOpen(s)) countdown.hidden = true;
+}
+
+/** Only http(s) URLs are followed, even though the server already filters them. */
+function safeReturnUrl(url: string | null): string | null {
+  if (!url) return null;
+  try {
+    const parsed = new URL(url);
+    return parsed.protocol === 'https:' || parsed.protocol === 'http:' ? parsed.href : null;
+  } catch {
+    return null;
+  }
+}
+
+/** A link back, and an automatic return when the payment completes while the customer watches. */
+function returnToMerchant(url: string | null) {
+  const target = safeReturnUrl(url);
+  if (!target || leaving) return;
+  leaving = true;
+  element<HTMLAnchorElement>('return-link').href = target;
+  element('return').hidden = false;
+  // Someone opening the page of an invoice settled long ago just gets the link.
+  if (data.status.status !== 'settled') setTimeout(() => window.location.assign(target), RETURN_DELAY_MS);
+}
+
+// ---- Following the invoice: WebSocket, then polling --------------------------
+
+function follow() {
+  const scheme = window.location.protocol === 'https:' ? 'wss:' : 'ws:';
+  let socket: WebSocket;
+  try {
+    socket = new WebSocket(`${scheme}//${window.location.host}/ws/invoices/${encodeURIComponent(invoiceId)}`);
+  } catch {
+    return poll();
+  }
+  socket.addEventListener('message', (event) => {
+    const message = JSON.parse(String(event.data)) as { type?: string; data?: InvoiceStatusView };
+    if (message.type === 'status' && message.data) showStatus(message.data);
+  });
+  // "error" is always followed by "close": the fallback is decided there, once.
+  socket.addEventListener('close', (event) => {
+    if (event.code === CLOSE_FINAL || event.code === CLOSE_NOT_FOUND || isFinal(current)) return;
+    poll();
+  });
+}
+
+function poll() {
+  const timer = setInterval(async () => {
+    try {
+      const response = await fetch(`/api/v1/invoices/${encodeURIComponent(invoiceId)}/status`, {
+        headers: { accept: 'application/json' },
+      });
+      if (!response.ok) return;
+      showStatus(((await response.json()) as { data: InvoiceStatusView }).data);
+      if (isFinal(current)) clearInterval(timer);
+    } catch {
+      // offline for a moment: the next tick tries again
+    }
+  }, POLL_MS);
+}
+
+// ---- Countdown ---------------------------------------------------------------
+
+function startCountdown() {
+  const countdown = optional('countdown');
+  const time = optional('countdown-time');
+  if (!countdown || !time || !current.expiresAt) return;
+  const expiresAt = new Date(current.expiresAt).getTime();
+  countdown.hidden = false;
+  const tick = () => {
+    const left = Math.max(0, Math.floor((expiresAt - (Date.now() + clockOffset)) / 1000));
+    const hours = Math.floor(left / 3600);
+    const minutes = Math.floor((left % 3600) / 60);
+    const seconds = String(left % 60).padStart(2, '0');
+    time.textContent = hours > 0 ? `${hours} h ${String(minutes).padStart(2, '0')} min` : `${minutes}:${seconds}`;
+    if (left === 0 || !isOpen(current)) clearInterval(timer);
+  };
+  const timer = setInterval(tick, 1000);
+  tick();
+}
+
+// ---- Picking a token and chain -----------------------------------------------
+
+function option(value: string, label: string): HTMLOptionElement {
+  const o = document.createElement('option');
+  o.value = value;
+  o.textContent = label;
+  return o;
+}
+
+async function loadTokens() {
+  const response = await fetch('/api/v1/tokens', { headers: { accept: 'application/json' } });
+  if (!response.ok) throw new Error('The list of tokens could not be loaded. Please reload the page.');
+  tokens = ((await response.json()) as { data: TokenListing[] }).data;
+}
+
+const chainName = (chain: string) => tokens.flatMap((t) => t.chains).find((c) => c.chain === chain)?.chainName ?? chain;
+
+function showPicker() {
+  const token = element<HTMLSelectElement>('token');
+  const chain = element<HTMLSelectElement>('chain');
+  const submit = element<HTMLButtonElement>('picker-submit');
+  token.replaceChildren(
+    option('', 'Choose a token'),
+    ...tokens.map((t) => option(t.symbol, `${t.symbol} — ${t.name}`)),
+  );
+  token.addEventListener('change', () => {
+    const chains = tokens.find((t) => t.symbol === token.value)?.chains ?? [];
+    chain.replaceChildren(
+      option('', chains.length > 0 ? 'Choose a network' : 'Choose a token first'),
+      ...chains.map((c) => option(c.chain, c.chainName)),
+    );
+    // One network only: nothing to choose.
+    if (chains.length === 1) chain.value = chains[0]!.chain;
+    chain.disabled = chains.length === 0;
+    submit.disabled = chain.value === '';
+  });
+  chain.addEventListener('change', () => (submit.disabled = chain.value === ''));
+  element<HTMLFormElement>('picker-form').addEventListener('submit', (event) => {
+    event.preventDefault();
+    if (token.value && chain.value) void requestAddress(chain.value, token.value);
+  });
+  element('picker').hidden = false;
+}
+
+function showPickerError(message: string) {
+  const error = element('picker-error');
+  error.textContent = message;
+  error.hidden = false;
+}
+
+async function requestAddress(chain: string, token: string) {
+  const submit = element<HTMLButtonElement>('picker-submit');
+  submit.disabled = true;
+  element('picker-error').hidden = true;
+  try {
+    const response = await fetch(`/api/v1/invoices/${encodeURIComponent(invoiceId)}/addresses`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', accept: 'application/json' },
+      body: JSON.stringify({ chain, token }),
+    });
+    const body = (await response.json()) as { data?: CheckoutPayment; message?: string };
+    if (!response.ok || !body.data) throw new Error(body.message ?? 'The payment address could not be created.');
+    showPayment(body.data);
+    element('payment-title').focus();
+  } catch (error) {
+    showPickerError(error instanceof Error ? error.message : String(error));
+  } finally {
+    submit.disabled = false;
+  }
+}
+
+// ---- Payment details -----------------------------------------------------------
+
+function showAmount(amount: string, currency: string) {
+  setText(element('crypto-amount'), amount);
+  setText(element('crypto-currency'), currency);
+  setText(element('hint-currency'), currency);
+}
+
+function showPayment(chosen: CheckoutPayment) {
+  payment = chosen;
+  showAmount(chosen.cryptoAmount, chosen.cryptoCurrency);
+  setText(element('network-name'), chainName(chosen.chain));
+  setText(element('address'), chosen.address);
+  const qr = element<HTMLImageElement>('qr');
+  if (chosen.qrCode.startsWith('data:image/png;base64,')) qr.src = chosen.qrCode;
+  element('payment').hidden = false;
+  showStatus(current);
+}
+
+async function copy(button: HTMLButtonElement) {
+  const source = element(button.dataset['copy'] ?? '');
+  const feedback = element('copy-feedback');
+  const what = button.dataset['copy'] === 'address' ? 'Address' : 'Amount';
+  try {
+    if (!navigator.clipboard) throw new Error('no clipboard');
+    await navigator.clipboard.writeText(source.textContent ?? '');
+    feedback.textContent = `${what} copied`;
+    button.textContent = 'Copied';
+  } catch {
+    // No clipboard (an insecure page, or permission refused): select the text
+    // so that the customer can copy it by hand.
+    const range = document.createRange();
+    range.selectNodeContents(source);
+    window.getSelection()?.removeAllRanges();
+    window.getSelection()?.addRange(range);
+    feedback.textContent = `${what} selected: copy it with your device's copy command`;
+  }
+  setTimeout(() => {
+    feedback.textContent = '';
+    button.textContent = `Copy ${what.toLowerCase()}`;
+  }, COPY_FEEDBACK_MS);
+}
+
+// ---- Start -----------------------------------------------------------------
+
+async function start() {
+  showStatus(current);
+  if (isFinal(current)) return;
+  follow();
+  if (!isOpen(current)) return;
+  startCountdown();
+  for (const button of document.querySelectorAll<HTMLButtonElement>('button.copy')) {
+    button.addEventListener('click', () => void copy(button));
+  }
+  let problem: string | null = null;
+  try {
+    await loadTokens();
+  } catch (error) {
+    problem = error instanceof Error ? error.message : String(error);
+  }
+  // Without the token list a locked address is still shown, with the chain's identifier as its name.
+  if (data.payment) return showPayment(data.payment);
+  if (current.status !== 'pending' || current.hasDetectedPayment) return;
+  showPicker();
+  if (problem) showPickerError(problem);
+}
+
+void start();

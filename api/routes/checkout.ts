@@ -1,0 +1,265 @@
+// The hosted checkout page (interface.md, "Hosted checkout"): GET /checkout/{id}
+// renders the invoice on the server; a small script served from the same
+// origin lets the customer pick token and chain, shows the deposit address and
+// follows the payment live. Nothing is loaded from another host, so the page
+// can run under a strict Content-Security-Policy.
+import { readFile } from 'node:fs/promises';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import ts from 'typescript';
+import { qrCodeDataUri } from '../../adapters/keys/qr.ts';
+import {
+  invoiceAddresses,
+  invoiceRow,
+  invoiceStatus,
+  type InvoiceStatusView,
+} from '../../projections/invoice-queries.ts';
+import type { RouteContext } from '../app.ts';
+import { UUID } from './query.ts';
+
+export const CHECKOUT_CSP =
+  "default-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; style-src 'self'; script-src 'self'";
+
+/** What the client script starts from, embedded in the page as JSON. */
+export interface CheckoutData {
+  invoiceId: string;
+  /** The business clock's now: in the sandbox it can run ahead of wall time, and the countdown must follow it. */
+  serverNow: string;
+  status: InvoiceStatusView;
+  /** The address being paid, once a payment has locked the invoice to one chain and token. */
+  payment: CheckoutPayment | null;
+}
+
+export interface CheckoutPayment {
+  address: string;
+  qrCode: string;
+  cryptoAmount: string;
+  cryptoCurrency: string;
+  chain: string;
+}
+
+// ---- HTML, escaped by default ----------------------------------------------
+
+/** Markup that is already safe; anything else put into `markup` is escaped. */
+class SafeHtml {
+  constructor(readonly value: string) {}
+  toString() {
+    return this.value;
+  }
+}
+
+const ESCAPES: Record<string, string> = { '&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;' };
+export const escapeHtml = (text: string) => text.replace(/[&<>"']/g, (c) => ESCAPES[c]!);
+
+type Part = SafeHtml | string | number | null | undefined | false | Part[];
+const render = (part: Part): string =>
+  Array.isArray(part)
+    ? part.map(render).join('')
+    : part instanceof SafeHtml
+      ? part.value
+      : part === null || part === undefined || part === false
+        ? ''
+        : escapeHtml(String(part));
+
+/** Template tag: every interpolated value is escaped unless it is itself `markup`. */
+function markup(strings: TemplateStringsArray, ...values: Part[]): SafeHtml {
+  return new SafeHtml(strings.reduce((out, s, i) => out + s + (i < values.length ? render(values[i]!) : ''), ''));
+}
+
+/** JSON inside <script type="application/json">: "<" escaped so no "</script>" can end it early. */
+const jsonForScript = (value: unknown) =>
+  new SafeHtml(
+    JSON.stringify(value)
+      .replace(/</g, '\\u003c')
+      .replace(/\u2028/g, '\\u2028')
+      .replace(/\u2029/g, '\\u2029'),
+  );
+
+/** The fiat amount for an English reader, e.g. "$1,234.50"; exact, never rounded to the currency's usual digits. */
+export function formatFiatAmount(amount: string, currency: string): string {
+  try {
+    const format = new Intl.NumberFormat('en', { style: 'currency', currency, maximumFractionDigits: 8 });
+    // Intl.NumberFormat takes decimal strings exactly (Node 20 and current
+    // browsers); the ES2022 typings only admit numbers.
+    return format.format(amount as unknown as number);
+  } catch {
+    return `${amount} ${currency}`;
+  }
+}
+
+function layout(title: string, body: SafeHtml, script: boolean): string {
+  return markup`<!doctype html>
+    <html lang="en">
+      <head>
+        <meta charset="utf-8" />
+        <meta name="viewport" content="width=device-width, initial-scale=1" />
+        <meta name="referrer" content="no-referrer" />
+        <title>${title}</title>
+        <link rel="icon" href="data:," />
+        <link rel="stylesheet" href="/checkout/assets/checkout.css" />
+        ${script && markup`<script type="module" src="/checkout/assets/checkout.js"></script>`}
+      </head>
+      <body>
+        ${body}
+      </body>
+    </html>
+`.value;
+}
+
+function checkoutPage(data: CheckoutData): string {
+  const { status } = data;
+  const amount = formatFiatAmount(status.amount, status.currency);
+  const open = status.status === 'pending' || status.status === 'partial';
+  const closedMessage =
+    status.status === 'expired'
+      ? 'This invoice has expired. Please do not send a payment to it.'
+      : status.status === 'settled'
+        ? 'This invoice is paid. Thank you!'
+        : status.status === 'confirmed'
+          ? 'Payment confirmed. Finishing up…'
+          : '';
+  const body = markup`<main class="checkout" id="checkout">
+    <header class="summary">
+      <p class="merchant" id="merchant-name">${status.merchantName}</p>
+      <h1 class="amount" id="fiat-amount">${amount}</h1>
+      ${status.description && markup`<p class="description">${status.description}</p>`}
+      ${open && status.expiresAt && markup`<p class="countdown" id="countdown" hidden>Time left to pay: <time id="countdown-time" datetime="${status.expiresAt}"></time></p>`}
+    </header>
+    <section class="status" aria-labelledby="status-title">
+      <h2 class="visually-hidden" id="status-title">Payment status</h2>
+      <p class="status-text" id="status-text" role="status" aria-live="polite" data-state="${status.status}">${closedMessage}</p>
+      <div class="confirmations" id="confirmations" hidden>
+        <label for="confirmations-progress" id="confirmations-label">Confirmations</label>
+        <progress id="confirmations-progress" max="1" value="0"></progress>
+      </div>
+      <p class="notice" id="notice" role="alert" hidden></p>
+      <p class="return" id="return" hidden><a id="return-link" href="#">Return to ${status.merchantName}</a></p>
+    </section>
+    ${
+      open &&
+      markup`<section class="picker" id="picker" aria-labelledby="picker-title" hidden>
+          <h2 id="picker-title">Choose how to pay</h2>
+          <form id="picker-form" novalidate>
+            <label for="token">Token</label>
+            <select id="token" name="token" required>
+              <option value="">Loading tokens…</option>
+            </select>
+            <label for="chain">Network</label>
+            <select id="chain" name="chain" required disabled>
+              <option value="">Choose a token first</option>
+            </select>
+            <button type="submit" id="picker-submit" disabled>Show payment details</button>
+            <p class="error" id="picker-error" role="alert" hidden></p>
+          </form>
+        </section>
+        <section class="payment" id="payment" aria-labelledby="payment-title" hidden>
+          <h2 id="payment-title" tabindex="-1">Send exactly</h2>
+          <div class="copyable">
+            <p class="crypto-amount"><span id="crypto-amount"></span> <span id="crypto-currency"></span></p>
+            <button type="button" class="copy" data-copy="crypto-amount">Copy amount</button>
+          </div>
+          <p class="network">on <strong id="network-name"></strong> to this address:</p>
+          <img class="qr" id="qr" alt="QR code of the deposit address" width="200" height="200" />
+          <div class="copyable">
+            <code class="address" id="address"></code>
+            <button type="button" class="copy" data-copy="address">Copy address</button>
+          </div>
+          <p class="copy-feedback" id="copy-feedback" role="status" aria-live="polite"></p>
+          <p class="hint">Send only <span id="hint-currency"></span> on this network. Other tokens are not counted.</p>
+        </section>
+        <noscript><p class="notice">This page needs JavaScript to choose a token and show the payment address.</p></noscript>`
+    }
+    <script type="application/json" id="checkout-data">${jsonForScript(data)}</script>
+  </main>`;
+  return layout(`Pay ${status.merchantName} — ${amount}`, body, true);
+}
+
+function notFoundPage(): string {
+  return layout(
+    'Invoice not found',
+    markup`<main class="checkout">
+      <h1>Invoice not found</h1>
+      <p>
+        There is no invoice at this address. Please check the link you were given, or ask the merchant for a new one.
+      </p>
+    </main>`,
+    false,
+  );
+}
+
+// ---- Assets ------------------------------------------------------------------
+
+/** The client script, transpiled once at start-up: no build step, no bundler. */
+async function clientScript(): Promise<string> {
+  const source = await readFile(new URL('../checkout/checkout.client.ts', import.meta.url), 'utf8');
+  return ts.transpileModule(source, {
+    compilerOptions: { target: ts.ScriptTarget.ES2020, module: ts.ModuleKind.ESNext, removeComments: true },
+  }).outputText;
+}
+
+const pageHeaders = (reply: FastifyReply) =>
+  reply
+    .header('Content-Security-Policy', CHECKOUT_CSP)
+    .header('X-Frame-Options', 'DENY')
+    .header('X-Content-Type-Options', 'nosniff')
+    .header('Referrer-Policy', 'no-referrer')
+    // The page shows live state: a cached copy would show a stale one.
+    .header('Cache-Control', 'no-store')
+    .type('text/html; charset=utf-8');
+
+// ---- Routes --------------------------------------------------------------------
+
+export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) {
+  const { auth, db, clock } = ctx;
+  const [script, stylesheet] = await Promise.all([
+    clientScript(),
+    readFile(new URL('../checkout/checkout.css', import.meta.url), 'utf8'),
+  ]);
+
+  /** The address a payment already went to: after the first payment the invoice can only be paid there. */
+  async function lockedPayment(id: string, status: InvoiceStatusView): Promise<CheckoutPayment | null> {
+    if (status.status !== 'partial') return null;
+    const row = await invoiceRow(db, id);
+    if (!row?.chain || !row.token) return null;
+    const address = (await invoiceAddresses(db, id)).find((a) => a.chain === row.chain && a.token === row.token);
+    if (!address) return null;
+    return {
+      address: address.address,
+      qrCode: await qrCodeDataUri(address.address),
+      cryptoAmount: row.crypto_amount ?? status.remainingAmount,
+      cryptoCurrency: address.token,
+      chain: address.chain,
+    };
+  }
+
+  scope.get<{ Params: { invoiceId: string } }>(
+    '/checkout/:invoiceId',
+    { onRequest: auth.public, schema: { hide: true } },
+    async (request, reply) => {
+      const id = request.params.invoiceId;
+      const status = UUID.test(id) ? await invoiceStatus(db, id) : undefined;
+      if (!status) return pageHeaders(reply).code(404).send(notFoundPage());
+      const data: CheckoutData = {
+        invoiceId: status.id,
+        serverNow: clock.now().toISOString(),
+        status,
+        payment: await lockedPayment(status.id, status),
+      };
+      return pageHeaders(reply).send(checkoutPage(data));
+    },
+  );
+
+  scope.get('/checkout/assets/checkout.js', { schema: { hide: true } }, async (_request, reply) =>
+    reply
+      .type('text/javascript; charset=utf-8')
+      .header('X-Content-Type-Options', 'nosniff')
+      .header('Cache-Control', 'no-cache')
+      .send(script),
+  );
+  scope.get('/checkout/assets/checkout.css', { schema: { hide: true } }, async (_request, reply) =>
+    reply
+      .type('text/css; charset=utf-8')
+      .header('X-Content-Type-Options', 'nosniff')
+      .header('Cache-Control', 'no-cache')
+      .send(stylesheet),
+  );
+}

@@ -1,0 +1,83 @@
+// GET /ws/invoices/{id}: the invoice's status, live. On connect the current
+// status object (the shape of GET /api/v1/invoices/{id}/status), then one
+// message on every change; the socket closes once the invoice is final.
+import websocket from '@fastify/websocket';
+import type { FastifyInstance } from 'fastify';
+import type { WebSocket } from 'ws';
+import { invoiceStatus, type InvoiceStatusView } from '../../projections/invoice-queries.ts';
+import type { LiveInvoiceStatus } from '../../projections/live-status.ts';
+import type { RouteContext } from '../app.ts';
+import { UUID } from './query.ts';
+
+/** Close codes, documented in the README and the OpenAPI document. */
+export const closeCodes = {
+  /** The invoice is settled or expired: no further change will come. */
+  final: 4000,
+  notFound: 4404,
+  /** The server is shutting down; reconnect or poll the status endpoint. */
+  goingAway: 1001,
+} as const;
+
+const isFinal = (status: InvoiceStatusView) => status.status === 'settled' || status.status === 'expired';
+const HEARTBEAT_MS = 30_000;
+
+export async function liveRoutes(app: FastifyInstance, { auth, db }: RouteContext, live: LiveInvoiceStatus) {
+  // Compression costs tens of kilobytes per socket; status messages are small.
+  await app.register(websocket, { options: { perMessageDeflate: false, maxPayload: 1024 } });
+
+  // Sockets that stop answering pings are dropped, so idle ones cost nothing for long.
+  const alive = new WeakSet<WebSocket>();
+  const heartbeat = setInterval(() => {
+    for (const socket of app.websocketServer.clients) {
+      if (!alive.has(socket)) {
+        socket.terminate();
+        continue;
+      }
+      alive.delete(socket);
+      socket.ping();
+    }
+  }, HEARTBEAT_MS);
+  heartbeat.unref();
+  app.addHook('onClose', async () => {
+    clearInterval(heartbeat);
+    for (const socket of app.websocketServer.clients) socket.close(closeCodes.goingAway, 'Server shutting down');
+  });
+
+  app.get<{ Params: { id: string } }>(
+    '/ws/invoices/:id',
+    {
+      websocket: true,
+      onRequest: auth.public,
+      schema: {
+        tags: ['public'],
+        summary:
+          'WebSocket of the invoice status: the status object on connect, then one per change ({"type":"status","data":{…}}); closes with 4000 when the invoice is settled or expired, 4404 when unknown',
+      },
+    },
+    async (socket, request) => {
+      alive.add(socket);
+      socket.on('pong', () => alive.add(socket));
+      socket.on('message', () => {}); // clients have nothing to say; messages are ignored
+      const id = request.params.id;
+      if (!UUID.test(id)) return socket.close(closeCodes.notFound, 'Invoice not found');
+      let last: string | undefined;
+      const send = (status: InvoiceStatusView) => {
+        const next = JSON.stringify(status);
+        if (next === last) return;
+        last = next;
+        socket.send(JSON.stringify({ type: 'status', data: status }));
+        if (isFinal(status)) socket.close(closeCodes.final, `Invoice is ${status.status}`);
+      };
+      // Watch before the first read, so that no change between the two is missed.
+      const unwatch = live.watch(id, send);
+      socket.on('close', unwatch);
+      const initial = await invoiceStatus(db, id);
+      if (!initial) {
+        unwatch();
+        return socket.close(closeCodes.notFound, 'Invoice not found');
+      }
+      // A change that arrived meanwhile is newer than this read and has been sent already.
+      if (last === undefined) send(initial);
+    },
+  );
+}

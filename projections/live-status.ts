@@ -1,0 +1,86 @@
+// Live invoice status for WebSocket clients, driven by the event log: each
+// event that touches a watched invoice is waited for in the read model, then
+// the status is read once and handed to every watcher of that invoice. No
+// watcher ever polls the database.
+import type { Kysely } from 'kysely';
+import type { EventStore, RecordedEvent, Subscription } from '../adapters/event-store/port.ts';
+import type { ProjectionEngine } from './engine.ts';
+import { invoiceStatus, type InvoiceStatusView } from './invoice-queries.ts';
+import type { ReadModelTables } from './schema.ts';
+
+export type StatusListener = (status: InvoiceStatusView) => void;
+
+export class LiveInvoiceStatus {
+  private readonly listeners = new Map<string, Set<StatusListener>>();
+  private subscription?: Subscription;
+
+  constructor(
+    private readonly store: EventStore,
+    private readonly projections: ProjectionEngine,
+    private readonly db: Kysely<ReadModelTables>,
+    private readonly onError: (error: unknown) => void = () => {},
+  ) {}
+
+  /** Follows the log from where the invoices read model stands. */
+  async start(): Promise<void> {
+    const after = await this.projections.checkpointOf('invoices');
+    this.subscription = this.store.subscribe({
+      after,
+      handler: (event) => this.handle(event),
+      onError: this.onError,
+    });
+  }
+
+  async stop(): Promise<void> {
+    await this.subscription?.stop();
+    this.listeners.clear();
+  }
+
+  /** Calls `listener` with every new status of the invoice; returns a function that stops it. */
+  watch(invoiceId: string, listener: StatusListener): () => void {
+    const set = this.listeners.get(invoiceId) ?? new Set();
+    set.add(listener);
+    this.listeners.set(invoiceId, set);
+    return () => {
+      set.delete(listener);
+      if (set.size === 0) this.listeners.delete(invoiceId);
+    };
+  }
+
+  get watchedInvoices(): number {
+    return this.listeners.size;
+  }
+
+  private async handle(event: RecordedEvent): Promise<void> {
+    if (this.listeners.size === 0) return;
+    const invoiceId = await this.invoiceOf(event);
+    if (!invoiceId || !this.listeners.has(invoiceId)) return;
+    await this.projections.waitFor(event.position, 30_000, ['invoices']);
+    const status = await invoiceStatus(this.db, invoiceId);
+    if (!status) return;
+    for (const listener of this.listeners.get(invoiceId) ?? []) {
+      try {
+        listener(status);
+      } catch (error) {
+        this.onError(error);
+      }
+    }
+  }
+
+  /** The invoice an event changes the status of, if any. */
+  private async invoiceOf(event: RecordedEvent): Promise<string | undefined> {
+    if (event.streamId.startsWith('invoice-')) return event.streamId.slice('invoice-'.length);
+    if (!event.streamId.startsWith('payment-')) return undefined;
+    // Confirmation counts show in the status; their events name only the payment.
+    const data = event.data as { invoiceId?: string; paymentId?: string };
+    if (data.invoiceId) return data.invoiceId;
+    if (!data.paymentId) return undefined;
+    await this.projections.waitFor(event.position, 30_000, ['invoices']);
+    const row = await this.db
+      .selectFrom('payments')
+      .select('invoice_id')
+      .where('payment_id', '=', data.paymentId)
+      .executeTakeFirst();
+    return row?.invoice_id;
+  }
+}

@@ -1,0 +1,150 @@
+// The HTTP API under load: POST /api/v1/payments and the public status
+// endpoint with 64 connections (autocannon), beside a bare fastify route doing
+// one primary-key select on the same database in the same run, on PGlite and
+// on PostgreSQL.
+import { spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import { WebSocket } from 'ws';
+import { freshPostgres } from '../support/postgres.ts';
+import type { BenchSuite } from './support.ts';
+import { formatMegabytes, formatRate, formatRatio, markdownTable } from './table.ts';
+
+const CONNECTIONS = 64;
+const root = fileURLToPath(new URL('../..', import.meta.url));
+
+interface Ready {
+  serviceUrl: string;
+  bareUrl: string;
+  key: string;
+  invoiceId: string;
+}
+
+interface Measured {
+  rps: number;
+  p50: number;
+  p99: number;
+  errors: number;
+}
+
+async function load(options: autocannon.Options): Promise<Measured> {
+  const result = await autocannon({ connections: CONNECTIONS, ...options });
+  return {
+    rps: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    errors: result.errors + result.timeouts + result.non2xx,
+  };
+}
+
+async function startServer(env: Record<string, string>) {
+  const child = spawn(process.execPath, ['--import', 'tsx', 'test/bench/http-server.ts'], {
+    cwd: root,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const ready = await new Promise<Ready>((resolve, reject) => {
+    const lines = createInterface({ input: child.stdout! });
+    lines.once('line', (line) => resolve(JSON.parse(line) as Ready));
+    child.once('exit', (code) => reject(new Error(`bench server exited with ${code}`)));
+  });
+  const rss = () => {
+    try {
+      return Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${child.pid}/status`, 'utf8'))?.[1]) * 1024;
+    } catch {
+      return NaN;
+    }
+  };
+  return {
+    ready,
+    rss,
+    stop: () =>
+      new Promise<void>((resolve) => {
+        child.once('exit', () => resolve());
+        child.kill('SIGTERM');
+      }),
+  };
+}
+
+const IDLE_SOCKETS = 2000;
+
+/** Server memory per idle socket: RSS with the sockets open minus RSS before, over their number. */
+async function idleSocketCost(serviceUrl: string, invoiceId: string, rss: () => number): Promise<string> {
+  const before = rss();
+  const url = `${serviceUrl.replace('http://', 'ws://')}/ws/invoices/${invoiceId}`;
+  const sockets: WebSocket[] = [];
+  for (let i = 0; i < IDLE_SOCKETS; i += 250) {
+    const batch = Array.from(
+      { length: Math.min(250, IDLE_SOCKETS - i) },
+      () =>
+        new Promise<WebSocket>((resolve, reject) => {
+          const socket = new WebSocket(url, { perMessageDeflate: false });
+          socket.once('message', () => resolve(socket));
+          socket.once('error', reject);
+        }),
+    );
+    sockets.push(...(await Promise.all(batch)));
+  }
+  await new Promise((r) => setTimeout(r, 1000));
+  const after = rss();
+  for (const socket of sockets) socket.close();
+  const perSocket = (after - before) / IDLE_SOCKETS;
+  return `server RSS ${formatMegabytes(before)} → ${formatMegabytes(after)} with ${IDLE_SOCKETS} open: about ${(perSocket / 1024).toFixed(1)} KB per idle socket`;
+}
+
+export const httpSuite: BenchSuite = {
+  name: 'HTTP API under load',
+  async run({ scale, targets }) {
+    const duration = Math.max(2, Math.round(10 * scale));
+    const rows: string[][] = [];
+    const notes: string[] = [];
+    const socketNotes: string[] = [];
+    for (const target of targets) {
+      if (target.skipped) {
+        notes.push(`- ${target.label}: ${target.skipped}`);
+        continue;
+      }
+      const postgres = target.engine === 'postgres' ? await freshPostgres() : undefined;
+      const server = await startServer(postgres ? { DATABASE_URL: postgres.url } : { DATA_DIR: 'memory://' });
+      try {
+        const { serviceUrl, bareUrl, key, invoiceId } = server.ready;
+        const baseline = await load({ url: `${bareUrl}/pk/${invoiceId}`, duration });
+        const status = await load({ url: `${serviceUrl}/api/v1/invoices/${invoiceId}/status`, duration });
+        const payments = await load({
+          url: `${serviceUrl}/api/v1/payments`,
+          method: 'POST',
+          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ amount: '10', currency: 'USD', chain: 'tron', token: 'USDT' }),
+          duration,
+        });
+        const row = (name: string, m: Measured) => [
+          target.label,
+          name,
+          formatRate(m.rps),
+          `${m.p50} ms`,
+          `${m.p99} ms`,
+          formatRatio(m.rps, baseline.rps),
+          String(m.errors),
+        ];
+        socketNotes.push(`- ${target.label}: ${await idleSocketCost(serviceUrl, invoiceId, server.rss)}`);
+        rows.push(row('bare route, one PK select (baseline)', baseline));
+        rows.push(row('GET /api/v1/invoices/{id}/status', status));
+        rows.push(row('POST /api/v1/payments', payments));
+        notes.push(`- ${target.label}: server RSS after the runs ${formatMegabytes(server.rss())}`);
+      } finally {
+        await server.stop();
+        await postgres?.drop();
+      }
+    }
+    console.log('\n## HTTP API under load (autocannon, 64 connections)\n');
+    console.log(
+      markdownTable(['database', 'request', 'requests/s', 'p50', 'p99', 'ratio to baseline', 'errors'], rows),
+    );
+    console.log(`\n${duration} s per run; the server runs in its own process, autocannon in this one.`);
+    for (const note of notes) console.log(note);
+    console.log(`\n## Idle WebSockets on /ws/invoices/{id} (${IDLE_SOCKETS} sockets on one invoice)\n`);
+    for (const note of socketNotes) console.log(note);
+  },
+};

@@ -1,0 +1,161 @@
+// Black-box: the real process, as `npm start` runs it, on an embedded store
+// in a temporary DATA_DIR.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { runCli, startProcess } from './support/process.ts';
+
+describe('the service process', () => {
+  let dataDir: string;
+  before(async () => {
+    dataDir = await mkdtemp(join(tmpdir(), 'invoicing-'));
+  });
+  after(() => rm(dataDir, { recursive: true, force: true }));
+
+  it('starts with no variable but DATA_DIR, prints the demo once, keeps data across a restart, and stops on SIGTERM', async () => {
+    const first = await startProcess({ DATA_DIR: dataDir });
+    const banner = first.output();
+    const adminToken = /admin token:\s+(\S+)/.exec(banner)?.[1];
+    const demoKey = /demo API key:\s+(pk_live_\S+)/.exec(banner)?.[1];
+    const webhookSecret = /demo webhook secret:\s+(\S+)/.exec(banner)?.[1];
+    assert.ok(adminToken && demoKey && webhookSecret, banner);
+
+    const created = await fetch(`${first.url}/admin/v1/merchants`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'Kept' }),
+    });
+    assert.equal(created.status, 201);
+    const merchant = ((await created.json()) as any).data;
+
+    const issued = await runCli(['key', 'create', merchant.id, '--permissions', 'invoices:read', '--url', first.url], {
+      DATA_DIR: dataDir,
+    });
+    assert.equal(issued.code, 0, issued.output);
+    const key = JSON.parse(issued.output).data;
+    assert.match(key.key, /^pk_live_/);
+    const revoked = await runCli(['key', 'revoke', key.id, '--url', first.url], { DATA_DIR: dataDir });
+    assert.equal(revoked.code, 0, revoked.output);
+
+    const second = await startProcess({ DATA_DIR: dataDir });
+    assert.equal(await second.exited, 1);
+    assert.match(second.output(), /DATA_DIR .* is in use by process \d+/);
+
+    assert.equal(await first.stop(), 0);
+    // Log lines never carry a secret (the banner above is the one deliberate print).
+    const logLines = first
+      .output()
+      .split('\n')
+      .filter((l) => l.startsWith('{'));
+    assert.ok(logLines.length > 0);
+    for (const secret of [adminToken, demoKey, webhookSecret, key.key]) {
+      assert.equal(
+        logLines.some((l) => l.includes(secret)),
+        false,
+        'a secret reached the logs',
+      );
+    }
+
+    const rebuilt = await runCli(['projections', 'rebuild'], { DATA_DIR: dataDir });
+    assert.equal(rebuilt.code, 0, rebuilt.output);
+    assert.match(rebuilt.output, /rebuilt merchants, invoices, [a-z, -]+: \d+ events in \d+ ms/);
+
+    const restarted = await startProcess({ DATA_DIR: dataDir });
+    try {
+      assert.doesNotMatch(restarted.output(), /demo API key/);
+      const read = await fetch(`${restarted.url}/admin/v1/merchants/${merchant.id}`, {
+        headers: { authorization: `Bearer ${adminToken}` },
+      });
+      assert.equal(read.status, 200);
+      assert.equal(((await read.json()) as any).data.name, 'Kept');
+      const keys = await fetch(`${restarted.url}/admin/v1/merchants/${merchant.id}/api-keys`, {
+        headers: { authorization: `Bearer ${adminToken}` },
+      });
+      const [listed] = ((await keys.json()) as any).data;
+      assert.equal(listed.id, key.id);
+      assert.ok(listed.revokedAt);
+    } finally {
+      assert.equal(await restarted.stop(), 0);
+    }
+  });
+
+  it('takes a payment from creation to confirmation on the sandbox, and keeps it across a restart', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'invoicing-flow-'));
+    const first = await startProcess({ DATA_DIR: dir });
+    const adminToken = /admin token:\s+(\S+)/.exec(first.output())![1]!;
+    const key = /demo API key:\s+(pk_live_\S+)/.exec(first.output())![1]!;
+    const call = async (url: string, method: string, path: string, token?: string, body?: unknown) => {
+      const res = await fetch(url + path, {
+        method,
+        headers: {
+          ...(token && { authorization: `Bearer ${token}` }),
+          ...(body !== undefined && { 'content-type': 'application/json' }),
+        },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      return { status: res.status, body: (await res.json()) as any };
+    };
+    try {
+      const created = await call(first.url, 'POST', '/api/v1/payments', key, {
+        amount: '25.00',
+        currency: 'USD',
+        chain: 'tron',
+        token: 'USDT',
+      });
+      assert.equal(created.status, 201);
+      const payment = created.body.data;
+      const paid = await call(first.url, 'POST', '/dev/v1/chains/tron/transfers', adminToken, {
+        to: payment.address,
+        amount: payment.cryptoAmount,
+        token: 'USDT',
+      });
+      assert.equal(paid.status, 201);
+      await call(first.url, 'POST', '/dev/v1/chains/tron/blocks', adminToken, { count: 18 });
+      const deadline = Date.now() + 15_000;
+      let status;
+      do {
+        status = (await call(first.url, 'GET', `/api/v1/invoices/${payment.paymentId}/status`)).body.data;
+        if (status.status === 'confirmed') break;
+        await new Promise((r) => setTimeout(r, 50));
+      } while (Date.now() < deadline);
+      assert.equal(status.status, 'confirmed');
+      assert.equal(status.confirmations, 19);
+      assert.equal(await first.stop(), 0);
+
+      const second = await startProcess({ DATA_DIR: dir });
+      try {
+        const after = (await call(second.url, 'GET', `/api/v1/invoices/${payment.paymentId}/status`)).body.data;
+        assert.equal(after.status, 'confirmed');
+        const mined = await call(second.url, 'POST', '/dev/v1/chains/tron/blocks', adminToken, { count: 1 });
+        assert.equal(mined.body.data.height, paid.body.data.blockNumber + 19, 'the sandbox ledger kept its blocks');
+      } finally {
+        assert.equal(await second.stop(), 0);
+      }
+    } finally {
+      if (first.child.exitCode === null) await first.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('stops on bad configuration with one line per problem and no stack trace', async () => {
+    const bad = await startProcess({ DATA_DIR: 'memory://', PORT: 'eighty', CHAINS: 'ethereum,dogecoin' });
+    assert.equal(await bad.exited, 1);
+    const lines = bad
+      .output()
+      .trim()
+      .split('\n')
+      .filter((l) => !l.startsWith('npm warn'));
+    assert.deepEqual(lines, [
+      'configuration error: PORT must be a whole number from 0 to 65535 (got "eighty")',
+      'configuration error: CHAINS has unknown chain dogecoin; known: ethereum, bsc, polygon, solana, tron, bitcoin',
+    ]);
+  });
+
+  it('refuses to start in production without its secrets', async () => {
+    const bad = await startProcess({ DATA_DIR: 'memory://', APP_ENV: 'production' });
+    assert.equal(await bad.exited, 1);
+    assert.match(bad.output(), /^configuration error: ADMIN_TOKEN is required when APP_ENV=production$/m);
+  });
+});

@@ -76,8 +76,17 @@ export async function buildApp(deps: AppDeps) {
     db,
     auth,
     merchants: merchantCommands(deps.store),
-    /** Lets the answer to a write wait until the read models show it. */
-    settle: (position: string | undefined) => (position ? deps.projections.waitFor(position) : Promise.resolve()),
+    /**
+     * Lets the answer to a write wait until the read models show it. The write
+     * has committed either way, so a read model slower than the wait is
+     * logged, never turned into an error the client would retry.
+     */
+    settle: async (position: string | undefined) => {
+      if (!position) return;
+      await deps.projections
+        .waitFor(position)
+        .catch((error: unknown) => app.log.warn({ err: error }, 'read models lag'));
+    },
   };
 
   await app.register(swagger, {

@@ -105,16 +105,22 @@ export async function idempotency(database: SqlDatabase) {
     return reply.code(first.status_code).send(first.response_body);
   }
 
-  /** Keeps the answer for replays; a failure (5xx) releases the key so the client can retry. */
+  /**
+   * Keeps the answer for replays. A failure (5xx) may come after the request
+   * wrote something, so its claim is not released at once: it is treated like
+   * a request whose process died, and freed for a retry after a minute.
+   */
   async function record(request: FastifyRequest, reply: FastifyReply, payload: unknown) {
     const claim = request.idempotencyClaim;
     if (!claim) return payload;
     request.idempotencyClaim = undefined;
-    const where = db.updateTable('idempotency_keys').where('scope', '=', claim.scope).where('key', '=', claim.key);
-    if (reply.statusCode >= 500) {
-      await db.deleteFrom('idempotency_keys').where('scope', '=', claim.scope).where('key', '=', claim.key).execute();
-    } else {
-      await where.set({ status_code: reply.statusCode, response_body: String(payload) }).execute();
+    if (reply.statusCode < 500) {
+      await db
+        .updateTable('idempotency_keys')
+        .where('scope', '=', claim.scope)
+        .where('key', '=', claim.key)
+        .set({ status_code: reply.statusCode, response_body: String(payload) })
+        .execute();
     }
     return payload;
   }

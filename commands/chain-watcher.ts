@@ -4,6 +4,7 @@
 // What it has processed is kept in `watched_blocks`, so a restart resumes
 // where it stopped and backfills what it missed.
 import type { Kysely, Migration } from 'kysely';
+import { DomainError } from '../domain/decider.ts';
 import type { Clock } from '../adapters/clock.ts';
 import type { ChainAdapter, ChainBlock } from '../adapters/chains/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
@@ -125,9 +126,12 @@ export class ChainWatcher {
     let last = await this.lastProcessed();
     if (last === undefined) {
       // A chain seen for the first time: no deposit address can have been
-      // paid before it was watched, so start at its head.
-      await this.remember({ height: head.height, hash: head.hash });
-      return false;
+      // paid before it was watched, so start at its head, which is read next
+      // (an address handed out while the first step ran may be paid in it).
+      const headBlock = await this.chain.block(head.height);
+      if (!headBlock || head.height === 0) await this.remember({ height: head.height, hash: head.hash });
+      else await this.remember({ height: head.height - 1, hash: headBlock.parentHash });
+      return true;
     }
     last = await this.undoReorg(last);
     const to = Math.min(head.height, last.height + (this.options.batchBlocks ?? 100));
@@ -215,17 +219,25 @@ export class ChainWatcher {
     const watched = await this.watchedAmong([...new Set(block.transfers.map((t) => t.to))]);
     for (const transfer of block.transfers) {
       const address = watched.get(transfer.to);
-      if (!address) continue;
-      this.wrote(
-        await this.payments.detect(
-          this.name,
-          block,
-          transfer,
-          address,
-          headHeight - block.height + 1,
-          this.options.requiredConfirmations,
-        ),
-      );
+      // A zero-value transfer (an EVM token can emit one) pays nothing.
+      if (!address || transfer.amount <= 0n) continue;
+      try {
+        this.wrote(
+          await this.payments.detect(
+            this.name,
+            block,
+            transfer,
+            address,
+            headHeight - block.height + 1,
+            this.options.requiredConfirmations,
+          ),
+        );
+      } catch (error) {
+        // A refusal is deterministic: retrying the block would refuse again
+        // and stop the chain's watching. It is reported, and the block goes on.
+        if (!(error instanceof DomainError)) throw error;
+        this.options.onError?.(error);
+      }
     }
   }
 

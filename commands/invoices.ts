@@ -8,6 +8,7 @@ import type { RateProvider } from '../adapters/rates/port.ts';
 import { findChain, findToken, type ChainName } from '../domain/catalogue.ts';
 import { DomainError } from '../domain/decider.ts';
 import {
+  quoteForNewAddress,
   invoiceDecider,
   invoiceStreamName,
   type AssignedAddress,
@@ -112,6 +113,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     const rate = await rates.rate(token.symbol, invoice.currency);
     if (!rate)
       throw new DomainError('bad_request', `No exchange rate for ${token.symbol} in ${invoice.currency} is available`);
+    quoteForNewAddress(invoice, { quotedAt: quotedAt.toISOString(), rate: rate.rate, tokenDecimals: token.decimals });
     const derivationIndex = await reserveDerivationIndex(invoiceId, chainInfo.name);
     const address = await addresses.deriveDepositAddress(chainInfo.name, derivationIndex);
     const { state, position } = await handleCommand(

@@ -381,29 +381,40 @@ function create(command: Extract<InvoiceCommand, { type: 'CreateInvoice' }>, sta
   ];
 }
 
-function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' }>, invoice: Invoice): InvoiceEvent[] {
-  // A chain+token that already has an address keeps it and its quote: the
-  // repeat is a no-op (a retried checkout selection), and the caller reads the
-  // existing address from the state. Re-quoting would need its own event.
-  if (invoice.addresses.some((a) => a.chain === command.chain && a.token === command.token)) return [];
+/**
+ * The amount a new address of the invoice would ask for, or the refusal: the
+ * invoice must be open and unexpired at the quote. Commands ask it before they
+ * reserve a derivation index, so a refused request burns none.
+ */
+export function quoteForNewAddress(
+  invoice: Invoice,
+  quote: { quotedAt: string; rate: string; tokenDecimals: number },
+): bigint {
   if (invoice.status !== 'pending') {
     throw new DomainError(
       'bad_request',
       `Invoice cannot accept a payment address in its current status: ${invoice.status}`,
     );
   }
-  requireTime(command.quotedAt, 'quotedAt');
+  requireTime(quote.quotedAt, 'quotedAt');
+  if (isAtOrAfter(quote.quotedAt, invoice.expiresAt)) throw new DomainError('bad_request', 'Invoice has expired');
+  try {
+    return quoteCryptoAmount(invoice.amount, quote.rate, quote.tokenDecimals);
+  } catch (error) {
+    throw new DomainError('bad_request', error instanceof Error ? error.message : String(error));
+  }
+}
+
+function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' }>, invoice: Invoice): InvoiceEvent[] {
+  // A chain+token that already has an address keeps it and its quote: the
+  // repeat is a no-op (a retried checkout selection), and the caller reads the
+  // existing address from the state. Re-quoting would need its own event.
+  if (invoice.addresses.some((a) => a.chain === command.chain && a.token === command.token)) return [];
   requireTime(command.rateValidUntil, 'rateValidUntil');
-  if (isAtOrAfter(command.quotedAt, invoice.expiresAt)) throw new DomainError('bad_request', 'Invoice has expired');
+  const cryptoAmount = quoteForNewAddress(invoice, command);
   // One address, one chain+token: a transfer to it must say unambiguously what was expected.
   if (invoice.addresses.some((a) => a.chain === command.chain && a.address === command.address)) {
     throw new DomainError('conflict', `Address ${command.address} is already assigned to this invoice`);
-  }
-  let cryptoAmount: bigint;
-  try {
-    cryptoAmount = quoteCryptoAmount(invoice.amount, command.rate, command.tokenDecimals);
-  } catch (error) {
-    throw new DomainError('bad_request', error instanceof Error ? error.message : String(error));
   }
   return [
     {
@@ -426,6 +437,11 @@ function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' 
 function cancel(command: Extract<InvoiceCommand, { type: 'CancelInvoice' }>, invoice: Invoice): InvoiceEvent[] {
   if (invoice.status !== 'pending') {
     throw new DomainError('bad_request', `Invoice cannot be cancelled in its current status: ${invoice.status}`);
+  }
+  // Paid in full and waiting for confirmations, it is still `pending`; cancelling
+  // would leave the customer's money on an address nobody settles.
+  if (countedTotal(invoice) > 0n) {
+    throw new DomainError('bad_request', 'Invoice cannot be cancelled in its current status: detected');
   }
   return [{ type: 'InvoiceCancelled', data: { cancelledAt: command.cancelledAt } }];
 }

@@ -114,6 +114,8 @@ describe('invoice API', () => {
       [{ amount: 'ten', currency: 'USD', chain: 'tron' }, 'Amount must be greater than 0'],
       [{ amount: 10, currency: 'USD', chain: 'tron' }, 'Amount must be greater than 0'],
       [{ amount: '1e3', currency: 'USD', chain: 'tron' }, 'Amount must be greater than 0'],
+      [{ amount: '1000000000000000', currency: 'USD', chain: 'tron' }, 'Amount must be less than 1000000000000000'],
+      [{ amount: '9'.repeat(100), currency: 'USD', chain: 'tron' }, 'Amount must be less than 1000000000000000'],
       [{ amount: '10', chain: 'tron' }, 'Currency is required'],
       [{ amount: '10', currency: '', chain: 'tron' }, 'Currency is required'],
       [

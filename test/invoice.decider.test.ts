@@ -313,6 +313,8 @@ describe('invoice: cancellation', () => {
       [[...confirmedInvoice, settled], 'settled'],
       [[...open, expired], 'expired'],
       [[...open, cancelled], 'expired'],
+      // Paid in full, waiting for confirmations: still `pending`, but the money is there.
+      [paidUnconfirmed, 'detected'],
     ];
     for (const [history, status] of cases) {
       given(history)

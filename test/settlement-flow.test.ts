@@ -108,6 +108,14 @@ describe('settlement on the sandbox chains', () => {
     const one = await svc.call('GET', `/api/v1/settlements/${completed.id}`, { token: key });
     assert.deepEqual(one.body.data, completed);
 
+    // The audit trail tells the whole story, the payout included, in the order it happened.
+    const history = (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/events`, { token: key })).body.data;
+    const types = history.map((e: { type: string }) => e.type);
+    for (const type of ['InvoiceConfirmed', 'SettlementRequested', 'SettlementSubmitted', 'SettlementCompleted']) {
+      assert.ok(types.includes(type), `${type} in ${types.join(', ')}`);
+    }
+    assert.ok(types.indexOf('SettlementCompleted') < types.indexOf('InvoiceSettled'));
+
     const other = await merchantWithKey(svc);
     const hidden = await svc.call('GET', `/api/v1/settlements/${completed.id}`, { token: other.key });
     assert.equal(hidden.status, 404);

@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { qrCodeDataUri } from '../../adapters/keys/qr.ts';
 import type { RecordedEvent } from '../../adapters/event-store/port.ts';
+import { settlementIdOf, settlementStreamName } from '../../domain/settlement.ts';
 import { invoiceStreamName, type AssignedAddress, type Invoice } from '../../domain/invoice.ts';
 import { formatFiat, formatUnits, parseUnits, FIAT_DECIMALS } from '../../domain/money.ts';
 import { paymentStreamName } from '../../domain/payment.ts';
@@ -142,6 +143,8 @@ const data = <T extends Parameters<typeof Type.Object>[0][string]>(schema: T) =>
 
 type InvoiceInput = Static<typeof InvoiceBody>;
 
+const MAX_FIAT_UNITS = 10n ** 15n * 10n ** BigInt(FIAT_DECIMALS);
+
 export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const { auth, invoices, db, config, settle, store } = ctx;
@@ -149,9 +152,10 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
 
   /** The contract's checks of a new invoice, in the contract's words. */
   function checkInvoice(body: InvoiceInput, minutes: { fallback: number; max?: number; clampTo?: number }) {
-    if (typeof body.amount !== 'string' || !((parseUnits(body.amount, FIAT_DECIMALS) ?? 0n) > 0n)) {
-      throw badRequest('Amount must be greater than 0');
-    }
+    const units = typeof body.amount === 'string' ? (parseUnits(body.amount, FIAT_DECIMALS) ?? 0n) : 0n;
+    if (units <= 0n) throw badRequest('Amount must be greater than 0');
+    // Beyond any real price, and it keeps every derived amount within the read models' numeric(78,0).
+    if (units >= MAX_FIAT_UNITS) throw badRequest('Amount must be less than 1000000000000000');
     if (typeof body.currency !== 'string' || body.currency.trim() === '') throw badRequest('Currency is required');
     const currency = body.currency.trim().toUpperCase();
     if (!/^[A-Z]{3}$/.test(currency)) throw badRequest('Currency must be a 3-letter ISO 4217 code');
@@ -188,7 +192,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     if (metadata !== null && JSON.stringify(metadata).length > 16_384)
       throw badRequest('Metadata must be at most 16 KB as JSON');
     return {
-      amount: body.amount,
+      amount: body.amount as string,
       currency,
       description: (body.description as string | undefined) ?? null,
       expiresInMinutes,
@@ -427,7 +431,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       onRequest: auth.merchant('invoices:read'),
       schema: {
         tags: ['invoices'],
-        summary: "The invoice's whole history: its events and those of its payments, in order",
+        summary: "The invoice's whole history: its events and those of its payments and settlement, in order",
         security: key,
         params: IdParams,
         response: { 200: data(Type.Array(EventSchema)) },
@@ -443,6 +447,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       const streams = [
         invoiceStreamName(row.id),
         ...new Set(payments.map((p) => paymentStreamName(p.chain, p.tx_hash, p.output_index))),
+        settlementStreamName(settlementIdOf(row.id)),
       ];
       const events = (await Promise.all(streams.map((s) => store.readStream(s)))).flat();
       events.sort((a: RecordedEvent, b: RecordedEvent) => store.comparePositions(a.position, b.position));

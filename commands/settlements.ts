@@ -3,7 +3,7 @@
 import type { Kysely } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
-import type { ChainAdapter } from '../adapters/chains/port.ts';
+import { TransactionRejectedError, type ChainAdapter } from '../adapters/chains/port.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { DomainError } from '../domain/decider.ts';
@@ -212,6 +212,7 @@ export class SettlementSweeper {
 
     if (settlement.status === 'failed') {
       if (settlement.retryAt && Date.parse(settlement.retryAt) > clock.now().getTime()) return;
+      // After an unknown outcome the retry keeps the prepared transaction and sends it again.
       await act({ type: 'Retry', now: now() });
       return this.advance(settlementId);
     }
@@ -255,6 +256,7 @@ export class SettlementSweeper {
       await handleCommand(store, settlementDecider, settlementStreamName(settlementId), {
         type: 'MarkFailed',
         reason: error instanceof Error ? error.message : String(error),
+        rejected: error instanceof TransactionRejectedError,
         retryAt: new Date(clock.now().getTime() + delay).toISOString(),
         now: clock.now().toISOString(),
       });

@@ -56,9 +56,15 @@ export type SettlementCompleted = DomainEvent<
   'SettlementCompleted',
   { txHash: string; blockNumber: number; confirmations: number; completedAt: string }
 >;
+/**
+ * `rejected`: the chain refused the transaction outright, so it can never be
+ * mined and the next attempt prepares a new one. Otherwise the outcome is
+ * unknown (a timeout, a dropped connection): the transaction may still land,
+ * so the next attempt sends the very same one again, never a second payout.
+ */
 export type SettlementFailed = DomainEvent<
   'SettlementFailed',
-  { attempt: number; reason: string; retryAt: string; failedAt: string }
+  { attempt: number; reason: string; rejected?: boolean; retryAt: string; failedAt: string }
 >;
 export type SettlementRetried = DomainEvent<'SettlementRetried', { attempt: number; retriedAt: string }>;
 
@@ -87,7 +93,7 @@ export type SettlementCommand =
   | { type: 'PrepareTransaction'; txHash: string; raw: string; now: string }
   | { type: 'MarkSubmitted'; txHash: string; now: string }
   | { type: 'MarkCompleted'; txHash: string; blockNumber: number; confirmations: number; now: string }
-  | { type: 'MarkFailed'; reason: string; retryAt: string; now: string }
+  | { type: 'MarkFailed'; reason: string; rejected: boolean; retryAt: string; now: string }
   | { type: 'Retry'; now: string };
 
 export interface Settlement extends SettlementSource {
@@ -101,8 +107,10 @@ export interface Settlement extends SettlementSource {
   merchantWallet: string | null;
   status: SettlementStatus;
   attempt: number;
-  /** The transaction of the current attempt, once prepared. */
+  /** The transaction of the current attempt, once prepared; kept across a retry unless the chain rejected it. */
   prepared: { txHash: string; raw: string } | null;
+  /** The last failure was the chain refusing the transaction (see SettlementFailed). */
+  rejected: boolean;
   /** Every transaction ever prepared, so that none is forgotten when a later attempt is made. */
   preparedHashes: string[];
   txHash: string | null;
@@ -197,7 +205,13 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       return [
         {
           type: 'SettlementFailed',
-          data: { attempt: state.attempt, reason: command.reason, retryAt: command.retryAt, failedAt: command.now },
+          data: {
+            attempt: state.attempt,
+            reason: command.reason,
+            ...(command.rejected && { rejected: true }),
+            retryAt: command.retryAt,
+            failedAt: command.now,
+          },
         },
       ];
     case 'Retry':
@@ -226,6 +240,7 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       status: 'pending',
       attempt: 1,
       prepared: null,
+      rejected: false,
       preparedHashes: [],
       txHash: null,
       failureReason: null,
@@ -269,6 +284,7 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
         ...state,
         status: 'failed',
         failureReason: event.data.reason,
+        rejected: event.data.rejected === true,
         retryAt: event.data.retryAt,
         failedAt: event.data.failedAt,
         updatedAt: event.data.failedAt,
@@ -278,7 +294,8 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
         ...state,
         status: 'pending',
         attempt: event.data.attempt,
-        prepared: null,
+        prepared: state.rejected ? null : state.prepared,
+        rejected: false,
         retryAt: null,
         updatedAt: event.data.retriedAt,
       };

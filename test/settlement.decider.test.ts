@@ -61,6 +61,10 @@ const failed: SettlementEvent = {
   type: 'SettlementFailed',
   data: { attempt: 1, reason: 'node down', retryAt: T1, failedAt: T0 },
 };
+const rejected: SettlementEvent = {
+  type: 'SettlementFailed',
+  data: { attempt: 1, reason: 'insufficient funds', rejected: true, retryAt: T1, failedAt: T0 },
+};
 const retried: SettlementEvent = { type: 'SettlementRetried', data: { attempt: 2, retriedAt: T1 } };
 
 describe('settlement decider', () => {
@@ -133,8 +137,10 @@ describe('settlement decider', () => {
 
   it('fails with a retry time, and a retry starts the next attempt with no transaction', () => {
     const scenario = given(settlementDecider, [requested('TWallet'), prepared()]);
-    scenario.when({ type: 'MarkFailed', reason: 'node down', retryAt: T1, now: T0 }).then([failed]);
-    const after = given(settlementDecider, [requested('TWallet'), prepared(), failed, retried]);
+    scenario
+      .when({ type: 'MarkFailed', reason: 'insufficient funds', rejected: true, retryAt: T1, now: T0 })
+      .then([rejected]);
+    const after = given(settlementDecider, [requested('TWallet'), prepared(), rejected, retried]);
     assert.equal(after.state!.status, 'pending');
     assert.equal(after.state!.attempt, 2);
     assert.equal(after.state!.prepared, null);
@@ -142,5 +148,16 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested('TWallet')])
       .when({ type: 'Retry', now: T1 })
       .then([]);
+  });
+
+  it('after an unknown outcome, retries with the same transaction and prepares no other', () => {
+    given(settlementDecider, [requested('TWallet'), prepared()])
+      .when({ type: 'MarkFailed', reason: 'node down', rejected: false, retryAt: T1, now: T0 })
+      .then([failed]);
+    const after = given(settlementDecider, [requested('TWallet'), prepared(), failed, retried]);
+    assert.equal(after.state!.status, 'pending');
+    assert.deepEqual(after.state!.prepared, { txHash: '0xaa', raw: '{}' });
+    after.when({ type: 'PrepareTransaction', txHash: '0xbb', raw: '{}', now: T1 }).then([]);
+    after.when({ type: 'MarkSubmitted', txHash: '0xaa', now: T0 }).then([submitted('0xaa', 2)]);
   });
 });

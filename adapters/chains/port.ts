@@ -50,6 +50,15 @@ export interface TransactionStatus {
   confirmations: number;
 }
 
+/**
+ * The chain refused a transaction outright (invalid, underfunded, conflicting):
+ * it can never be mined, so another may be prepared in its place. Any other
+ * error from `broadcast` leaves the outcome unknown.
+ */
+export class TransactionRejectedError extends Error {
+  override name = 'TransactionRejectedError';
+}
+
 export interface ChainAdapter {
   readonly chain: ChainName;
   head(): Promise<ChainHead>;
@@ -62,7 +71,10 @@ export interface ChainAdapter {
   networkFee(token: string): bigint;
   /** Builds and signs a payout; preparing the same reference again gives the same transaction. */
   prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction>;
-  /** Sends a prepared transaction; sending one the chain already has is not an error. */
+  /**
+   * Sends a prepared transaction; sending one the chain already has is not an
+   * error. Throws TransactionRejectedError when the chain refuses it for good.
+   */
   broadcast(transaction: PreparedTransaction): Promise<void>;
   /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */
   transactionStatus(txHash: string): Promise<TransactionStatus | undefined>;

@@ -8,7 +8,7 @@
 // decides again.
 import { randomUUID } from 'node:crypto';
 import type { ChainName } from '../../domain/catalogue.ts';
-import type { Decider } from '../../domain/decider.ts';
+import { DomainError, type Decider } from '../../domain/decider.ts';
 import {
   blockAt,
   checkBlockCount,
@@ -25,14 +25,15 @@ import {
 import { systemClock, type Clock } from '../clock.ts';
 import { ConcurrencyError, type EventStore } from '../event-store/port.ts';
 import { findChain } from '../../domain/catalogue.ts';
-import type {
-  ChainAdapter,
-  ChainBlock,
-  ChainHead,
-  ChainTransfer,
-  OutgoingTransfer,
-  PreparedTransaction,
-  TransactionStatus,
+import {
+  TransactionRejectedError,
+  type ChainAdapter,
+  type ChainBlock,
+  type ChainHead,
+  type ChainTransfer,
+  type OutgoingTransfer,
+  type PreparedTransaction,
+  type TransactionStatus,
 } from './port.ts';
 
 /** A flat fee per native payout, about what each chain charges for a simple transfer. */
@@ -155,7 +156,13 @@ export class SandboxLedger implements ChainAdapter {
   async broadcast(transaction: PreparedTransaction): Promise<void> {
     if (await this.transactionStatus(transaction.txHash)) return; // already on the chain
     const { to, token, amount } = JSON.parse(transaction.raw) as { to: string; token: string; amount: string };
-    await this.transfer({ to, token, amount: BigInt(amount), txHash: transaction.txHash });
+    try {
+      await this.transfer({ to, token, amount: BigInt(amount), txHash: transaction.txHash });
+    } catch (error) {
+      // The ledger's refusals are final; anything else (the store) leaves the outcome unknown.
+      if (error instanceof DomainError) throw new TransactionRejectedError(error.message);
+      throw error;
+    }
   }
 
   async transactionStatus(txHash: string): Promise<TransactionStatus | undefined> {

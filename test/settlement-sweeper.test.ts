@@ -1,0 +1,118 @@
+// The sweeper against a chain whose broadcast fails: a failure of unknown
+// outcome is retried with the same transaction, a rejection with a new one,
+// and in neither case does the merchant get two payouts.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
+import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
+import { SettlementSweeper } from '../commands/settlements.ts';
+import { handleCommand, loadState } from '../commands/handle.ts';
+import type { ChainName } from '../domain/catalogue.ts';
+import { settlementDecider, settlementStreamName } from '../domain/settlement.ts';
+import type { ReadModelTables } from '../projections/schema.ts';
+import type { Kysely } from 'kysely';
+
+const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
+const SETTLEMENT_ID = '6f1c9a8e-2b7d-4c1e-9a53-0d2e8f4b7c11';
+const clock = { now: () => new Date('2026-11-22T10:00:00.000Z') };
+
+/** The ledger, with broadcasts that fail in a chosen way a chosen number of times. */
+function flakyChain(ledger: SandboxLedger, failures: ('lost-reply' | 'timeout' | 'rejected')[]): ChainAdapter {
+  return Object.assign(Object.create(ledger) as SandboxLedger, {
+    async broadcast(transaction: PreparedTransaction) {
+      const failure = failures.shift();
+      if (failure === 'lost-reply') {
+        // The worst case: the chain took it, but the answer never came back.
+        await ledger.broadcast(transaction);
+        throw new Error('socket hang up');
+      }
+      if (failure === 'timeout') throw new Error('request timed out');
+      if (failure === 'rejected') throw new TransactionRejectedError('nonce too low');
+      await ledger.broadcast(transaction);
+    },
+  });
+}
+
+async function sweeperWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) {
+  const store = new MemoryEventStore();
+  const ledger = await SandboxLedger.open(store, 'tron', clock);
+  const chain = flakyChain(ledger, failures);
+  await handleCommand(store, settlementDecider, settlementStreamName(SETTLEMENT_ID), {
+    type: 'RequestSettlement',
+    settlementId: SETTLEMENT_ID,
+    invoiceId: '0b7e1f3a-5c2d-4e8f-9a61-7d3c2b1e0f4a',
+    merchantId: '3c9d2e1f-4a5b-4c6d-8e7f-9a0b1c2d3e4f',
+    chain: 'tron',
+    token: 'USDT',
+    tokenDecimals: 6,
+    fromAddress: 'TDepositAddressOfTheInvoice1111111',
+    derivationIndex: 3,
+    grossAmount: 100_000_000n,
+    networkFee: 0n,
+    platformFeeBps: 100,
+    merchantWallet: WALLET,
+    now: clock.now().toISOString(),
+  });
+  const deps = {
+    store,
+    clock,
+    chains: new Map<ChainName, ChainAdapter>([['tron', chain]]),
+    platformFeeBps: 100,
+    requiredConfirmations: { tron: 1 } as Record<ChainName, number>,
+  };
+  const noReadModels = undefined as unknown as Kysely<ReadModelTables>; // advance() reads only the event store
+  const sweeper = new SettlementSweeper(deps, noReadModels);
+  // A clock a day further on at every reading: each retry is due when asked.
+  let day = 0;
+  const later = { now: () => new Date(Date.parse('2026-11-30T10:00:00.000Z') + day++ * 86_400_000) };
+  const retrying = new SettlementSweeper({ ...deps, clock: later }, noReadModels);
+  const state = () => loadState(store, settlementDecider, settlementStreamName(SETTLEMENT_ID));
+  const payouts = () => ledger.transfersTo(WALLET);
+  return { sweeper, retrying, state, payouts, ledger };
+}
+
+describe('settlement sweeper with a failing broadcast', () => {
+  it('sends the same transaction again after an unknown outcome, and pays once', async () => {
+    const { sweeper, retrying, state, payouts } = await sweeperWith(['lost-reply', 'timeout']);
+    await sweeper.advance(SETTLEMENT_ID);
+    const first = await state();
+    assert.equal(first!.status, 'failed');
+    assert.equal(first!.rejected, false);
+    const txHash = first!.prepared!.txHash;
+
+    await retrying.advance(SETTLEMENT_ID); // the payout is found on the chain and adopted
+    const after = await state();
+    assert.equal(after!.status, 'completed');
+    assert.equal(after!.txHash, txHash);
+    assert.deepEqual(after!.preparedHashes, [txHash], 'no second transaction was ever prepared');
+    assert.equal(payouts().length, 1);
+    assert.equal(payouts()[0]!.amount, 99_000_000n);
+  });
+
+  it('retries a timed-out broadcast with the same transaction', async () => {
+    const { sweeper, retrying, state, payouts } = await sweeperWith(['timeout', 'timeout']);
+    await sweeper.advance(SETTLEMENT_ID);
+    const txHash = (await state())!.prepared!.txHash;
+    await retrying.advance(SETTLEMENT_ID);
+    assert.equal((await state())!.status, 'failed', 'the second send timed out too');
+    await retrying.advance(SETTLEMENT_ID);
+    const after = await state();
+    assert.equal(after!.status, 'submitted');
+    assert.deepEqual(after!.preparedHashes, [txHash]);
+    assert.equal(payouts().length, 1);
+  });
+
+  it('prepares a new transaction only after the chain rejected the first', async () => {
+    const { sweeper, retrying, state, payouts } = await sweeperWith(['rejected']);
+    await sweeper.advance(SETTLEMENT_ID);
+    const first = await state();
+    assert.equal(first!.rejected, true);
+    await retrying.advance(SETTLEMENT_ID);
+    const after = await state();
+    assert.equal(after!.status, 'submitted');
+    assert.equal(after!.preparedHashes.length, 2);
+    assert.equal(after!.txHash, after!.preparedHashes[1]);
+    assert.equal(payouts().length, 1);
+  });
+});

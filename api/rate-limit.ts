@@ -33,7 +33,12 @@ export interface RateLimiter {
 
 const WINDOW_SECONDS = 60;
 
-export function createRateLimiter(options: { publicLimit: number; redisUrl?: string }): RateLimiter {
+export function createRateLimiter(options: {
+  publicLimit: number;
+  redisUrl?: string;
+  /** Prefix of the Redis keys, so that deployments (or test runs) sharing a Redis keep apart. */
+  namespace?: string;
+}): RateLimiter {
   const redis = options.redisUrl
     ? new Redis(options.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: false })
     : undefined;
@@ -45,7 +50,7 @@ export function createRateLimiter(options: { publicLimit: number; redisUrl?: str
     return redis
       ? new RateLimiterRedis({
           storeClient: redis,
-          keyPrefix: `ratelimit:${keyPrefix}`,
+          keyPrefix: `${options.namespace ?? 'ratelimit'}:${keyPrefix}`,
           points,
           duration: WINDOW_SECONDS,
           insuranceLimiter: memory,

@@ -24,6 +24,8 @@ export interface Config {
   /** CoinGecko's base URL and optional API key, when RATE_PROVIDER=coingecko. */
   coinGecko: { baseUrl: string | undefined; apiKey: string | undefined };
   webhookAllowPrivateTargets: boolean;
+  /** Delays in ms after each failed webhook attempt; undefined: the built-in schedule of about three days. */
+  webhookRetryDelaysMs: number[] | undefined;
   redisUrl: string | undefined;
   publicRateLimit: number;
   rateLimits: boolean;
@@ -63,6 +65,21 @@ export function loadConfig(env: Env = process.env): Config {
       return fallback;
     }
     return n;
+  };
+  /** A comma list of durations such as `10s,2m,1h` (ms when unitless), in milliseconds. */
+  const durations = (name: string): number[] | undefined => {
+    const raw = value(name);
+    if (raw === undefined) return undefined;
+    const units: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 };
+    const parsed = raw.split(',').map((part) => {
+      const m = /^(\d{1,9})(ms|s|m|h|d)?$/.exec(part.trim());
+      return m ? Number(m[1]) * units[m[2] ?? 'ms']! : undefined;
+    });
+    if (parsed.some((d) => d === undefined || d <= 0)) {
+      problems.push(`${name} must be a comma list of positive durations such as 10s,2m,1h (got "${raw}")`);
+      return undefined;
+    }
+    return parsed as number[];
   };
   const oneOf = <T extends string>(name: string, allowed: readonly T[], fallback: T): T => {
     const raw = value(name);
@@ -144,6 +161,7 @@ export function loadConfig(env: Env = process.env): Config {
   if (production && webhookAllowPrivateTargets) {
     problems.push('WEBHOOK_ALLOW_PRIVATE_TARGETS cannot be true when APP_ENV=production');
   }
+  const webhookRetryDelaysMs = durations('WEBHOOK_RETRY_DELAYS');
   const rateLimits = oneOf('RATE_LIMITS', ['on', 'off'], 'on') === 'on';
   if (production && !rateLimits) problems.push('RATE_LIMITS cannot be off when APP_ENV=production');
 
@@ -164,6 +182,7 @@ export function loadConfig(env: Env = process.env): Config {
     rateProvider: oneOf('RATE_PROVIDER', ['fixed', 'coingecko'], production ? 'coingecko' : 'fixed'),
     coinGecko: { baseUrl: url('COINGECKO_API_URL', ['http:', 'https:']), apiKey: value('COINGECKO_API_KEY') },
     webhookAllowPrivateTargets,
+    webhookRetryDelaysMs,
     redisUrl: url('REDIS_URL', ['redis:', 'rediss:']),
     publicRateLimit: integer('PUBLIC_RATE_LIMIT', 600, 1, 1_000_000),
     rateLimits,

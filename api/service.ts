@@ -19,6 +19,13 @@ import { SettlementSweeper, settlementManager } from '../commands/settlements.ts
 import type { ChainAdapter } from '../adapters/chains/port.ts';
 import { WebhookDeliveryWorker, migrateWebhookDeliveries } from '../commands/webhook-delivery.ts';
 import { webhookEvents } from '../commands/webhook-events.ts';
+import {
+  RenewalScheduler,
+  subscriberWebhooks,
+  subscriptionCommands,
+  subscriptionManager,
+} from '../commands/subscriptions.ts';
+import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
@@ -35,7 +42,7 @@ import { createMetrics } from './metrics.ts';
 import { createRateLimiter } from './rate-limit.ts';
 import type { Sandbox } from './routes/sandbox.ts';
 
-export const projectors = [merchantsProjector, invoicesProjector, settlementsProjector];
+export const projectors = [merchantsProjector, invoicesProjector, settlementsProjector, subscriptionsProjector];
 
 /** Expired and cancelled invoices' addresses are watched this long for late payments. */
 const MONITORING_WINDOW_MS = 24 * 60 * 60 * 1000;
@@ -97,6 +104,8 @@ export async function startService(
     addresses: depositAddressesFromKeyring(keyring),
     enabledChains: config.chains,
   });
+  const subscriptions = subscriptionCommands({ store, clock, invoices });
+  const subscriberHooks = subscriberWebhooks(config.publicBaseUrl);
 
   const settlementDeps = {
     store,
@@ -108,17 +117,25 @@ export async function startService(
   const webhookPolicy = { production, allowPrivateTargets: config.webhookAllowPrivateTargets };
   const webhooks = new WebhookDeliveryWorker(database, {
     policy: webhookPolicy,
+    ...(config.webhookRetryDelaysMs && { schedule: config.webhookRetryDelaysMs }),
     onError: (error) => log?.error({ err: error }, 'webhook delivery failed'),
   });
   const projections = new ProjectionEngine(
     database,
     store,
-    [...projectors, paymentsToInvoices(store), settlementManager(settlementDeps, database.db), webhookEvents],
+    [
+      ...projectors,
+      paymentsToInvoices(store),
+      settlementManager(settlementDeps, database.db),
+      webhookEvents,
+      subscriptionManager(store, subscriptions),
+      subscriberHooks,
+    ],
     {
       onBatch: (name, events) => {
         metrics.projected.inc({ projection: name }, events);
         // The outbox has new rows: send them now rather than at the next poll.
-        if (name === webhookEvents.name) webhooks.poke();
+        if (name === webhookEvents.name || name === subscriberHooks.name) webhooks.poke();
       },
       onError: (name, error) => log?.error({ err: error, projection: name }, 'projection failed'),
     },
@@ -147,6 +164,10 @@ export async function startService(
     onError: (error) => log?.error({ err: error }, 'settlement step failed'),
   });
   sweeper.start();
+  const renewals = new RenewalScheduler(database.db, subscriptions, clock, {
+    onError: (error) => log?.error({ err: error }, 'subscription renewal failed'),
+  });
+  renewals.start();
   for (const ledger of ledgers.values()) ledger.onNewBlock(() => sweeper.poke());
 
   const sandbox: Sandbox | undefined = sandboxClock && {
@@ -155,6 +176,7 @@ export async function startService(
     rates: fixedRates,
     clockAdvanced: () => {
       expiry.poke();
+      renewals.poke();
       for (const watcher of watchers) watcher.poke();
     },
   };
@@ -171,6 +193,7 @@ export async function startService(
     config,
     clock,
     invoices,
+    subscriptions,
     sandbox,
     live,
     webhooks: { worker: webhooks, policy: webhookPolicy },
@@ -193,6 +216,7 @@ export async function startService(
       await app.close();
       await live.stop();
       await expiry.stop();
+      await renewals.stop();
       await sweeper.stop();
       await webhooks.stop();
       await Promise.all(watchers.map((w) => w.stop()));

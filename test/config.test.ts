@@ -41,8 +41,10 @@ describe('configuration', () => {
       PUBLIC_RATE_LIMIT: '100',
       RATE_LIMITS: 'off',
       WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
+      WEBHOOK_RETRY_DELAYS: '250ms, 10s,2m,1h,1d,500',
     });
     assert.equal(config.port, 8080);
+    assert.deepEqual(config.webhookRetryDelaysMs, [250, 10_000, 120_000, 3_600_000, 86_400_000, 500]);
     assert.equal(config.publicBaseUrl, 'https://pay.example.com');
     assert.deepEqual(config.chains, ['tron', 'bitcoin']);
     assert.equal(config.chainRpcUrls.ethereum, 'https://eth.example.com');
@@ -59,12 +61,14 @@ describe('configuration', () => {
         CHAINS: 'ethereum,dogecoin',
         PLATFORM_FEE_BPS: '-1',
         DATABASE_URL: 'mysql://x',
+        WEBHOOK_RETRY_DELAYS: '10s,0s,soon',
       }),
       [
         'APP_ENV must be one of production, development, test (got "staging")',
         'PORT must be a whole number from 0 to 65535 (got "eighty")',
         'DATABASE_URL must be a postgres:// or postgresql:// URL',
         'CHAINS has unknown chain dogecoin; known: ethereum, bsc, polygon, solana, tron, bitcoin',
+        'WEBHOOK_RETRY_DELAYS must be a comma list of positive durations such as 10s,2m,1h (got "10s,0s,soon")',
         'PLATFORM_FEE_BPS must be a whole number from 0 to 10000 (got "-1")',
       ],
     );

@@ -230,26 +230,57 @@ export class ProjectionEngine {
     const batch = await this.store.readAll(checkpoint, this.options.batchSize ?? 500);
     if (batch.length === 0) return 0;
     const position = batch.at(-1)!.position;
-    const saveCheckpoint = (db: Kysely<any>) =>
-      db
-        .insertInto('projection_checkpoints')
-        .values({ name: consumer.name, position, updated_at: new Date() })
-        .onConflict((oc) => oc.column('name').doUpdateSet({ position, updated_at: new Date() }))
-        .execute();
-    if (isProjector(consumer)) {
-      const prepared = await consumer.prepare?.(batch, this.store);
-      await this.database.db.transaction().execute(async (trx) => {
-        for (const event of batch) await consumer.apply(trx, event, prepared);
-        await saveCheckpoint(trx);
-      });
-    } else {
-      for (const event of batch) await consumer.react(event);
-      await saveCheckpoint(this.db);
+    try {
+      if (isProjector(consumer)) {
+        const prepared = await consumer.prepare?.(batch, this.store);
+        await this.database.db.transaction().execute(async (trx) => {
+          for (const event of batch) await consumer.apply(trx, event, prepared);
+          await this.moveCheckpoint(trx, consumer.name, checkpoint, position);
+        });
+      } else {
+        for (const event of batch) await consumer.react(event);
+        await this.moveCheckpoint(this.db, consumer.name, checkpoint, position);
+      }
+    } catch (error) {
+      if (!(error instanceof CheckpointMovedError)) throw error;
+      // Another instance went on while this one had lost its lock: its rows
+      // stand (this batch rolled back), and this one goes on from there.
+      this.options.onError?.(consumer.name, error);
+      this.checkpoints.set(consumer.name, await this.readCheckpoint(this.db, consumer.name));
+      return 0;
     }
     this.checkpoints.set(consumer.name, position);
     this.options.onBatch?.(consumer.name, batch.length);
     for (const notify of [...this.progressed]) notify();
     return batch.length;
+  }
+
+  /**
+   * Compare-and-set: the checkpoint moves from `from` to `to` only if it is
+   * still at `from`. The advisory lock keeps one instance active; this keeps
+   * an instance that lost it unnoticed from moving the checkpoint back.
+   */
+  private async moveCheckpoint(db: Kysely<any>, name: string, from: string | undefined, to: string): Promise<void> {
+    const checkpoints = db as Kysely<CheckpointTables>;
+    const updatedAt = new Date();
+    const moved =
+      from === undefined
+        ? (
+            await checkpoints
+              .insertInto('projection_checkpoints')
+              .values({ name, position: to, updated_at: updatedAt })
+              .onConflict((oc) => oc.column('name').doNothing())
+              .executeTakeFirst()
+          ).numInsertedOrUpdatedRows
+        : (
+            await checkpoints
+              .updateTable('projection_checkpoints')
+              .set({ position: to, updated_at: updatedAt })
+              .where('name', '=', name)
+              .where('position', '=', from)
+              .executeTakeFirst()
+          ).numUpdatedRows;
+    if (!moved) throw new CheckpointMovedError(name);
   }
 
   private async readCheckpoint(db: Kysely<CheckpointTables>, name: string): Promise<string | undefined> {
@@ -259,6 +290,14 @@ export class ProjectionEngine {
       .where('name', '=', name)
       .executeTakeFirst();
     return row?.position;
+  }
+}
+
+/** The checkpoint was not where this instance left it: another instance moved it. */
+export class CheckpointMovedError extends Error {
+  constructor(name: string) {
+    super(`the checkpoint of ${name} was moved by another instance; going on from there`);
+    this.name = 'CheckpointMovedError';
   }
 }
 

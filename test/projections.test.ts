@@ -3,10 +3,11 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
+import { sql } from 'kysely';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { merchantCommands } from '../commands/merchants.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { CheckpointMovedError, ProjectionEngine } from '../projections/engine.ts';
 import { merchantsProjector } from '../projections/merchants.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { freshPostgres } from './support/postgres.ts';
@@ -181,5 +182,56 @@ describe('projection checkpoints', () => {
     assert.equal(applied, 2, 'each event applied once across the restart');
     await store.close();
     await database.close();
+  });
+});
+
+describe('projection checkpoints moved by another instance', () => {
+  it('are never moved back: the stale batch rolls back and the engine goes on from where the other left off', async () => {
+    const database = await openPglite('memory://');
+    const store = await SqlEventStore.open(database);
+    await ProjectionEngine.migrate(database, readModelMigrations);
+    await sql`create table probe (event_id text primary key)`.execute(database.db);
+    const append = async (n: number) =>
+      (await store.append(`probe-${randomUUID()}`, [{ id: randomUUID(), type: `Probe${n}`, data: {} }], 'no_stream'))
+        .position!;
+    await append(1);
+    const second = await append(2);
+    let interfered = false;
+    const probe = {
+      name: 'probe',
+      tables: ['probe'],
+      // Between this instance's read and its commit, "another instance" has
+      // already projected the first two events and moved the checkpoint past them.
+      async prepare() {
+        if (!interfered) {
+          interfered = true;
+          await database.db
+            .insertInto('projection_checkpoints' as any)
+            .values({ name: 'probe', position: second, updated_at: new Date() } as any)
+            .execute();
+        }
+      },
+      async apply(trx: any, event: { id: string }) {
+        await trx.insertInto('probe').values({ event_id: event.id }).execute();
+      },
+    };
+    const errors: unknown[] = [];
+    const engine = new ProjectionEngine(database, store, [probe], { pollMs: 50, onError: (_, e) => errors.push(e) });
+    engine.start();
+    try {
+      const third = await append(3);
+      await engine.waitFor(third);
+      assert.equal(await engine.checkpointOf('probe'), third);
+      const rows = await database.db
+        .selectFrom('probe' as any)
+        .select('event_id')
+        .execute();
+      assert.equal(rows.length, 1, 'only the event after the other instance’s checkpoint was applied here');
+      assert.ok(errors.some((e) => e instanceof CheckpointMovedError));
+    } finally {
+      await engine.stop();
+      await store.close();
+      await database.close();
+    }
   });
 });

@@ -107,9 +107,14 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     if (!token) throw new DomainError('bad_request', `Token ${tokenSymbol} is not supported on ${chain}`);
     const invoice = await invoiceOf(invoiceId);
     const existing = invoice.addresses.find((a) => a.chain === chainInfo.name && a.token === token.symbol);
-    if (existing) return { value: { invoice, address: existing, created: false }, position: undefined };
-
     const quotedAt = clock.now();
+    if (existing) {
+      if (quotedAt.getTime() < Date.parse(existing.rateValidUntil) || invoice.status !== 'pending') {
+        return { value: { invoice, address: existing, created: false }, position: undefined };
+      }
+      return requote(invoice, existing, quotedAt, correlationId);
+    }
+
     const rate = await rates.rate(token.symbol, invoice.currency);
     if (!rate)
       throw new DomainError('bad_request', `No exchange rate for ${token.symbol} in ${invoice.currency} is available`);
@@ -135,6 +140,37 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     );
     const assigned = state!.addresses.find((a) => a.chain === chainInfo.name && a.token === token.symbol)!;
     return { value: { invoice: state!, address: assigned, created: assigned.address === address }, position };
+  }
+
+  /** A fresh quote for an address whose rate window passed; the decider keeps a quote that was paid against. */
+  async function requote(
+    invoice: Invoice,
+    existing: AssignedAddress,
+    quotedAt: Date,
+    correlationId?: string,
+  ): Promise<Written<{ invoice: Invoice; address: AssignedAddress; created: boolean }>> {
+    const rate = await rates.rate(existing.token, invoice.currency);
+    if (!rate)
+      throw new DomainError(
+        'bad_request',
+        `No exchange rate for ${existing.token} in ${invoice.currency} is available`,
+      );
+    const { state, position } = await handleCommand(
+      store,
+      invoiceDecider,
+      invoiceStreamName(invoice.id),
+      {
+        type: 'RequoteAddress',
+        chain: existing.chain,
+        token: existing.token,
+        rate: rate.rate,
+        quotedAt: quotedAt.toISOString(),
+        rateValidUntil: new Date(quotedAt.getTime() + RATE_WINDOW_MINUTES * 60_000).toISOString(),
+      },
+      { correlationId },
+    );
+    const address = state!.addresses.find((a) => a.chain === existing.chain && a.address === existing.address)!;
+    return { value: { invoice: state!, address, created: false }, position };
   }
 
   return {

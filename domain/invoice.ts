@@ -62,6 +62,21 @@ export type AddressAssigned = DomainEvent<
   }
 >;
 
+/** A new quote for an address whose rate window passed with nothing paid to it. */
+export type AddressRequoted = DomainEvent<
+  'AddressRequoted',
+  {
+    chain: string;
+    token: string;
+    address: string;
+    rate: string;
+    /** base units of the token */
+    cryptoAmount: string;
+    quotedAt: string;
+    rateValidUntil: string;
+  }
+>;
+
 export type InvoiceCancelled = DomainEvent<'InvoiceCancelled', { cancelledAt: string }>;
 export type InvoiceExpired = DomainEvent<'InvoiceExpired', { expiredAt: string }>;
 
@@ -117,6 +132,7 @@ export type InvoiceSettled = DomainEvent<
 export type InvoiceEvent =
   | InvoiceCreated
   | AddressAssigned
+  | AddressRequoted
   | InvoiceCancelled
   | InvoiceExpired
   | PaymentApplied
@@ -153,6 +169,7 @@ export type InvoiceCommand =
       quotedAt: string;
       rateValidUntil: string;
     }
+  | { type: 'RequoteAddress'; chain: string; token: string; rate: string; quotedAt: string; rateValidUntil: string }
   | { type: 'CancelInvoice'; cancelledAt: string }
   | { type: 'ExpireInvoice'; now: string }
   | {
@@ -405,6 +422,37 @@ export function quoteForNewAddress(
   }
 }
 
+/**
+ * The rate is fixed for its window (15 minutes). Past it, an address nobody
+ * has paid gets a fresh quote; a quote a payment was made against stands.
+ */
+function requoteAddress(
+  command: Extract<InvoiceCommand, { type: 'RequoteAddress' }>,
+  invoice: Invoice,
+): InvoiceEvent[] {
+  const assigned = invoice.addresses.find((a) => a.chain === command.chain && a.token === command.token);
+  if (!assigned) throw new DomainError('bad_request', `Invoice has no ${command.token} address on ${command.chain}`);
+  requireTime(command.quotedAt, 'quotedAt');
+  requireTime(command.rateValidUntil, 'rateValidUntil');
+  if (invoice.status !== 'pending' || !isAtOrAfter(command.quotedAt, assigned.rateValidUntil)) return [];
+  if (invoice.payments.some((p) => p.chain === assigned.chain && p.address === assigned.address)) return [];
+  const cryptoAmount = quoteForNewAddress(invoice, { ...command, tokenDecimals: assigned.tokenDecimals });
+  return [
+    {
+      type: 'AddressRequoted',
+      data: {
+        chain: assigned.chain,
+        token: assigned.token,
+        address: assigned.address,
+        rate: command.rate,
+        cryptoAmount: cryptoAmount.toString(),
+        quotedAt: command.quotedAt,
+        rateValidUntil: command.rateValidUntil,
+      },
+    },
+  ];
+}
+
 function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' }>, invoice: Invoice): InvoiceEvent[] {
   // A chain+token that already has an address keeps it and its quote: the
   // repeat is a no-op (a retried checkout selection), and the caller reads the
@@ -556,6 +604,8 @@ function decide(command: InvoiceCommand, state: InvoiceState): InvoiceEvent[] {
   if (command.type === 'CreateInvoice') return create(command, state);
   const invoice = requireInvoice(state);
   switch (command.type) {
+    case 'RequoteAddress':
+      return requoteAddress(command, invoice);
     case 'AssignAddress':
       return assignAddress(command, invoice);
     case 'CancelInvoice':
@@ -603,6 +653,18 @@ function evolve(state: InvoiceState, event: InvoiceEvent): InvoiceState {
         updatedAt: event.data.quotedAt,
         addresses: [...state.addresses, { ...event.data, cryptoAmount: BigInt(event.data.cryptoAmount) }],
       };
+    case 'AddressRequoted': {
+      const { chain, address, rate, cryptoAmount, quotedAt, rateValidUntil } = event.data;
+      return {
+        ...state,
+        updatedAt: quotedAt,
+        addresses: state.addresses.map((a) =>
+          a.chain === chain && a.address === address
+            ? { ...a, rate, cryptoAmount: BigInt(cryptoAmount), quotedAt, rateValidUntil }
+            : a,
+        ),
+      };
+    }
     case 'InvoiceCancelled':
       return { ...state, status: 'expired', cancelled: true, updatedAt: event.data.cancelledAt };
     case 'InvoiceExpired':

@@ -34,6 +34,7 @@ export const invoicesProjector: Projector<InvoiceHistories> = {
       );
       if (invoice) await upsertInvoice(trx, invoice);
       if (recorded.type === 'AddressAssigned') await insertAddress(trx, invoice!, recorded);
+      if (recorded.type === 'AddressRequoted') await requoteAddress(trx, recorded);
       return;
     }
     if (recorded.streamId.startsWith('payment-')) await applyPaymentEvent(trx, recorded);
@@ -98,6 +99,21 @@ async function insertAddress(trx: Kysely<ReadModelTables>, invoice: Invoice, rec
       rate_valid_until: new Date(d.rateValidUntil),
     })
     .onConflict((oc) => oc.columns(['chain', 'address']).doNothing())
+    .execute();
+}
+
+async function requoteAddress(trx: Kysely<ReadModelTables>, recorded: RecordedEvent) {
+  const d = (recorded as unknown as Extract<InvoiceEvent, { type: 'AddressRequoted' }>).data;
+  await trx
+    .updateTable('invoice_addresses')
+    .set({
+      rate: d.rate,
+      crypto_amount: d.cryptoAmount,
+      quoted_at: new Date(d.quotedAt),
+      rate_valid_until: new Date(d.rateValidUntil),
+    })
+    .where('chain', '=', d.chain)
+    .where('address', '=', d.address)
     .execute();
 }
 

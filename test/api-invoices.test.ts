@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { startTestService, type RunningService } from './support/service.ts';
-import { merchantWithKey } from './support/merchant.ts';
+import { eventually, merchantWithKey } from './support/merchant.ts';
 
 const ISO = /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$/;
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;
@@ -428,6 +428,48 @@ describe('invoice API', () => {
     });
     assert.equal(unknown.status, 404);
     assert.equal(unknown.body.message, 'Invoice not found');
+  });
+
+  it('requotes an unpaid address once its 15-minute rate window has passed, and keeps a paid one', async () => {
+    const admin = (method: string, path: string, body: unknown) =>
+      svc.call(method, path, { token: svc.adminToken, body });
+    const create = async () =>
+      (
+        await svc.call('POST', '/api/v1/invoices', {
+          token: key,
+          body: { amount: '10', currency: 'USD', expiresInMinutes: 120 },
+        })
+      ).body.data;
+    const address = (id: string) =>
+      svc.call('POST', `/api/v1/invoices/${id}/addresses`, { body: { chain: 'bitcoin' } });
+    await admin('PUT', '/dev/v1/rates', { base: 'BTC', quote: 'USD', rate: '50000' });
+    const unpaid = await create();
+    const paid = await create();
+    const before = (await address(unpaid.id)).body.data;
+    const paidBefore = (await address(paid.id)).body.data;
+    assert.equal(before.cryptoAmount, '0.00020000');
+    await admin('POST', '/dev/v1/chains/bitcoin/transfers', { to: paidBefore.address, amount: '0.0001' });
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${paid.id}/status`)).body.data,
+      (s) => s.status === 'partial',
+    );
+
+    await admin('PUT', '/dev/v1/rates', { base: 'BTC', quote: 'USD', rate: '40000' });
+    const within = (await address(unpaid.id)).body.data;
+    assert.equal(within.cryptoAmount, '0.00020000', 'the rate is fixed for its window');
+    await admin('POST', '/dev/v1/clock/advance', { seconds: 15 * 60 });
+    const requoted = await address(unpaid.id);
+    assert.equal(requoted.status, 200);
+    assert.equal(requoted.body.data.address, before.address, 'the same address');
+    assert.equal(requoted.body.data.cryptoAmount, '0.00025000', 'at the new rate');
+    assert.equal(requoted.body.data.exchangeRate, '40000');
+    const status = (await svc.call('GET', `/api/v1/invoices/${unpaid.id}/status`)).body.data;
+    assert.equal(status.remainingAmount, '0.00025000');
+    const history = (await svc.call('GET', `/api/v1/invoices/${unpaid.id}/events`, { token: key })).body.data;
+    assert.ok(history.some((e: { type: string }) => e.type === 'AddressRequoted'));
+
+    const paidStatus = (await svc.call('GET', `/api/v1/invoices/${paid.id}/status`)).body.data;
+    assert.equal(paidStatus.remainingAmount, '0.00010000', 'a quote paid against stands');
   });
 
   it('documents the invoice endpoints in the OpenAPI document', async () => {

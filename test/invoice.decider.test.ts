@@ -769,3 +769,47 @@ describe('invoice: evolve', () => {
     assert.throws(() => fold(invoiceDecider, [usdtAssigned]), /AddressAssigned before InvoiceCreated/);
   });
 });
+
+describe('invoice: requotes after the rate window', () => {
+  // An invoice open for two hours; its USDT quote is valid from minute 1 to 16.
+  const long = [{ ...created, data: { ...created.data, expiresAt: at(120) } } as InvoiceEvent, usdtAssigned];
+  const requote = (minute: number, rate = '0.8'): InvoiceCommand => ({
+    type: 'RequoteAddress',
+    chain: 'ethereum',
+    token: 'USDT',
+    rate,
+    quotedAt: at(minute),
+    rateValidUntil: at(minute + 15),
+  });
+
+  it('keeps the quote within its window', () => {
+    given(long).when(requote(15)).then([]);
+  });
+
+  it('quotes an unpaid address afresh from the end of the window, at the same address', () => {
+    // 100 USD at 0.8 USD per USDT.
+    const requoted: InvoiceEvent = {
+      type: 'AddressRequoted',
+      data: {
+        chain: 'ethereum',
+        token: 'USDT',
+        address: USDT_ADDRESS,
+        rate: '0.8',
+        cryptoAmount: '125000000',
+        quotedAt: at(16),
+        rateValidUntil: at(31),
+      },
+    };
+    given(long).when(requote(16)).then([requoted]);
+    const [address] = invoiceAfter([...long, requoted]).addresses;
+    assert.equal(address!.cryptoAmount, 125_000_000n);
+    assert.equal(address!.derivationIndex, 7);
+  });
+
+  it('keeps a quote a payment was made against, and refuses past expiry', () => {
+    given([...long, applied(apply(1, 30_000_000n))])
+      .when(requote(20))
+      .then([]);
+    given(long).when(requote(120)).thenError('bad_request', 'Invoice has expired');
+  });
+});

@@ -158,6 +158,11 @@ export async function startService(
   for (const watcher of watchers) watcher.start();
   const expiry = new ExpiryScheduler(database.db, invoices, clock, {
     onError: (error) => log?.error({ err: error }, 'expiry failed'),
+    // A chain nobody watches here has nothing to wait for.
+    watchedThrough: (chain) => {
+      const watcher = watchers.find((w) => w.chain.chain === chain);
+      return watcher ? watcher.caughtUpAt : new Date(8.64e15);
+    },
   });
   expiry.start();
   const sweeper = new SettlementSweeper(settlementDeps, database.db, {

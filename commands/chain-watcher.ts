@@ -59,6 +59,14 @@ export class ChainWatcher {
   /** The last position this watcher wrote. */
   private written: string | undefined;
 
+  /**
+   * Business time up to which every transfer on the chain has been seen and
+   * carried onto its invoice; undefined until the first catch-up after start.
+   * Expiry waits for it, so an invoice paid in time while the watcher was
+   * behind (the service was down) is not expired before its payment is seen.
+   */
+  caughtUpAt: Date | undefined;
+
   constructor(
     readonly chain: ChainAdapter,
     database: SqlDatabase,
@@ -121,6 +129,8 @@ export class ChainWatcher {
 
   /** One pass: undo a reorg, read new blocks, count confirmations. True when more blocks wait. */
   async step(): Promise<boolean> {
+    // Whatever was mined before this moment is at or below the head read next.
+    const startedAt = this.clock.now();
     if (this.written) await this.options.settle(this.written);
     const head = await this.chain.head();
     let last = await this.lastProcessed();
@@ -147,6 +157,11 @@ export class ChainWatcher {
       last = block;
     }
     await this.countConfirmations(head.height);
+    if (last.height >= head.height) {
+      // Every transfer made before `startedAt` is now on its invoice.
+      if (this.written) await this.options.settle(this.written);
+      this.caughtUpAt = startedAt;
+    }
     return to < head.height;
   }
 

@@ -1,6 +1,7 @@
 // Expires open invoices whose time has run out on the business clock. The
 // decider decides: an invoice paid in full that waits for confirmations is
-// left alone, and one expired twice stays expired once.
+// left alone, and one expired twice stays expired once. An invoice waits
+// until the watchers of its chains have seen everything up to its deadline.
 import type { Kysely } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
@@ -15,7 +16,12 @@ export class ExpiryScheduler {
     private readonly db: Kysely<ReadModelTables>,
     private readonly invoices: Pick<InvoiceCommands, 'expire'>,
     private readonly clock: Clock,
-    private readonly options: { pollMs?: number; onError?: (error: unknown) => void } = {},
+    private readonly options: {
+      pollMs?: number;
+      onError?: (error: unknown) => void;
+      /** Business time up to which the chain's transfers are all on their invoices; none: not yet known. */
+      watchedThrough?: (chain: string) => Date | undefined;
+    } = {},
   ) {}
 
   start() {
@@ -38,7 +44,7 @@ export class ExpiryScheduler {
   async expireDue(): Promise<number> {
     const due = await this.db
       .selectFrom('invoices')
-      .select('id')
+      .select(['id', 'expires_at'])
       .where('status', 'in', ['pending', 'partial'])
       .where('expires_at', '<=', this.clock.now())
       // Paid in full and waiting for confirmations: time running out changes nothing.
@@ -46,8 +52,31 @@ export class ExpiryScheduler {
       .orderBy('expires_at')
       .limit(200)
       .execute();
-    for (const { id } of due) await this.invoices.expire(id);
-    return due.length;
+    const ready = await this.watchedPastDeadline(due);
+    for (const id of ready) await this.invoices.expire(id);
+    return ready.length;
+  }
+
+  /** The invoices whose chains have been watched up to their deadline: a payment made in time is on them. */
+  private async watchedPastDeadline(due: { id: string; expires_at: Date }[]): Promise<string[]> {
+    const watchedThrough = this.options.watchedThrough;
+    if (!watchedThrough || due.length === 0) return due.map((d) => d.id);
+    const addresses = await this.db
+      .selectFrom('invoice_addresses')
+      .select(['invoice_id', 'chain'])
+      .where(
+        'invoice_id',
+        'in',
+        due.map((d) => d.id),
+      )
+      .execute();
+    return due
+      .filter(({ id, expires_at }) =>
+        addresses
+          .filter((a) => a.invoice_id === id)
+          .every((a) => (watchedThrough(a.chain)?.getTime() ?? -Infinity) >= new Date(expires_at).getTime()),
+      )
+      .map((d) => d.id);
   }
 
   private async loop(signal: AbortSignal) {

@@ -31,11 +31,13 @@ export function paymentCommands(store: EventStore, clock: Clock) {
       const invoice = await loadState(store, invoiceDecider, invoiceStreamName(watched.invoiceId));
       if (!invoice) return undefined;
       const detectedAt = clock.now().toISOString();
+      const paidAt = block.timestamp.toISOString();
       const { wrongToken } = classifyPayment(invoice, {
         chain,
         token: token.symbol,
         address: watched.address,
         detectedAt,
+        paidAt,
       });
       const { position } = await handleCommand(
         store,
@@ -57,6 +59,7 @@ export function paymentCommands(store: EventStore, clock: Clock) {
           confirmations,
           requiredConfirmations,
           detectedAt,
+          paidAt,
         },
       );
       return position;
@@ -130,6 +133,7 @@ export function paymentsToInvoices(store: EventStore): Reactor {
             amount: BigInt(d.amount),
             txHash: d.txHash,
             detectedAt: d.detectedAt,
+            ...(d.paidAt !== undefined && { paidAt: d.paidAt }),
           },
           options,
         );

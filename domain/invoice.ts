@@ -93,6 +93,8 @@ export type PaymentApplied = DomainEvent<
     amount: string;
     txHash: string;
     detectedAt: string;
+    /** When the chain says it was paid (its block's time), if it says; lateness is judged by it. */
+    paidAt?: string;
     /** not the token of the invoice's payment quote: recorded, never counted */
     wrongToken: boolean;
     /** arrived after expiry or cancellation: recorded, never counted */
@@ -182,6 +184,8 @@ export type InvoiceCommand =
       amount: bigint;
       txHash: string;
       detectedAt: string;
+      /** the block's time: a payment made in time and seen later (the watcher was behind) is not late */
+      paidAt?: string;
     }
   | { type: 'ConfirmInvoicePayment'; paymentId: string; confirmedAt: string }
   | { type: 'WithdrawPayment'; paymentId: string; withdrawnAt: string }
@@ -325,14 +329,15 @@ function isReadyToConfirm(invoice: Invoice): boolean {
  */
 export function classifyPayment(
   invoice: Invoice,
-  payment: { chain: string; token: string; address: string; detectedAt: string },
+  payment: { chain: string; token: string; address: string; detectedAt: string; paidAt?: string },
 ): { wrongToken: boolean; late: boolean } {
   const assignment = findAssignment(invoice, payment.chain, payment.address);
   const locked = lockedQuote(invoice);
   const wrongToken =
     assignment === undefined || assignment.token !== payment.token || (locked !== undefined && locked !== assignment);
   const open = invoice.status === 'pending' || invoice.status === 'partial';
-  const late = invoice.status === 'expired' || (open && isAtOrAfter(payment.detectedAt, invoice.expiresAt));
+  const late =
+    invoice.status === 'expired' || (open && isAtOrAfter(payment.paidAt ?? payment.detectedAt, invoice.expiresAt));
   return { wrongToken, late };
 }
 
@@ -530,6 +535,7 @@ function applyPayment(command: Extract<InvoiceCommand, { type: 'ApplyPayment' }>
     throw new DomainError('conflict', `Address ${command.address} on ${command.chain} is not assigned to this invoice`);
   }
   requireTime(command.detectedAt, 'detectedAt');
+  if (command.paidAt !== undefined) requireTime(command.paidAt, 'paidAt');
   const { wrongToken, late } = classifyPayment(invoice, command);
   const applied: PaymentApplied = {
     type: 'PaymentApplied',
@@ -542,6 +548,7 @@ function applyPayment(command: Extract<InvoiceCommand, { type: 'ApplyPayment' }>
       amount: command.amount.toString(),
       txHash: command.txHash,
       detectedAt: command.detectedAt,
+      ...(command.paidAt !== undefined && { paidAt: command.paidAt }),
       wrongToken,
       late,
     },

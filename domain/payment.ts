@@ -49,6 +49,8 @@ export type PaymentDetected = DomainEvent<
     confirmations: number;
     requiredConfirmations: number;
     detectedAt: string;
+    /** When the chain says the transfer was made (its block's time); judges lateness. */
+    paidAt?: string;
   }
 >;
 
@@ -90,6 +92,8 @@ export type PaymentCommand =
       /** the chain's configured requirement, fixed at detection */
       requiredConfirmations: number;
       detectedAt: string;
+      /** the block's time, when the chain tells it */
+      paidAt?: string;
     }
   | { type: 'UpdateConfirmations'; confirmations: number; observedAt: string }
   | {
@@ -163,6 +167,7 @@ function detection(command: DetectPayment, invoiceId: string): PaymentEvent[] {
       confirmations: command.confirmations,
       requiredConfirmations: command.requiredConfirmations,
       detectedAt: command.detectedAt,
+      ...(command.paidAt !== undefined && { paidAt: command.paidAt }),
     },
   };
   if (command.confirmations < command.requiredConfirmations) return [detected];

@@ -648,6 +648,24 @@ describe('invoice: exceptions', () => {
     assert.equal(invoiceAfter([...open, applied(payment, { late: true })]).status, 'pending');
   });
 
+  it('judges lateness by when the chain says it was paid, not when the watcher saw it', () => {
+    // Mined at minute 14, seen at minute 40 (the service was down): in time.
+    const inTime = apply(1, 100_000_000n, { detectedAt: at(40), paidAt: at(14) });
+    given(open)
+      .when(inTime)
+      .then([{ ...applied(inTime), data: { ...applied(inTime).data, paidAt: at(14) } }]);
+    // Mined at the deadline, seen at once: late.
+    const atDeadline = apply(1, 100_000_000n, { detectedAt: at(15), paidAt: at(15) });
+    given(open)
+      .when(atDeadline)
+      .then([
+        {
+          ...applied(atDeadline, { late: true }),
+          data: { ...applied(atDeadline, { late: true }).data, paidAt: at(15) },
+        },
+      ]);
+  });
+
   it('classifies a transfer for the payment aggregate', () => {
     const invoice = invoiceAfter(open);
     assert.deepEqual(

@@ -20,6 +20,7 @@ import { catalogueRoutes } from './routes/catalogue.ts';
 import { healthRoutes } from './routes/health.ts';
 import { invoiceRoutes } from './routes/invoices.ts';
 import { settlementRoutes } from './routes/settlements.ts';
+import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { liveRoutes } from './routes/live.ts';
 import { checkoutRoutes } from './routes/checkout.ts';
 import { webhookRoutes, type WebhookRouteDeps } from './routes/webhooks.ts';
@@ -28,11 +29,13 @@ import { sandboxRoutes, type Sandbox } from './routes/sandbox.ts';
 import { idempotency } from './idempotency.ts';
 import type { Clock } from '../adapters/clock.ts';
 import type { InvoiceCommands } from '../commands/invoices.ts';
+import type { SubscriptionCommands } from '../commands/subscriptions.ts';
 
 export interface AppDeps {
   config: Config;
   clock: Clock;
   invoices: InvoiceCommands;
+  subscriptions: SubscriptionCommands;
   sandbox: Sandbox | undefined;
   live: LiveInvoiceStatus;
   webhooks: WebhookRouteDeps;
@@ -141,6 +144,7 @@ export async function buildApp(deps: AppDeps) {
   await app.register(async (scope) => adminRoutes(scope, context));
   await app.register(async (scope) => invoiceRoutes(scope, context));
   await app.register(async (scope) => settlementRoutes(scope, context));
+  await app.register(async (scope) => subscriptionRoutes(scope, context));
   await app.register(async (scope) => liveRoutes(scope, context, deps.live));
   await app.register(async (scope) => webhookRoutes(scope, context, deps.webhooks));
   await app.register(async (scope) => checkoutRoutes(scope, context));

@@ -126,7 +126,55 @@ export interface SettlementsTable {
   updated_at: Date;
 }
 
+export interface SubscriptionPlansTable {
+  id: string;
+  merchant_id: string;
+  name: string;
+  description: string | null;
+  /** fiat decimal as given */
+  amount: string;
+  currency: string;
+  /** day, week, month, year */
+  interval: string;
+  interval_count: number;
+  grace_period_hours: number;
+  /** active, archived */
+  status: string;
+  archived_at: Date | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
+export interface SubscribersTable {
+  id: string;
+  merchant_id: string;
+  plan_id: string;
+  email: string;
+  external_id: string | null;
+  /** pending, active, past_due, cancelled */
+  status: string;
+  /** index of the current billing period, 0 for the first */
+  period: number;
+  current_period_start: Date;
+  current_period_end: Date;
+  grace_period_ends_at: Date;
+  cancel_at_end: boolean;
+  metadata: Record<string, unknown> | null;
+  /** the current period's invoice, and when it was paid (confirmed) */
+  current_invoice_id: string;
+  current_invoice_paid_at: Date | null;
+  activated_at: Date | null;
+  past_due_at: Date | null;
+  cancelled_at: Date | null;
+  /** merchant, period_end, unpaid */
+  cancellation_reason: string | null;
+  created_at: Date;
+  updated_at: Date;
+}
+
 export interface ReadModelTables {
+  subscription_plans: SubscriptionPlansTable;
+  subscribers: SubscribersTable;
   settlements: SettlementsTable;
   merchants: MerchantsTable;
   api_keys: ApiKeysTable;
@@ -280,5 +328,78 @@ readModelMigrations['0003_settlements'] = {
       .columns(['merchant_id', 'created_at'])
       .execute();
     await db.schema.createIndex('settlements_open').on('settlements').columns(['status']).execute();
+  },
+};
+
+readModelMigrations['0004_subscriptions'] = {
+  async up(db) {
+    await db.schema
+      .createTable('subscription_plans')
+      .addColumn('id', 'uuid', (c) => c.primaryKey())
+      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+      .addColumn('name', 'text', (c) => c.notNull())
+      .addColumn('description', 'text')
+      .addColumn('amount', 'text', (c) => c.notNull())
+      .addColumn('currency', 'text', (c) => c.notNull())
+      .addColumn('interval', 'text', (c) => c.notNull())
+      .addColumn('interval_count', 'integer', (c) => c.notNull())
+      .addColumn('grace_period_hours', 'integer', (c) => c.notNull())
+      .addColumn('status', 'text', (c) => c.notNull())
+      .addColumn('archived_at', 'timestamptz')
+      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex('subscription_plans_merchant_created')
+      .on('subscription_plans')
+      .columns(['merchant_id', 'created_at'])
+      .execute();
+    await db.schema
+      .createTable('subscribers')
+      .addColumn('id', 'uuid', (c) => c.primaryKey())
+      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+      .addColumn('plan_id', 'uuid', (c) => c.notNull())
+      .addColumn('email', 'text', (c) => c.notNull())
+      .addColumn('external_id', 'text')
+      .addColumn('status', 'text', (c) => c.notNull())
+      .addColumn('period', 'integer', (c) => c.notNull())
+      .addColumn('current_period_start', 'timestamptz', (c) => c.notNull())
+      .addColumn('current_period_end', 'timestamptz', (c) => c.notNull())
+      .addColumn('grace_period_ends_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('cancel_at_end', 'boolean', (c) => c.notNull())
+      .addColumn('metadata', 'jsonb')
+      .addColumn('current_invoice_id', 'uuid', (c) => c.notNull())
+      .addColumn('current_invoice_paid_at', 'timestamptz')
+      .addColumn('activated_at', 'timestamptz')
+      .addColumn('past_due_at', 'timestamptz')
+      .addColumn('cancelled_at', 'timestamptz')
+      .addColumn('cancellation_reason', 'text')
+      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex('subscribers_merchant_created')
+      .on('subscribers')
+      .columns(['merchant_id', 'created_at'])
+      .execute();
+    await db.schema.createIndex('subscribers_plan_status').on('subscribers').columns(['plan_id', 'status']).execute();
+    // The renewal scheduler's questions: periods ending, grace periods running out.
+    await db.schema
+      .createIndex('subscribers_period_end')
+      .on('subscribers')
+      .columns(['status', 'current_period_end'])
+      .execute();
+    await db.schema
+      .createIndex('subscribers_grace_end')
+      .on('subscribers')
+      .columns(['status', 'grace_period_ends_at'])
+      .execute();
+    // A subscriber's invoices (GET /api/v1/subscriptions/subscribers/{id}/invoices).
+    await db.schema
+      .createIndex('invoices_subscriber')
+      .on('invoices')
+      .columns(['subscriber_id', 'created_at'])
+      .where(sql.ref('subscriber_id'), 'is not', null)
+      .execute();
   },
 };

@@ -1,0 +1,631 @@
+// Subscriptions: the merchant's commands on plans and subscribers, the
+// process manager that carries invoice outcomes onto subscribers, the renewal
+// scheduler that bills each period on the business clock, and the projector
+// that turns subscriber events into the merchant's webhooks.
+//
+// Invoices of subscribers are ordinary invoices (invoiceCommands.create with a
+// subscriberId): they are paid, confirmed, expired and settled like any other.
+import { randomUUID } from 'node:crypto';
+import type { Kysely } from 'kysely';
+import type { Clock } from '../adapters/clock.ts';
+import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
+import { DomainError, fold } from '../domain/decider.ts';
+import {
+  invoiceDecider,
+  invoiceStreamName,
+  isPaidInFull,
+  type Invoice,
+  type InvoiceEvent,
+  type JsonObject,
+} from '../domain/invoice.ts';
+import { merchantDecider, merchantStream, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
+import { periodEnd, planDecider, planStreamName, type Plan, type PlanTerms } from '../domain/plan.ts';
+import {
+  checkEnrollment,
+  currentInvoice,
+  duplicateEnrollmentMessage,
+  enrollmentDecider,
+  enrollmentStreamName,
+  firstInvoiceHours,
+  isPastDueDue,
+  isPeriodEndCancellationDue,
+  isRenewalDue,
+  renewalInvoiceHours,
+  subscriberDecider,
+  subscriberStreamName,
+  subscriberView,
+  type EnrollmentEvent,
+  type Subscriber,
+  type SubscriberCommand,
+  type SubscriberEvent,
+} from '../domain/subscriber.ts';
+import type { Projector, Reactor } from '../projections/engine.ts';
+import type { ReadModelTables } from '../projections/schema.ts';
+import { handleCommand, loadState, type HandleOptions } from './handle.ts';
+import type { InvoiceCommands } from './invoices.ts';
+import type { Written } from './merchants.ts';
+import { enqueueWebhook } from './webhook-delivery.ts';
+import { invoicePayload, webhookEventId } from './webhook-events.ts';
+
+/** A reservation whose subscriber never got written (a crash in between) is taken over after this long. */
+const ABANDONED_RESERVATION_MS = 60_000;
+
+export interface NewPlan extends PlanTerms {
+  description: string | null;
+}
+
+export interface NewEnrollment {
+  planId: string;
+  email: string;
+  externalId: string | null;
+  metadata: JsonObject | null;
+}
+
+export interface SubscriptionDeps {
+  store: EventStore;
+  clock: Clock;
+  invoices: Pick<InvoiceCommands, 'create' | 'cancel'>;
+}
+
+const dateOf = (iso: string) => iso.slice(0, 10);
+
+/** The description of a period's invoice, e.g. "Pro: 2025-01-31 to 2025-02-28". */
+const periodDescription = (terms: PlanTerms, start: string, end: string) =>
+  `${terms.name}: ${dateOf(start)} to ${dateOf(end)}`;
+
+/**
+ * The metadata of a subscriber's invoices: the subscriber's own metadata, so
+ * that invoice webhooks carry it too, plus who the invoice is for (these keys
+ * win over the merchant's own of the same name).
+ */
+const invoiceMetadata = (s: {
+  id: string;
+  planId: string;
+  externalId: string | null;
+  metadata: JsonObject | null;
+}): JsonObject => ({
+  ...s.metadata,
+  subscriberId: s.id,
+  planId: s.planId,
+  externalId: s.externalId,
+});
+
+export function subscriptionCommands({ store, clock, invoices }: SubscriptionDeps) {
+  const now = () => clock.now().toISOString();
+  const subscriberCommand = (subscriberId: string, command: SubscriberCommand, options: HandleOptions = {}) =>
+    handleCommand(store, subscriberDecider, subscriberStreamName(subscriberId), command, options);
+
+  async function planOf(planId: string, merchantId: string): Promise<Plan> {
+    const plan = await loadState(store, planDecider, planStreamName(planId));
+    // Another merchant's plan is reported exactly like a missing one.
+    if (!plan || plan.merchantId !== merchantId) throw new DomainError('not_found', 'Subscription plan not found');
+    return plan;
+  }
+
+  async function subscriberOf(subscriberId: string, merchantId: string): Promise<Subscriber> {
+    const subscriber = await loadState(store, subscriberDecider, subscriberStreamName(subscriberId));
+    if (!subscriber || subscriber.merchantId !== merchantId) throw new DomainError('not_found', 'Subscriber not found');
+    return subscriber;
+  }
+
+  /** Cancels a subscriber's invoice that nobody should pay any more; one that is paid or closed stays as it is. */
+  async function voidInvoice(invoiceId: string, merchantId: string): Promise<string | undefined> {
+    try {
+      return (await invoices.cancel(invoiceId, merchantId)).position;
+    } catch (error) {
+      // Not pending any more (paid, partly paid, expired): it keeps its course.
+      if (error instanceof DomainError) return undefined;
+      throw error;
+    }
+  }
+
+  /**
+   * Takes the e-mail address in the plan for `subscriberId`. When it is held:
+   * by a live subscriber, 409 with its status; by a cancelled one (its release
+   * not yet made) or by a reservation whose subscriber was never written, the
+   * hold is released and the reservation tried again. Two enrollments racing
+   * for one address append to the same stream with the revision they read, so
+   * only one of them can get it.
+   */
+  async function reserve(stream: string, subscriberId: string): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await handleCommand(store, enrollmentDecider, stream, {
+          type: 'ReserveEnrollment',
+          subscriberId,
+          now: now(),
+        });
+        return;
+      } catch (error) {
+        if (!(error instanceof DomainError) || error.kind !== 'conflict' || attempt >= 5) throw error;
+      }
+      const recorded = await store.readStream(stream);
+      const { holder } = fold(
+        enrollmentDecider,
+        recorded.map((r) => ({ type: r.type, data: r.data }) as EnrollmentEvent),
+      );
+      if (holder === null) continue;
+      const held = await loadState(store, subscriberDecider, subscriberStreamName(holder));
+      if (held === null) {
+        const reserved = [...recorded].reverse().find((r) => r.type === 'EnrollmentReserved');
+        // Most likely an enrollment still on its way: its subscriber is pending.
+        if (reserved && Date.now() - reserved.recordedAt.getTime() < ABANDONED_RESERVATION_MS) {
+          throw new DomainError('conflict', duplicateEnrollmentMessage('pending'));
+        }
+      } else if (held.status !== 'cancelled') {
+        throw new DomainError('conflict', duplicateEnrollmentMessage(held.status));
+      }
+      await handleCommand(store, enrollmentDecider, stream, {
+        type: 'ReleaseEnrollment',
+        subscriberId: holder,
+        now: now(),
+      });
+    }
+  }
+
+  /** Gives a cancelled (or never written) subscriber's e-mail address in the plan back. */
+  async function release(stream: string, subscriberId: string, options: HandleOptions = {}) {
+    return handleCommand(
+      store,
+      enrollmentDecider,
+      stream,
+      { type: 'ReleaseEnrollment', subscriberId, now: now() },
+      options,
+    );
+  }
+
+  /** What follows a cancellation: the address is free again and the open invoice can no longer be paid. */
+  async function afterCancellation(subscriber: Subscriber, options: HandleOptions = {}): Promise<string | undefined> {
+    if (subscriber.status !== 'cancelled') return undefined;
+    const released = await release(
+      enrollmentStreamName(subscriber.merchantId, subscriber.planId, subscriber.email),
+      subscriber.id,
+      options,
+    );
+    const open = currentInvoice(subscriber);
+    const voided =
+      open.paidAt === null && open.closedAt === null
+        ? await voidInvoice(open.invoiceId, subscriber.merchantId)
+        : undefined;
+    return latest(store, released.position, voided);
+  }
+
+  return {
+    planOf,
+    subscriberOf,
+    afterCancellation,
+
+    async createPlan(merchantId: string, input: NewPlan, correlationId?: string): Promise<Written<Plan>> {
+      const id = randomUUID();
+      const { state, position } = await handleCommand(
+        store,
+        planDecider,
+        planStreamName(id),
+        { type: 'CreatePlan', id, merchantId, ...input, now: now() },
+        { correlationId },
+      );
+      return { value: state!, position };
+    },
+
+    async archivePlan(planId: string, merchantId: string, correlationId?: string): Promise<Written<Plan>> {
+      await planOf(planId, merchantId);
+      const { state, position } = await handleCommand(
+        store,
+        planDecider,
+        planStreamName(planId),
+        { type: 'ArchivePlan', now: now() },
+        { correlationId },
+      );
+      return { value: state!, position };
+    },
+
+    /**
+     * Enrolls an e-mail address into a plan: reserves the address in the plan,
+     * creates the first period's invoice (payable until the end of the grace
+     * period), then writes the subscriber, pending until that invoice is paid.
+     */
+    async enroll(
+      merchantId: string,
+      input: NewEnrollment,
+      correlationId?: string,
+    ): Promise<Written<{ subscriber: Subscriber; invoice: Invoice }>> {
+      const plan = checkEnrollment(
+        await loadState(store, planDecider, planStreamName(input.planId)),
+        merchantId,
+        input,
+      );
+      const id = randomUUID();
+      const reservation = enrollmentStreamName(merchantId, plan.id, input.email);
+      await reserve(reservation, id);
+      let invoiceId: string | undefined;
+      try {
+        const start = now();
+        const created = await invoices.create(
+          merchantId,
+          {
+            amount: plan.amount,
+            currency: plan.currency,
+            description: periodDescription(plan, start, periodEnd(start, plan, 0)),
+            expiresInMinutes: firstInvoiceHours(plan) * 60,
+            webhookUrl: null,
+            metadata: invoiceMetadata({ id, planId: plan.id, externalId: input.externalId, metadata: input.metadata }),
+            subscriberId: id,
+          },
+          correlationId,
+        );
+        const invoice = created.value;
+        invoiceId = invoice.id;
+        const { state, position } = await subscriberCommand(
+          id,
+          {
+            type: 'EnrollSubscriber',
+            id,
+            merchantId,
+            plan,
+            email: input.email,
+            externalId: input.externalId,
+            metadata: input.metadata,
+            invoiceId: invoice.id,
+            // The invoice's own creation time: its expiry is then exactly the end of the grace period.
+            now: invoice.createdAt,
+          },
+          { correlationId },
+        );
+        return { value: { subscriber: state!, invoice }, position };
+      } catch (error) {
+        // Not enrolled after all (unless the subscriber was written and only the answer got lost):
+        // the address is free again and the invoice nobody was given cannot be paid.
+        if ((await loadState(store, subscriberDecider, subscriberStreamName(id))) === null) {
+          await release(reservation, id).catch(() => undefined);
+          if (invoiceId) await voidInvoice(invoiceId, merchantId).catch(() => undefined);
+        }
+        throw error;
+      }
+    },
+
+    /** Cancels now, or at the end of the current period (`atPeriodEnd`). */
+    async cancel(
+      subscriberId: string,
+      merchantId: string,
+      atPeriodEnd: boolean,
+      correlationId?: string,
+    ): Promise<Written<Subscriber>> {
+      await subscriberOf(subscriberId, merchantId);
+      const { state, position } = await subscriberCommand(
+        subscriberId,
+        { type: 'CancelSubscriber', atPeriodEnd, now: now() },
+        { correlationId },
+      );
+      // Also done by the subscription manager; here so that the answer already shows it.
+      const after = await afterCancellation(state!, { correlationId });
+      return { value: state!, position: latest(store, position, after) };
+    },
+
+    /**
+     * The end of the current period: cancels a subscriber set to cancel then,
+     * or creates the next period's invoice. Decided on the subscriber's own
+     * stream, so a stale read model asks in vain. Returns whether it did anything.
+     */
+    async renew(subscriberId: string): Promise<boolean> {
+      const subscriber = await loadState(store, subscriberDecider, subscriberStreamName(subscriberId));
+      if (!subscriber) return false;
+      if (isPeriodEndCancellationDue(subscriber, now())) {
+        const { events } = await subscriberCommand(subscriberId, { type: 'EndAtPeriodEnd', now: now() });
+        return events.length > 0;
+      }
+      if (!isRenewalDue(subscriber, now())) return false;
+      const period = subscriber.period + 1;
+      const created = await invoices.create(subscriber.merchantId, {
+        amount: subscriber.terms.amount,
+        currency: subscriber.terms.currency,
+        description: periodDescription(
+          subscriber.terms,
+          subscriber.currentPeriodEnd,
+          periodEnd(subscriber.anchor, subscriber.terms, period),
+        ),
+        expiresInMinutes: renewalInvoiceHours(subscriber.terms) * 60,
+        webhookUrl: null,
+        metadata: invoiceMetadata(subscriber),
+        subscriberId,
+      });
+      const invoice = created.value;
+      try {
+        const { state } = await subscriberCommand(subscriberId, {
+          type: 'RecordRenewal',
+          invoiceId: invoice.id,
+          period,
+          now: invoice.createdAt,
+        });
+        if (state && currentInvoice(state).invoiceId === invoice.id) return true;
+      } catch (error) {
+        await voidInvoice(invoice.id, subscriber.merchantId);
+        throw error;
+      }
+      // Another instance renewed this period first: this invoice is not needed.
+      await voidInvoice(invoice.id, subscriber.merchantId);
+      return false;
+    },
+
+    /** A renewal unpaid at the end of its grace period: past due (not while a full payment awaits its confirmations). */
+    async markPastDue(subscriberId: string): Promise<boolean> {
+      const subscriber = await loadState(store, subscriberDecider, subscriberStreamName(subscriberId));
+      if (!subscriber || !isPastDueDue(subscriber, now())) return false;
+      const invoice = await loadState(store, invoiceDecider, invoiceStreamName(currentInvoice(subscriber).invoiceId));
+      const { events } = await subscriberCommand(subscriberId, {
+        type: 'MarkPastDue',
+        now: now(),
+        awaitingConfirmations: invoice !== null && isPaidInFull(invoice),
+      });
+      return events.length > 0;
+    },
+  };
+}
+
+export type SubscriptionCommands = ReturnType<typeof subscriptionCommands>;
+
+/** The later of some positions in the log. */
+function latest(store: EventStore, ...positions: (string | undefined)[]): string | undefined {
+  return positions.reduce<string | undefined>(
+    (a, b) => (a === undefined ? b : b === undefined ? a : store.comparePositions(a, b) >= 0 ? a : b),
+    undefined,
+  );
+}
+
+// ---------------------------------------------------------------- the subscription manager
+
+/**
+ * The process manager between invoices and subscribers: a subscriber's
+ * invoice confirmed → paid on the subscriber (activation, renewal); expired or
+ * cancelled → the subscriber is cancelled as unpaid, if it was the open one;
+ * subscriber cancelled → its e-mail address is released in the plan and its
+ * open invoice cancelled. Its commands derive their event ids from the
+ * causing event, so a repeat after a crash appends nothing.
+ */
+export function subscriptionManager(store: EventStore, subscriptions: SubscriptionCommands): Reactor {
+  const invoiceOutcomes = new Set(['InvoiceConfirmed', 'InvoiceExpired', 'InvoiceCancelled']);
+  return {
+    name: 'subscription-manager',
+    async react(recorded: RecordedEvent) {
+      const options = { causationId: recorded.id, correlationId: recorded.metadata.correlationId };
+      try {
+        if (recorded.streamId.startsWith('invoice-') && invoiceOutcomes.has(recorded.type)) {
+          const invoice = await loadState(store, invoiceDecider, recorded.streamId);
+          if (!invoice?.subscriberId) return;
+          const event = { type: recorded.type, data: recorded.data } as InvoiceEvent;
+          let command: SubscriberCommand;
+          if (event.type === 'InvoiceConfirmed') {
+            command = { type: 'RecordInvoicePaid', invoiceId: invoice.id, paidAt: event.data.confirmedAt };
+          } else if (event.type === 'InvoiceExpired') {
+            command = { type: 'RecordInvoiceClosed', invoiceId: invoice.id, closedAt: event.data.expiredAt };
+          } else if (event.type === 'InvoiceCancelled') {
+            command = { type: 'RecordInvoiceClosed', invoiceId: invoice.id, closedAt: event.data.cancelledAt };
+          } else return;
+          await handleCommand(store, subscriberDecider, subscriberStreamName(invoice.subscriberId), command, options);
+        } else if (recorded.streamId.startsWith('subscriber-') && recorded.type === 'SubscriberCancelled') {
+          const subscriber = await loadState(store, subscriberDecider, recorded.streamId);
+          if (subscriber) await subscriptions.afterCancellation(subscriber, options);
+        }
+      } catch (error) {
+        // A refusal is deterministic (e.g. the invoice of an enrollment that
+        // never completed): retrying would refuse again and hold up the rest.
+        if (!(error instanceof DomainError)) throw error;
+      }
+    },
+  };
+}
+
+// ---------------------------------------------------------------- the renewal scheduler
+
+/**
+ * Bills subscribers on the business clock: at the end of a paid period, the
+ * next period's invoice (or the cancellation asked for at period end); at the
+ * end of a renewal's grace period, past due. Expiry of the invoices themselves
+ * is the expiry scheduler's; the subscription manager turns it into a
+ * cancellation. Every step is decided again on the subscriber's stream.
+ */
+export class RenewalScheduler {
+  private stopping = new AbortController();
+  private running?: Promise<void>;
+  private wake?: () => void;
+
+  constructor(
+    private readonly db: Kysely<ReadModelTables>,
+    private readonly subscriptions: Pick<SubscriptionCommands, 'renew' | 'markPastDue'>,
+    private readonly clock: Clock,
+    private readonly options: { pollMs?: number; onError?: (error: unknown) => void } = {},
+  ) {}
+
+  start() {
+    this.stopping = new AbortController();
+    this.running = this.loop(this.stopping.signal);
+  }
+
+  async stop() {
+    this.stopping.abort();
+    this.wake?.();
+    await this.running;
+  }
+
+  /** Looks again now, e.g. after the sandbox clock moved. */
+  poke() {
+    this.wake?.();
+  }
+
+  /** Does what is due; returns how many subscribers it changed. */
+  async runDue(): Promise<number> {
+    const now = this.clock.now();
+    let changed = 0;
+    const periodsEnded = await this.db
+      .selectFrom('subscribers')
+      .select('id')
+      .where('status', 'in', ['pending', 'active', 'past_due'])
+      .where('current_period_end', '<=', now)
+      .where((eb) =>
+        eb.or([
+          eb('cancel_at_end', '=', true),
+          eb.and([eb('status', '=', 'active'), eb('current_invoice_paid_at', 'is not', null)]),
+        ]),
+      )
+      .orderBy('current_period_end')
+      .limit(200)
+      .execute();
+    for (const { id } of periodsEnded) changed += (await this.step(() => this.subscriptions.renew(id))) ? 1 : 0;
+    const gracesOver = await this.db
+      .selectFrom('subscribers')
+      .innerJoin('invoices', 'invoices.id', 'subscribers.current_invoice_id')
+      .select('subscribers.id')
+      .where('subscribers.status', '=', 'active')
+      .where('subscribers.period', '>', 0)
+      .where('subscribers.current_invoice_paid_at', 'is', null)
+      .where('subscribers.grace_period_ends_at', '<=', now)
+      .where('invoices.status', 'in', ['pending', 'partial'])
+      // Paid in full and waiting for confirmations: not past due.
+      .where('invoices.payment_progress', '<', 100)
+      .orderBy('subscribers.grace_period_ends_at')
+      .limit(200)
+      .execute();
+    for (const { id } of gracesOver) changed += (await this.step(() => this.subscriptions.markPastDue(id))) ? 1 : 0;
+    return changed;
+  }
+
+  /** One subscriber's step; a failure is reported and the others go on. */
+  private async step(work: () => Promise<boolean>): Promise<boolean> {
+    try {
+      return await work();
+    } catch (error) {
+      this.options.onError?.(error);
+      return false;
+    }
+  }
+
+  private async loop(signal: AbortSignal) {
+    while (!signal.aborted) {
+      try {
+        await this.runDue();
+      } catch (error) {
+        this.options.onError?.(error);
+      }
+      if (signal.aborted) return;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => this.wake?.(), this.options.pollMs ?? 1000);
+        this.wake = () => {
+          clearTimeout(timer);
+          this.wake = undefined;
+          resolve();
+        };
+      });
+    }
+  }
+}
+
+// ---------------------------------------------------------------- subscriber webhooks
+
+/** The webhook each subscriber event sends (README, "Subscriptions"). */
+export const SUBSCRIBER_WEBHOOKS: Record<SubscriberEvent['type'], string> = {
+  SubscriberEnrolled: 'subscriber.enrolled',
+  SubscriberActivated: 'subscriber.activated',
+  RenewalInvoiceIssued: 'subscriber.renewal_invoice_created',
+  RenewalPaid: 'subscriber.renewed',
+  SubscriberPastDue: 'subscriber.past_due',
+  CancellationScheduled: 'subscriber.cancellation_scheduled',
+  SubscriberCancelled: 'subscriber.cancelled',
+};
+
+interface SubscriberHistories {
+  subscribers: Map<string, RecordedEvent[]>;
+  invoices: Map<string, RecordedEvent[]>;
+  merchants: Map<string, Merchant | null>;
+  comparePositions: (a: string, b: string) => number;
+}
+
+const isSubscriberStream = (streamId: string) => streamId.startsWith('subscriber-');
+const webhookNameOf = (event: RecordedEvent): string | undefined =>
+  Object.hasOwn(SUBSCRIBER_WEBHOOKS, event.type)
+    ? SUBSCRIBER_WEBHOOKS[event.type as SubscriberEvent['type']]
+    : undefined;
+const invoiceIdOf = (event: RecordedEvent): string | undefined => (event.data as { invoiceId?: string }).invoiceId;
+
+/**
+ * The projector that writes subscriber webhooks to the outbox, in the same
+ * transaction as its checkpoint (like webhook-events does for invoices):
+ * each carries `data.subscriber` (the Subscriber object), the subscriber's
+ * `externalId` and `metadata`, and `data.invoice` (with its `paymentUrl`) when
+ * the event concerns an invoice. Sent to the merchant's webhook URL.
+ */
+export function subscriberWebhooks(publicBaseUrl: string): Projector<SubscriberHistories> {
+  return {
+    name: 'subscriber-webhooks',
+    tables: [],
+
+    async prepare(batch: readonly RecordedEvent[], store: EventStore) {
+      const ours = batch.filter((e) => isSubscriberStream(e.streamId) && webhookNameOf(e) !== undefined);
+      const read = async (streams: Iterable<string>) =>
+        new Map(await Promise.all([...new Set(streams)].map(async (s) => [s, await store.readStream(s)] as const)));
+      const subscribers = await read(ours.map((e) => e.streamId));
+      const invoices = await read(
+        ours.map(invoiceIdOf).flatMap((id) => (id === undefined ? [] : [invoiceStreamName(id)])),
+      );
+      const merchantIds = new Set<string>();
+      for (const history of subscribers.values()) {
+        const enrolled = history[0];
+        if (enrolled?.type === 'SubscriberEnrolled')
+          merchantIds.add((enrolled.data as { merchantId: string }).merchantId);
+      }
+      const merchants = new Map(
+        await Promise.all(
+          [...merchantIds].map(async (id) => {
+            const events = await store.readStream(merchantStream(id));
+            const merchant = fold(
+              merchantDecider,
+              events.map((e) => ({ type: e.type, data: e.data }) as MerchantEvent),
+            );
+            return [id, merchant] as const;
+          }),
+        ),
+      );
+      return { subscribers, invoices, merchants, comparePositions: (a, b) => store.comparePositions(a, b) };
+    },
+
+    async apply(trx: Kysely<any>, event: RecordedEvent, prepared: SubscriberHistories) {
+      const name = webhookNameOf(event);
+      const history = prepared.subscribers.get(event.streamId);
+      if (!name || !history) return;
+      const subscriber = fold(
+        subscriberDecider,
+        history
+          .filter((e) => e.revision <= event.revision)
+          .map((e) => ({ type: e.type, data: e.data }) as SubscriberEvent),
+      );
+      if (!subscriber) return;
+      const url = prepared.merchants.get(subscriber.merchantId)?.webhookUrl ?? null;
+      if (!url) return;
+      // The invoice as it stood when the subscriber event was written.
+      const invoiceId = invoiceIdOf(event);
+      const invoice =
+        invoiceId === undefined
+          ? null
+          : fold(
+              invoiceDecider,
+              (prepared.invoices.get(invoiceStreamName(invoiceId)) ?? [])
+                .filter((e) => prepared.comparePositions(e.position, event.position) <= 0)
+                .map((e) => ({ type: e.type, data: e.data }) as InvoiceEvent),
+            );
+      const eventId = webhookEventId(event.id, name);
+      const data: Record<string, unknown> = {
+        subscriber: subscriberView(subscriber),
+        externalId: subscriber.externalId,
+        metadata: subscriber.metadata,
+      };
+      if (invoice) data.invoice = { ...invoicePayload(invoice), paymentUrl: `${publicBaseUrl}/checkout/${invoice.id}` };
+      if (event.type === 'SubscriberCancelled') data.reason = (event.data as { reason: string }).reason;
+      if (event.type === 'RenewalPaid') data.paidLate = (event.data as { late: boolean }).late;
+      await enqueueWebhook(trx, {
+        eventId,
+        event: name,
+        merchantId: subscriber.merchantId,
+        url,
+        payload: { eventId, event: name, createdAt: event.recordedAt.toISOString(), data },
+      });
+    },
+  };
+}

@@ -77,6 +77,7 @@ export function invoicePayload(invoice: Invoice) {
     createdAt: invoice.createdAt,
     updatedAt: invoice.updatedAt,
     metadata: invoice.metadata,
+    subscriberId: invoice.subscriberId ?? null,
     chain: view.chain,
     cryptoCurrency: view.token,
     cryptoAmount: view.cryptoAmount,

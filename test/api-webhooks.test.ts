@@ -206,6 +206,10 @@ describe('webhook API', () => {
     assert.equal(event.data.subscriber.status, 'active');
     assert.equal(event.data.subscriber.externalId, 'test_customer_123');
     assert.ok('metadata' in event.data.subscriber);
+    assert.equal(event.data.externalId, 'test_customer_123');
+    assert.deepEqual(event.data.metadata, event.data.subscriber.metadata);
+    const pastDue = await sendTest({ webhookUrl: hooks.url, eventType: 'subscriber.past_due' });
+    assert.equal(pastDue.status, 200);
   });
 
   it('signs test events with the secret as rotated', async () => {

@@ -24,6 +24,11 @@ export const WEBHOOK_EVENT_TYPES = [
   'invoice.expired',
   'subscriber.enrolled',
   'subscriber.activated',
+  'subscriber.renewal_invoice_created',
+  'subscriber.renewed',
+  'subscriber.past_due',
+  'subscriber.cancellation_scheduled',
+  'subscriber.cancelled',
 ] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
@@ -208,8 +213,10 @@ export async function webhookRoutes(scope: FastifyInstance, ctx: RouteContext, w
  */
 export function sampleWebhookEvent(event: WebhookEventType, eventId: string, merchantId: string, now: Date) {
   const createdAt = now.toISOString();
-  const data = event.startsWith('subscriber.')
-    ? { subscriber: sampleSubscriber(event, merchantId, now) }
+  const subscriber = event.startsWith('subscriber.') ? sampleSubscriber(event, merchantId, now) : undefined;
+  // Subscriber events carry externalId and metadata beside the subscriber, as the real ones do.
+  const data = subscriber
+    ? { subscriber, externalId: subscriber.externalId, metadata: subscriber.metadata }
     : { invoice: sampleInvoice(event, merchantId, now) };
   return { eventId, event, createdAt, test: true, data };
 }
@@ -252,6 +259,12 @@ function sampleInvoice(event: WebhookEventType, merchantId: string, now: Date) {
   };
 }
 
+const subscriberStatusAfter: Partial<Record<WebhookEventType, string>> = {
+  'subscriber.enrolled': 'pending',
+  'subscriber.past_due': 'past_due',
+  'subscriber.cancelled': 'cancelled',
+};
+
 function sampleSubscriber(event: WebhookEventType, merchantId: string, now: Date) {
   const day = 24 * 60 * 60_000;
   return {
@@ -260,11 +273,11 @@ function sampleSubscriber(event: WebhookEventType, merchantId: string, now: Date
     planId: randomUUID(),
     email: 'subscriber@example.com',
     externalId: 'test_customer_123',
-    status: event === 'subscriber.activated' ? 'active' : 'pending',
+    status: subscriberStatusAfter[event] ?? 'active',
     currentPeriodStart: now.toISOString(),
     currentPeriodEnd: new Date(now.getTime() + 30 * day).toISOString(),
     gracePeriodEndsAt: new Date(now.getTime() + 3 * day).toISOString(),
-    cancelAtEnd: false,
+    cancelAtEnd: event === 'subscriber.cancellation_scheduled',
     metadata: { plan: 'test' },
     createdAt: now.toISOString(),
   };

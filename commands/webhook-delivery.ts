@@ -13,9 +13,11 @@
 //   record leaves the lease to expire, and the delivery is sent again: receivers
 //   deduplicate on eventId (interface.md, "Delivery rules").
 // - Order per target: only the oldest pending delivery of a URL may be sent,
-//   and only while no other delivery of that URL is in flight; a delivery
-//   being retried holds back the later ones to its URL until it succeeds or is
-//   given up, while other URLs go on.
+//   and only while no other delivery of that URL is in flight. A delivery
+//   being retried holds back the later ones to its URL for its first
+//   ORDER_HOLD_ATTEMPTS attempts; one that keeps failing then waits its turn
+//   on its own, so a receiver back after hours is not kept waiting for days.
+//   A test send (sendNow) is outside the queue.
 // - Retries on network errors, timeouts, 408, 429 and 5xx, with growing delays
 //   over about three days (DEFAULT_RETRY_SCHEDULE); then `failed`. A refused
 //   target, a redirect or any other 4xx is final at once.
@@ -321,6 +323,9 @@ interface Claimed {
   series_attempts: number;
 }
 
+/** Failed attempts after which a delivery stops holding back the later ones to its URL. */
+export const ORDER_HOLD_ATTEMPTS = 3;
+
 /** Beyond the request timeout, time for DNS and the record before another worker may take over. */
 const LEASE_MARGIN_MS = 60_000;
 
@@ -465,10 +470,10 @@ export class WebhookDeliveryWorker {
   }
 
   /**
-   * Takes a lease on up to `limit` due deliveries, each the oldest pending
-   * one of its URL, of URLs with nothing in flight. The UPDATE re-checks the
-   * lease on the row it locks, so of two workers racing for a row only one
-   * gets it.
+   * Takes a lease on up to `limit` due deliveries of URLs with nothing in
+   * flight: the oldest queued one of each URL, and those that have failed so
+   * often that they no longer hold the line. The UPDATE re-checks the lease on
+   * the row it locks, so of two workers racing for a row only one gets it.
    */
   private async claim(limit: number): Promise<Claimed[]> {
     const now = this.now();
@@ -478,10 +483,16 @@ export class WebhookDeliveryWorker {
          set locked_until = ${leaseEnd}, updated_at = ${now}
        where d.id in (
                select head.id
-                 from (select distinct on (url) id, url, next_attempt_at, locked_until
-                         from webhook_deliveries
-                        where status = 'pending'
-                        order by url, seq) head
+                 from ((select distinct on (url) id, url, next_attempt_at, locked_until
+                          from webhook_deliveries
+                         where status = 'pending' and next_attempt_at is not null
+                           and series_attempts < ${ORDER_HOLD_ATTEMPTS}
+                         order by url, seq)
+                       union all
+                       (select id, url, next_attempt_at, locked_until
+                          from webhook_deliveries
+                         where status = 'pending' and next_attempt_at is not null
+                           and series_attempts >= ${ORDER_HOLD_ATTEMPTS})) head
                 where head.next_attempt_at <= ${now}
                   and (head.locked_until is null or head.locked_until <= ${now})
                   and not exists (select 1 from webhook_deliveries busy
@@ -500,7 +511,8 @@ export class WebhookDeliveryWorker {
     const secret = await this.secretOf(delivery.merchant_id);
     const result: WebhookSendResult =
       secret === undefined
-        ? { ok: false, statusCode: null, error: 'Merchant not found', retryable: false, durationMs: 0 }
+        ? // Not in the read model (yet, or during a rebuild): retried, never given up for it.
+          { ok: false, statusCode: null, error: 'Merchant not found', retryable: true, durationMs: 0 }
         : await sendWebhook({
             url: delivery.url,
             rawBody: delivery.payload,

@@ -13,6 +13,8 @@ export type StatusListener = (status: InvoiceStatusView) => void;
 export class LiveInvoiceStatus {
   private readonly listeners = new Map<string, Set<StatusListener>>();
   private subscription?: Subscription;
+  /** The last event this hub has handled (or passed over because nobody watched). */
+  private handledUpTo: string | undefined;
 
   constructor(
     private readonly store: EventStore,
@@ -47,23 +49,41 @@ export class LiveInvoiceStatus {
     };
   }
 
+  /**
+   * Waits until the read model shows every event this hub has handled. A
+   * watcher that joins reads its first status after this, so an event passed
+   * over just before it joined (nobody watched then) is in that status.
+   */
+  async caughtUp(): Promise<void> {
+    if (this.handledUpTo === undefined) return;
+    await this.projections.waitFor(this.handledUpTo, 10_000, ['invoices']).catch(this.onError);
+  }
+
   get watchedInvoices(): number {
     return this.listeners.size;
   }
 
   private async handle(event: RecordedEvent): Promise<void> {
+    this.handledUpTo = event.position;
     if (this.listeners.size === 0) return;
-    const invoiceId = await this.invoiceOf(event);
-    if (!invoiceId || !this.listeners.has(invoiceId)) return;
-    await this.projections.waitFor(event.position, 30_000, ['invoices']);
-    const status = await invoiceStatus(this.db, invoiceId);
-    if (!status) return;
-    for (const listener of this.listeners.get(invoiceId) ?? []) {
-      try {
-        listener(status);
-      } catch (error) {
-        this.onError(error);
+    try {
+      const invoiceId = await this.invoiceOf(event);
+      if (!invoiceId || !this.listeners.has(invoiceId)) return;
+      await this.projections.waitFor(event.position, 30_000, ['invoices']);
+      const status = await invoiceStatus(this.db, invoiceId);
+      if (!status) return;
+      for (const listener of this.listeners.get(invoiceId) ?? []) {
+        try {
+          listener(status);
+        } catch (error) {
+          this.onError(error);
+        }
       }
+    } catch (error) {
+      // One event's trouble (a slow read model, a closed socket) must not hold
+      // up the updates of every other socket; the watchers of this invoice get
+      // its next change.
+      this.onError(error);
     }
   }
 

@@ -39,7 +39,8 @@ describe('checkout page over HTTP', () => {
     assert.equal(response.headers.get('content-security-policy'), CHECKOUT_CSP);
     assert.equal(
       CHECKOUT_CSP,
-      "default-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; style-src 'self'; script-src 'self'",
+      "default-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; style-src 'self'; script-src 'self'; " +
+        "base-uri 'none'; form-action 'self'; frame-ancestors 'none'",
     );
     const page = await response.text();
     assert.ok(page.includes('Fish &amp; &lt;b&gt;Chips&lt;/b&gt;'), 'merchant name, escaped');

@@ -10,6 +10,7 @@ import type { Kysely } from 'kysely';
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { verifyWebhookSignature } from '../adapters/webhooks/sender.ts';
 import {
+  ORDER_HOLD_ATTEMPTS,
   enqueueWebhook,
   findWebhookDelivery,
   migrateWebhookDeliveries,
@@ -260,6 +261,19 @@ describe('webhook delivery', () => {
     const order = arrivals.map((x) => x.eventId);
     assert.ok(order.indexOf(other.eventId) < order.indexOf(second.eventId), JSON.stringify(order));
     assert.ok(order.indexOf(other.eventId) < order.lastIndexOf(first.eventId), 'b waited for a');
+  });
+
+  it('lets later deliveries past one that has failed ORDER_HOLD_ATTEMPTS times in a row', async () => {
+    // The first event is refused with a 500 until much later; the others are taken at once.
+    const a = await open((n) => (n < ORDER_HOLD_ATTEMPTS ? 500 : 200));
+    const w = worker({ schedule: [1, 1, 60_000] });
+    const stuck = await enqueue(a.url);
+    const next = await enqueue(a.url);
+    await settle(w, [next.eventId]);
+    assert.deepEqual(a.eventIds(), [...Array(ORDER_HOLD_ATTEMPTS).fill(stuck.eventId), next.eventId]);
+    const held = await deliveryOf(stuck.eventId);
+    assert.equal(held.status, 'pending', 'the failing one waits for its next attempt, on its own');
+    assert.equal(held.series_attempts, ORDER_HOLD_ATTEMPTS);
   });
 
   it('signs with the secret the merchant has when the webhook is sent', async () => {

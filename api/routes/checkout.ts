@@ -17,7 +17,8 @@ import type { RouteContext } from '../app.ts';
 import { UUID } from './query.ts';
 
 export const CHECKOUT_CSP =
-  "default-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; style-src 'self'; script-src 'self'";
+  "default-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; style-src 'self'; script-src 'self'; " +
+  "base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
 /** What the client script starts from, embedded in the page as JSON. */
 export interface CheckoutData {

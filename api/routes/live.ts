@@ -71,6 +71,7 @@ export async function liveRoutes(app: FastifyInstance, { auth, db }: RouteContex
       // Watch before the first read, so that no change between the two is missed.
       const unwatch = live.watch(id, send);
       socket.on('close', unwatch);
+      await live.caughtUp();
       const initial = await invoiceStatus(db, id);
       if (!initial) {
         unwatch();

@@ -34,7 +34,8 @@ export async function startProcess(env: Record<string, string>, script = 'api/ma
   child.stderr!.on('data', (d) => (output += d));
   const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
   const url = `http://127.0.0.1:${port}`;
-  const deadline = Date.now() + 30_000;
+  // Generous: on a loaded 2-core machine a cold tsx start with PGlite can take tens of seconds.
+  const deadline = Date.now() + 120_000;
   for (;;) {
     const state = await Promise.race([
       exited.then(() => 'exited'),

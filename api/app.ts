@@ -15,7 +15,7 @@ import type { Config } from './config.ts';
 import { handleError, sendError } from './errors.ts';
 import type { Metrics } from './metrics.ts';
 import type { RateLimiter } from './rate-limit.ts';
-import { adminRoutes } from './routes/admin.ts';
+import { adminRoutes, type OperatorWallet } from './routes/admin.ts';
 import { catalogueRoutes } from './routes/catalogue.ts';
 import { healthRoutes } from './routes/health.ts';
 import { invoiceRoutes } from './routes/invoices.ts';
@@ -39,6 +39,8 @@ export interface AppDeps {
   sandbox: Sandbox | undefined;
   live: LiveInvoiceStatus;
   webhooks: WebhookRouteDeps;
+  /** GET /admin/v1/wallets: each enabled chain's fee wallet and treasury. */
+  wallets: () => Promise<OperatorWallet[]>;
   adminToken: string;
   database: SqlDatabase;
   store: EventStore;

@@ -1,6 +1,7 @@
 // The service's configuration, read from the environment (operations.md §1).
 // Every problem is reported as one line naming the variable, all at once.
-import { chainNames, isChainName, type ChainName } from '../domain/catalogue.ts';
+import { getAddress, isAddress } from 'ethers';
+import { chainNames, findToken, isChainName, type ChainName } from '../domain/catalogue.ts';
 
 export type AppEnv = 'production' | 'development' | 'test';
 
@@ -17,6 +18,8 @@ export interface Config {
   walletMnemonic: string | undefined;
   chains: ChainName[];
   chainRpcUrls: Partial<Record<ChainName, string>>;
+  /** Settings of the EVM chains that have an RPC URL (adapters/chains/evm.ts). */
+  evm: Partial<Record<ChainName, EvmChainSettings>>;
   /** Confirmations a payment needs on each chain before it counts as confirmed. */
   requiredConfirmations: Record<ChainName, number>;
   platformFeeBps: number;
@@ -30,6 +33,18 @@ export interface Config {
   publicRateLimit: number;
   rateLimits: boolean;
 }
+
+/** CHAIN_<NAME>_CHAIN_ID, CHAIN_<NAME>_TOKENS and CHAIN_<NAME>_TREASURY of ethereum, bsc and polygon. */
+export interface EvmChainSettings {
+  /** A test network's chain id, accepted instead of the mainnet one. */
+  chainId: bigint | undefined;
+  /** Token contracts instead of the catalogue's mainnet ones (test networks). */
+  tokens: { symbol: string; contract: string; decimals: number }[] | undefined;
+  /** Where platform fees go; undefined: the derived treasury. */
+  treasury: string | undefined;
+}
+
+export const evmChainNames: readonly ChainName[] = ['ethereum', 'bsc', 'polygon'];
 
 export class ConfigError extends Error {
   constructor(readonly problems: string[]) {
@@ -132,6 +147,42 @@ export function loadConfig(env: Env = process.env): Config {
       10_000,
     );
   }
+  const evm: Partial<Record<ChainName, EvmChainSettings>> = {};
+  for (const chain of evmChainNames) {
+    const prefix = `CHAIN_${chain.toUpperCase()}`;
+    const rawId = value(`${prefix}_CHAIN_ID`);
+    let chainId: bigint | undefined;
+    if (rawId !== undefined) {
+      if (/^\d{1,15}$/.test(rawId) && BigInt(rawId) > 0n) chainId = BigInt(rawId);
+      else problems.push(`${prefix}_CHAIN_ID must be a positive whole number (got "${rawId}")`);
+    }
+    const rawTokens = value(`${prefix}_TOKENS`);
+    let tokens: EvmChainSettings['tokens'];
+    if (rawTokens !== undefined) {
+      tokens = [];
+      for (const part of rawTokens.split(',')) {
+        const m = /^\s*([A-Za-z]+)=(0x[0-9a-fA-F]{40}):(\d{1,2})\s*$/.exec(part);
+        const known = m && findToken(chain, m[1]!);
+        if (!m || !known || known.contractAddress === null || !isAddress(m[2]!)) {
+          problems.push(
+            `${prefix}_TOKENS must be a comma list of SYMBOL=0xContract:decimals of ${chain}'s tokens (got "${part.trim()}")`,
+          );
+        } else if (Number(m[3]) !== known.decimals) {
+          problems.push(`${prefix}_TOKENS: ${known.symbol} has ${known.decimals} decimals on ${chain}, not ${m[3]}`);
+        } else {
+          tokens.push({ symbol: known.symbol, contract: getAddress(m[2]!), decimals: known.decimals });
+        }
+      }
+    }
+    const rawTreasury = value(`${prefix}_TREASURY`);
+    let treasury: string | undefined;
+    if (rawTreasury !== undefined) {
+      if (/^0x[0-9a-fA-F]{40}$/.test(rawTreasury) && isAddress(rawTreasury)) treasury = getAddress(rawTreasury);
+      else problems.push(`${prefix}_TREASURY must be a 0x address (got "${rawTreasury}")`);
+    }
+    if (chainRpcUrls[chain]) evm[chain] = { chainId, tokens, treasury };
+  }
+
   let chains: ChainName[] = [...chainNames];
   const chainList = value('CHAINS');
   if (chainList !== undefined) {
@@ -176,6 +227,7 @@ export function loadConfig(env: Env = process.env): Config {
     walletMnemonic,
     chains,
     chainRpcUrls,
+    evm,
     requiredConfirmations,
     platformFeeBps: integer('PLATFORM_FEE_BPS', 100, 0, 10_000),
     // Production defaults to the real provider: a built-in table would quote stale prices.

@@ -3,6 +3,11 @@
 // main.ts runs it as a process; tests run it in-process.
 import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { openEvmChains } from '../adapters/chains/evm.ts';
+import { sql } from 'kysely';
+import { formatUnits } from '../domain/money.ts';
+import { findChain } from '../domain/catalogue.ts';
+import type { OperatorWallet } from './routes/admin.ts';
 import { systemClock, type Clock } from '../adapters/clock.ts';
 import { withAppendCounter } from '../adapters/event-store/instrumented.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
@@ -68,6 +73,9 @@ export async function startService(
   logger: FastifyBaseLogger | boolean,
 ): Promise<Service> {
   const log = typeof logger === 'object' ? logger : undefined;
+  // Chains with a node: their chain ids are checked before anything is opened.
+  const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic);
+  const evmChains = await openEvmChains(config, keyring);
   const database = await openDatabase(config);
   const metrics = createMetrics();
   const sqlStore = await SqlEventStore.open(database);
@@ -96,7 +104,6 @@ export async function startService(
 
   // The API side derives addresses watch-only from account public keys; the
   // keyring (the signer's side) is only asked for Solana's hardened paths.
-  const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic);
   const invoices = invoiceCommands({
     store,
     clock,
@@ -110,7 +117,7 @@ export async function startService(
   const settlementDeps = {
     store,
     clock,
-    chains: ledgers as ReadonlyMap<ChainName, ChainAdapter>,
+    chains: new Map<ChainName, ChainAdapter>([...ledgers, ...evmChains]),
     platformFeeBps: config.platformFeeBps,
     requiredConfirmations: config.requiredConfirmations,
   };
@@ -145,7 +152,7 @@ export async function startService(
   webhooks.start();
 
   const payments = paymentCommands(store, clock);
-  const watchers = [...ledgers.values()].map(
+  const watchers = [...settlementDeps.chains.values()].map(
     (ledger) =>
       new ChainWatcher(ledger, database, payments, clock, {
         requiredConfirmations: config.requiredConfirmations[ledger.chain],
@@ -173,7 +180,29 @@ export async function startService(
     onError: (error) => log?.error({ err: error }, 'subscription renewal failed'),
   });
   renewals.start();
-  for (const ledger of ledgers.values()) ledger.onNewBlock(() => sweeper.poke());
+  for (const chain of settlementDeps.chains.values()) chain.onNewBlock(() => sweeper.poke());
+  // GET /admin/v1/wallets: the fee wallet and treasury of each chain with a node.
+  const wallets = async (): Promise<OperatorWallet[]> => {
+    const row = await sql<{
+      revision: number;
+    }>`select revision from es_streams where stream_id = 'derivation-indexes'`.execute(database.db);
+    const nextDerivationIndex = Number(row.rows[0]?.revision ?? -1) + 1;
+    return Promise.all(
+      config.chains.map(async (chain) => {
+        const evm = evmChains.get(chain);
+        const w = evm && (await evm.wallets());
+        const decimals = findChain(chain)!.supportedTokens[0]!.decimals;
+        return {
+          chain,
+          feeWallet: w?.feeWallet ?? null,
+          feeWalletBalance: w ? formatUnits(w.feeWalletBalance, decimals, decimals) : null,
+          treasury: w?.treasury ?? null,
+          treasuryBalance: w ? formatUnits(w.treasuryBalance, decimals, decimals) : null,
+          nextDerivationIndex,
+        };
+      }),
+    );
+  };
 
   const sandbox: Sandbox | undefined = sandboxClock && {
     ledgers,
@@ -195,6 +224,7 @@ export async function startService(
     ? createRateLimiter({ publicLimit: config.publicRateLimit, redisUrl: config.redisUrl })
     : undefined;
   const app = await buildApp({
+    wallets,
     config,
     clock,
     invoices,
@@ -229,6 +259,7 @@ export async function startService(
       await rateLimiter?.close();
       await store.close();
       await database.close();
+      for (const chain of evmChains.values()) chain.close();
     },
   };
 }

@@ -230,6 +230,7 @@ export class SettlementSweeper {
         token: settlement.token,
         amount: settlement.netAmount,
         reference: `${settlement.id}/${settlement.attempt}`,
+        fees: { platform: settlement.platformFee, network: settlement.networkFee },
       });
       await act({ type: 'PrepareTransaction', txHash: prepared.txHash, raw: prepared.raw, now: now() });
       failpoint('settlement:after-prepare');

@@ -36,9 +36,22 @@ export interface OutgoingTransfer {
   amount: bigint;
   /** Unique per settlement attempt: the same reference always prepares the same transaction. */
   reference: string;
+  /**
+   * The settlement's fees, base units of `token`. `platform` goes to the
+   * chain's treasury where the adapter has one (the sandbox ledger leaves it
+   * on the deposit address); `network` is what `networkFee` quoted when the
+   * settlement was requested, and an adapter whose fee varies must spend
+   * exactly that on a native payout, so that the merchant gets `amount`.
+   */
+  fees?: { platform: bigint; network: bigint };
 }
 
-/** A signed transaction, named by its hash before it is broadcast. */
+/**
+ * A signed transaction, named by its hash before it is broadcast. On an
+ * account chain a settlement may need several (a gas top-up, the platform
+ * fee, the payout): `raw` then carries them all and `txHash` is the payout's,
+ * sent last, so that the payout on the chain means the rest is there too.
+ */
 export interface PreparedTransaction {
   txHash: string;
   /** The adapter's own serialisation (e.g. signed raw bytes), JSON-safe, kept to broadcast it again after a crash. */

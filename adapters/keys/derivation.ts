@@ -345,9 +345,31 @@ interface Ed25519Node {
   chainCode: Uint8Array;
 }
 
+/**
+ * The platform's own EVM wallets, in a hardened account of their own
+ * (m/44'/60'/1'), apart from the deposit addresses of m/44'/60'/0' (whose
+ * xpub the API side holds): `fee` pays the gas of token sweeps
+ * (m/44'/60'/1'/0/0), `treasury` receives platform fees unless another
+ * address is configured (m/44'/60'/1'/0/1).
+ */
+export type EvmServiceWallet = 'fee' | 'treasury';
+export const evmServiceWalletPaths: Readonly<Record<EvmServiceWallet, string>> = {
+  fee: "m/44'/60'/1'/0/0",
+  treasury: "m/44'/60'/1'/0/1",
+};
+
+export interface EvmServiceKey {
+  role: EvmServiceWallet;
+  address: string;
+  /** Non-enumerable: not shown by console.log nor JSON.stringify. */
+  readonly wallet: Wallet;
+}
+
 export class DepositKeyring {
   /** Account nodes with private keys, m/44'/60'/0' etc. */
   readonly #accounts: Readonly<Record<Secp256k1Family, BIP32Interface>>;
+  /** m/44'/60'/1': the platform's own EVM wallets (see EvmServiceWallet). */
+  readonly #evmService: BIP32Interface;
   /** m/44'/501': the deepest Solana node shared by every deposit path. */
   readonly #solanaCoin: Ed25519Node;
   readonly #bitcoin: BitcoinNetworkProfile;
@@ -362,6 +384,7 @@ export class DepositKeyring {
       bitcoin: bip32.fromSeed(seed, btc.network).derivePath(accountPath('bitcoin', btc)),
     };
     this.#solanaCoin = deriveEd25519Path("m/44'/501'", Buffer.from(seed).toString('hex'));
+    this.#evmService = root.derivePath("m/44'/60'/1'");
     // The seed is not kept: the nodes above are all later derivation needs.
   }
 
@@ -414,6 +437,14 @@ export class DepositKeyring {
         return withHiddenSecret({ family, chain, index, address }, 'keyPair', keyPair);
       }
     }
+  }
+
+  /** The fee wallet or the default treasury (evmServiceWalletPaths); the same address on every EVM chain. */
+  deriveEvmServiceKey(role: EvmServiceWallet): EvmServiceKey {
+    const privateKey = this.#evmService.derive(EXTERNAL_CHAIN).derive(role === 'fee' ? 0 : 1).privateKey;
+    if (!privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
+    const wallet = new Wallet(hexlify(privateKey));
+    return withHiddenSecret({ role, address: wallet.address }, 'wallet', wallet);
   }
 
   #solanaKeypair(index: number): Keypair {

@@ -90,6 +90,24 @@ const apiKeyView = (k: ApiKey): Static<typeof ApiKeyView> => ({
   createdAt: k.createdAt,
 });
 
+/** One chain's platform wallets (GET /admin/v1/wallets); null where the chain runs on the sandbox ledger. */
+export interface OperatorWallet {
+  chain: string;
+  feeWallet: string | null;
+  feeWalletBalance: string | null;
+  treasury: string | null;
+  treasuryBalance: string | null;
+  nextDerivationIndex: number;
+}
+const WalletView = Type.Object({
+  chain: Type.String(),
+  feeWallet: Nullable(Type.String()),
+  feeWalletBalance: Nullable(Type.String()),
+  treasury: Nullable(Type.String()),
+  treasuryBalance: Nullable(Type.String()),
+  nextDerivationIndex: Type.Integer(),
+});
+
 const data = <T extends Parameters<typeof Type.Object>[0][string]>(schema: T) => Type.Object({ data: schema });
 const security = [{ adminToken: [] }];
 
@@ -99,6 +117,12 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
   app.addHook('onRequest', async (request) => {
     if (request.url.startsWith('/admin/')) await auth.admin(request);
   });
+
+  app.get(
+    '/admin/v1/wallets',
+    { schema: { tags: ['operator'], security, response: { 200: data(Type.Array(WalletView)) } } },
+    async () => ({ data: await ctx.wallets() }),
+  );
 
   const checkProfile = (body: { webhookUrl?: string | null; settlementWallets?: Record<string, string> }) => {
     if (body.webhookUrl) {

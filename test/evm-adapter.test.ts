@@ -1,0 +1,153 @@
+// The EVM chain adapter against a local Hardhat node: chain id check, block
+// parsing (native transfers, token logs with their log indexes, batches of
+// logs checked against block hashes), a reorg seen through block hashes, and
+// settlement bundles that are the same when prepared again and harmless when
+// broadcast again.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Wallet, type Contract } from 'ethers';
+import { EvmChain } from '../adapters/chains/evm.ts';
+import { DepositKeyring } from '../adapters/keys/derivation.ts';
+import { deployToken, HARDHAT_CHAIN_ID, startHardhat, type LocalNode } from './support/hardhat.ts';
+
+const MNEMONIC = 'abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about';
+const keyring = DepositKeyring.fromMnemonic(MNEMONIC);
+
+const started = await startHardhat();
+const skip = 'skip' in started ? started.skip : false;
+if (skip) console.log(`# skipped EVM adapter tests: ${skip}`);
+
+describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
+  const node = started as LocalNode;
+  let usdt: Contract;
+  let usdc: Contract;
+  let chain: EvmChain;
+
+  before(async () => {
+    usdt = await deployToken(node, 'USDT', 6);
+    usdc = await deployToken(node, 'USDC', 6);
+    chain = await EvmChain.open({
+      chain: 'ethereum',
+      rpcUrl: node.url,
+      chainId: HARDHAT_CHAIN_ID,
+      tokens: [
+        { symbol: 'USDT', contract: await usdt.getAddress(), decimals: 6 },
+        { symbol: 'USDC', contract: await usdc.getAddress(), decimals: 6 },
+      ],
+      keyring,
+      platformFeeBps: 100,
+      logBatchBlocks: 4,
+    });
+  });
+  after(async () => {
+    chain?.close();
+    await node.stop();
+  });
+
+  it('refuses a node of another chain id with one line naming the variable', async () => {
+    await assert.rejects(EvmChain.open({ chain: 'ethereum', rpcUrl: node.url, keyring, platformFeeBps: 100 }), {
+      message:
+        'CHAIN_ETHEREUM_RPC_URL is a node of chain id 31337, not ethereum mainnet (1); set CHAIN_ETHEREUM_CHAIN_ID=31337 if this test network is meant',
+    });
+    await assert.rejects(
+      EvmChain.open({ chain: 'bsc', rpcUrl: node.url, chainId: 97n, keyring, platformFeeBps: 100 }),
+      /^Error: CHAIN_BSC_CHAIN_ID is 97 but CHAIN_BSC_RPC_URL is a node of chain id 31337$/,
+    );
+    await assert.rejects(
+      EvmChain.open({
+        chain: 'polygon',
+        rpcUrl: 'http://127.0.0.1:9',
+        keyring,
+        platformFeeBps: 100,
+        retry: { attempts: 2, baseDelayMs: 10 },
+      }),
+      /^Error: CHAIN_POLYGON_RPC_URL: the node did not answer/,
+    );
+  });
+
+  it('reads native transfers (index 0) and token transfers (index = log index) of a block', async () => {
+    const [a, b, c, d] = [0, 1, 2, 3].map(() => Wallet.createRandom().address) as [string, string, string, string];
+    const native = await (await node.payer.sendTransaction({ to: a, value: 1234567890123n })).wait();
+    const single = await (await usdt.getFunction('transfer')(b, 5_000_000n)).wait();
+    const many = await (await usdc.getFunction('transferMany')([c, d, c], [1n, 2n, 3n])).wait();
+
+    const nativeBlock = (await chain.block(native!.blockNumber))!;
+    assert.deepEqual(nativeBlock.transfers, [
+      { txHash: native!.hash, index: 0, to: a, token: 'ETH', amount: 1234567890123n },
+    ]);
+    assert.equal(nativeBlock.hash, native!.blockHash);
+
+    const singleBlock = (await chain.block(single.blockNumber))!;
+    assert.deepEqual(singleBlock.transfers, [
+      { txHash: single.hash, index: single.logs[0].index, to: b, token: 'USDT', amount: 5_000_000n },
+    ]);
+    const manyBlock = (await chain.block(many.blockNumber))!;
+    assert.deepEqual(
+      manyBlock.transfers.map((t) => [t.to, t.token, t.amount, t.index]),
+      [
+        [c, 'USDC', 1n, 0],
+        [d, 'USDC', 2n, 1],
+        [c, 'USDC', 3n, 2],
+      ],
+    );
+    assert.equal(manyBlock.parentHash, singleBlock.hash);
+    assert.equal((await chain.head()).height, many.blockNumber);
+    assert.equal(await chain.block(many.blockNumber + 1), undefined);
+  });
+
+  it('reads every block of a range in log batches, including blocks without any log', async () => {
+    const to = Wallet.createRandom().address;
+    const heights: number[] = [];
+    for (let i = 1; i <= 9; i++) {
+      const r = await (await usdt.getFunction('transfer')(to, BigInt(i))).wait();
+      heights.push(r.blockNumber);
+      if (i % 3 === 0) await node.mine(2); // empty blocks between
+    }
+    let total = 0n;
+    for (let h = heights[0]!; h <= heights.at(-1)!; h++) {
+      for (const t of (await chain.block(h))!.transfers) if (t.to === to) total += t.amount;
+    }
+    assert.equal(total, 45n);
+  });
+
+  it('sees a reorg: after evm_revert the height has another hash and the transfer is gone', async () => {
+    const to = Wallet.createRandom().address;
+    const snapshot = await node.rpc<string>('evm_snapshot');
+    const receipt = await (await usdt.getFunction('transfer')(to, 77n)).wait();
+    const before = (await chain.block(receipt.blockNumber))!;
+    assert.equal(before.transfers[0]!.to, to);
+    assert.equal(await node.rpc('evm_revert', [snapshot]), true);
+    node.payer.reset();
+    await node.mine(1);
+    const after = (await chain.block(receipt.blockNumber))!;
+    assert.notEqual(after.hash, before.hash);
+    assert.deepEqual(after.transfers, []);
+  });
+
+  it('prepares the same bundle for the same reference and takes a repeated broadcast as done', async () => {
+    const key = keyring.deriveDepositKey('ethereum', 900);
+    const merchant = Wallet.createRandom().address;
+    const gross = 10n ** 17n;
+    await (await node.payer.sendTransaction({ to: key.address, value: gross })).wait();
+    await chain.head(); // a fresh fee quote
+    const network = chain.networkFee('ETH');
+    const platform = gross / 100n;
+    const transfer = {
+      from: { address: key.address, derivationIndex: 900 },
+      to: merchant,
+      token: 'ETH',
+      amount: gross - platform - network,
+      reference: 'adapter-test/1',
+      fees: { platform, network },
+    };
+    const prepared = await chain.prepareTransfer(transfer);
+    assert.deepEqual(await chain.prepareTransfer(transfer), prepared);
+    assert.equal(await chain.transactionStatus(prepared.txHash), undefined);
+    await chain.broadcast(prepared);
+    await chain.broadcast(prepared); // a repeat after an unknown outcome
+    const status = await chain.transactionStatus(prepared.txHash);
+    assert.ok(status && status.confirmations >= 1);
+    assert.equal(await chain.balanceOf(merchant), transfer.amount);
+    assert.equal(await chain.balanceOf(key.address), 0n, 'the deposit address keeps nothing');
+  });
+});

@@ -6,32 +6,11 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { startProcess, type ServiceProcess } from './support/process.ts';
+import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { eventually as until } from './support/merchant.ts';
 import { startWebhookReceiver } from './support/webhook-receiver.ts';
 
 const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
-
-async function call(url: string, method: string, path: string, token?: string, body?: unknown) {
-  const res = await fetch(url + path, {
-    method,
-    headers: {
-      ...(token && { authorization: `Bearer ${token}` }),
-      ...(body !== undefined && { 'content-type': 'application/json' }),
-    },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  return { status: res.status, body: (await res.json()) as any };
-}
-
-async function until<T>(read: () => Promise<T>, done: (value: T) => boolean, ms = 20_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met; last value ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe('crashes during a payout', () => {
   for (const failpoint of ['settlement:after-prepare', 'settlement:after-broadcast']) {

@@ -8,20 +8,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { startProcess, type ServiceProcess } from './support/process.ts';
+import { eventually as until } from './support/merchant.ts';
 import { signatureVerifies, startWebhookReceiver, type WebhookReceiver } from './support/webhook-receiver.ts';
 
 const ADMIN = 'webhook-flow-admin-token';
 const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
-
-async function until<T>(read: () => T | Promise<T>, done: (value: T) => boolean, ms = 30_000): Promise<T> {
-  const deadline = Date.now() + ms;
-  for (;;) {
-    const value = await read();
-    if (done(value)) return value;
-    if (Date.now() > deadline) throw new Error(`condition not met; last value ${JSON.stringify(value)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
 
 describe('webhooks over real HTTP against the service process', () => {
   let dir: string;

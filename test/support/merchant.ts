@@ -21,7 +21,7 @@ export async function merchantWithKey(
 }
 
 /** Polls `read` until `done` holds; fails with the last value after `ms`. */
-export async function eventually<T>(read: () => Promise<T>, done: (value: T) => boolean, ms = 15_000): Promise<T> {
+export async function eventually<T>(read: () => T | Promise<T>, done: (value: T) => boolean, ms = 30_000): Promise<T> {
   const deadline = Date.now() + ms;
   let value = await read();
   while (!done(value)) {

@@ -80,3 +80,16 @@ export async function runCli(
   const code = await new Promise<number | null>((resolve) => child.on('exit', resolve));
   return { code, output };
 }
+
+/** JSON over real HTTP against a service process; the body of any answer is parsed. */
+export async function callService(url: string, method: string, path: string, token?: string, body?: unknown) {
+  const res = await fetch(url + path, {
+    method,
+    headers: {
+      ...(token && { authorization: `Bearer ${token}` }),
+      ...(body !== undefined && { 'content-type': 'application/json' }),
+    },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  return { status: res.status, body: (await res.json()) as any };
+}

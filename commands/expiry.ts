@@ -6,38 +6,34 @@ import type { Kysely } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import type { InvoiceCommands } from './invoices.ts';
+import { Periodic, type PeriodicOptions } from './periodic.ts';
 
 export class ExpiryScheduler {
-  private stopping = new AbortController();
-  private running?: Promise<void>;
-  private wake?: () => void;
+  private readonly periodic: Periodic;
 
   constructor(
     private readonly db: Kysely<ReadModelTables>,
     private readonly invoices: Pick<InvoiceCommands, 'expire'>,
     private readonly clock: Clock,
-    private readonly options: {
-      pollMs?: number;
-      onError?: (error: unknown) => void;
+    private readonly options: PeriodicOptions & {
       /** Business time up to which the chain's transfers are all on their invoices; none: not yet known. */
       watchedThrough?: (chain: string) => Date | undefined;
     } = {},
-  ) {}
+  ) {
+    this.periodic = new Periodic(() => this.expireDue(), options);
+  }
 
   start() {
-    this.stopping = new AbortController();
-    this.running = this.loop(this.stopping.signal);
+    this.periodic.start();
   }
 
   async stop() {
-    this.stopping.abort();
-    this.wake?.();
-    await this.running;
+    await this.periodic.stop();
   }
 
   /** Looks again now, e.g. after the sandbox clock moved. */
   poke() {
-    this.wake?.();
+    this.periodic.poke();
   }
 
   /** Expires what is due; returns how many invoices it asked to expire. */
@@ -77,24 +73,5 @@ export class ExpiryScheduler {
           .every((a) => (watchedThrough(a.chain)?.getTime() ?? -Infinity) >= new Date(expires_at).getTime()),
       )
       .map((d) => d.id);
-  }
-
-  private async loop(signal: AbortSignal) {
-    while (!signal.aborted) {
-      try {
-        await this.expireDue();
-      } catch (error) {
-        this.options.onError?.(error);
-      }
-      if (signal.aborted) return;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => this.wake?.(), this.options.pollMs ?? 1000);
-        this.wake = () => {
-          clearTimeout(timer);
-          this.wake = undefined;
-          resolve();
-        };
-      });
-    }
   }
 }

@@ -20,6 +20,7 @@ import {
 import type { Reactor } from '../projections/engine.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { handleCommand, loadState } from './handle.ts';
+import { Periodic, type PeriodicOptions } from './periodic.ts';
 
 /** Growing delays between attempts of a failed payout. */
 const RETRY_DELAYS_MS = [10_000, 60_000, 5 * 60_000, 30 * 60_000, 2 * 3600_000, 6 * 3600_000];
@@ -135,29 +136,26 @@ export function settlementManager(
  * transaction prepared so far, so a payout that did go out is never sent again.
  */
 export class SettlementSweeper {
-  private stopping = new AbortController();
-  private running?: Promise<void>;
-  private wake?: () => void;
+  private readonly periodic: Periodic;
 
   constructor(
     private readonly deps: SettlementDeps,
     private readonly db: Kysely<ReadModelTables>,
-    private readonly options: { pollMs?: number; onError?: (error: unknown) => void } = {},
-  ) {}
+    private readonly options: PeriodicOptions = {},
+  ) {
+    this.periodic = new Periodic(() => this.sweep(), options);
+  }
 
   start() {
-    this.stopping = new AbortController();
-    this.running = this.loop(this.stopping.signal);
+    this.periodic.start();
   }
 
   async stop() {
-    this.stopping.abort();
-    this.wake?.();
-    await this.running;
+    await this.periodic.stop();
   }
 
   poke() {
-    this.wake?.();
+    this.periodic.poke();
   }
 
   /** One pass over the open settlements. */
@@ -262,25 +260,6 @@ export class SettlementSweeper {
         now: clock.now().toISOString(),
       });
       return false;
-    }
-  }
-
-  private async loop(signal: AbortSignal) {
-    while (!signal.aborted) {
-      try {
-        await this.sweep();
-      } catch (error) {
-        this.options.onError?.(error);
-      }
-      if (signal.aborted) return;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => this.wake?.(), this.options.pollMs ?? 1000);
-        this.wake = () => {
-          clearTimeout(timer);
-          this.wake = undefined;
-          resolve();
-        };
-      });
     }
   }
 }

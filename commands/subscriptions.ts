@@ -42,6 +42,7 @@ import {
 import type { Projector, Reactor } from '../projections/engine.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { handleCommand, loadState, type HandleOptions } from './handle.ts';
+import { Periodic, type PeriodicOptions } from './periodic.ts';
 import type { InvoiceCommands } from './invoices.ts';
 import type { Written } from './merchants.ts';
 import { enqueueWebhook } from './webhook-delivery.ts';
@@ -424,31 +425,28 @@ export function subscriptionManager(store: EventStore, subscriptions: Subscripti
  * cancellation. Every step is decided again on the subscriber's stream.
  */
 export class RenewalScheduler {
-  private stopping = new AbortController();
-  private running?: Promise<void>;
-  private wake?: () => void;
+  private readonly periodic: Periodic;
 
   constructor(
     private readonly db: Kysely<ReadModelTables>,
     private readonly subscriptions: Pick<SubscriptionCommands, 'renew' | 'markPastDue'>,
     private readonly clock: Clock,
-    private readonly options: { pollMs?: number; onError?: (error: unknown) => void } = {},
-  ) {}
+    private readonly options: PeriodicOptions = {},
+  ) {
+    this.periodic = new Periodic(() => this.runDue(), options);
+  }
 
   start() {
-    this.stopping = new AbortController();
-    this.running = this.loop(this.stopping.signal);
+    this.periodic.start();
   }
 
   async stop() {
-    this.stopping.abort();
-    this.wake?.();
-    await this.running;
+    await this.periodic.stop();
   }
 
   /** Looks again now, e.g. after the sandbox clock moved. */
   poke() {
-    this.wake?.();
+    this.periodic.poke();
   }
 
   /** Does what is due; returns how many subscribers it changed. */
@@ -495,25 +493,6 @@ export class RenewalScheduler {
     } catch (error) {
       this.options.onError?.(error);
       return false;
-    }
-  }
-
-  private async loop(signal: AbortSignal) {
-    while (!signal.aborted) {
-      try {
-        await this.runDue();
-      } catch (error) {
-        this.options.onError?.(error);
-      }
-      if (signal.aborted) return;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => this.wake?.(), this.options.pollMs ?? 1000);
-        this.wake = () => {
-          clearTimeout(timer);
-          this.wake = undefined;
-          resolve();
-        };
-      });
     }
   }
 }

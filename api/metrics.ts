@@ -1,4 +1,6 @@
-// Prometheus metrics: request rates and latencies, projection lag, event-store appends.
+// Prometheus metrics: request rates and latencies, projection lag, event-store
+// appends, and the money-moving backlogs (settlements, webhook deliveries).
+import type { Kysely } from 'kysely';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { ProjectionEngine } from '../projections/engine.ts';
 
@@ -49,14 +51,46 @@ export function createMetrics() {
       for (const s of (await engine?.status()) ?? []) this.set({ projection: s.name }, s.msBehind / 1000);
     },
   });
+  // Backlogs an operator alerts on, counted when scraped: payouts not yet
+  // completed (and why), webhooks pending or given up.
+  let db: Kysely<any> | undefined;
+  const countByStatus = async (gauge: Gauge<'status'>, table: string) => {
+    if (!db) return;
+    const rows = await db
+      .selectFrom(table)
+      .select(['status', (eb) => eb.fn.countAll().as('count')])
+      .groupBy('status')
+      .execute();
+    gauge.reset();
+    for (const row of rows) gauge.set({ status: row.status }, Number(row.count));
+  };
+  new Gauge({
+    name: 'settlements',
+    help: 'Settlements by status (pending, submitted, completed, failed)',
+    labelNames: ['status'] as const,
+    registers: [registry],
+    async collect() {
+      await countByStatus(this, 'settlements');
+    },
+  });
+  new Gauge({
+    name: 'webhook_deliveries',
+    help: 'Webhook deliveries by status (pending includes those waiting for a retry; failed were given up)',
+    labelNames: ['status'] as const,
+    registers: [registry],
+    async collect() {
+      await countByStatus(this, 'webhook_deliveries');
+    },
+  });
   return {
     registry,
     requests,
     latency,
     appends,
     projected,
-    watch(projections: ProjectionEngine) {
+    watch(projections: ProjectionEngine, database: Kysely<any>) {
       engine = projections;
+      db = database;
     },
   };
 }

@@ -147,7 +147,7 @@ export async function startService(
       onError: (name, error) => log?.error({ err: error, projection: name }, 'projection failed'),
     },
   );
-  metrics.watch(projections);
+  metrics.watch(projections, database.db);
   projections.start();
   webhooks.start();
 

@@ -108,6 +108,9 @@ describe('settlement on the sandbox chains', () => {
     const one = await svc.call('GET', `/api/v1/settlements/${completed.id}`, { token: key });
     assert.deepEqual(one.body.data, completed);
 
+    const metrics = await (await fetch(`${svc.url}/metrics`)).text();
+    assert.match(metrics, /^settlements\{status="completed"\} [1-9]/m, 'operators see completed payouts');
+
     // The audit trail tells the whole story, the payout included, in the order it happened.
     const history = (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/events`, { token: key })).body.data;
     const types = history.map((e: { type: string }) => e.type);

@@ -176,5 +176,7 @@ describe('webhooks over real HTTP against the service process', () => {
     );
     const delivery = log.find((d: any) => d.eventId === accepted[0]!.eventId);
     assert.equal(delivery.attempts, 3);
+    const metrics = await (await fetch(`${service.url}/metrics`)).text();
+    assert.match(metrics, /^webhook_deliveries\{status="succeeded"\} [1-9]/m);
   });
 });

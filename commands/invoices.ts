@@ -30,6 +30,12 @@ export interface NewInvoice {
   webhookUrl: string | null;
   metadata: JsonObject | null;
   subscriberId?: string;
+  /**
+   * A caller-chosen id (a subscription period's invoice): creating it again
+   * gives the invoice created the first time, so a retry or a second process
+   * never makes a second invoice.
+   */
+  id?: string;
 }
 
 export interface InvoiceCommandDeps {
@@ -66,29 +72,36 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
   }
 
   async function create(merchantId: string, input: NewInvoice, correlationId?: string): Promise<Written<Invoice>> {
+    if (input.id !== undefined) {
+      const existing = await loadState(store, invoiceDecider, invoiceStreamName(input.id));
+      if (existing) return { value: existing, position: undefined };
+    }
     // One reading of the clock, so `expiresAt - createdAt` is exactly the window asked for.
     const now = clock.now();
-    const id = randomUUID();
-    const { state, position } = await handleCommand(
-      store,
-      invoiceDecider,
-      invoiceStreamName(id),
-      {
-        type: 'CreateInvoice',
-        id,
-        merchantId,
-        amount: input.amount,
-        currency: input.currency,
-        description: input.description,
-        expiresAt: new Date(now.getTime() + input.expiresInMinutes * 60_000).toISOString(),
-        webhookUrl: input.webhookUrl,
-        metadata: input.metadata,
-        createdAt: now.toISOString(),
-        ...(input.subscriberId !== undefined && { subscriberId: input.subscriberId }),
-      },
-      { correlationId },
-    );
-    return { value: state!, position };
+    const id = input.id ?? randomUUID();
+    const command = {
+      type: 'CreateInvoice',
+      id,
+      merchantId,
+      amount: input.amount,
+      currency: input.currency,
+      description: input.description,
+      expiresAt: new Date(now.getTime() + input.expiresInMinutes * 60_000).toISOString(),
+      webhookUrl: input.webhookUrl,
+      metadata: input.metadata,
+      createdAt: now.toISOString(),
+      ...(input.subscriberId !== undefined && { subscriberId: input.subscriberId }),
+    } as const;
+    try {
+      const { state, position } = await handleCommand(store, invoiceDecider, invoiceStreamName(id), command, {
+        correlationId,
+      });
+      return { value: state!, position };
+    } catch (error) {
+      // Created by another process in between: that one is this invoice.
+      if (!(input.id !== undefined && error instanceof DomainError && error.kind === 'conflict')) throw error;
+      return { value: await invoiceOf(input.id, merchantId), position: undefined };
+    }
   }
 
   /**

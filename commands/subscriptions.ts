@@ -32,6 +32,7 @@ import {
   isRenewalDue,
   renewalInvoiceHours,
   subscriberDecider,
+  periodInvoiceId,
   subscriberStreamName,
   subscriberView,
   type EnrollmentEvent,
@@ -238,7 +239,8 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
       const id = randomUUID();
       const reservation = enrollmentStreamName(merchantId, plan.id, input.email);
       await reserve(reservation, id);
-      let invoiceId: string | undefined;
+      // Known before it exists, so that a failure at any point can void it.
+      const invoiceId = periodInvoiceId(id, 0);
       try {
         const start = now();
         const created = await invoices.create(
@@ -251,11 +253,11 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
             webhookUrl: null,
             metadata: invoiceMetadata({ id, planId: plan.id, externalId: input.externalId, metadata: input.metadata }),
             subscriberId: id,
+            id: periodInvoiceId(id, 0),
           },
           correlationId,
         );
         const invoice = created.value;
-        invoiceId = invoice.id;
         const { state, position } = await subscriberCommand(
           id,
           {
@@ -278,7 +280,7 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
         // the address is free again and the invoice nobody was given cannot be paid.
         if ((await loadState(store, subscriberDecider, subscriberStreamName(id))) === null) {
           await release(reservation, id).catch(() => undefined);
-          if (invoiceId) await voidInvoice(invoiceId, merchantId).catch(() => undefined);
+          await voidInvoice(invoiceId, merchantId).catch(() => undefined);
         }
         throw error;
       }
@@ -328,21 +330,26 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
         webhookUrl: null,
         metadata: invoiceMetadata(subscriber),
         subscriberId,
+        // The period's own id: a retry after a crash, or another instance
+        // renewing at the same time, gets this same invoice, never a second.
+        id: periodInvoiceId(subscriberId, period),
       });
       const invoice = created.value;
+      let recorded: Subscriber | null = null;
       try {
-        const { state } = await subscriberCommand(subscriberId, {
+        ({ state: recorded } = await subscriberCommand(subscriberId, {
           type: 'RecordRenewal',
           invoiceId: invoice.id,
           period,
           now: invoice.createdAt,
-        });
-        if (state && currentInvoice(state).invoiceId === invoice.id) return true;
+        }));
       } catch (error) {
-        await voidInvoice(invoice.id, subscriber.merchantId);
-        throw error;
+        // Anything but a refusal leaves the outcome unknown: the next pass asks
+        // again, with this same invoice.
+        if (!(error instanceof DomainError)) throw error;
       }
-      // Another instance renewed this period first: this invoice is not needed.
+      if (recorded && currentInvoice(recorded).invoiceId === invoice.id) return true;
+      // Refused: the subscriber moved on meanwhile (cancelled), so nobody is to pay this invoice.
       await voidInvoice(invoice.id, subscriber.merchantId);
       return false;
     },

@@ -24,6 +24,15 @@ import { addHours, periodEnd, type Plan, type PlanTerms } from './plan.ts';
 
 export const subscriberStreamName = (subscriberId: string): string => `subscriber-${subscriberId}`;
 
+const PERIOD_INVOICE_NAMESPACE = 'c1f7e2a4-8b3d-4f6a-9e5c-2d7b0a4f8e13';
+/**
+ * The invoice of a subscriber's billing period (0 is the first): one id per
+ * period, so a retried or concurrent renewal finds the invoice already made
+ * instead of billing twice.
+ */
+export const periodInvoiceId = (subscriberId: string, period: number): string =>
+  uuidv5(`${subscriberId}/period/${period}`, PERIOD_INVOICE_NAMESPACE);
+
 const ENROLLMENT_NAMESPACE = 'b4a7e0c2-5d3f-4e81-9a6b-7c2d1e0f3a58';
 
 /** E-mail addresses are compared without case and surrounding blanks. */

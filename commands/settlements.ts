@@ -222,7 +222,7 @@ export class SettlementSweeper {
     // pending: record the transaction before it leaves, then send it.
     let prepared = settlement.prepared;
     if (!prepared) {
-      prepared = await chain.prepareTransfer({
+      const ours = await chain.prepareTransfer({
         from: { address: settlement.fromAddress, derivationIndex: settlement.derivationIndex },
         to: settlement.merchantWallet,
         token: settlement.token,
@@ -230,7 +230,11 @@ export class SettlementSweeper {
         reference: `${settlement.id}/${settlement.attempt}`,
         fees: { platform: settlement.platformFee, network: settlement.networkFee },
       });
-      await act({ type: 'PrepareTransaction', txHash: prepared.txHash, raw: prepared.raw, now: now() });
+      const { state } = await act({ type: 'PrepareTransaction', txHash: ours.txHash, raw: ours.raw, now: now() });
+      // Only what the stream holds is ever sent: if another process recorded
+      // its own transaction for this attempt first, that one is the payout.
+      prepared = state?.prepared ?? null;
+      if (!prepared || state?.status !== 'pending') return;
       failpoint('settlement:after-prepare');
     }
     if (await this.broadcast(settlementId, prepared, settlement.attempt)) {

@@ -3,7 +3,12 @@
 // and in neither case does the merchant get two payouts.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
+import {
+  TransactionRejectedError,
+  type ChainAdapter,
+  type OutgoingTransfer,
+  type PreparedTransaction,
+} from '../adapters/chains/port.ts';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { SettlementSweeper } from '../commands/settlements.ts';
@@ -69,7 +74,7 @@ async function sweeperWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
   const retrying = new SettlementSweeper({ ...deps, clock: later }, noReadModels);
   const state = () => loadState(store, settlementDecider, settlementStreamName(SETTLEMENT_ID));
   const payouts = () => ledger.transfersTo(WALLET);
-  return { sweeper, retrying, state, payouts, ledger };
+  return { sweeper, retrying, state, payouts, ledger, deps };
 }
 
 describe('settlement sweeper with a failing broadcast', () => {
@@ -114,5 +119,42 @@ describe('settlement sweeper with a failing broadcast', () => {
     assert.equal(after!.preparedHashes.length, 2);
     assert.equal(after!.txHash, after!.preparedHashes[1]);
     assert.equal(payouts().length, 1);
+  });
+});
+
+describe('two sweepers on one settlement', () => {
+  it('send only the transaction the stream recorded, so the merchant is paid once', async () => {
+    const { sweeper, state, payouts, ledger, deps } = await sweeperWith([]);
+    // Each process signs its own transaction (say, with its own fee quote),
+    // and both have signed before either records.
+    let waiting: (() => void)[] = [];
+    const ownSigner = (tag: string): ChainAdapter =>
+      Object.assign(Object.create(ledger) as SandboxLedger, {
+        async prepareTransfer(transfer: OutgoingTransfer) {
+          const prepared = await ledger.prepareTransfer({ ...transfer, reference: `${transfer.reference}/${tag}` });
+          await new Promise<void>((resolve) => {
+            waiting.push(resolve);
+            if (waiting.length === 2) for (const go of waiting) go();
+          });
+          return prepared;
+        },
+        broadcast: (transaction: PreparedTransaction) => ledger.broadcast(transaction),
+        transactionStatus: (txHash: string) => ledger.transactionStatus(txHash),
+      });
+    const other = new SettlementSweeper(
+      { ...deps, chains: new Map<ChainName, ChainAdapter>([['tron', ownSigner('b')]]) },
+      undefined as unknown as Kysely<ReadModelTables>,
+    );
+    const first = new SettlementSweeper(
+      { ...deps, chains: new Map<ChainName, ChainAdapter>([['tron', ownSigner('a')]]) },
+      undefined as unknown as Kysely<ReadModelTables>,
+    );
+    await Promise.all([first.advance(SETTLEMENT_ID), other.advance(SETTLEMENT_ID)]);
+    waiting = [];
+    await sweeper.advance(SETTLEMENT_ID);
+    const after = await state();
+    assert.equal(after!.preparedHashes.length, 1, 'one transaction recorded');
+    assert.equal(payouts().length, 1, 'one payout');
+    assert.equal(payouts()[0]!.txHash, after!.preparedHashes[0]);
   });
 });

@@ -160,6 +160,18 @@ describe('payments and settlement on a local EVM node', { skip }, () => {
     assert.ok(feeAfter < feeBefore, 'the fee wallet topped the deposit address up');
     const dust = await node.provider.getBalance(p.address);
     assert.ok(dust < feeBefore - feeAfter, `dust ${dust} is less than the top-up`);
+
+    // The watcher reads blocks in order: once a later payment is seen, the
+    // top-up's block has been read, and the top-up was not taken for a payment.
+    const later = await invoice(key, 'USDT', '2');
+    await (await fx.usdt.getFunction('transfer')(later.address, baseUnits(later.cryptoAmount, 6))).wait();
+    await eventually(
+      () => status(later.paymentId),
+      (s) => s.hasDetectedPayment,
+    );
+    const after = await status(p.paymentId);
+    assert.equal(after.paymentIssueType, null, 'the gas top-up is not a wrong-token payment');
+    assert.equal(after.mismatchPayment, null);
   });
 
   it('a reorg that drops a detected payment withdraws it; it never confirms', async () => {

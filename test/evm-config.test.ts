@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ConfigError, loadConfig } from '../api/config.ts';
-import { bloomMayContain, TRANSFER_TOPIC } from '../adapters/chains/evm.ts';
+import { bloomMayContain, TRANSFER_TOPIC, withoutRpcUrl } from '../adapters/chains/evm.ts';
 
 const USDT = '0x5FbDB2315678afecb367f032d93F642f64180aa3';
 
@@ -47,6 +47,18 @@ describe('EVM chain configuration', () => {
         'CHAIN_POLYGON_TREASURY must be a 0x address (got "nope")',
       ],
     );
+  });
+
+  it('keeps the node URL, which holds its API key, out of error messages', () => {
+    const url = 'https://eth-mainnet.example.com/v2/Secret-Key_123';
+    const fromEthers = new Error(
+      `server response 429 Too Many Requests (request={  }, response={  }, error=null, info={ "requestUrl": "${url}", "responseStatus": "429" })`,
+    );
+    const clean = withoutRpcUrl(fromEthers, url);
+    assert.doesNotMatch(clean.message, /Secret-Key_123|eth-mainnet\.example\.com/i);
+    assert.match(clean.message, /server response 429/);
+    // Rejection texts are lower-cased before they are read.
+    assert.doesNotMatch(withoutRpcUrl(fromEthers.message.toLowerCase(), url).message, /secret-key_123/);
   });
 
   it('checks a logs bloom without false negatives', () => {

@@ -106,7 +106,7 @@ interface RpcBlock {
   timestamp: string;
   logsBloom?: string;
   baseFeePerGas?: string;
-  transactions: (string | { hash: string; to: string | null; value: string })[];
+  transactions: (string | { hash: string; from: string; to: string | null; value: string })[];
 }
 interface RpcLog {
   address: string;
@@ -139,6 +139,29 @@ const hex = (n: number | bigint) => '0x' + n.toString(16);
 function errorText(error: unknown): string {
   const e = error as { message?: string; shortMessage?: string; info?: { error?: { message?: string } } };
   return [e?.message, e?.shortMessage, e?.info?.error?.message].filter(Boolean).join(' | ').toLowerCase();
+}
+
+/**
+ * The error without the node's URL: an RPC provider's URL usually holds its
+ * API key, and ethers puts it in HTTP error messages, which end up in logs and
+ * in a settlement's failure reason.
+ */
+export function withoutRpcUrl(error: unknown, rpcUrl: string): Error {
+  const e = error as { shortMessage?: string; message?: string; code?: string };
+  const text = String(e?.shortMessage ?? e?.message ?? error);
+  const hide = (secret: string, as: string, within: string) =>
+    within.replace(new RegExp(secret.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'gi'), as);
+  let redacted = hide(rpcUrl, '<rpc url>', text);
+  try {
+    const { host, pathname } = new URL(rpcUrl);
+    redacted = hide(host, '<rpc host>', redacted);
+    if (pathname.length > 1) redacted = hide(pathname, '/<rpc path>', redacted);
+  } catch {
+    // not a URL: nothing more to hide
+  }
+  const clean = new Error(redacted.slice(0, 500));
+  if (e?.code) Object.assign(clean, { code: e.code });
+  return clean;
 }
 
 /** Whether a 2048-bit logs bloom may hold `value` (an address or a topic). A bloom has no false negatives. */
@@ -220,7 +243,7 @@ export class EvmChain implements ChainAdapter {
       await adapter.head(); // also the first fee quote
     } catch (error) {
       adapter.close();
-      const reason = (error as Error).message?.split('\n')[0] ?? String(error);
+      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
       throw new Error(`${variable}_RPC_URL: the node did not answer (${reason.slice(0, 200)})`);
     }
     if (actual !== expected) {
@@ -252,7 +275,7 @@ export class EvmChain implements ChainAdapter {
       try {
         return (await this.provider.send(method, params)) as T;
       } catch (error) {
-        if (attempt >= attempts || this.closed) throw error;
+        if (attempt >= attempts || this.closed) throw withoutRpcUrl(error, this.options.rpcUrl);
         await sleep(Math.min(baseDelayMs * 2 ** (attempt - 1), 10_000) * (0.75 + Math.random() / 2));
       }
     }
@@ -287,6 +310,8 @@ export class EvmChain implements ChainAdapter {
     const transfers: ChainTransfer[] = [];
     for (const tx of block.transactions) {
       if (typeof tx === 'string' || !tx.to) continue;
+      // The fee wallet's gas top-ups to deposit addresses are ours, not a customer's payment.
+      if (tx.from.toLowerCase() === this.feeWallet.toLowerCase()) continue;
       const amount = BigInt(tx.value);
       if (amount > 0n) transfers.push({ txHash: tx.hash, index: 0, to: getAddress(tx.to), token: this.native, amount });
     }
@@ -601,15 +626,17 @@ export class EvmChain implements ChainAdapter {
         return;
       }
       // Another transaction with the same nonce is pending (perhaps an earlier attempt's): the outcome is open.
-      if (/replacement|replace/.test(text)) throw error;
+      if (/replacement|replace/.test(text)) throw withoutRpcUrl(error, this.options.rpcUrl);
       if (
         /nonce too low|nonce has already been used|insufficient funds|intrinsic gas|exceeds block gas limit|gas limit reached|invalid sender|underpriced|too low for the next block|less than block base fee|fee cap less than/.test(
           text,
         )
       ) {
-        throw new TransactionRejectedError(text.split(' | ')[0]!.slice(0, 300));
+        throw new TransactionRejectedError(
+          withoutRpcUrl(text.split(' | ')[0]!, this.options.rpcUrl).message.slice(0, 300),
+        );
       }
-      throw error;
+      throw withoutRpcUrl(error, this.options.rpcUrl);
     }
   }
 

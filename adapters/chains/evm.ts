@@ -141,6 +141,17 @@ function errorText(error: unknown): string {
   return [e?.message, e?.shortMessage, e?.info?.error?.message].filter(Boolean).join(' | ').toLowerCase();
 }
 
+/** A node that never answers (a dead WebSocket, a stuck proxy) must not stall the watcher or the sweeper. */
+const RPC_TIMEOUT_MS = 30_000;
+
+function withDeadline<T>(call: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what}: no answer from the node in ${ms} ms`)), ms);
+  });
+  return Promise.race([call, deadline]).finally(() => clearTimeout(timer));
+}
+
 /**
  * The error without the node's URL: an RPC provider's URL usually holds its
  * API key, and ethers puts it in HTTP error messages, which end up in logs and
@@ -273,7 +284,7 @@ export class EvmChain implements ChainAdapter {
     const { attempts, baseDelayMs } = this.options.retry ?? { attempts: 6, baseDelayMs: 250 };
     for (let attempt = 1; ; attempt++) {
       try {
-        return (await this.provider.send(method, params)) as T;
+        return (await withDeadline(this.provider.send(method, params), RPC_TIMEOUT_MS, method)) as T;
       } catch (error) {
         if (attempt >= attempts || this.closed) throw withoutRpcUrl(error, this.options.rpcUrl);
         await sleep(Math.min(baseDelayMs * 2 ** (attempt - 1), 10_000) * (0.75 + Math.random() / 2));
@@ -615,7 +626,11 @@ export class EvmChain implements ChainAdapter {
   /** Sends one signed transaction; one the node already has (pending or mined) is fine. */
   private async send(tx: Transaction): Promise<void> {
     try {
-      await this.provider.send('eth_sendRawTransaction', [tx.serialized]);
+      await withDeadline(
+        this.provider.send('eth_sendRawTransaction', [tx.serialized]),
+        RPC_TIMEOUT_MS,
+        'eth_sendRawTransaction',
+      );
       return;
     } catch (error) {
       const text = errorText(error);

@@ -32,7 +32,11 @@ export async function startProcess(env: Record<string, string>, script = 'api/ma
   let output = '';
   child.stdout!.on('data', (d) => (output += d));
   child.stderr!.on('data', (d) => (output += d));
-  const exited = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  // A child that could not even be spawned ends too ('error' without 'exit'), so nothing waits for it forever.
+  const exited = new Promise<number | null>((resolve) => {
+    child.on('exit', (code) => resolve(code));
+    child.on('error', () => resolve(null));
+  });
   const url = `http://127.0.0.1:${port}`;
   // Generous: on a loaded 2-core machine a cold tsx start with PGlite can take tens of seconds.
   const deadline = Date.now() + 120_000;

@@ -139,7 +139,16 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
         });
         return;
       } catch (error) {
-        if (!(error instanceof DomainError) || error.kind !== 'conflict' || attempt >= 5) throw error;
+        if (!(error instanceof DomainError) || error.kind !== 'conflict') throw error;
+        if (attempt >= 5) {
+          // Contested five times over: someone holds it; say who, in the contract's words.
+          const holder = fold(
+            enrollmentDecider,
+            (await store.readStream(stream)).map((r) => ({ type: r.type, data: r.data }) as EnrollmentEvent),
+          ).holder;
+          const held = holder === null ? null : await loadState(store, subscriberDecider, subscriberStreamName(holder));
+          throw new DomainError('conflict', duplicateEnrollmentMessage(held?.status ?? 'pending'));
+        }
       }
       const recorded = await store.readStream(stream);
       const { holder } = fold(

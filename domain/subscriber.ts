@@ -252,7 +252,8 @@ export function checkEnrollmentInput(input: EnrollmentInput): void {
   }
   if (input.externalId !== null) {
     if (typeof input.externalId !== 'string') throw new DomainError('bad_request', 'External ID must be a string');
-    if (input.externalId.length > MAX_EXTERNAL_ID_LENGTH) {
+    // Characters, not UTF-16 code units: an emoji is one.
+    if ([...input.externalId].length > MAX_EXTERNAL_ID_LENGTH) {
       throw new DomainError('bad_request', `External ID must be at most ${MAX_EXTERNAL_ID_LENGTH} characters`);
     }
   }

@@ -289,6 +289,12 @@ describe('subscription API', () => {
         assert.equal(res.body.error, 'Not Found');
         assert.equal(res.body.message, 'Subscription plan not found');
       }
+      // A bad body is a 400 whatever the plan id looks like.
+      for (const planId of [UNKNOWN_ID, 'plan_123']) {
+        const res = await enroll({ planId, email: email(), externalId: 'x'.repeat(256) });
+        assert.equal(res.status, 400, planId);
+        assert.equal(res.body.message, 'External ID must be at most 255 characters');
+      }
       const archivedPlan = await createPlan();
       await call('POST', `/api/v1/subscriptions/plans/${archivedPlan.id}/archive`);
       const archived = await enroll({ planId: archivedPlan.id, email: email() });

@@ -159,6 +159,14 @@ describe('subscriber decider: enrollment', () => {
     given([])
       .when({ ...enroll, externalId: null })
       .then([{ ...enrolled, data: { ...enrolled.data, externalId: null } } as SubscriberEvent]);
+    // Characters, not UTF-16 units: 255 emoji (510 units) are 255 characters.
+    const emoji = '🦊'.repeat(255);
+    given([])
+      .when({ ...enroll, externalId: emoji })
+      .then([{ ...enrolled, data: { ...enrolled.data, externalId: emoji } } as SubscriberEvent]);
+    given([])
+      .when({ ...enroll, externalId: '🦊'.repeat(256) })
+      .thenError('bad_request', 'External ID must be at most 255 characters');
   });
 
   it('checks the e-mail address and the metadata', () => {

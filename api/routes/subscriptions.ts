@@ -293,7 +293,6 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: RouteConte
     async (request, reply) => {
       const body = request.body;
       if (typeof body.planId !== 'string' || body.planId.trim() === '') throw badRequest('Plan ID is required');
-      if (!UUID.test(body.planId)) throw notFound(PLAN_NOT_FOUND);
       if (typeof body.email !== 'string' || body.email.trim() === '') throw badRequest('Email is required');
       const externalId = body.externalId ?? null;
       if (externalId !== null && typeof externalId !== 'string') throw badRequest('External ID must be a string');
@@ -309,6 +308,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: RouteConte
       };
       // The request's own rules first: a bad body is a 400 whatever the plan.
       checkEnrollmentInput(input);
+      if (!UUID.test(input.planId)) throw notFound(PLAN_NOT_FOUND);
       const { value, position } = await subscriptions.enroll(request.caller!.merchantId, input, request.id);
       await settle(position);
       return reply.code(201).send({ data: subscriberView(value.subscriber) });

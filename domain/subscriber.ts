@@ -82,7 +82,16 @@ export type SubscriberEnrolled = DomainEvent<
     enrolledAt: string;
   }
 >;
-export type SubscriberActivated = DomainEvent<'SubscriberActivated', { invoiceId: string; activatedAt: string }>;
+/**
+ * `periodStart`/`periodEnd`: set when the first invoice was paid after its
+ * period had already run out (a grace period longer than the billing
+ * period): the subscription then starts at payment, and no period the
+ * customer never had is billed.
+ */
+export type SubscriberActivated = DomainEvent<
+  'SubscriberActivated',
+  { invoiceId: string; activatedAt: string; periodStart?: string; periodEnd?: string }
+>;
 export type RenewalInvoiceIssued = DomainEvent<
   'RenewalInvoiceIssued',
   {
@@ -333,9 +342,14 @@ function recordPaid(command: Extract<SubscriberCommand, { type: 'RecordInvoicePa
   if (invoice.invoiceId !== command.invoiceId || invoice.paidAt !== null || s.status === 'cancelled') return [];
   requireTime(command.paidAt, 'paidAt');
   if (s.status === 'pending') {
+    const restarts = isAtOrAfter(command.paidAt, s.currentPeriodEnd);
     const activated: SubscriberActivated = {
       type: 'SubscriberActivated',
-      data: { invoiceId: command.invoiceId, activatedAt: command.paidAt },
+      data: {
+        invoiceId: command.invoiceId,
+        activatedAt: command.paidAt,
+        ...(restarts && { periodStart: command.paidAt, periodEnd: periodEnd(command.paidAt, s.terms, 0) }),
+      },
     };
     return [activated];
   }
@@ -502,14 +516,18 @@ function evolve(state: SubscriberState, event: SubscriberEvent): SubscriberState
   // Events only exist after SubscriberEnrolled; a stream that says otherwise is corrupt.
   if (state === null) throw new Error(`${event.type} before SubscriberEnrolled`);
   switch (event.type) {
-    case 'SubscriberActivated':
+    case 'SubscriberActivated': {
+      const { periodStart, periodEnd: end } = event.data;
       return {
         ...state,
         status: 'active',
         activatedAt: event.data.activatedAt,
+        ...(periodStart !== undefined &&
+          end !== undefined && { anchor: periodStart, currentPeriodStart: periodStart, currentPeriodEnd: end }),
         invoices: updateCurrentInvoice(state, { paidAt: event.data.activatedAt }),
         updatedAt: event.data.activatedAt,
       };
+    }
     case 'RenewalInvoiceIssued': {
       const d = event.data;
       return {

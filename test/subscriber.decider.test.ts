@@ -209,6 +209,36 @@ describe('subscriber decider: the first invoice', () => {
     assert.equal(s.invoices[0]!.paidAt, '2025-02-01T09:00:00.000Z');
   });
 
+  it('starts the subscription at payment when the first period ran out before it (grace longer than the period)', () => {
+    // A daily plan with the default 72 h grace, enrolled 31 Jan 10:00, paid two days later.
+    const daily = { ...terms, interval: 'day' } as const;
+    const enrolledDaily = {
+      ...enrolled,
+      data: {
+        ...enrolled.data,
+        terms: daily,
+        periodEnd: '2025-02-01T10:00:00.000Z',
+        gracePeriodEndsAt: '2025-02-03T10:00:00.000Z',
+      },
+    } as SubscriberEvent;
+    const paidAt = '2025-02-02T10:00:00.000Z';
+    const restarted: SubscriberEvent = {
+      type: 'SubscriberActivated',
+      data: {
+        invoiceId: FIRST_INVOICE,
+        activatedAt: paidAt,
+        periodStart: paidAt,
+        periodEnd: '2025-02-03T10:00:00.000Z',
+      },
+    };
+    given([enrolledDaily]).when({ type: 'RecordInvoicePaid', invoiceId: FIRST_INVOICE, paidAt }).then([restarted]);
+    const s = given([enrolledDaily, restarted]).state!;
+    assert.equal(s.currentPeriodStart, paidAt);
+    assert.equal(s.currentPeriodEnd, '2025-02-03T10:00:00.000Z');
+    assert.equal(isRenewalDue(s, paidAt), false, 'no period the customer never had is billed');
+    assert.equal(isRenewalDue(s, '2025-02-03T10:00:00.000Z'), true);
+  });
+
   it('ignores a repeat, and an invoice that is not the current one', () => {
     given(active)
       .when({ type: 'RecordInvoicePaid', invoiceId: FIRST_INVOICE, paidAt: '2025-02-01T09:05:00.000Z' })

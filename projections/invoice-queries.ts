@@ -1,6 +1,7 @@
 // Reads of the invoice read models, shaped as the contract shows them.
 import type { Kysely } from 'kysely';
 import type { InvoicesTable, ReadModelTables } from './schema.ts';
+import { newestFirst } from './paging.ts';
 
 const iso = (value: Date | string) => new Date(value).toISOString();
 
@@ -85,17 +86,7 @@ export async function listInvoices(db: Kysely<ReadModelTables>, filter: ListFilt
   if (filter.currency) query = query.where('currency', '=', filter.currency.toUpperCase());
   if (filter.from) query = query.where('created_at', '>=', filter.from);
   if (filter.to) query = query.where('created_at', '<=', filter.to);
-  const [{ total }, rows] = await Promise.all([
-    query.select((eb) => eb.fn.countAll<string | number>().as('total')).executeTakeFirstOrThrow(),
-    query
-      .selectAll()
-      .orderBy('created_at', 'desc')
-      .orderBy('id')
-      .limit(filter.limit)
-      .offset((filter.page - 1) * filter.limit)
-      .execute(),
-  ]);
-  return { rows, total: Number(total) };
+  return newestFirst(query, filter);
 }
 
 export async function invoiceRow(db: Kysely<ReadModelTables>, id: string) {

@@ -13,6 +13,7 @@ import {
   type SubscriberStatus,
 } from '../domain/subscriber.ts';
 import type { Projector } from './engine.ts';
+import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, SubscribersTable, SubscriptionPlansTable } from './schema.ts';
 
 const json = <T>(value: T) => sql<T>`${JSON.stringify(value)}::jsonb`;
@@ -154,28 +155,13 @@ export function subscriberRowView(row: SubscribersTable) {
   };
 }
 
-export interface Page {
-  limit: number;
-  page: number;
-}
-
 export async function listPlans(
   db: Kysely<ReadModelTables>,
   filter: Page & { merchantId: string; status?: string },
 ): Promise<{ rows: SubscriptionPlansTable[]; total: number }> {
   let query = db.selectFrom('subscription_plans').where('merchant_id', '=', filter.merchantId);
   if (filter.status) query = query.where('status', '=', filter.status);
-  const [{ total }, rows] = await Promise.all([
-    query.select((eb) => eb.fn.countAll<string | number>().as('total')).executeTakeFirstOrThrow(),
-    query
-      .selectAll()
-      .orderBy('created_at', 'desc')
-      .orderBy('id')
-      .limit(filter.limit)
-      .offset((filter.page - 1) * filter.limit)
-      .execute(),
-  ]);
-  return { rows, total: Number(total) };
+  return newestFirst(query, filter);
 }
 
 export async function planRow(db: Kysely<ReadModelTables>, id: string) {
@@ -189,17 +175,7 @@ export async function listSubscribers(
   let query = db.selectFrom('subscribers').where('merchant_id', '=', filter.merchantId);
   if (filter.planId) query = query.where('plan_id', '=', filter.planId);
   if (filter.status) query = query.where('status', '=', filter.status);
-  const [{ total }, rows] = await Promise.all([
-    query.select((eb) => eb.fn.countAll<string | number>().as('total')).executeTakeFirstOrThrow(),
-    query
-      .selectAll()
-      .orderBy('created_at', 'desc')
-      .orderBy('id')
-      .limit(filter.limit)
-      .offset((filter.page - 1) * filter.limit)
-      .execute(),
-  ]);
-  return { rows, total: Number(total) };
+  return newestFirst(query, filter);
 }
 
 export async function subscriberRow(db: Kysely<ReadModelTables>, id: string) {
@@ -209,15 +185,5 @@ export async function subscriberRow(db: Kysely<ReadModelTables>, id: string) {
 /** The subscriber's invoices, newest first, one page of them. */
 export async function listSubscriberInvoices(db: Kysely<ReadModelTables>, subscriberId: string, page: Page) {
   const query = db.selectFrom('invoices').where('subscriber_id', '=', subscriberId);
-  const [{ total }, rows] = await Promise.all([
-    query.select((eb) => eb.fn.countAll<string | number>().as('total')).executeTakeFirstOrThrow(),
-    query
-      .selectAll()
-      .orderBy('created_at', 'desc')
-      .orderBy('id')
-      .limit(page.limit)
-      .offset((page.page - 1) * page.limit)
-      .execute(),
-  ]);
-  return { rows, total: Number(total) };
+  return newestFirst(query, page);
 }

@@ -3,6 +3,7 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import type { SettlementsTable } from '../../projections/schema.ts';
+import { newestFirst } from '../../projections/paging.ts';
 import type { RouteContext } from '../app.ts';
 import { forbidden, notFound } from '../errors.ts';
 import { pageOf, timeOf, UUID } from './query.ts';
@@ -122,19 +123,10 @@ export async function settlementRoutes(scope: FastifyInstance, { auth, db }: Rou
       const to = timeOf(q.to, 'to');
       if (from) query = query.where('created_at', '>=', from);
       if (to) query = query.where('created_at', '<=', to);
-      const [{ total }, rows] = await Promise.all([
-        query.select((eb) => eb.fn.countAll<string | number>().as('total')).executeTakeFirstOrThrow(),
-        query
-          .selectAll()
-          .orderBy('created_at', 'desc')
-          .orderBy('id')
-          .limit(limit)
-          .offset((page - 1) * limit)
-          .execute(),
-      ]);
+      const { rows, total } = await newestFirst(query, { limit, page });
       return {
         data: rows.map(settlementView),
-        pagination: { total: Number(total), page, limit, totalPages: Math.ceil(Number(total) / limit) },
+        pagination: { total, page, limit, totalPages: Math.ceil(total / limit) },
       };
     },
   );

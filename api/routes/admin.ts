@@ -8,13 +8,13 @@ import { merchantStatuses, merchantTiers, type Merchant, type MerchantChanges } 
 import type { RouteContext } from '../app.ts';
 import { badRequest } from '../errors.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
+import { Nullable, data } from './schemas.ts';
 
 /** A string from a fixed list, with one message for any other value. */
 const OneOf = <T extends string>(values: readonly T[], errorMessage: string) =>
   Type.Unsafe<T>({ type: 'string', enum: [...values], errorMessage });
 
 const Uuid = Type.String({ format: 'uuid', errorMessage: 'id must be a UUID' });
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
 const Wallets = Type.Record(Type.String(), Type.String({ minLength: 1, maxLength: 128 }));
 
 const MerchantView = Type.Object({
@@ -108,7 +108,6 @@ const WalletView = Type.Object({
   nextDerivationIndex: Type.Integer(),
 });
 
-const data = <T extends Parameters<typeof Type.Object>[0][string]>(schema: T) => Type.Object({ data: schema });
 const security = [{ adminToken: [] }];
 
 export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {

@@ -20,9 +20,9 @@ import type { RouteContext } from '../app.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
 import { pageOf, timeOf, UUID } from './query.ts';
+import { Nullable, data, Pagination } from './schemas.ts';
 
 const MAX_INVOICE_MINUTES = 525_600;
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
 
 // Field types are checked in the handlers, so that every failure carries the
 // contract's own message (e.g. a JSON number as amount is "not a valid decimal string").
@@ -45,7 +45,7 @@ const AddressBody = Type.Object({
   token: Type.Optional(Type.Unknown({ description: "Token symbol; the chain's native coin when omitted" })),
 });
 
-const InvoiceSchema = Type.Object({
+export const InvoiceSchema = Type.Object({
   id: Type.String(),
   merchantId: Type.String(),
   amount: Type.String(),
@@ -77,12 +77,6 @@ const PaymentSchema = Type.Object({
   status: Type.String(),
   expiresAt: Type.String(),
   createdAt: Type.String(),
-});
-const Pagination = Type.Object({
-  total: Type.Integer(),
-  page: Type.Integer(),
-  limit: Type.Integer(),
-  totalPages: Type.Integer(),
 });
 const StatusSchema = Type.Object({
   id: Type.String(),
@@ -139,7 +133,6 @@ const ListQuery = Type.Object({
   page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
 });
 const IdParams = Type.Object({ id: Type.String() });
-const data = <T extends Parameters<typeof Type.Object>[0][string]>(schema: T) => Type.Object({ data: schema });
 
 type InvoiceInput = Static<typeof InvoiceBody>;
 

@@ -136,7 +136,8 @@ export async function sandboxRoutes(scope: FastifyInstance, { auth }: RouteConte
     {
       schema: {
         tags: ['sandbox'],
-        summary: 'What an address received on the sandbox ledger, per token, and the transfers (the ledger records no senders)',
+        summary:
+          'What an address received on the sandbox ledger, per token, and the transfers (the ledger records no senders)',
         security,
         params: Type.Object({ chain: Type.String(), address: Type.String() }),
       },

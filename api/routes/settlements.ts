@@ -7,8 +7,8 @@ import { newestFirst } from '../../projections/paging.ts';
 import type { RouteContext } from '../app.ts';
 import { forbidden, notFound } from '../errors.ts';
 import { pageOf, timeOf, UUID } from './query.ts';
+import { Nullable, Pagination } from './schemas.ts';
 
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
 const SettlementSchema = Type.Object({
   id: Type.String(),
   invoiceId: Type.String(),
@@ -24,12 +24,6 @@ const SettlementSchema = Type.Object({
   failedAt: Nullable(Type.String()),
   createdAt: Type.String(),
   updatedAt: Type.String(),
-});
-const Pagination = Type.Object({
-  total: Type.Integer(),
-  page: Type.Integer(),
-  limit: Type.Integer(),
-  totalPages: Type.Integer(),
 });
 const ListQuery = Type.Object({
   status: Type.Optional(

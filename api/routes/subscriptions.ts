@@ -27,9 +27,8 @@ import {
 import type { RouteContext } from '../app.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { pageOf, UUID } from './query.ts';
-
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
-const data = <T extends Parameters<typeof Type.Object>[0][string]>(schema: T) => Type.Object({ data: schema });
+import { Nullable, data, Pagination } from './schemas.ts';
+import { InvoiceSchema } from './invoices.ts';
 
 // Field types are checked in the handlers, so that every failure carries a clear message of its own.
 const PlanBody = Type.Object({
@@ -99,25 +98,6 @@ const SubscriberSchema = Type.Object({
   cancelAtEnd: Type.Boolean(),
   metadata: Nullable(Type.Object({}, { additionalProperties: true })),
   createdAt: Type.String(),
-});
-const InvoiceSchema = Type.Object({
-  id: Type.String(),
-  merchantId: Type.String(),
-  amount: Type.String(),
-  currency: Type.String(),
-  status: Type.String(),
-  description: Nullable(Type.String()),
-  expiresAt: Type.String(),
-  webhookUrl: Nullable(Type.String()),
-  paymentUrl: Type.String(),
-  createdAt: Type.String(),
-  updatedAt: Type.String(),
-});
-const Pagination = Type.Object({
-  total: Type.Integer(),
-  page: Type.Integer(),
-  limit: Type.Integer(),
-  totalPages: Type.Integer(),
 });
 const PageQuery = {
   limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),

@@ -15,6 +15,7 @@ import {
 import type { RouteContext } from '../app.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { pageOf } from './query.ts';
+import { Nullable, Pagination } from './schemas.ts';
 
 export const WEBHOOK_EVENT_TYPES = [
   'invoice.confirmed',
@@ -32,7 +33,6 @@ export const WEBHOOK_EVENT_TYPES = [
 ] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
-const Nullable = <T extends Parameters<typeof Type.Union>[0][number]>(schema: T) => Type.Union([schema, Type.Null()]);
 const DeliverySchema = Type.Object({
   id: Type.String(),
   eventId: Type.String(),
@@ -52,12 +52,6 @@ const AttemptSchema = Type.Object({
   error: Nullable(Type.String()),
   durationMs: Type.Integer(),
   attemptedAt: Type.String(),
-});
-const Pagination = Type.Object({
-  total: Type.Integer(),
-  page: Type.Integer(),
-  limit: Type.Integer(),
-  totalPages: Type.Integer(),
 });
 const TestBody = Type.Object({
   webhookUrl: Type.Optional(Type.Unknown({ description: 'Target URL; checked like every webhook URL' })),

@@ -6,7 +6,7 @@
 import type { Kysely, Migration } from 'kysely';
 import { DomainError } from '../domain/decider.ts';
 import type { Clock } from '../adapters/clock.ts';
-import type { ChainAdapter, ChainBlock } from '../adapters/chains/port.ts';
+import type { ChainAdapter, ChainBlock, ChainHead } from '../adapters/chains/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { migrate } from '../adapters/sql/migrate.ts';
 import type { ChainName } from '../domain/catalogue.ts';
@@ -152,11 +152,11 @@ export class ChainWatcher {
         // The chain moved under us between reads; the next step sees the reorg.
         return true;
       }
-      await this.detectPayments(block, head.height);
+      await this.detectPayments(block, head);
       await this.remember(block);
       last = block;
     }
-    await this.countConfirmations(head.height);
+    await this.countConfirmations(head);
     if (last.height >= head.height) {
       // Every transfer made before `startedAt` is now on its invoice.
       if (this.written) await this.options.settle(this.written);
@@ -229,7 +229,18 @@ export class ChainWatcher {
     return forkPoint;
   }
 
-  private async detectPayments(block: ChainBlock, headHeight: number) {
+  /**
+   * A block's depth below the head; on a chain with finality, a block that is
+   * not final yet stays one short of the required depth, so its payments
+   * confirm only once the chain holds them final.
+   */
+  private confirmationsOf(height: number, head: ChainHead): number {
+    const depth = head.height - height + 1;
+    if (head.finalized === undefined || height <= head.finalized) return depth;
+    return Math.min(depth, Math.max(0, this.options.requiredConfirmations - 1));
+  }
+
+  private async detectPayments(block: ChainBlock, head: ChainHead) {
     if (block.transfers.length === 0) return;
     const watched = await this.watchedAmong([...new Set(block.transfers.map((t) => t.to))]);
     for (const transfer of block.transfers) {
@@ -243,7 +254,7 @@ export class ChainWatcher {
             block,
             transfer,
             address,
-            headHeight - block.height + 1,
+            this.confirmationsOf(block.height, head),
             this.options.requiredConfirmations,
           ),
         );
@@ -271,16 +282,16 @@ export class ChainWatcher {
     return new Map(rows.map((r) => [r.address, { invoiceId: r.invoice_id, chain: this.name, address: r.address }]));
   }
 
-  private async countConfirmations(headHeight: number) {
+  private async countConfirmations(head: ChainHead) {
     const open = await this.db
       .selectFrom('payments')
       .select(['tx_hash', 'output_index', 'block_number', 'confirmations'])
       .where('chain', '=', this.name)
       .where('status', '=', 'detected')
-      .where('block_number', '<=', headHeight)
+      .where('block_number', '<=', head.height)
       .execute();
     for (const p of open) {
-      const confirmations = headHeight - p.block_number + 1;
+      const confirmations = this.confirmationsOf(p.block_number, head);
       if (confirmations > p.confirmations) {
         this.wrote(await this.payments.updateConfirmations(this.name, p.tx_hash, p.output_index, confirmations));
       }

@@ -25,6 +25,12 @@ export interface ChainBlock {
 export interface ChainHead {
   height: number;
   hash: string;
+  /**
+   * The newest block the chain holds final (Tron's solidified block, Solana's
+   * finalized slot), where the chain has such a notion. A payment in a newer
+   * block never counts as confirmed, whatever its depth.
+   */
+  finalized?: number;
 }
 
 /** A payout from a deposit address (a settlement's sweep). */

@@ -2,6 +2,7 @@
 // Every problem is reported as one line naming the variable, all at once.
 import { getAddress, isAddress } from 'ethers';
 import { chainNames, findToken, isChainName, type ChainName } from '../domain/catalogue.ts';
+import { isValidAddress } from '../adapters/keys/derivation.ts';
 
 export type AppEnv = 'production' | 'development' | 'test';
 
@@ -20,6 +21,8 @@ export interface Config {
   chainRpcUrls: Partial<Record<ChainName, string>>;
   /** Settings of the EVM chains that have an RPC URL (adapters/chains/evm.ts). */
   evm: Partial<Record<ChainName, EvmChainSettings>>;
+  /** Tron's settings when it has an RPC URL (adapters/chains/tron.ts). */
+  tron: TronChainSettings | undefined;
   /** Confirmations a payment needs on each chain before it counts as confirmed. */
   requiredConfirmations: Record<ChainName, number>;
   platformFeeBps: number;
@@ -41,6 +44,15 @@ export interface EvmChainSettings {
   /** Token contracts instead of the catalogue's mainnet ones (test networks). */
   tokens: { symbol: string; contract: string; decimals: number }[] | undefined;
   /** Where platform fees go; undefined: the derived treasury. */
+  treasury: string | undefined;
+}
+
+/** CHAIN_TRON_NETWORK, CHAIN_TRON_API_KEY, CHAIN_TRON_TOKENS and CHAIN_TRON_TREASURY. */
+export interface TronChainSettings {
+  /** `mainnet`, `nile`, `shasta` or a genesis block id: the network the node must be on. */
+  network: string;
+  apiKey: string | undefined;
+  tokens: { symbol: string; contract: string; decimals: number }[] | undefined;
   treasury: string | undefined;
 }
 
@@ -183,6 +195,37 @@ export function loadConfig(env: Env = process.env): Config {
     if (chainRpcUrls[chain]) evm[chain] = { chainId, tokens, treasury };
   }
 
+  let tron: TronChainSettings | undefined;
+  {
+    const network = value('CHAIN_TRON_NETWORK') ?? 'mainnet';
+    if (!['mainnet', 'nile', 'shasta'].includes(network) && !/^[0-9a-fA-F]{64}$/.test(network)) {
+      problems.push(`CHAIN_TRON_NETWORK must be mainnet, nile, shasta or a 64-hex genesis block id (got "${network}")`);
+    }
+    const rawTokens = value('CHAIN_TRON_TOKENS');
+    let tokens: TronChainSettings['tokens'];
+    if (rawTokens !== undefined) {
+      tokens = [];
+      for (const part of rawTokens.split(',')) {
+        const m = /^\s*([A-Za-z]+)=(T[1-9A-HJ-NP-Za-km-z]{33}):(\d{1,2})\s*$/.exec(part);
+        const known = m && findToken('tron', m[1]!);
+        if (!m || !known || known.contractAddress === null || !isValidAddress('tron', m[2]!)) {
+          problems.push(`CHAIN_TRON_TOKENS must be a comma list of SYMBOL=Taddress:decimals of tron's tokens (got "${part.trim()}")`);
+        } else if (Number(m[3]) !== known.decimals) {
+          problems.push(`CHAIN_TRON_TOKENS: ${known.symbol} has ${known.decimals} decimals on tron, not ${m[3]}`);
+        } else {
+          tokens.push({ symbol: known.symbol, contract: m[2]!, decimals: known.decimals });
+        }
+      }
+    }
+    const treasury = value('CHAIN_TRON_TREASURY');
+    if (treasury !== undefined && !isValidAddress('tron', treasury)) {
+      problems.push(`CHAIN_TRON_TREASURY must be a Tron T-address (got "${treasury}")`);
+    }
+    const rpc = chainRpcUrls.tron;
+    if (rpc && !/^https?:/.test(rpc)) problems.push('CHAIN_TRON_RPC_URL must be an http:// or https:// URL (the node\'s HTTP API)');
+    if (rpc) tron = { network: network.toLowerCase(), apiKey: value('CHAIN_TRON_API_KEY'), tokens, treasury };
+  }
+
   let chains: ChainName[] = [...chainNames];
   const chainList = value('CHAINS');
   if (chainList !== undefined) {
@@ -228,6 +271,7 @@ export function loadConfig(env: Env = process.env): Config {
     chains,
     chainRpcUrls,
     evm,
+    tron,
     requiredConfirmations,
     platformFeeBps: integer('PLATFORM_FEE_BPS', 100, 0, 10_000),
     // Production defaults to the real provider: a built-in table would quote stale prices.

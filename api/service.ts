@@ -3,7 +3,8 @@
 // main.ts runs it as a process; tests run it in-process.
 import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
-import { openEvmChains } from '../adapters/chains/evm.ts';
+import { openEvmChains, type EvmChain } from '../adapters/chains/evm.ts';
+import { openTronChain, type TronChain } from '../adapters/chains/tron.ts';
 import { sql } from 'kysely';
 import { formatUnits } from '../domain/money.ts';
 import { findChain } from '../domain/catalogue.ts';
@@ -76,6 +77,16 @@ export async function startService(
   // Chains with a node: their chain ids are checked before anything is opened.
   const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic);
   const evmChains = await openEvmChains(config, keyring);
+  let tronChain;
+  try {
+    tronChain = await openTronChain(config, keyring);
+  } catch (error) {
+    for (const chain of evmChains.values()) chain.close();
+    throw error;
+  }
+  /** The chains with a real node, which have a fee wallet and a treasury. */
+  const nodeChains = new Map<ChainName, EvmChain | TronChain>(evmChains);
+  if (tronChain) nodeChains.set('tron', tronChain);
   const database = await openDatabase(config);
   const metrics = createMetrics();
   const sqlStore = await SqlEventStore.open(database);
@@ -117,7 +128,7 @@ export async function startService(
   const settlementDeps = {
     store,
     clock,
-    chains: new Map<ChainName, ChainAdapter>([...ledgers, ...evmChains]),
+    chains: new Map<ChainName, ChainAdapter>([...ledgers, ...nodeChains]),
     platformFeeBps: config.platformFeeBps,
     requiredConfirmations: config.requiredConfirmations,
   };
@@ -189,8 +200,8 @@ export async function startService(
     const nextDerivationIndex = Number(row.rows[0]?.revision ?? -1) + 1;
     return Promise.all(
       config.chains.map(async (chain) => {
-        const evm = evmChains.get(chain);
-        const w = evm && (await evm.wallets());
+        const node = nodeChains.get(chain);
+        const w = node && (await node.wallets());
         const decimals = findChain(chain)!.supportedTokens[0]!.decimals;
         return {
           chain,
@@ -259,7 +270,7 @@ export async function startService(
       await rateLimiter?.close();
       await store.close();
       await database.close();
-      for (const chain of evmChains.values()) chain.close();
+      for (const chain of nodeChains.values()) chain.close();
     },
   };
 }

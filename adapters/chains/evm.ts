@@ -40,6 +40,7 @@ import {
 } from 'ethers';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
+import { HeadPoller } from './head-poller.ts';
 import {
   TransactionRejectedError,
   type ChainAdapter,
@@ -196,9 +197,7 @@ export class EvmChain implements ChainAdapter {
   private readonly native: string;
   private readonly tokens: EvmToken[];
   private readonly tokenByContract: Map<string, EvmToken>;
-  private readonly listeners = new Set<() => void>();
-  private timer?: NodeJS.Timeout;
-  private lastSeenHead = -1;
+  private readonly poller: HeadPoller;
   private closed = false;
   private fee?: FeeQuote;
   private tipFetchedAt = 0;
@@ -231,6 +230,7 @@ export class EvmChain implements ChainAdapter {
     this.feeWallet = options.keyring.deriveEvmServiceKey('fee').address;
     this.treasury = options.treasury ?? options.keyring.deriveEvmServiceKey('treasury').address;
     this.logBatch = options.logBatchBlocks ?? 100;
+    this.poller = new HeadPoller(async () => Number(await this.provider.send('eth_blockNumber', [])), options.pollMs);
   }
 
   /**
@@ -270,8 +270,7 @@ export class EvmChain implements ChainAdapter {
 
   close(): void {
     this.closed = true;
-    if (this.timer) clearInterval(this.timer);
-    this.timer = undefined;
+    this.poller.close();
     this.provider.destroy();
   }
 
@@ -399,29 +398,7 @@ export class EvmChain implements ChainAdapter {
   }
 
   onNewBlock(listener: () => void): () => void {
-    this.listeners.add(listener);
-    if (!this.timer && !this.closed) {
-      this.timer = setInterval(() => void this.pollHead(), this.options.pollMs ?? 1000);
-      this.timer.unref();
-    }
-    return () => {
-      this.listeners.delete(listener);
-      if (this.listeners.size === 0 && this.timer) {
-        clearInterval(this.timer);
-        this.timer = undefined;
-      }
-    };
-  }
-
-  private async pollHead() {
-    try {
-      const height = Number(await this.provider.send('eth_blockNumber', []));
-      if (height === this.lastSeenHead) return;
-      this.lastSeenHead = height;
-      for (const listener of this.listeners) listener();
-    } catch {
-      // The watcher polls on its own too; the next tick tries again.
-    }
+    return this.poller.onNewBlock(listener);
   }
 
   async balanceOf(address: string, token: string = this.native): Promise<bigint> {

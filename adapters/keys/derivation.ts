@@ -352,24 +352,43 @@ interface Ed25519Node {
  * (m/44'/60'/1'/0/0), `treasury` receives platform fees unless another
  * address is configured (m/44'/60'/1'/0/1).
  */
-export type EvmServiceWallet = 'fee' | 'treasury';
-export const evmServiceWalletPaths: Readonly<Record<EvmServiceWallet, string>> = {
+export type ServiceWallet = 'fee' | 'treasury';
+export const evmServiceWalletPaths: Readonly<Record<ServiceWallet, string>> = {
   fee: "m/44'/60'/1'/0/0",
   treasury: "m/44'/60'/1'/0/1",
 };
 
 export interface EvmServiceKey {
-  role: EvmServiceWallet;
+  role: ServiceWallet;
   address: string;
   /** Non-enumerable: not shown by console.log nor JSON.stringify. */
   readonly wallet: Wallet;
 }
 
+/**
+ * The platform's own Tron wallets, likewise in a hardened account of their
+ * own (m/44'/195'/1'): `fee` pays the energy of USDT sweeps, `treasury`
+ * receives platform fees unless CHAIN_TRON_TREASURY names another address.
+ */
+export const tronServiceWalletPaths: Readonly<Record<ServiceWallet, string>> = {
+  fee: "m/44'/195'/1'/0/0",
+  treasury: "m/44'/195'/1'/0/1",
+};
+
+export interface TronServiceKey {
+  role: ServiceWallet;
+  address: string;
+  /** 32-byte secp256k1 private key. Non-enumerable. */
+  readonly privateKey: Uint8Array;
+}
+
 export class DepositKeyring {
   /** Account nodes with private keys, m/44'/60'/0' etc. */
   readonly #accounts: Readonly<Record<Secp256k1Family, BIP32Interface>>;
-  /** m/44'/60'/1': the platform's own EVM wallets (see EvmServiceWallet). */
+  /** m/44'/60'/1': the platform's own EVM wallets (see ServiceWallet). */
   readonly #evmService: BIP32Interface;
+  /** m/44'/195'/1': the platform's own Tron wallets (see tronServiceWalletPaths). */
+  readonly #tronService: BIP32Interface;
   /** m/44'/501': the deepest Solana node shared by every deposit path. */
   readonly #solanaCoin: Ed25519Node;
   readonly #bitcoin: BitcoinNetworkProfile;
@@ -385,6 +404,7 @@ export class DepositKeyring {
     };
     this.#solanaCoin = deriveEd25519Path("m/44'/501'", Buffer.from(seed).toString('hex'));
     this.#evmService = root.derivePath("m/44'/60'/1'");
+    this.#tronService = root.derivePath("m/44'/195'/1'");
     // The seed is not kept: the nodes above are all later derivation needs.
   }
 
@@ -440,11 +460,22 @@ export class DepositKeyring {
   }
 
   /** The fee wallet or the default treasury (evmServiceWalletPaths); the same address on every EVM chain. */
-  deriveEvmServiceKey(role: EvmServiceWallet): EvmServiceKey {
+  deriveEvmServiceKey(role: ServiceWallet): EvmServiceKey {
     const privateKey = this.#evmService.derive(EXTERNAL_CHAIN).derive(role === 'fee' ? 0 : 1).privateKey;
     if (!privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
     const wallet = new Wallet(hexlify(privateKey));
     return withHiddenSecret({ role, address: wallet.address }, 'wallet', wallet);
+  }
+
+  /** The Tron fee wallet or default treasury (tronServiceWalletPaths). */
+  deriveTronServiceKey(role: ServiceWallet): TronServiceKey {
+    const node = this.#tronService.derive(EXTERNAL_CHAIN).derive(role === 'fee' ? 0 : 1);
+    if (!node.privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
+    return withHiddenSecret(
+      { role, address: tronAddressFromPublicKey(node.publicKey) },
+      'privateKey',
+      Uint8Array.from(node.privateKey),
+    );
   }
 
   #solanaKeypair(index: number): Keypair {

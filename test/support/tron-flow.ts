@@ -1,0 +1,31 @@
+// Shared steps of the Tron integration tests: a test node with a USDT
+// contract, the service's environment for it, and amounts in base units.
+import { TronTestNode } from './tron-node.ts';
+import { SERVICE_MNEMONIC } from './evm-flow.ts';
+
+/** The test node's USDT contract (Nile's USDT address; the node runs its own token there). */
+export const TEST_USDT = 'TXYZopYRdj2D9XRtbG411XZZ3kM5VkAeBf';
+/** A contract that pays tokens on the caller's behalf (see TronTestNode's routers). */
+export const TEST_ROUTER = 'TNuoKL1ni8aoshfFL1ASca1Gou9RXwAzfn';
+
+export async function startTronNode(): Promise<TronTestNode> {
+  const node = await new TronTestNode({
+    tokens: [{ contract: TEST_USDT, symbol: 'USDT', decimals: 6 }],
+    routers: [TEST_ROUTER],
+  }).start();
+  node.mine(30); // a solidified block to refer to
+  return node;
+}
+
+/** The service's environment for the test node. */
+export function tronEnv(node: TronTestNode, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    CHAINS: 'tron',
+    CHAIN_TRON_RPC_URL: node.url,
+    CHAIN_TRON_NETWORK: node.genesisId,
+    CHAIN_TRON_TOKENS: `USDT=${TEST_USDT}:6`,
+    WALLET_MNEMONIC: SERVICE_MNEMONIC,
+    RATE_LIMITS: 'off',
+    ...extra,
+  };
+}

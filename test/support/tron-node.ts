@@ -1,0 +1,667 @@
+// A Tron test node: an HTTP server speaking the subset of java-tron's HTTP
+// API that adapters/chains/tron.ts uses, over a chain it runs itself. No Tron
+// node can run here, so this one executes real signed transactions with
+// Tron's rules:
+//   - a transaction's id is the SHA-256 of its raw_data, which must match
+//     raw_data_hex (tronweb's own check, as java-tron rebuilds the protobuf),
+//     and its signature must recover to the owner address;
+//   - TaPoS (the reference block must be one of this chain's), expiration
+//     (after the head block's time, within a day), duplicates;
+//   - balances, and the mainnet fee schedule of getchainparameters: bandwidth
+//     from the free daily allowance (600 bytes) or burnt at 1,000 sun a byte;
+//     a TRX transfer that creates an account pays 1 TRX plus 0.1 TRX of
+//     bandwidth; TRC-20 calls burn energy at 100 sun a unit within their
+//     fee_limit, and fail (mined, fee kept) when out of energy or reverted;
+//   - blocks every `mine()`, 3 s apart; the solidified block 19 behind the
+//     head; `fork(depth)` drops the newest blocks and what they did.
+// The answers' shapes follow recorded real answers (see
+// test/fixtures/tron/SOURCES.md) and the java-tron HTTP API reference
+// (developers.tron.network/reference: getblock, getblockbynum,
+// gettransactioninfobyblocknum, gettransactioninfobyid, getaccount,
+// getaccountresource, triggerconstantcontract, broadcasttransaction,
+// getchainparameters); error answers use java-tron's response codes with a
+// hex-encoded message, as broadcasttransaction does.
+import { createHash } from 'node:crypto';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { TronWeb } from 'tronweb';
+import {
+  ecRecover,
+  encodeParams,
+  fromHex,
+  signTransaction,
+  toHex,
+  txCheck,
+  decodeParams,
+} from 'tronweb/utils';
+import type { TransactionInfoJson, TransactionJson } from '../../adapters/chains/tron.ts';
+import { bandwidthOf, TRC20_TRANSFER_TOPIC } from '../../adapters/chains/tron.ts';
+
+/** Mainnet's values of getchainparameters (see SOURCES.md). */
+export const TRON_FEES = {
+  getTransactionFee: 1000,
+  getEnergyFee: 100,
+  getCreateAccountFee: 100_000,
+  getCreateNewAccountFeeInSystemContract: 1_000_000,
+  getFreeNetLimit: 600,
+} as const;
+
+/** Energy a USDT transfer() uses on mainnet, to a holder and to an address holding none (see SOURCES.md). */
+export const TRC20_ENERGY = { existingHolder: 31_895, newHolder: 64_895, revert: 1_150 } as const;
+
+const BLOCK_MS = 3000;
+/** pay(address,address,uint256) of the test routers. */
+export const ROUTER_SELECTOR = 'b3d76188';
+const SOLIDIFIED_DEPTH = 19;
+const DAY_MS = 24 * 60 * 60 * 1000;
+/** The Transaction's maximum fee_limit (15,000 TRX, mainnet's getMaxFeeLimit). */
+const MAX_FEE_LIMIT = 15_000_000_000;
+
+interface Account {
+  balance: bigint;
+  createdAt: number;
+  freeNetUsed: number;
+}
+interface Token {
+  symbol: string;
+  decimals: number;
+  balances: Map<string, bigint>;
+}
+interface State {
+  accounts: Map<string, Account>;
+  tokens: Map<string, Token>;
+}
+interface Block {
+  number: number;
+  blockID: string;
+  parentHash: string;
+  timestamp: number;
+  transactions: (TransactionJson & { ret: { contractRet: string }[] })[];
+  infos: TransactionInfoJson[];
+  /** The state after this block. */
+  state: State;
+}
+
+export class NodeRefusal extends Error {
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+const sha256 = (hex: string) => createHash('sha256').update(Buffer.from(hex, 'hex')).digest('hex');
+const copyState = (s: State): State => ({
+  accounts: new Map([...s.accounts].map(([k, v]) => [k, { ...v }])),
+  tokens: new Map([...s.tokens].map(([k, v]) => [k, { ...v, balances: new Map(v.balances) }])),
+});
+const hexOf = (address: string) => (address.startsWith('T') ? toHex(address) : address).toLowerCase();
+
+export interface TronKey {
+  address: string;
+  privateKey: string;
+}
+
+export function randomTronKey(): TronKey {
+  const account = TronWeb.createRandom();
+  return { address: account.address, privateKey: account.privateKey.replace(/^0x/, '') };
+}
+
+export class TronTestNode {
+  url = '';
+  readonly genesisId: string;
+  private server?: Server;
+  private readonly blocks: Block[] = [];
+  private pending: Block['transactions'] = [];
+  private pendingInfos: TransactionInfoJson[] = [];
+  /** The state with the pending transactions applied, as java-tron keeps it. */
+  private state: State;
+  private forks = 0;
+  /** Answers broadcasttransaction with a network failure this many more times (a dropped connection). */
+  dropBroadcasts = 0;
+  readonly builder = new TronWeb({ fullHost: 'http://127.0.0.1:1' }).transactionBuilder;
+
+  /**
+   * Contracts that move the caller's tokens on its behalf, with
+   * `pay(address token, address to, uint256 amount)` (selector 0xb3d76188):
+   * a payment whose transaction calls another contract, seen only in the
+   * token's Transfer log.
+   */
+  private readonly routers: Set<string>;
+
+  constructor(
+    options: {
+      genesisSalt?: string;
+      tokens?: { contract: string; symbol: string; decimals: number }[];
+      routers?: string[];
+    } = {},
+  ) {
+    this.state = { accounts: new Map(), tokens: new Map() };
+    this.routers = new Set((options.routers ?? []).map(hexOf));
+    for (const t of options.tokens ?? []) {
+      this.state.tokens.set(hexOf(t.contract), { symbol: t.symbol, decimals: t.decimals, balances: new Map() });
+    }
+    const timestamp = Math.floor(Date.now() / BLOCK_MS) * BLOCK_MS - 100 * BLOCK_MS;
+    const genesisId = '0'.repeat(16) + sha256(Buffer.from(`genesis ${options.genesisSalt ?? 'test'}`).toString('hex')).slice(16);
+    this.genesisId = genesisId;
+    this.blocks.push({
+      number: 0,
+      blockID: genesisId,
+      parentHash: '0'.repeat(64),
+      timestamp,
+      transactions: [],
+      infos: [],
+      state: copyState(this.state),
+    });
+  }
+
+  async start(): Promise<this> {
+    this.server = createServer((req, res) => {
+      let body = '';
+      req.on('data', (chunk) => (body += chunk));
+      req.on('end', () => {
+        const path = (req.url ?? '').split('?')[0]!;
+        let input: any = {};
+        try {
+          input = body ? JSON.parse(body) : {};
+        } catch {
+          res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ Error: 'INVALID JSON' }));
+          return;
+        }
+        if (path === '/wallet/broadcasttransaction' && this.dropBroadcasts > 0) {
+          this.dropBroadcasts--;
+          req.socket.destroy();
+          return;
+        }
+        const answer = this.answer(path, input);
+        if (answer === undefined) res.writeHead(404).end();
+        else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(answer));
+      });
+    });
+    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
+    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    this.server?.closeAllConnections();
+    await new Promise((resolve) => this.server?.close(resolve));
+  }
+
+  // -------------------------------------------------------------------------
+  // The HTTP API
+  // -------------------------------------------------------------------------
+
+  private answer(path: string, input: any): unknown {
+    switch (path) {
+      case '/wallet/getblock':
+        return this.blockJson(this.blockByIdOrNum(input.id_or_num, this.head), input.detail === true);
+      case '/walletsolidity/getblock':
+        return this.blockJson(this.blockByIdOrNum(input.id_or_num, this.solidified), input.detail === true);
+      case '/wallet/getnowblock':
+        return this.blockJson(this.head, true);
+      case '/walletsolidity/getnowblock':
+        return this.blockJson(this.solidified, true);
+      case '/wallet/getblockbynum':
+        return this.blockJson(this.blocks[Number(input.num)], true);
+      case '/wallet/gettransactioninfobyblocknum':
+        return this.blocks[Number(input.num)]?.infos ?? [];
+      case '/wallet/gettransactioninfobyid':
+        return this.infoOf(String(input.value), this.head.number);
+      case '/walletsolidity/gettransactioninfobyid':
+        return this.infoOf(String(input.value), this.solidified.number);
+      case '/wallet/getaccount':
+        return this.accountJson(String(input.address), input.visible === true);
+      case '/wallet/getaccountresource':
+        return this.resourceJson(String(input.address));
+      case '/wallet/getchainparameters':
+        return { chainParameter: Object.entries(TRON_FEES).map(([key, value]) => ({ key, value })) };
+      case '/wallet/triggerconstantcontract':
+        return this.constantCall(input);
+      case '/wallet/broadcasttransaction':
+        try {
+          this.accept(input as TransactionJson);
+          return { result: true, txid: input.txID };
+        } catch (error) {
+          if (!(error instanceof NodeRefusal)) throw error;
+          return { code: error.code, txid: input.txID, message: Buffer.from(error.message).toString('hex') };
+        }
+      default:
+        return undefined;
+    }
+  }
+
+  get head(): Block {
+    return this.blocks[this.blocks.length - 1]!;
+  }
+
+  get solidified(): Block {
+    return this.blocks[Math.max(0, this.head.number - SOLIDIFIED_DEPTH)]!;
+  }
+
+  private blockByIdOrNum(idOrNum: unknown, latest: Block): Block | undefined {
+    if (idOrNum === undefined || idOrNum === '') return latest;
+    const text = String(idOrNum);
+    const block = /^\d+$/.test(text) ? this.blocks[Number(text)] : this.blocks.find((b) => b.blockID === text);
+    return block && block.number <= latest.number ? block : undefined;
+  }
+
+  private blockJson(block: Block | undefined, detail: boolean) {
+    if (!block) return {};
+    return {
+      blockID: block.blockID,
+      block_header: {
+        raw_data: {
+          // Protobuf's JSON leaves zero fields out: the genesis block has no number.
+          ...(block.number > 0 && { number: block.number }),
+          txTrieRoot: '0'.repeat(64),
+          witness_address: '41' + '0'.repeat(40),
+          parentHash: block.parentHash,
+          version: 32,
+          timestamp: block.timestamp,
+        },
+        witness_signature: '',
+      },
+      ...(detail && block.transactions.length > 0 && { transactions: block.transactions }),
+    };
+  }
+
+  private infoOf(txid: string, upTo: number) {
+    for (const block of this.blocks) {
+      if (block.number > upTo) break;
+      const info = block.infos.find((i) => i.id === txid);
+      if (info) return info;
+    }
+    return {};
+  }
+
+  private accountJson(address: string, visible: boolean) {
+    const hex = hexOf(address);
+    const account = this.state.accounts.get(hex);
+    if (!account) return {};
+    return {
+      address: visible ? fromHex(hex) : hex,
+      ...(account.balance > 0n && { balance: Number(account.balance) }),
+      create_time: account.createdAt,
+      ...(account.freeNetUsed > 0 && { free_net_usage: account.freeNetUsed, latest_consume_free_time: this.head.timestamp }),
+    };
+  }
+
+  private resourceJson(address: string) {
+    const account = this.state.accounts.get(hexOf(address));
+    if (!account) return {};
+    return {
+      ...(account.freeNetUsed > 0 && { freeNetUsed: account.freeNetUsed }),
+      freeNetLimit: TRON_FEES.getFreeNetLimit,
+      TotalNetLimit: 43_200_000_000,
+      TotalNetWeight: 26_500_000_000,
+      TotalEnergyLimit: 180_000_000_000,
+      TotalEnergyWeight: 19_000_000_000,
+    };
+  }
+
+  /** transfer() and balanceOf() of the node's TRC-20 tokens, run without a transaction. */
+  private constantCall(input: any) {
+    const token = this.state.tokens.get(hexOf(String(input.contract_address)));
+    if (!token) return { result: { code: 'CONTRACT_VALIDATE_ERROR', message: hex('No contract or not a smart contract') } };
+    const owner = hexOf(String(input.owner_address));
+    const selector = String(input.function_selector);
+    if (selector === 'balanceOf(address)') {
+      const [who] = decodeParams([], ['address'], '0x' + input.parameter) as unknown as [string];
+      const balance = token.balances.get(hexOf(who)) ?? 0n;
+      return {
+        result: { result: true },
+        energy_used: 935,
+        constant_result: [encodeParams(['uint256'], [balance]).slice(2)],
+      };
+    }
+    if (selector === 'transfer(address,uint256)') {
+      const [to, amount] = decodeParams([], ['address', 'uint256'], '0x' + input.parameter) as unknown as [string, bigint];
+      const outcome = this.tokenTransferOutcome(token, owner, hexOf(to), BigInt(amount));
+      if (!outcome.ok) {
+        return {
+          result: { code: 'CONTRACT_EXE_ERROR', message: hex('REVERT opcode executed') },
+          energy_used: outcome.energy,
+        };
+      }
+      return {
+        result: { result: true },
+        energy_used: outcome.energy,
+        constant_result: [encodeParams(['bool'], [true]).slice(2)],
+      };
+    }
+    return { result: { code: 'CONTRACT_EXE_ERROR', message: hex('REVERT opcode executed') }, energy_used: 300 };
+  }
+
+  private tokenTransferOutcome(token: Token, from: string, to: string, amount: bigint) {
+    if ((token.balances.get(from) ?? 0n) < amount) return { ok: false, energy: TRC20_ENERGY.revert };
+    const holder = (token.balances.get(to) ?? 0n) > 0n;
+    return { ok: true, energy: holder ? TRC20_ENERGY.existingHolder : TRC20_ENERGY.newHolder };
+  }
+
+  // -------------------------------------------------------------------------
+  // Executing transactions
+  // -------------------------------------------------------------------------
+
+  /** Validates and executes a broadcast transaction on the pending state, or refuses it as java-tron would. */
+  accept(tx: TransactionJson): void {
+    if (!tx || typeof tx.txID !== 'string' || !tx.raw_data || typeof tx.raw_data_hex !== 'string') {
+      throw new NodeRefusal('OTHER_ERROR', 'Invalid transaction');
+    }
+    if (this.known(tx.txID)) throw new NodeRefusal('DUP_TRANSACTION_ERROR', 'Dup transaction.');
+    let consistent = false;
+    try {
+      consistent = txCheck(tx) && sha256(tx.raw_data_hex) === tx.txID;
+    } catch {
+      consistent = false;
+    }
+    const contract = tx.raw_data.contract?.[0];
+    if (!contract || tx.raw_data.contract.length !== 1) throw new NodeRefusal('OTHER_ERROR', 'Invalid transaction');
+    const value = contract.parameter.value as Record<string, any>;
+    const owner = String(value.owner_address ?? '').toLowerCase();
+    const signature = tx.signature?.[0];
+    if (!consistent || !signature) {
+      throw new NodeRefusal('SIGERROR', 'Validate signature error: the signature does not match the transaction');
+    }
+    let signer = '';
+    try {
+      signer = ecRecover(tx.txID, signature).toLowerCase();
+    } catch {
+      throw new NodeRefusal('SIGERROR', 'Validate signature error: the signature cannot be recovered');
+    }
+    if (signer !== owner) {
+      throw new NodeRefusal(
+        'SIGERROR',
+        `Validate signature error: ${tx.txID} is signed by ${fromHex(signer)} but it is not contained of permission.`,
+      );
+    }
+    const head = this.head;
+    if (tx.raw_data.expiration <= head.timestamp) {
+      throw new NodeRefusal(
+        'TRANSACTION_EXPIRATION_ERROR',
+        `Transaction expiration, transaction expiration time is ${tx.raw_data.expiration}, but latest block time is ${head.timestamp}`,
+      );
+    }
+    if (tx.raw_data.expiration > head.timestamp + DAY_MS) {
+      throw new NodeRefusal('TRANSACTION_EXPIRATION_ERROR', 'Transaction expiration time is more than one day');
+    }
+    const raw = tx.raw_data as TransactionJson['raw_data'] & { ref_block_bytes?: string; ref_block_hash?: string };
+    const reference = this.blocks.find(
+      (b) => (b.number & 0xffff).toString(16).padStart(4, '0') === raw.ref_block_bytes && b.blockID.slice(16, 32) === raw.ref_block_hash,
+    );
+    if (!reference) {
+      throw new NodeRefusal('TAPOS_ERROR', `Tapos check error: the reference block ${raw.ref_block_bytes} is not on this chain`);
+    }
+    const next = copyState(this.state);
+    const result = this.execute(next, tx, contract.type, owner, value);
+    this.state = next;
+    this.pending.push({ ...tx, ret: [{ contractRet: result.contractRet }] });
+    this.pendingInfos.push(result.info);
+  }
+
+  private known(txid: string) {
+    return this.pending.some((t) => t.txID === txid) || this.blocks.some((b) => b.transactions.some((t) => t.txID === txid));
+  }
+
+  private execute(state: State, tx: TransactionJson, type: string, owner: string, value: Record<string, any>) {
+    const sender = state.accounts.get(owner);
+    if (!sender) throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', `Validate ${type} error, no OwnerAccount.`);
+    const bytes = bandwidthOf(tx);
+    const info: TransactionInfoJson & Record<string, unknown> = { id: tx.txID, fee: 0, receipt: {} };
+    if (type === 'TransferContract') {
+      const to = String(value.to_address).toLowerCase();
+      const amount = BigInt(value.amount ?? 0);
+      if (amount <= 0n) throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Validate TransferContract error, Amount must be greater than 0.');
+      if (to === owner) throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Validate TransferContract error, Cannot transfer TRX to yourself.');
+      const creates = !state.accounts.has(to);
+      const actuatorFee = creates ? BigInt(TRON_FEES.getCreateNewAccountFeeInSystemContract) : 0n;
+      if (sender.balance < amount + actuatorFee) {
+        throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Validate TransferContract error, balance is not sufficient.');
+      }
+      // Bandwidth first (java-tron's BandwidthProcessor runs before the actuator).
+      let netFee = 0n;
+      if (creates) {
+        netFee = BigInt(TRON_FEES.getCreateAccountFee);
+      } else if (sender.freeNetUsed + bytes <= TRON_FEES.getFreeNetLimit) {
+        sender.freeNetUsed += bytes;
+      } else {
+        netFee = BigInt(bytes * TRON_FEES.getTransactionFee);
+      }
+      if (sender.balance < amount + actuatorFee + netFee) {
+        throw new NodeRefusal('BANDWITH_ERROR', 'Account resource insufficient error.');
+      }
+      sender.balance -= amount + actuatorFee + netFee;
+      if (creates) state.accounts.set(to, { balance: 0n, createdAt: this.head.timestamp + BLOCK_MS, freeNetUsed: 0 });
+      state.accounts.get(to)!.balance += amount;
+      const fee = actuatorFee + netFee;
+      Object.assign(info, {
+        ...(fee > 0n ? { fee: Number(fee) } : { fee: undefined }),
+        contractResult: [''],
+        receipt: netFee > 0n ? { net_fee: Number(netFee) } : { net_usage: bytes },
+      });
+      return { contractRet: 'SUCCESS', info: clean(info) };
+    }
+    if (type === 'TriggerSmartContract') {
+      const called = String(value.contract_address).toLowerCase();
+      const data = String(value.data ?? '');
+      let tokenAddress = called;
+      let call = data;
+      if (this.routers.has(called) && data.startsWith(ROUTER_SELECTOR) && data.length === 8 + 192) {
+        const [token, to, amount] = decodeParams([], ['address', 'address', 'uint256'], '0x' + data.slice(8)) as unknown as [string, string, bigint];
+        tokenAddress = token.toLowerCase();
+        call = 'a9059cbb' + encodeParams(['address', 'uint256'], [to, amount]).slice(2);
+      }
+      const token = state.tokens.get(tokenAddress);
+      if (!token) throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'No contract or not a smart contract');
+      const feeLimit = BigInt(tx.raw_data.fee_limit ?? 0);
+      if (feeLimit < 0n || feeLimit > BigInt(MAX_FEE_LIMIT)) {
+        throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'feeLimit must be >= 0 and <= 15000000000');
+      }
+      let netFee = 0n;
+      if (sender.freeNetUsed + bytes <= TRON_FEES.getFreeNetLimit) sender.freeNetUsed += bytes;
+      else netFee = BigInt(bytes * TRON_FEES.getTransactionFee);
+      if (sender.balance < netFee) throw new NodeRefusal('BANDWITH_ERROR', 'Account resource insufficient error.');
+      sender.balance -= netFee;
+      let outcome: { ok: boolean; energy: number } = { ok: false, energy: TRC20_ENERGY.revert };
+      let to = '';
+      let amount = 0n;
+      if (call.startsWith('a9059cbb') && call.length === 8 + 128) {
+        const [recipient, value] = decodeParams([], ['address', 'uint256'], '0x' + call.slice(8)) as unknown as [string, bigint];
+        to = hexOf(recipient);
+        amount = BigInt(value);
+        outcome = this.tokenTransferOutcome(token, owner, to, amount);
+      }
+      // The energy a call may burn: its fee_limit and the sender's TRX, whichever is less.
+      const price = BigInt(TRON_FEES.getEnergyFee);
+      const affordable = (feeLimit < sender.balance ? feeLimit : sender.balance) / price;
+      let result = outcome.ok ? 'SUCCESS' : 'REVERT';
+      let energy = BigInt(outcome.energy);
+      if (affordable < energy) {
+        result = 'OUT_OF_ENERGY';
+        energy = affordable; // all of it is spent
+      }
+      const energyFee = energy * price;
+      sender.balance -= energyFee;
+      const logs = [];
+      if (result === 'SUCCESS') {
+        token.balances.set(owner, token.balances.get(owner)! - amount);
+        token.balances.set(to, (token.balances.get(to) ?? 0n) + amount);
+        logs.push({
+          address: tokenAddress.slice(2),
+          topics: [TRC20_TRANSFER_TOPIC, owner.slice(2).padStart(64, '0'), to.slice(2).padStart(64, '0')],
+          data: amount.toString(16).padStart(64, '0'),
+        });
+      }
+      const fee = energyFee + netFee;
+      Object.assign(info, {
+        fee: fee > 0n ? Number(fee) : undefined,
+        contractResult: [result === 'SUCCESS' ? encodeParams(['bool'], [true]).slice(2) : ''],
+        contract_address: String(value.contract_address).toLowerCase(),
+        receipt: {
+          ...(energyFee > 0n && { energy_fee: Number(energyFee) }),
+          energy_usage_total: Number(energy),
+          ...(netFee > 0n ? { net_fee: Number(netFee) } : { net_usage: bytes }),
+          result,
+        },
+        ...(logs.length > 0 && { log: logs }),
+        ...(result !== 'SUCCESS' && {
+          result: 'FAILED',
+          resMessage: hex(result === 'REVERT' ? 'REVERT opcode executed' : 'Not enough energy'),
+        }),
+      });
+      return { contractRet: result, info: clean(info) };
+    }
+    throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', `${type} is not supported by this test node`);
+  }
+
+  // -------------------------------------------------------------------------
+  // Driving the chain (the test's side)
+  // -------------------------------------------------------------------------
+
+  /** Produces `count` blocks; the first holds the pending transactions. */
+  mine(count = 1, intervalMs = BLOCK_MS): void {
+    for (let i = 0; i < count; i++) {
+      const parent = this.head;
+      const number = parent.number + 1;
+      const timestamp = parent.timestamp + intervalMs;
+      const content = sha256(
+        Buffer.from(`${parent.blockID} ${timestamp} ${this.forks} ${this.pending.map((t) => t.txID).join(',')}`).toString('hex'),
+      );
+      const blockID = number.toString(16).padStart(16, '0') + content.slice(16);
+      const infos = this.pendingInfos.map((info) => ({ ...info, blockNumber: number, blockTimeStamp: timestamp }));
+      this.blocks.push({
+        number,
+        blockID,
+        parentHash: parent.blockID,
+        timestamp,
+        transactions: this.pending,
+        infos,
+        state: copyState(this.state),
+      });
+      this.pending = [];
+      this.pendingInfos = [];
+    }
+  }
+
+  /** Drops the newest `depth` blocks and what they did (their transactions are gone: a fork that never had them). */
+  fork(depth: number): void {
+    if (depth >= this.blocks.length || this.head.number - depth < this.solidified.number) {
+      throw new Error('a fork cannot undo a solidified block');
+    }
+    this.blocks.splice(this.blocks.length - depth, depth);
+    this.pending = [];
+    this.pendingInfos = [];
+    this.state = copyState(this.head.state);
+    this.forks++;
+  }
+
+  /** Credits TRX out of nowhere (a genesis allocation), creating the account. */
+  fund(address: string, sun: bigint): void {
+    const hex = hexOf(address);
+    const account = this.state.accounts.get(hex) ?? { balance: 0n, createdAt: this.head.timestamp, freeNetUsed: 0 };
+    account.balance += sun;
+    this.state.accounts.set(hex, account);
+  }
+
+  mintToken(contract: string, address: string, amount: bigint): void {
+    const token = this.state.tokens.get(hexOf(contract))!;
+    token.balances.set(hexOf(address), (token.balances.get(hexOf(address)) ?? 0n) + amount);
+  }
+
+  balance(address: string): bigint {
+    return this.state.accounts.get(hexOf(address))?.balance ?? 0n;
+  }
+
+  exists(address: string): boolean {
+    return this.state.accounts.has(hexOf(address));
+  }
+
+  tokenBalance(contract: string, address: string): bigint {
+    return this.state.tokens.get(hexOf(contract))?.balances.get(hexOf(address)) ?? 0n;
+  }
+
+  /** Every Transfer log of `contract` to `address` on the chain. */
+  tokenTransfersTo(contract: string, address: string): { txid: string; amount: bigint }[] {
+    const topic = hexOf(address).slice(2).padStart(64, '0');
+    return this.blocks.flatMap((b) =>
+      b.infos.flatMap((i) =>
+        (i.log ?? [])
+          .filter((l) => '41' + l.address === hexOf(contract) && l.topics?.[2] === topic)
+          .map((l) => ({ txid: i.id, amount: BigInt('0x' + l.data) })),
+      ),
+    );
+  }
+
+  /** Every TRX transfer on the chain from or to an address. */
+  trxTransfers({ from, to }: { from?: string; to?: string }): { txid: string; amount: bigint }[] {
+    const matches = (value: unknown, address: string | undefined) =>
+      address === undefined || String(value).toLowerCase() === hexOf(address);
+    return this.blocks.flatMap((b) =>
+      b.transactions
+        .filter((t) => t.raw_data.contract[0]!.type === 'TransferContract')
+        .filter((t) => {
+          const value = t.raw_data.contract[0]!.parameter.value;
+          return matches(value.owner_address, from) && matches(value.to_address, to);
+        })
+        .map((t) => ({ txid: t.txID, amount: BigInt(t.raw_data.contract[0]!.parameter.value.amount as number) })),
+    );
+  }
+
+  /** The TRX fee a transaction paid, from its result. */
+  feeOf(txid: string): bigint {
+    const info = this.infoOf(txid, this.head.number) as TransactionInfoJson;
+    return BigInt(info.fee ?? 0);
+  }
+
+  private header() {
+    const reference = this.solidified;
+    return {
+      ref_block_bytes: (reference.number & 0xffff).toString(16).padStart(4, '0'),
+      ref_block_hash: reference.blockID.slice(16, 32),
+      expiration: this.head.timestamp + 60_000,
+      timestamp: this.head.timestamp + Math.floor(Math.random() * 1000),
+    };
+  }
+
+  /** A payer's signed TRX transfer, broadcast through the node's checks. */
+  async sendTrx(from: TronKey, to: string, sun: bigint): Promise<string> {
+    const tx = await this.builder.sendTrx(to, Number(sun), from.address, { blockHeader: this.header() });
+    const signed = signTransaction(from.privateKey, tx) as unknown as TransactionJson;
+    this.accept(signed);
+    return signed.txID;
+  }
+
+  /** A payer's signed TRC-20 transfer() call, or a router's pay() when `via` names one. */
+  async sendToken(
+    from: TronKey,
+    contract: string,
+    to: string,
+    amount: bigint,
+    { feeLimit = 100_000_000, via }: { feeLimit?: number; via?: string } = {},
+  ): Promise<string> {
+    const transfer = [
+      { type: 'address', value: to },
+      { type: 'uint256', value: amount.toString() },
+    ];
+    const built = await this.builder.triggerSmartContract(
+      via ?? contract,
+      via ? 'pay(address,address,uint256)' : 'transfer(address,uint256)',
+      { feeLimit, txLocal: true, blockHeader: this.header() },
+      via ? [{ type: 'address', value: contract }, ...transfer] : transfer,
+      from.address,
+    );
+    const signed = signTransaction(from.privateKey, built.transaction) as unknown as TransactionJson;
+    this.accept(signed);
+    return signed.txID;
+  }
+}
+
+function hex(text: string) {
+  return Buffer.from(text).toString('hex');
+}
+
+/** Drops undefined fields, as protobuf's JSON leaves unset ones out. */
+function clean<T extends object>(value: T): T {
+  return JSON.parse(JSON.stringify(value)) as T;
+}

@@ -1,0 +1,238 @@
+// The Tron adapter against the test node, and the test node against what a
+// real java-tron node refuses: signatures, tampering, duplicates, expired
+// transactions, unknown reference blocks, balances, and the fee schedule.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { fromHex, signTransaction } from 'tronweb/utils';
+import { parseTronBlock, TronChain, type TransactionJson } from '../adapters/chains/tron.ts';
+import { TransactionRejectedError } from '../adapters/chains/port.ts';
+import { DepositKeyring } from '../adapters/keys/derivation.ts';
+import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
+import { randomTronKey, TRON_FEES, type TronKey, type TronTestNode } from './support/tron-node.ts';
+import { startTronNode, TEST_USDT } from './support/tron-flow.ts';
+
+describe('the Tron test node refuses what a real node refuses', () => {
+  let node: TronTestNode;
+  let payer: TronKey;
+  before(async () => {
+    node = await startTronNode();
+    payer = randomTronKey();
+    node.fund(payer.address, 100_000_000n);
+  });
+  after(() => node.stop());
+
+  const broadcast = async (tx: unknown) => {
+    const response = await fetch(node.url + '/wallet/broadcasttransaction', {
+      method: 'POST',
+      body: JSON.stringify(tx),
+    });
+    const answer = (await response.json()) as { result?: boolean; code?: string; txid: string; message?: string };
+    return { ...answer, text: answer.message ? Buffer.from(answer.message, 'hex').toString() : undefined };
+  };
+  const header = (overrides: Partial<Record<string, unknown>> = {}) => ({
+    ref_block_bytes: (node.solidified.number & 0xffff).toString(16).padStart(4, '0'),
+    ref_block_hash: node.solidified.blockID.slice(16, 32),
+    expiration: node.head.timestamp + 60_000,
+    timestamp: node.head.timestamp,
+    ...overrides,
+  });
+  const transfer = async (from: TronKey, to: string, sun: number, overrides = {}) =>
+    (await node.builder.sendTrx(to, sun, from.address, { blockHeader: header(overrides) as any })) as unknown as TransactionJson;
+  const signed = (key: TronKey, tx: TransactionJson) => signTransaction(key.privateKey, tx) as unknown as TransactionJson;
+
+  it('takes a correctly signed transfer once, and answers a repeat as a duplicate', async () => {
+    const tx = signed(payer, await transfer(payer, randomTronKey().address, 1_000_000));
+    assert.deepEqual(await broadcast(tx), { result: true, txid: tx.txID, text: undefined });
+    const again = await broadcast(tx);
+    assert.equal(again.code, 'DUP_TRANSACTION_ERROR');
+  });
+
+  it('refuses a transaction signed by another key, or changed after signing', async () => {
+    const stranger = randomTronKey();
+    const forged = signed(stranger, await transfer(payer, stranger.address, 1_000_000));
+    const refused = await broadcast(forged);
+    assert.equal(refused.code, 'SIGERROR');
+    assert.match(refused.text!, /is signed by T\w+ but it is not contained of permission/);
+
+    const tampered = signed(payer, await transfer(payer, stranger.address, 1_000_000));
+    (tampered.raw_data.contract[0]!.parameter.value as { amount: number }).amount = 90_000_000;
+    assert.equal((await broadcast(tampered)).code, 'SIGERROR');
+    assert.equal((await broadcast({ ...tampered, signature: [] })).code, 'SIGERROR');
+  });
+
+  it('refuses an expired transaction, one valid for more than a day, and one from another fork', async () => {
+    const to = randomTronKey().address;
+    const expired = await broadcast(signed(payer, await transfer(payer, to, 1, { expiration: node.head.timestamp })));
+    assert.equal(expired.code, 'TRANSACTION_EXPIRATION_ERROR');
+    const far = await broadcast(signed(payer, await transfer(payer, to, 1, { expiration: node.head.timestamp + 2 * 86_400_000 })));
+    assert.equal(far.code, 'TRANSACTION_EXPIRATION_ERROR');
+    const tapos = await broadcast(signed(payer, await transfer(payer, to, 1, { ref_block_hash: 'ab'.repeat(8) })));
+    assert.equal(tapos.code, 'TAPOS_ERROR');
+  });
+
+  it('refuses what the sender cannot pay, and a sender with no account', async () => {
+    const poor = randomTronKey();
+    node.fund(poor.address, 500_000n);
+    const known = randomTronKey();
+    node.fund(known.address, 1n);
+    const over = await broadcast(signed(poor, await transfer(poor, known.address, 600_000)));
+    assert.equal(over.code, 'CONTRACT_VALIDATE_ERROR');
+    assert.match(over.text!, /balance is not sufficient/);
+    // A new account costs 1 TRX on top of the amount.
+    const creating = await broadcast(signed(poor, await transfer(poor, randomTronKey().address, 100_000)));
+    assert.equal(creating.code, 'CONTRACT_VALIDATE_ERROR');
+    const nobody = randomTronKey();
+    const ghost = await broadcast(signed(nobody, await transfer(nobody, known.address, 1)));
+    assert.equal(ghost.code, 'CONTRACT_VALIDATE_ERROR');
+    assert.match(ghost.text!, /no OwnerAccount/);
+  });
+
+  it('charges the mainnet fee schedule: account creation, free bandwidth, then burnt bandwidth', async () => {
+    const sender = randomTronKey();
+    node.fund(sender.address, 50_000_000n);
+    const fresh = randomTronKey().address;
+    const create = await node.sendTrx(sender, fresh, 1_000_000n);
+    node.mine(1);
+    assert.equal(
+      node.feeOf(create),
+      BigInt(TRON_FEES.getCreateNewAccountFeeInSystemContract + TRON_FEES.getCreateAccountFee),
+    );
+    // Two transfers fit in the 600 free bytes of a day; the third burns its bytes at 1,000 sun each.
+    const fees = [];
+    for (let i = 0; i < 3; i++) {
+      const txid = await node.sendTrx(sender, fresh, 1_000n + BigInt(i));
+      node.mine(1);
+      fees.push(node.feeOf(txid));
+    }
+    assert.deepEqual(fees.slice(0, 2), [0n, 0n]);
+    assert.ok(fees[2]! > 250_000n && fees[2]! < 300_000n && fees[2]! % 1000n === 0n, `burnt ${fees[2]}`);
+  });
+});
+
+describe('the Tron adapter', () => {
+  let node: TronTestNode;
+  let chain: TronChain;
+  const keyring = DepositKeyring.fromMnemonic(SERVICE_MNEMONIC);
+  before(async () => {
+    node = await startTronNode();
+    chain = await TronChain.open({
+      rpcUrl: node.url,
+      network: node.genesisId,
+      tokens: [{ symbol: 'USDT', contract: TEST_USDT, decimals: 6 }],
+      keyring,
+      confirmations: 19,
+      retry: { attempts: 2, baseDelayMs: 10 },
+    });
+    node.fund(chain.treasury, 1n);
+  });
+  after(async () => {
+    chain.close();
+    await node.stop();
+  });
+
+  const deposit = (index: number) => {
+    const key = keyring.deriveDepositKey('tron', index);
+    node.fund(key.address, 20_000_000n);
+    return { address: key.address, derivationIndex: index };
+  };
+
+  it('prepares the same transactions for the same reference, and a repeated broadcast is harmless', async () => {
+    const from = deposit(1);
+    const to = randomTronKey().address;
+    node.fund(to, 1n);
+    const transfer = { from, to, token: 'TRX', amount: 19_000_000n, reference: 's1/1', fees: { platform: 200_000n, network: 0n } };
+    const prepared = await chain.prepareTransfer(transfer);
+    assert.deepEqual(await chain.prepareTransfer(transfer), prepared);
+    await chain.broadcast(prepared);
+    await chain.broadcast(prepared);
+    node.mine(1);
+    await chain.broadcast(prepared);
+    assert.equal(node.balance(to), 19_000_001n);
+    assert.equal(node.balance(from.address), 0n);
+  });
+
+  it('pays a merchant wallet that does not exist yet the exact amount; creating it comes out of the treasury share', async () => {
+    const from = deposit(2);
+    const to = randomTronKey().address;
+    const treasuryBefore = node.balance(chain.treasury);
+    const prepared = await chain.prepareTransfer({
+      from,
+      to,
+      token: 'TRX',
+      amount: 18_000_000n,
+      reference: 's2/1',
+      fees: { platform: 200_000n, network: chain.networkFee('TRX') },
+    });
+    await chain.broadcast(prepared);
+    node.mine(1);
+    assert.equal(node.balance(to), 18_000_000n);
+    assert.equal(node.balance(from.address), 0n);
+    const creation = BigInt(TRON_FEES.getCreateNewAccountFeeInSystemContract + TRON_FEES.getCreateAccountFee);
+    assert.equal(node.balance(chain.treasury) - treasuryBefore, 20_000_000n - 18_000_000n - creation);
+  });
+
+  it('refuses a payout larger than the deposit holds', async () => {
+    const from = deposit(3);
+    await assert.rejects(
+      chain.prepareTransfer({ from, to: randomTronKey().address, token: 'TRX', amount: 25_000_000n, reference: 's3/1' }),
+      TransactionRejectedError,
+    );
+  });
+
+  it('an expired payout that was never mined is refused only once the solidified chain is past it; the next attempt pays once', async () => {
+    const from = deposit(4);
+    const to = randomTronKey().address;
+    node.fund(to, 1n);
+    const transfer = { from, to, token: 'TRX', amount: 15_000_000n, fees: { platform: 0n, network: 0n } };
+    const first = await chain.prepareTransfer({ ...transfer, reference: 's4/1' });
+    // Ten minutes of blocks pass before it is ever sent (the service was down).
+    node.mine(201);
+    await assert.rejects(chain.broadcast(first), (e: Error) => !(e instanceof TransactionRejectedError));
+    node.mine(20); // the solidified block is past the expiration too
+    await assert.rejects(chain.broadcast(first), TransactionRejectedError);
+    assert.equal(await chain.transactionStatus(first.txHash), undefined);
+
+    const second = await chain.prepareTransfer({ ...transfer, reference: 's4/2' });
+    assert.notEqual(second.txHash, first.txHash);
+    await chain.broadcast(second);
+    node.mine(1);
+    assert.equal(node.balance(to), 15_000_001n);
+    assert.equal((await chain.transactionStatus(second.txHash))?.blockNumber, node.head.number);
+    // The first can never be taken now.
+    const stale = (JSON.parse(first.raw) as { steps: TransactionJson[] }).steps.at(-1)!;
+    assert.equal(node.balance(to), 15_000_001n);
+    assert.throws(() => node.accept(stale), /expiration/i);
+  });
+
+  it('reads a block whose token call has no result yet again rather than half', () => {
+    const block = {
+      blockID: '00'.repeat(32),
+      block_header: { raw_data: { number: 7, parentHash: '00'.repeat(32), timestamp: 0 } },
+      transactions: [
+        {
+          txID: 'aa'.repeat(32),
+          ret: [{ contractRet: 'SUCCESS' }],
+          raw_data: {
+            contract: [
+              {
+                type: 'TriggerSmartContract',
+                parameter: {
+                  value: {
+                    owner_address: '41' + '11'.repeat(20),
+                    contract_address: '41' + 'ee'.repeat(20),
+                    data: 'a9059cbb' + '00'.repeat(64),
+                  },
+                },
+              },
+            ],
+            expiration: 0,
+          },
+          raw_data_hex: '',
+        },
+      ],
+    };
+    const tokens = [{ symbol: 'USDT', contract: fromHex('41' + 'ee'.repeat(20)), decimals: 6 }];
+    assert.throws(() => parseTronBlock(block, [], tokens), /no result of token transfer/);
+    assert.throws(() => parseTronBlock(block, [{ id: 'bb'.repeat(32) }], tokens), /not in this block/);
+  });
+});

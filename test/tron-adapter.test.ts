@@ -185,8 +185,9 @@ describe('the Tron adapter', () => {
     node.fund(to, 1n);
     const transfer = { from, to, token: 'TRX', amount: 15_000_000n, fees: { platform: 0n, network: 0n } };
     const first = await chain.prepareTransfer({ ...transfer, reference: 's4/1' });
-    // Ten minutes of blocks pass before it is ever sent (the service was down).
-    node.mine(201);
+    // Eleven minutes pass before it is ever sent (the service was down).
+    node.advance(11 * 60_000);
+    node.mine(1);
     await assert.rejects(chain.broadcast(first), (e: Error) => !(e instanceof TransactionRejectedError));
     node.mine(20); // the solidified block is past the expiration too
     await assert.rejects(chain.broadcast(first), TransactionRejectedError);

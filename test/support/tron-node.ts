@@ -118,6 +118,8 @@ export class TronTestNode {
   /** The state with the pending transactions applied, as java-tron keeps it. */
   private state: State;
   private forks = 0;
+  /** How far `advance` has moved block time ahead of the wall clock. */
+  private offsetMs = 0;
   /** Answers broadcasttransaction with a network failure this many more times (a dropped connection). */
   dropBroadcasts = 0;
   readonly builder = new TronWeb({ fullHost: 'http://127.0.0.1:1' }).transactionBuilder;
@@ -432,7 +434,7 @@ export class TronTestNode {
         throw new NodeRefusal('BANDWITH_ERROR', 'Account resource insufficient error.');
       }
       sender.balance -= amount + actuatorFee + netFee;
-      if (creates) state.accounts.set(to, { balance: 0n, createdAt: this.head.timestamp + BLOCK_MS, freeNetUsed: 0 });
+      if (creates) state.accounts.set(to, { balance: 0n, createdAt: this.head.timestamp, freeNetUsed: 0 });
       state.accounts.get(to)!.balance += amount;
       const fee = actuatorFee + netFee;
       Object.assign(info, {
@@ -519,12 +521,16 @@ export class TronTestNode {
   // Driving the chain (the test's side)
   // -------------------------------------------------------------------------
 
-  /** Produces `count` blocks; the first holds the pending transactions. */
-  mine(count = 1, intervalMs = BLOCK_MS): void {
+  /**
+   * Produces `count` blocks; the first holds the pending transactions. Block
+   * times follow the wall clock (plus what `advance` added), as a real
+   * chain's do, however fast a test mines.
+   */
+  mine(count = 1): void {
     for (let i = 0; i < count; i++) {
       const parent = this.head;
       const number = parent.number + 1;
-      const timestamp = parent.timestamp + intervalMs;
+      const timestamp = Math.max(parent.timestamp + 1, Date.now() + this.offsetMs);
       const content = sha256(
         Buffer.from(`${parent.blockID} ${timestamp} ${this.forks} ${this.pending.map((t) => t.txID).join(',')}`).toString('hex'),
       );
@@ -542,6 +548,11 @@ export class TronTestNode {
       this.pending = [];
       this.pendingInfos = [];
     }
+  }
+
+  /** Moves block time ahead (the next blocks are this much later). */
+  advance(ms: number): void {
+    this.offsetMs += ms;
   }
 
   /** Drops the newest `depth` blocks and what they did (their transactions are gone: a fork that never had them). */

@@ -1,0 +1,157 @@
+// Crashes against the Tron test node, with the real service process killed
+// (SIGKILL) and restarted: a kill while payments are being detected (and
+// payments made while it is down) misses none and counts none twice; a kill
+// between a sweep's signing and its broadcast, or between its broadcast and
+// its record, sends exactly one payout.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { baseUnits } from './support/evm-flow.ts';
+import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { eventually as until } from './support/merchant.ts';
+import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
+import { startTronNode, TEST_USDT, tronEnv } from './support/tron-flow.ts';
+
+const ADMIN = 'tron-crash-test-admin-token';
+
+describe('crashes on the Tron test node', () => {
+  let node: TronTestNode;
+  let payer: TronKey;
+  let dir: string;
+  let running: ServiceProcess | undefined;
+  before(async () => {
+    node = await startTronNode();
+    payer = randomTronKey();
+    node.fund(payer.address, 1_000_000_000_000n);
+    node.mintToken(TEST_USDT, payer.address, 1_000_000_000n);
+  });
+  after(() => node.stop());
+
+  async function start(extra: Record<string, string> = {}) {
+    running = await startProcess({ ...tronEnv(node, { ADMIN_TOKEN: ADMIN }), DATA_DIR: dir, ...extra });
+    return running.url;
+  }
+  async function kill() {
+    running!.child.kill('SIGKILL');
+    await running!.exited;
+  }
+  async function withDataDir(work: () => Promise<void>) {
+    dir = await mkdtemp(join(tmpdir(), 'invoicing-tron-crash-'));
+    try {
+      await work();
+    } finally {
+      if (running && running.child.exitCode === null && running.child.signalCode === null) await running.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+  async function merchant(url: string, wallet: string) {
+    const m = (await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'Tron', settlementWallets: { tron: wallet } }))
+      .body.data;
+    return (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data.key as string;
+  }
+  async function invoice(url: string, key: string, token?: string) {
+    const res = await call(url, 'POST', '/api/v1/payments', key, {
+      amount: '20',
+      currency: 'USD',
+      chain: 'tron',
+      ...(token && { token }),
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
+  }
+  async function pay(p: { address: string; cryptoAmount: string }, token?: string) {
+    if (token) await node.sendToken(payer, TEST_USDT, p.address, baseUnits(p.cryptoAmount, 6));
+    else await node.sendTrx(payer, p.address, baseUnits(p.cryptoAmount, 6));
+  }
+  const status = async (url: string, id: string) => (await call(url, 'GET', `/api/v1/invoices/${id}/status`)).body.data;
+  /** Mines a block at each look, so that confirmations and sweeps move on. */
+  const mineUntil = (url: string, id: string, done: (s: any) => boolean) =>
+    until(
+      async () => {
+        const s = await status(url, id);
+        if (!done(s)) node.mine(1);
+        return s;
+      },
+      done,
+      90_000,
+    );
+
+  it('a kill during detection, and payments while the service is down, miss nothing', async () => {
+    await withDataDir(async () => {
+      let url = await start();
+      const key = await merchant(url, randomTronKey().address);
+      const invoices: { token: string | undefined; p: Awaited<ReturnType<typeof invoice>> }[] = [];
+      for (let i = 0; i < 6; i++) {
+        const token = i % 2 === 0 ? undefined : 'USDT';
+        invoices.push({ token, p: await invoice(url, key, token) });
+      }
+      // Two paid and seen; two more paid as the process dies; two while it is down.
+      for (const { p, token } of invoices.slice(0, 2)) await pay(p, token);
+      node.mine(1);
+      await until(() => status(url, invoices[0]!.p.paymentId), (s) => s.hasDetectedPayment);
+      for (const { p, token } of invoices.slice(2, 4)) await pay(p, token);
+      node.mine(1);
+      await kill();
+      for (const { p, token } of invoices.slice(4)) await pay(p, token);
+      node.mine(3);
+
+      url = await start();
+      for (const { p } of invoices) {
+        await mineUntil(url, p.paymentId, (s) => ['confirmed', 'settled'].includes(s.status));
+        const types = ((await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[]).map(
+          (e) => e.type,
+        );
+        assert.equal(types.filter((t) => t === 'PaymentDetected').length, 1, `${p.paymentId} detected once`);
+        assert.equal(types.filter((t) => t === 'PaymentApplied').length, 1, `${p.paymentId} counted once`);
+      }
+    });
+  });
+
+  for (const [failpoint, token] of [
+    ['settlement:after-prepare', 'USDT'],
+    ['settlement:after-broadcast', 'USDT'],
+    ['settlement:after-prepare', undefined],
+    ['settlement:after-broadcast', undefined],
+  ] as const) {
+    it(`a kill at ${failpoint} (${token ?? 'TRX'}) and a restart send exactly one payout`, async () => {
+      await withDataDir(async () => {
+        let url = await start({ FAILPOINTS: failpoint });
+        const [{ feeWallet, treasury }] = (await call(url, 'GET', '/admin/v1/wallets', ADMIN)).body.data;
+        await node.sendTrx(payer, feeWallet, 200_000_000n);
+        if (node.balance(treasury) === 0n) await node.sendTrx(payer, treasury, 1_000_000n);
+        const wallet = randomTronKey().address;
+        await node.sendTrx(payer, wallet, 1_000_000n);
+        const key = await merchant(url, wallet);
+        const p = await invoice(url, key, token);
+        await pay(p, token);
+        // Confirmation leads to the payout, where the failpoint kills the process.
+        const exit = await until(
+          async () => {
+            if (running!.child.exitCode !== null || running!.child.signalCode !== null) return 'exited';
+            node.mine(1);
+            return 'alive';
+          },
+          (s) => s === 'exited',
+          60_000,
+        );
+        assert.equal(exit, 'exited');
+        assert.equal(running!.child.signalCode, 'SIGKILL');
+
+        url = await start();
+        const settled = await mineUntil(url, p.paymentId, (s) => s.status === 'settled');
+        const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
+        const net = BigInt(events.find((e) => e.type === 'SettlementRequested').data.netAmount);
+        if (token) {
+          assert.deepEqual(node.tokenTransfersTo(TEST_USDT, wallet), [{ txid: settled.txHash, amount: net }], 'paid once, exactly');
+        } else {
+          const payouts = node.trxTransfers({ from: p.address, to: wallet });
+          assert.deepEqual(payouts, [{ txid: settled.txHash, amount: net }], 'paid once, exactly');
+        }
+        assert.equal(events.filter((e) => e.type === 'SettlementTransactionPrepared').length, 1, 'one attempt');
+        assert.equal(events.filter((e) => e.type === 'InvoiceSettled').length, 1);
+      });
+    });
+  }
+});

@@ -127,7 +127,9 @@ const sha = (algorithm: 'sha256' | 'sha512', content: string): Buffer => createH
 /** A 32-byte hash written the way the chain writes block hashes. */
 function blockHashFormat(chainType: ChainType, bytes: Buffer): string {
   switch (chainType) {
+    // Bitcoin and Tron name blocks and transactions in bare hex (a Tron txID is 64 hex digits, no 0x).
     case 'bitcoin':
+    case 'tron':
       return bytes.toString('hex');
     case 'solana':
       return encodeBase58(bytes);

@@ -280,7 +280,7 @@ describe('SandboxLedger over an event store', () => {
       block: (h) => /^0x[0-9a-f]{64}$/.test(h),
       tx: (h) => /^0x[0-9a-f]{64}$/.test(h),
     },
-    { chain: 'tron', token: 'TRX', block: (h) => /^0x[0-9a-f]{64}$/.test(h), tx: (h) => /^0x[0-9a-f]{64}$/.test(h) },
+    { chain: 'tron', token: 'TRX', block: (h) => /^[0-9a-f]{64}$/.test(h), tx: (h) => /^[0-9a-f]{64}$/.test(h) },
     { chain: 'bitcoin', token: 'BTC', block: (h) => /^[0-9a-f]{64}$/.test(h), tx: (h) => /^[0-9a-f]{64}$/.test(h) },
     {
       chain: 'solana',

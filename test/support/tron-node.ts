@@ -352,32 +352,10 @@ export class TronTestNode {
       throw new NodeRefusal('OTHER_ERROR', 'Invalid transaction');
     }
     if (this.known(tx.txID)) throw new NodeRefusal('DUP_TRANSACTION_ERROR', 'Dup transaction.');
-    let consistent = false;
-    try {
-      consistent = txCheck(tx) && sha256(tx.raw_data_hex) === tx.txID;
-    } catch {
-      consistent = false;
-    }
-    const contract = tx.raw_data.contract?.[0];
-    if (!contract || tx.raw_data.contract.length !== 1) throw new NodeRefusal('OTHER_ERROR', 'Invalid transaction');
+    checkSignature(tx);
+    const contract = tx.raw_data.contract[0]!;
     const value = contract.parameter.value as Record<string, any>;
     const owner = String(value.owner_address ?? '').toLowerCase();
-    const signature = tx.signature?.[0];
-    if (!consistent || !signature) {
-      throw new NodeRefusal('SIGERROR', 'Validate signature error: the signature does not match the transaction');
-    }
-    let signer = '';
-    try {
-      signer = ecRecover(tx.txID, signature).toLowerCase();
-    } catch {
-      throw new NodeRefusal('SIGERROR', 'Validate signature error: the signature cannot be recovered');
-    }
-    if (signer !== owner) {
-      throw new NodeRefusal(
-        'SIGERROR',
-        `Validate signature error: ${tx.txID} is signed by ${fromHex(signer)} but it is not contained of permission.`,
-      );
-    }
     const head = this.head;
     if (tx.raw_data.expiration <= head.timestamp) {
       throw new NodeRefusal(
@@ -665,6 +643,39 @@ export class TronTestNode {
     const signed = signTransaction(from.privateKey, built.transaction) as unknown as TransactionJson;
     this.accept(signed);
     return signed.txID;
+  }
+}
+
+/**
+ * What java-tron checks of every transaction first: one contract, an id that
+ * is the hash of the content (the JSON and its protobuf agree), and a
+ * signature by the owner address.
+ */
+export function checkSignature(tx: TransactionJson): void {
+  let consistent = false;
+  try {
+    consistent = txCheck(tx) && sha256(tx.raw_data_hex) === tx.txID;
+  } catch {
+    consistent = false;
+  }
+  const contract = tx.raw_data.contract?.[0];
+  if (!contract || tx.raw_data.contract.length !== 1) throw new NodeRefusal('OTHER_ERROR', 'Invalid transaction');
+  const owner = String((contract.parameter.value as Record<string, unknown>).owner_address ?? '').toLowerCase();
+  const signature = tx.signature?.[0];
+  if (!consistent || !signature) {
+    throw new NodeRefusal('SIGERROR', 'Validate signature error: the signature does not match the transaction');
+  }
+  let signer = '';
+  try {
+    signer = ecRecover(tx.txID, signature).toLowerCase();
+  } catch {
+    throw new NodeRefusal('SIGERROR', 'Validate signature error: the signature cannot be recovered');
+  }
+  if (signer !== owner) {
+    throw new NodeRefusal(
+      'SIGERROR',
+      `Validate signature error: ${tx.txID} is signed by ${fromHex(signer)} but it is not contained of permission.`,
+    );
   }
 }
 

@@ -38,7 +38,18 @@ import { compileTestToken, HARDHAT_CHAIN_ID, startHardhat, type LocalNode } from
 import { merchantWithKey } from '../support/merchant.ts';
 import { freshPostgres } from '../support/postgres.ts';
 import { startTestService } from '../support/service.ts';
-import { scaled, timed, wasInterrupted, type BenchSuite, type BenchTarget } from './support.ts';
+import {
+  count,
+  formatMs,
+  median,
+  percentile,
+  progress,
+  scaled,
+  timed,
+  wasInterrupted,
+  type BenchSuite,
+  type BenchTarget,
+} from './support.ts';
 import { formatRatio, formatSeconds, markdownTable } from './table.ts';
 
 // Sizes. Only the watched addresses follow BENCH_SCALE; the block is always the same.
@@ -63,20 +74,6 @@ const CHAIN = 'ethereum';
 
 const hex = (n: number | bigint) => '0x' + n.toString(16);
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
-const count = (n: number) => n.toLocaleString('en-US');
-const formatMs = (ms: number | undefined) =>
-  ms === undefined || !Number.isFinite(ms) ? '–' : `${ms.toFixed(ms < 100 ? 1 : 0)} ms`;
-
-function percentile(values: readonly number[], p: number): number | undefined {
-  if (values.length === 0) return undefined;
-  const sorted = [...values].sort((a, b) => a - b);
-  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
-}
-const median = (values: readonly number[]) => percentile(values, 50);
-
-function progress(label: string, message: string): void {
-  console.error(`  [${label}] ${message}`);
-}
 
 // ---------------------------------------------------------------------------
 // Plain JSON-RPC over fetch: the baselines, and the node's test methods.
@@ -285,7 +282,12 @@ const BLOCK_MEASURES: readonly { key: PairKey; label: string }[] = [
 ];
 
 /** Rows for the watched addresses: one invoice each, and its address, `INSERT_BATCH` per statement. */
-async function insertWatched(db: Kysely<any>, rows: number, onProgress: (done: number) => void): Promise<void> {
+export async function insertWatched(
+  db: Kysely<any>,
+  rows: number,
+  onProgress: (done: number) => void,
+  { chain = CHAIN, addresses = (n: number) => randomAddresses(n, true) } = {},
+): Promise<void> {
   const merchantId = randomUUID();
   for (let done = 0; done < rows; done += INSERT_BATCH) {
     const n = Math.min(INSERT_BATCH, rows - done);
@@ -295,14 +297,14 @@ async function insertWatched(db: Kysely<any>, rows: number, onProgress: (done: n
       insert into invoices (id, merchant_id, amount, currency, status, cancelled, expires_at, chain, token,
                             crypto_amount, payment_status, paid_late, total_received_amount, total_received_currency,
                             remaining_amount, payment_progress, has_detected_payment, created_at, updated_at)
-      select id, ${merchantId}::uuid, '25', 'USD', 'pending', false, now() + interval '15 minutes', ${CHAIN}, 'USDT',
+      select id, ${merchantId}::uuid, '25', 'USD', 'pending', false, now() + interval '15 minutes', ${chain}, 'USDT',
              '25.00000000', 'pending', false, '0', 'USDT', '25.00000000', 0, false, now(), now()
         from unnest(${ids}::uuid[]) as t(id)`.execute(db);
     await sql`
       insert into invoice_addresses (chain, address, invoice_id, token, token_decimals, derivation_index, rate,
                                      crypto_amount, quoted_at, rate_valid_until)
-      select ${CHAIN}, address, id, 'USDT', 6, derivation_index, '1', 25000000, now(), now() + interval '15 minutes'
-        from unnest(${randomAddresses(n, true)}::text[], ${ids}::uuid[], ${indexes}::int[]) as t(address, id, derivation_index)`.execute(
+      select ${chain}, address, id, 'USDT', 6, derivation_index, '1', 25000000, now(), now() + interval '15 minutes'
+        from unnest(${addresses(n)}::text[], ${ids}::uuid[], ${indexes}::int[]) as t(address, id, derivation_index)`.execute(
       db,
     );
     if ((done / INSERT_BATCH) % 40 === 39) onProgress(done + n);
@@ -310,7 +312,7 @@ async function insertWatched(db: Kysely<any>, rows: number, onProgress: (done: n
 }
 
 /** Waits until every projector and reactor has caught up with the log and the log has stopped growing. */
-async function quiesce(projections: ProjectionEngine): Promise<void> {
+export async function quiesce(projections: ProjectionEngine): Promise<void> {
   const deadline = Date.now() + 60_000;
   let idle = 0;
   while (idle < 2) {

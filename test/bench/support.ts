@@ -204,3 +204,18 @@ export async function resolveTargets(): Promise<BenchTargets> {
   const [lite, postgres] = await Promise.all([pgliteTarget(), postgresTarget()]);
   return { targets: [lite, postgres], close: () => lite.closeSpare() };
 }
+
+export const count = (n: number) => n.toLocaleString('en-US');
+export const formatMs = (ms: number | undefined) =>
+  ms === undefined || !Number.isFinite(ms) ? '–' : `${ms.toFixed(ms < 100 ? 1 : 0)} ms`;
+
+export function percentile(values: readonly number[], p: number): number | undefined {
+  if (values.length === 0) return undefined;
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+export const median = (values: readonly number[]) => percentile(values, 50);
+
+export function progress(label: string, message: string): void {
+  console.error(`  [${label}] ${message}`);
+}

@@ -23,6 +23,8 @@ export interface Config {
   evm: Partial<Record<ChainName, EvmChainSettings>>;
   /** Tron's settings when it has an RPC URL (adapters/chains/tron.ts). */
   tron: TronChainSettings | undefined;
+  /** Bitcoin's network (deposit addresses follow it) and node settings (adapters/chains/bitcoin.ts). */
+  bitcoin: BitcoinChainSettings;
   /** Confirmations a payment needs on each chain before it counts as confirmed. */
   requiredConfirmations: Record<ChainName, number>;
   platformFeeBps: number;
@@ -54,6 +56,15 @@ export interface TronChainSettings {
   apiKey: string | undefined;
   tokens: { symbol: string; contract: string; decimals: number }[] | undefined;
   treasury: string | undefined;
+}
+
+/** CHAIN_BITCOIN_NETWORK, CHAIN_BITCOIN_RPC_COOKIE, CHAIN_BITCOIN_TREASURY and the fee rate bounds. */
+export interface BitcoinChainSettings {
+  network: 'main' | 'test' | 'signet' | 'regtest';
+  cookieFile: string | undefined;
+  treasury: string | undefined;
+  /** sat/vB bounds of the estimated fee rate. */
+  feeRate: { floor: bigint; cap: bigint };
 }
 
 export const evmChainNames: readonly ChainName[] = ['ethereum', 'bsc', 'polygon'];
@@ -226,6 +237,28 @@ export function loadConfig(env: Env = process.env): Config {
     if (rpc) tron = { network: network.toLowerCase(), apiKey: value('CHAIN_TRON_API_KEY'), tokens, treasury };
   }
 
+  const bitcoinNetwork = oneOf('CHAIN_BITCOIN_NETWORK', ['main', 'test', 'signet', 'regtest'] as const, 'main');
+  const bitcoinTreasury = value('CHAIN_BITCOIN_TREASURY');
+  const derivationNetwork = ({ main: 'mainnet', test: 'testnet', signet: 'testnet', regtest: 'regtest' } as const)[bitcoinNetwork];
+  if (bitcoinTreasury !== undefined && !isValidAddress('bitcoin', bitcoinTreasury, { bitcoinNetwork: derivationNetwork })) {
+    problems.push(`CHAIN_BITCOIN_TREASURY must be a ${bitcoinNetwork} Bitcoin address (got "${bitcoinTreasury}")`);
+  }
+  const bitcoin: BitcoinChainSettings = {
+    network: bitcoinNetwork,
+    cookieFile: value('CHAIN_BITCOIN_RPC_COOKIE'),
+    treasury: bitcoinTreasury,
+    feeRate: {
+      floor: BigInt(integer('CHAIN_BITCOIN_FEE_RATE_FLOOR', 1, 1, 10_000)),
+      cap: BigInt(integer('CHAIN_BITCOIN_FEE_RATE_CAP', 500, 1, 100_000)),
+    },
+  };
+  if (bitcoin.feeRate.cap < bitcoin.feeRate.floor) {
+    problems.push('CHAIN_BITCOIN_FEE_RATE_CAP must not be below CHAIN_BITCOIN_FEE_RATE_FLOOR');
+  }
+  if (chainRpcUrls.bitcoin && !/^https?:/.test(chainRpcUrls.bitcoin)) {
+    problems.push('CHAIN_BITCOIN_RPC_URL must be an http:// or https:// URL (Bitcoin Core\'s JSON-RPC)');
+  }
+
   let chains: ChainName[] = [...chainNames];
   const chainList = value('CHAINS');
   if (chainList !== undefined) {
@@ -272,6 +305,7 @@ export function loadConfig(env: Env = process.env): Config {
     chainRpcUrls,
     evm,
     tron,
+    bitcoin,
     requiredConfirmations,
     platformFeeBps: integer('PLATFORM_FEE_BPS', 100, 0, 10_000),
     // Production defaults to the real provider: a built-in table would quote stale prices.

@@ -5,6 +5,7 @@ import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { openEvmChains, type EvmChain } from '../adapters/chains/evm.ts';
 import { openTronChain, type TronChain } from '../adapters/chains/tron.ts';
+import { bitcoinNetworkOf, openBitcoinChain, type BitcoinChain } from '../adapters/chains/bitcoin.ts';
 import { sql } from 'kysely';
 import { formatUnits } from '../domain/money.ts';
 import { findChain } from '../domain/catalogue.ts';
@@ -75,18 +76,20 @@ export async function startService(
 ): Promise<Service> {
   const log = typeof logger === 'object' ? logger : undefined;
   // Chains with a node: their chain ids are checked before anything is opened.
-  const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic);
-  const evmChains = await openEvmChains(config, keyring);
-  let tronChain;
+  // Bitcoin deposit addresses carry the prefix of the configured network.
+  const derivation = { bitcoinNetwork: bitcoinNetworkOf[config.bitcoin.network] };
+  const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic, derivation);
+  /** The chains with a real node, which have a treasury (and most a fee wallet). */
+  const nodeChains = new Map<ChainName, EvmChain | TronChain | BitcoinChain>(await openEvmChains(config, keyring));
   try {
-    tronChain = await openTronChain(config, keyring);
+    const tron = await openTronChain(config, keyring);
+    if (tron) nodeChains.set('tron', tron);
+    const bitcoin = await openBitcoinChain(config, keyring);
+    if (bitcoin) nodeChains.set('bitcoin', bitcoin);
   } catch (error) {
-    for (const chain of evmChains.values()) chain.close();
+    for (const chain of nodeChains.values()) chain.close();
     throw error;
   }
-  /** The chains with a real node, which have a fee wallet and a treasury. */
-  const nodeChains = new Map<ChainName, EvmChain | TronChain>(evmChains);
-  if (tronChain) nodeChains.set('tron', tronChain);
   const database = await openDatabase(config);
   const metrics = createMetrics();
   const sqlStore = await SqlEventStore.open(database);
@@ -119,7 +122,7 @@ export async function startService(
     store,
     clock,
     rates,
-    addresses: depositAddressesFromKeyring(keyring),
+    addresses: depositAddressesFromKeyring(keyring, derivation),
     enabledChains: config.chains,
   });
   const subscriptions = subscriptionCommands({ store, clock, invoices });
@@ -206,9 +209,9 @@ export async function startService(
         return {
           chain,
           feeWallet: w?.feeWallet ?? null,
-          feeWalletBalance: w ? formatUnits(w.feeWalletBalance, decimals, decimals) : null,
+          feeWalletBalance: w?.feeWalletBalance != null ? formatUnits(w.feeWalletBalance, decimals, decimals) : null,
           treasury: w?.treasury ?? null,
-          treasuryBalance: w ? formatUnits(w.treasuryBalance, decimals, decimals) : null,
+          treasuryBalance: w?.treasuryBalance != null ? formatUnits(w.treasuryBalance, decimals, decimals) : null,
           nextDerivationIndex,
         };
       }),

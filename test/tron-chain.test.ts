@@ -6,7 +6,7 @@
 // withdraws a detected payment; a node of another network stops start-up.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { eventually, merchantWithKey } from './support/merchant.ts';
+import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
@@ -53,18 +53,8 @@ describe('payments and settlement on the Tron test node', () => {
     assert.equal(res.status, 201, JSON.stringify(res.body));
     return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
   }
-  /** Produces a block whenever the condition is not met yet (the service reads them as they come). */
-  async function mineUntil<T>(read: () => Promise<T>, done: (v: T) => boolean, ms = 60_000) {
-    return eventually(
-      async () => {
-        const v = await read();
-        if (!done(v)) node.mine(1);
-        return v;
-      },
-      done,
-      ms,
-    );
-  }
+  const mineUntil = <T>(read: () => Promise<T>, done: (v: T) => boolean) =>
+    eventuallyMining(() => node.mine(1), read, done);
   const detected = (id: string) => eventually(() => status(id), (s) => s.hasDetectedPayment);
 
   it('lists the Tron fee wallet and treasury with their TRX balances', async () => {

@@ -389,6 +389,8 @@ export class DepositKeyring {
   readonly #evmService: BIP32Interface;
   /** m/44'/195'/1': the platform's own Tron wallets (see tronServiceWalletPaths). */
   readonly #tronService: BIP32Interface;
+  /** m/84'/{0|1}'/1': the platform's own Bitcoin addresses (the treasury, …/0/1). */
+  readonly #bitcoinService: BIP32Interface;
   /** m/44'/501': the deepest Solana node shared by every deposit path. */
   readonly #solanaCoin: Ed25519Node;
   readonly #bitcoin: BitcoinNetworkProfile;
@@ -405,6 +407,7 @@ export class DepositKeyring {
     this.#solanaCoin = deriveEd25519Path("m/44'/501'", Buffer.from(seed).toString('hex'));
     this.#evmService = root.derivePath("m/44'/60'/1'");
     this.#tronService = root.derivePath("m/44'/195'/1'");
+    this.#bitcoinService = bip32.fromSeed(seed, btc.network).derivePath(`m/84'/${btc.coinType}'/1'`);
     // The seed is not kept: the nodes above are all later derivation needs.
   }
 
@@ -476,6 +479,11 @@ export class DepositKeyring {
       'privateKey',
       Uint8Array.from(node.privateKey),
     );
+  }
+
+  /** The default Bitcoin treasury, m/84'/{0|1}'/1'/0/1 (a P2WPKH address of this network). */
+  deriveBitcoinTreasury(): string {
+    return bitcoinAddressFromPublicKey(this.#bitcoinService.derive(EXTERNAL_CHAIN).derive(1).publicKey, this.#bitcoin.network);
   }
 
   #solanaKeypair(index: number): Keypair {

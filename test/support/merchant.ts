@@ -31,3 +31,21 @@ export async function eventually<T>(read: () => T | Promise<T>, done: (value: T)
   }
   return value;
 }
+
+/** Like `eventually`, producing a block (`mine`) at each look that does not meet the condition yet. */
+export function eventuallyMining<T>(
+  mine: () => unknown,
+  read: () => Promise<T>,
+  done: (value: T) => boolean,
+  ms = 60_000,
+): Promise<T> {
+  return eventually(
+    async () => {
+      const value = await read();
+      if (!done(value)) await mine();
+      return value;
+    },
+    done,
+    ms,
+  );
+}

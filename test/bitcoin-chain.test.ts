@@ -1,0 +1,145 @@
+// The service against the Bitcoin test node (regtest), over its real HTTP
+// API: a payment is detected, confirmed after 2 blocks and settled with the
+// merchant's and the treasury's outputs exact to the satoshi and the fee
+// exactly inputs − outputs; two outputs to one address are two payments; an
+// RBF replacement pays, the replaced transaction does not; a reorg withdraws
+// a payment and it comes back when mined again; a node of another network
+// stops start-up.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
+import { startTestService, type RunningService } from './support/service.ts';
+import { baseUnits, SERVICE_MNEMONIC } from './support/evm-flow.ts';
+import { BitcoinTestNode, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
+
+describe('payments and settlement on the Bitcoin test node', () => {
+  let node: BitcoinTestNode;
+  let svc: RunningService;
+  let payer: BitcoinKey;
+  const env = () => ({
+    CHAINS: 'bitcoin',
+    CHAIN_BITCOIN_RPC_URL: node.rpcUrl,
+    CHAIN_BITCOIN_NETWORK: 'regtest',
+    WALLET_MNEMONIC: SERVICE_MNEMONIC,
+    RATE_LIMITS: 'off',
+  });
+  before(async () => {
+    node = await new BitcoinTestNode().start();
+    payer = randomBitcoinKey();
+    for (let i = 0; i < 20; i++) node.fund(payer.address, 50_000_000n);
+    svc = await startTestService(env());
+  });
+  after(async () => {
+    await svc?.close();
+    await node?.stop();
+  });
+
+  const admin = (method: string, path: string, body?: unknown) => svc.call(method, path, { token: svc.adminToken, body });
+  const status = async (id: string) => (await svc.call('GET', `/api/v1/invoices/${id}/status`)).body.data;
+  const events = async (id: string, key: string) =>
+    (await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data as any[];
+  async function merchant() {
+    const wallet = randomBitcoinKey().address;
+    const { key, merchant } = await merchantWithKey(svc);
+    await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, { settlementWallets: { bitcoin: wallet } });
+    return { key, wallet };
+  }
+  async function invoice(key: string, amount = '100') {
+    const res = await svc.call('POST', '/api/v1/payments', { token: key, body: { amount, currency: 'USD', chain: 'bitcoin' } });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
+  }
+  const mineUntil = <T>(read: () => Promise<T>, done: (v: T) => boolean) =>
+    eventuallyMining(() => node.mine(1), read, done);
+
+  it('names the regtest treasury, and deposit addresses carry the regtest prefix', async () => {
+    const [btc] = (await admin('GET', '/admin/v1/wallets')).body.data;
+    assert.equal(btc.chain, 'bitcoin');
+    assert.match(btc.treasury, /^bcrt1q/);
+    assert.equal(btc.feeWallet, null);
+    const { key } = await merchant();
+    assert.match((await invoice(key)).address, /^bcrt1q/);
+  });
+
+  it('a payment confirms after 2 blocks and settles exact to the satoshi', async () => {
+    const { key, wallet } = await merchant();
+    const [{ treasury }] = (await admin('GET', '/admin/v1/wallets')).body.data;
+    const p = await invoice(key);
+    const sats = baseUnits(p.cryptoAmount, 8);
+    node.pay(payer, [{ address: p.address, sats }]);
+    node.mine(1);
+    const seen = await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    assert.notEqual(seen.status, 'confirmed', 'one block is not two confirmations');
+    const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
+    const d = (await events(p.paymentId, key)).find((e) => e.type === 'SettlementRequested').data;
+    const gross = BigInt(d.grossAmount);
+    const platformFee = BigInt(d.platformFee);
+    const networkFee = BigInt(d.networkFee);
+    const net = BigInt(d.netAmount);
+    assert.equal(gross, sats);
+    assert.equal(platformFee, sats / 100n);
+    assert.equal(net, gross - platformFee - networkFee);
+    assert.equal(baseUnits(settled.settledAmount, 8), net);
+    assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: net }]);
+    assert.deepEqual(node.received(treasury).filter((r) => r.txid === settled.txHash), [
+      { txid: settled.txHash, sats: platformFee },
+    ]);
+    // The fee the network took is exactly inputs − outputs, and is what was recorded.
+    assert.equal(node.minedFee(settled.txHash), networkFee);
+  });
+
+  it('two outputs to one address in one transaction are two payments', async () => {
+    const { key } = await merchant();
+    const p = await invoice(key, '50');
+    const half = baseUnits(p.cryptoAmount, 8) / 2n;
+    const tx = node.pay(payer, [
+      { address: p.address, sats: half },
+      { address: p.address, sats: baseUnits(p.cryptoAmount, 8) - half },
+    ]);
+    node.mine(1);
+    const seen = await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment && s.paymentStatus !== 'partial');
+    assert.notEqual(seen.paymentStatus, 'partial');
+    const detected = (await events(p.paymentId, key)).filter((e) => e.type === 'PaymentApplied');
+    assert.equal(detected.length, 2);
+    assert.deepEqual(detected.map((e) => e.data.txHash).sort(), [tx.getId(), tx.getId()]);
+  });
+
+  it('an RBF replacement pays; the transaction it replaced never does', async () => {
+    const { key } = await merchant();
+    const p = await invoice(key, '30');
+    const sats = baseUnits(p.cryptoAmount, 8);
+    const first = node.pay(payer, [{ address: p.address, sats: sats / 2n }], { satsPerVbyte: 2n });
+    const second = node.replace(payer, first, [{ address: p.address, sats }], 10n);
+    assert.equal(node.inMempool(first.getId()), false, 'the replacement evicted the first');
+    node.mine(1);
+    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    const applied = (await events(p.paymentId, key)).filter((e) => e.type === 'PaymentApplied');
+    assert.deepEqual(applied.map((e) => e.data.txHash), [second.getId()]);
+  });
+
+  it('a reorg withdraws a payment, and it comes back when mined again', async () => {
+    const { key } = await merchant();
+    const p = await invoice(key, '20');
+    node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
+    const [mined] = node.mine(1);
+    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    node.invalidate(mined!); // its transaction goes back to the mempool
+    node.mine(0);
+    await eventually(() => status(p.paymentId), (s) => !s.hasDetectedPayment);
+    node.mine(1);
+    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    const types = (await events(p.paymentId, key)).map((e) => e.type);
+    assert.ok(types.includes('PaymentWithdrawn'), types.join(','));
+    assert.equal(types.filter((t) => t === 'PaymentApplied').length, 2, types.join(','));
+  });
+
+  it('a node of another network stops start-up with one line naming the variable', async () => {
+    await assert.rejects(startTestService({ ...env(), CHAIN_BITCOIN_NETWORK: 'main' }), (error: Error) => {
+      assert.equal(
+        error.message,
+        'CHAIN_BITCOIN_RPC_URL is a node of the regtest chain, not main; set CHAIN_BITCOIN_NETWORK=regtest if that network is meant',
+      );
+      return true;
+    });
+  });
+});

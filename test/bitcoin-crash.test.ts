@@ -1,0 +1,113 @@
+// Crashes against the Bitcoin test node, with the real service process
+// killed (SIGKILL) and restarted: payments made while it is down are not
+// missed, and a kill between a sweep's signing and its broadcast, or between
+// its broadcast and its record, sends exactly one payout.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { baseUnits, SERVICE_MNEMONIC } from './support/evm-flow.ts';
+import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { eventually, eventuallyMining } from './support/merchant.ts';
+import { BitcoinTestNode, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
+
+const ADMIN = 'bitcoin-crash-test-admin-token';
+
+describe('crashes on the Bitcoin test node', () => {
+  let node: BitcoinTestNode;
+  let payer: BitcoinKey;
+  let dir: string;
+  let running: ServiceProcess | undefined;
+  before(async () => {
+    node = await new BitcoinTestNode().start();
+    payer = randomBitcoinKey();
+    for (let i = 0; i < 30; i++) node.fund(payer.address, 50_000_000n);
+  });
+  after(() => node.stop());
+
+  async function start(extra: Record<string, string> = {}) {
+    running = await startProcess({
+      CHAINS: 'bitcoin',
+      CHAIN_BITCOIN_RPC_URL: node.rpcUrl,
+      CHAIN_BITCOIN_NETWORK: 'regtest',
+      WALLET_MNEMONIC: SERVICE_MNEMONIC,
+      RATE_LIMITS: 'off',
+      ADMIN_TOKEN: ADMIN,
+      DATA_DIR: dir,
+      ...extra,
+    });
+    return running.url;
+  }
+  async function withDataDir(work: () => Promise<void>) {
+    dir = await mkdtemp(join(tmpdir(), 'invoicing-bitcoin-crash-'));
+    try {
+      await work();
+    } finally {
+      if (running && running.child.exitCode === null && running.child.signalCode === null) await running.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+  async function merchant(url: string, wallet: string) {
+    const m = (await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'BTC', settlementWallets: { bitcoin: wallet } })).body.data;
+    return (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data.key as string;
+  }
+  async function invoice(url: string, key: string) {
+    const res = await call(url, 'POST', '/api/v1/payments', key, { amount: '60', currency: 'USD', chain: 'bitcoin' });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
+  }
+  const status = async (url: string, id: string) => (await call(url, 'GET', `/api/v1/invoices/${id}/status`)).body.data;
+  const types = async (url: string, key: string, id: string) =>
+    ((await call(url, 'GET', `/api/v1/invoices/${id}/events`, key)).body.data as any[]).map((e) => e.type as string);
+
+  it('payments made while the service is down are all seen, once', async () => {
+    await withDataDir(async () => {
+      let url = await start();
+      const key = await merchant(url, randomBitcoinKey().address);
+      const invoices = [await invoice(url, key), await invoice(url, key), await invoice(url, key)];
+      node.pay(payer, [{ address: invoices[0]!.address, sats: baseUnits(invoices[0]!.cryptoAmount, 8) }]);
+      node.mine(1);
+      await eventually(() => status(url, invoices[0]!.paymentId), (s) => s.hasDetectedPayment);
+      running!.child.kill('SIGKILL');
+      await running!.exited;
+      for (const p of invoices.slice(1)) node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
+      node.mine(2);
+      url = await start();
+      for (const p of invoices) {
+        await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+        const seen = await types(url, key, p.paymentId);
+        assert.equal(seen.filter((t) => t === 'PaymentApplied').length, 1, `${p.paymentId} counted once`);
+      }
+    });
+  });
+
+  for (const failpoint of ['settlement:after-prepare', 'settlement:after-broadcast']) {
+    it(`a kill at ${failpoint} and a restart send exactly one payout`, async () => {
+      await withDataDir(async () => {
+        let url = await start({ FAILPOINTS: failpoint });
+        const wallet = randomBitcoinKey().address;
+        const key = await merchant(url, wallet);
+        const p = await invoice(url, key);
+        node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
+        const exit = await eventually(
+          async () => {
+            if (running!.child.exitCode !== null || running!.child.signalCode !== null) return 'exited';
+            node.mine(1);
+            return 'alive';
+          },
+          (s) => s === 'exited',
+          60_000,
+        );
+        assert.equal(exit, 'exited');
+        assert.equal(running!.child.signalCode, 'SIGKILL');
+        url = await start();
+        const settled = await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => s.status === 'settled');
+        const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
+        const net = BigInt(events.find((e) => e.type === 'SettlementRequested').data.netAmount);
+        assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: net }], 'paid once, exactly');
+        assert.equal(events.filter((e) => e.type === 'SettlementTransactionPrepared').length, 1, 'one attempt');
+      });
+    });
+  }
+});

@@ -5,6 +5,7 @@
 // where it stopped and backfills what it missed.
 import type { Kysely, Migration } from 'kysely';
 import { DomainError } from '../domain/decider.ts';
+import { MEMPOOL_BLOCK_HASH } from '../domain/payment.ts';
 import type { Clock } from '../adapters/clock.ts';
 import type { ChainAdapter, ChainBlock, ChainHead } from '../adapters/chains/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
@@ -157,6 +158,7 @@ export class ChainWatcher {
       last = block;
     }
     await this.countConfirmations(head);
+    if (last.height >= head.height && this.chain.mempool) await this.watchMempool(head);
     if (last.height >= head.height) {
       // Every transfer made before `startedAt` is now on its invoice.
       if (this.written) await this.options.settle(this.written);
@@ -254,7 +256,7 @@ export class ChainWatcher {
             block,
             transfer,
             address,
-            this.confirmationsOf(block.height, head),
+            block.hash === MEMPOOL_BLOCK_HASH ? 0 : this.confirmationsOf(block.height, head),
             this.options.requiredConfirmations,
           ),
         );
@@ -264,6 +266,32 @@ export class ChainWatcher {
         if (!(error instanceof DomainError)) throw error;
         this.options.onError?.(error);
       }
+    }
+  }
+
+  /**
+   * Payments in the mempool, at 0 confirmations; one seen there before that
+   * is neither there nor mined any more (replaced, evicted) is withdrawn.
+   * Only once caught up with the head, so that a payment mined meanwhile is
+   * found in its block, not taken for gone.
+   */
+  private async watchMempool(head: ChainHead) {
+    const transfers = await this.chain.mempool!();
+    const pending: ChainBlock = { height: -1, hash: MEMPOOL_BLOCK_HASH, parentHash: '', timestamp: this.clock.now(), transfers };
+    await this.detectPayments(pending, head);
+    const seen = new Set(transfers.map((t) => `${t.txHash}:${t.index}`));
+    const waiting = await this.db
+      .selectFrom('payments')
+      .select(['tx_hash', 'output_index'])
+      .where('chain', '=', this.name)
+      .where('status', '=', 'detected')
+      .where('block_hash', '=', MEMPOOL_BLOCK_HASH)
+      .execute();
+    const gone = waiting.filter((p) => !seen.has(`${p.tx_hash}:${p.output_index}`));
+    // A block found since the head was read may hold them: the next step reads it first.
+    if (gone.length === 0 || (await this.chain.head()).hash !== head.hash) return;
+    for (const p of gone) {
+      this.wrote(await this.payments.recordReorg(this.name, p.tx_hash, p.output_index, MEMPOOL_BLOCK_HASH));
     }
   }
 
@@ -289,6 +317,7 @@ export class ChainWatcher {
       .where('chain', '=', this.name)
       .where('status', '=', 'detected')
       .where('block_number', '<=', head.height)
+      .where('block_hash', '!=', MEMPOOL_BLOCK_HASH)
       .execute();
     for (const p of open) {
       const confirmations = this.confirmationsOf(p.block_number, head);

@@ -64,12 +64,31 @@ export type PaymentConfirmed = DomainEvent<
   { paymentId: string; invoiceId: string; confirmations: number; confirmedAt: string }
 >;
 
+/** A payment first seen in the mempool (MEMPOOL_BLOCK_HASH) is now in a block. */
+export type PaymentMined = DomainEvent<
+  'PaymentMined',
+  { paymentId: string; blockNumber: number; blockHash: string; confirmations: number; minedAt: string }
+>;
+
+/**
+ * The block hash of a payment seen in the node's mempool, not in a block yet
+ * (Bitcoin): 0 confirmations, block number -1. Mined, it gets its block
+ * (PaymentMined); dropped from the mempool (replaced, evicted), it is
+ * withdrawn like a payment whose block left the chain.
+ */
+export const MEMPOOL_BLOCK_HASH = 'mempool';
+
 export type PaymentReorged = DomainEvent<
   'PaymentReorged',
   { paymentId: string; invoiceId: string; blockHash: string; reorgedAt: string }
 >;
 
-export type PaymentEvent = PaymentDetected | PaymentConfirmationsUpdated | PaymentConfirmed | PaymentReorged;
+export type PaymentEvent =
+  | PaymentDetected
+  | PaymentConfirmationsUpdated
+  | PaymentConfirmed
+  | PaymentMined
+  | PaymentReorged;
 
 // ---------------------------------------------------------------- commands
 
@@ -193,6 +212,10 @@ function detect(command: DetectPayment, state: PaymentState): PaymentEvent[] {
   if (state.status === 'reorged') return detection(command, state.invoiceId);
   // The same transfer in the same block, seen again: nothing new.
   if (command.blockHash === state.blockHash) return [];
+  // Still in the mempool after it was mined (the node's answers crossed): the block stands.
+  if (command.blockHash === MEMPOOL_BLOCK_HASH) return [];
+  // Seen in the mempool, now mined: the same payment, in its block.
+  if (state.blockHash === MEMPOOL_BLOCK_HASH) return mined(command, state);
   // Seen in another block while we still hold the old one: the old block was
   // replaced without the reorg being reported first. Record both facts.
   return [
@@ -207,6 +230,33 @@ function detect(command: DetectPayment, state: PaymentState): PaymentEvent[] {
     },
     ...detection(command, state.invoiceId),
   ];
+}
+
+function mined(command: DetectPayment, payment: Payment): PaymentEvent[] {
+  const events: PaymentEvent[] = [
+    {
+      type: 'PaymentMined',
+      data: {
+        paymentId: payment.paymentId,
+        blockNumber: command.blockNumber,
+        blockHash: command.blockHash,
+        confirmations: command.confirmations,
+        minedAt: command.detectedAt,
+      },
+    },
+  ];
+  if (payment.status === 'detected' && command.confirmations >= payment.requiredConfirmations) {
+    events.push({
+      type: 'PaymentConfirmed',
+      data: {
+        paymentId: payment.paymentId,
+        invoiceId: payment.invoiceId,
+        confirmations: command.confirmations,
+        confirmedAt: command.detectedAt,
+      },
+    });
+  }
+  return events;
 }
 
 function updateConfirmations(
@@ -288,6 +338,13 @@ function evolve(state: PaymentState, event: PaymentEvent): PaymentState {
         status: 'confirmed',
         confirmations: event.data.confirmations,
         confirmedAt: event.data.confirmedAt,
+      };
+    case 'PaymentMined':
+      return {
+        ...state,
+        blockNumber: event.data.blockNumber,
+        blockHash: event.data.blockHash,
+        confirmations: event.data.confirmations,
       };
     case 'PaymentReorged':
       return { ...state, status: 'reorged', confirmations: 0, reorgedAt: event.data.reorgedAt };

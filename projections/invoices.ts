@@ -155,6 +155,17 @@ async function applyPaymentEvent(trx: Kysely<ReadModelTables>, recorded: Recorde
         .where('payment_id', '=', event.data.paymentId)
         .execute();
       return;
+    case 'PaymentMined':
+      await trx
+        .updateTable('payments')
+        .set({
+          block_number: event.data.blockNumber,
+          block_hash: event.data.blockHash,
+          confirmations: event.data.confirmations,
+        })
+        .where('payment_id', '=', event.data.paymentId)
+        .execute();
+      return;
     case 'PaymentConfirmed':
       await trx
         .updateTable('payments')

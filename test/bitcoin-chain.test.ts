@@ -1,10 +1,11 @@
 // The service against the Bitcoin test node (regtest), over its real HTTP
 // API: a payment is detected, confirmed after 2 blocks and settled with the
 // merchant's and the treasury's outputs exact to the satoshi and the fee
-// exactly inputs − outputs; two outputs to one address are two payments; an
-// RBF replacement pays, the replaced transaction does not; a reorg withdraws
-// a payment and it comes back when mined again; a node of another network
-// stops start-up.
+// exactly inputs − outputs; a payment is seen from the mempool at 0
+// confirmations; two outputs to one address are two payments; an RBF
+// replacement withdraws the replaced payment and is detected itself; a reorg
+// withdraws a payment and it comes back; a node of another network stops
+// start-up.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
@@ -104,33 +105,69 @@ describe('payments and settlement on the Bitcoin test node', () => {
     assert.deepEqual(detected.map((e) => e.data.txHash).sort(), [tx.getId(), tx.getId()]);
   });
 
-  it('an RBF replacement pays; the transaction it replaced never does', async () => {
+  it('a payment is seen from the mempool at 0 confirmations, and counts once it is mined', async () => {
+    const { key } = await merchant();
+    const p = await invoice(key, '40');
+    node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
+    const seen = await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    assert.equal(seen.confirmations, 0);
+    assert.equal(seen.paymentStatus, 'detected');
+    node.mine(2);
+    await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+    const types = (await events(p.paymentId, key)).map((e) => e.type);
+    assert.deepEqual(
+      types.filter((t) => t.startsWith('Payment')),
+      ['PaymentDetected', 'PaymentApplied', 'PaymentMined', 'PaymentConfirmed'],
+    );
+    // Mined in the first of the two blocks.
+    assert.equal((await events(p.paymentId, key)).find((e) => e.type === 'PaymentMined').data.blockNumber, node.tip.height - 1);
+  });
+
+  it('an RBF replacement withdraws the transaction it replaced and is detected itself', async () => {
     const { key } = await merchant();
     const p = await invoice(key, '30');
     const sats = baseUnits(p.cryptoAmount, 8);
     const first = node.pay(payer, [{ address: p.address, sats: sats / 2n }], { satsPerVbyte: 2n });
+    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
     const second = node.replace(payer, first, [{ address: p.address, sats }], 10n);
     assert.equal(node.inMempool(first.getId()), false, 'the replacement evicted the first');
-    node.mine(1);
-    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
-    const applied = (await events(p.paymentId, key)).filter((e) => e.type === 'PaymentApplied');
-    assert.deepEqual(applied.map((e) => e.data.txHash), [second.getId()]);
+    const all = await eventually(
+      () => events(p.paymentId, key),
+      (list) => list.some((e) => e.type === 'PaymentWithdrawn') && list.filter((e) => e.type === 'PaymentApplied').length === 2,
+    );
+    assert.deepEqual(
+      all.filter((e) => e.type === 'PaymentApplied').map((e) => e.data.txHash),
+      [first.getId(), second.getId()],
+    );
+    assert.equal(all.filter((e) => e.type === 'PaymentWithdrawn').length, 1, 'the first is withdrawn');
+    node.mine(2);
+    const done = await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+    assert.notEqual(done.paymentStatus, 'partial', 'only the replacement counts');
   });
 
-  it('a reorg withdraws a payment, and it comes back when mined again', async () => {
+  it('a reorg withdraws a payment; back in the mempool it is seen again, and counts when mined again', async () => {
     const { key } = await merchant();
     const p = await invoice(key, '20');
     node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
     const [mined] = node.mine(1);
-    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment && s.confirmations === 1);
     node.invalidate(mined!); // its transaction goes back to the mempool
-    node.mine(0);
-    await eventually(() => status(p.paymentId), (s) => !s.hasDetectedPayment);
-    node.mine(1);
-    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
-    const types = (await events(p.paymentId, key)).map((e) => e.type);
-    assert.ok(types.includes('PaymentWithdrawn'), types.join(','));
-    assert.equal(types.filter((t) => t === 'PaymentApplied').length, 2, types.join(','));
+    await eventually(
+      async () => (await events(p.paymentId, key)).map((e) => e.type),
+      (types) => types.includes('PaymentWithdrawn') && types.filter((t) => t === 'PaymentApplied').length === 2,
+    );
+    node.mine(2);
+    await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+    const types = (await events(p.paymentId, key)).map((e) => e.type).filter((t) => t.startsWith('Payment'));
+    assert.deepEqual(types.slice(0, 6), [
+      'PaymentDetected',
+      'PaymentApplied',
+      'PaymentReorged',
+      'PaymentWithdrawn',
+      'PaymentDetected',
+      'PaymentApplied',
+    ]);
+    assert.ok(types.includes('PaymentMined') && types.includes('PaymentConfirmed'), types.join(','));
   });
 
   it('a node of another network stops start-up with one line naming the variable', async () => {

@@ -5,6 +5,7 @@ import {
   type PaymentCommand,
   type PaymentDetected,
   type PaymentEvent,
+  MEMPOOL_BLOCK_HASH,
   PAYMENT_ID_NAMESPACE,
   paymentDecider,
   paymentId,
@@ -234,5 +235,47 @@ describe('payment: reorgs', () => {
 
   it('refuses events before PaymentDetected', () => {
     assert.throws(() => fold(paymentDecider, [confirmed(12, 8)]), /PaymentConfirmed before PaymentDetected/);
+  });
+});
+
+describe('a payment seen in the mempool', () => {
+  const inMempool = { blockNumber: -1, blockHash: MEMPOOL_BLOCK_HASH, confirmations: 0 };
+  const mined = (confirmations: number, minute: number): PaymentEvent => ({
+    type: 'PaymentMined',
+    data: { paymentId: ID, blockNumber: 1000, blockHash: '0xblock1000', confirmations, minedAt: at(minute) },
+  });
+
+  it('is detected at 0 confirmations', () => {
+    given([]).when(detect(inMempool)).then([detected(inMempool)]);
+  });
+
+  it('gets its block when mined, and is confirmed at once when that block is already deep enough', () => {
+    given([detected(inMempool)])
+      .when(detect({ detectedAt: at(9) }))
+      .then([mined(1, 9)]);
+    given([detected(inMempool)])
+      .when(detect({ confirmations: 12, detectedAt: at(9) }))
+      .then([mined(12, 9), confirmed(12, 9)]);
+    const state = fold(paymentDecider, [detected(inMempool), mined(1, 9)]);
+    assert.deepEqual([state?.blockNumber, state?.blockHash, state?.confirmations], [1000, '0xblock1000', 1]);
+  });
+
+  it('seen in the mempool again once mined, stays in its block', () => {
+    given([detected(inMempool), mined(1, 9)]).when(detect({ ...inMempool, detectedAt: at(10) })).then([]);
+  });
+
+  it('gone from the mempool (replaced, evicted), is withdrawn like a reorged one', () => {
+    given([detected(inMempool)])
+      .when({ type: 'RecordReorg', blockHash: MEMPOOL_BLOCK_HASH, reorgedAt: at(7) })
+      .then([
+        {
+          type: 'PaymentReorged',
+          data: { paymentId: ID, invoiceId: INVOICE_ID, blockHash: MEMPOOL_BLOCK_HASH, reorgedAt: at(7) },
+        },
+      ]);
+    // Once mined, a mempool withdrawal no longer concerns it.
+    given([detected(inMempool), mined(1, 9)])
+      .when({ type: 'RecordReorg', blockHash: MEMPOOL_BLOCK_HASH, reorgedAt: at(10) })
+      .then([]);
   });
 });

@@ -3,9 +3,11 @@
 //
 // Detection: every output of a block's transactions that pays an address is
 // a transfer (index = the output's n), so several outputs to one deposit
-// address are several payments. Blocks come from `getblock` with verbosity 2;
-// amounts are read from Core's JSON text as decimal strings, never as
-// floating-point numbers.
+// address are several payments. Blocks come from `getblock` with verbosity 2,
+// the mempool's transactions from `getrawmempool` and `getrawtransaction`
+// (in JSON-RPC batches), so a payment is seen at 0 confirmations seconds
+// after its broadcast. Amounts are read from Core's JSON text as decimal
+// strings, never as floating-point numbers.
 //
 // Settlement: one transaction spends every confirmed output of the deposit
 // address (found with `scantxoutset`) to the merchant (the net amount) and the
@@ -108,7 +110,7 @@ export function parseCoreJson<T>(text: string): T {
 }
 
 /** The transfers of a block: one per output that pays an address. */
-export function parseBitcoinBlock(block: RpcBlock): ChainTransfer[] {
+export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] {
   const transfers: ChainTransfer[] = [];
   for (const tx of block.tx) {
     for (const out of tx.vout) {
@@ -134,6 +136,8 @@ export class BitcoinChain implements ChainAdapter {
   /** sat/vB from the last estimatesmartfee, within the floor and cap. */
   private satsPerVbyte?: bigint;
   private rpcId = 0;
+  /** The mempool's transactions already read, by txid (a transaction's content never changes). */
+  private mempoolTransfers = new Map<string, ChainTransfer[]>();
 
   private constructor(private readonly options: BitcoinChainOptions) {
     const url = new URL(options.rpcUrl);
@@ -195,22 +199,32 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   private async send<T>(method: string, params: unknown[]): Promise<T> {
+    const [body] = await this.post<T>([{ method, params }]);
+    if (body!.error) throw new BitcoinRpcError(body!.error.code, body!.error.message);
+    return body!.result;
+  }
+
+  /** One HTTP request; several calls go as one JSON-RPC batch, answered in order. */
+  private async post<T>(calls: { method: string; params: unknown[] }[]) {
+    const requests = calls.map((c) => ({ jsonrpc: '1.0', id: ++this.rpcId, ...c }));
     const response = await fetch(this.endpoint, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...(this.authorization && { authorization: this.authorization }) },
-      body: JSON.stringify({ jsonrpc: '1.0', id: ++this.rpcId, method, params }),
+      body: JSON.stringify(requests.length === 1 ? requests[0] : requests),
       signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
     });
     if (response.status === 401) throw new Error('the node refused the RPC credentials (HTTP 401)');
     const text = await response.text();
-    let body: { result: T; error: { code: number; message: string } | null };
+    type Answer = { id: number; result: T; error: { code: number; message: string } | null };
+    let answers: Answer[];
     try {
-      body = parseCoreJson(text);
+      const parsed = parseCoreJson<Answer | Answer[]>(text);
+      answers = Array.isArray(parsed) ? parsed : [parsed];
     } catch {
-      throw new Error(`${method}: HTTP ${response.status}, not JSON`);
+      throw new Error(`${calls[0]!.method}: HTTP ${response.status}, not JSON`);
     }
-    if (body.error) throw new BitcoinRpcError(body.error.code, body.error.message);
-    return body.result;
+    const byId = new Map(answers.map((a) => [a.id, a]));
+    return requests.map((r) => byId.get(r.id) ?? { id: r.id, result: null as T, error: { code: -32603, message: 'no answer' } });
   }
 
   // -------------------------------------------------------------------------
@@ -248,6 +262,23 @@ export class BitcoinChain implements ChainAdapter {
 
   onNewBlock(listener: () => void): () => void {
     return this.poller.onNewBlock(listener);
+  }
+
+  /** The outputs of the mempool's transactions; new ones are read in batches of 100, the rest remembered. */
+  async mempool(): Promise<ChainTransfer[]> {
+    const txids = await this.rpc<string[]>('getrawmempool', []);
+    const fresh = txids.filter((id) => !this.mempoolTransfers.has(id));
+    const current = new Map(txids.filter((id) => this.mempoolTransfers.has(id)).map((id) => [id, this.mempoolTransfers.get(id)!]));
+    for (let i = 0; i < fresh.length; i += 100) {
+      const answers = await this.post<RpcTx>(fresh.slice(i, i + 100).map((id) => ({ method: 'getrawtransaction', params: [id, true] })));
+      for (const answer of answers) {
+        // Gone since the list was read (mined, replaced): the next look settles it.
+        if (answer.error || !answer.result) continue;
+        current.set(answer.result.txid, parseBitcoinBlock({ tx: [answer.result] }));
+      }
+    }
+    this.mempoolTransfers = current;
+    return [...current.values()].flat();
   }
 
   // -------------------------------------------------------------------------

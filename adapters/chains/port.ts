@@ -85,6 +85,11 @@ export interface ChainAdapter {
   block(height: number): Promise<ChainBlock | undefined>;
   /** Calls `listener` when a new block (or a reorg) may be there; returns a function that stops it. */
   onNewBlock(listener: () => void): () => void;
+  /**
+   * The transfers of the transactions waiting in the node's mempool, where
+   * the chain has a public one (Bitcoin): payments seen at 0 confirmations.
+   */
+  mempool?(): Promise<ChainTransfer[]>;
 
   /** What the chain charges to send `token`, in base units of `token` (0 where the fee is paid in another coin). */
   networkFee(token: string): bigint;

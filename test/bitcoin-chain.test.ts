@@ -170,6 +170,39 @@ describe('payments and settlement on the Bitcoin test node', () => {
     assert.ok(types.includes('PaymentMined') && types.includes('PaymentConfirmed'), types.join(','));
   });
 
+  it('a sweep stuck below the market rate is replaced by RBF from the same coins, and pays once', async () => {
+    const { key, wallet } = await merchant();
+    node.feeRate = 1_000n; // 1 sat/vB: the sweep's fee is recorded at this rate
+    node.miningFloor = 5n; // and the miners want 5
+    try {
+      // Large enough that the treasury's share (1%) pays the higher fee.
+      const p = await invoice(key, '800');
+      node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
+      await mineUntil(() => status(p.paymentId), (s) => s.status === 'confirmed');
+      const settlement = async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/settlement`, { token: key })).body.data;
+      const stuck = await eventually(settlement, (s) => s.status === 'submitted');
+      node.mine(3); // the sweep stays in the mempool
+      assert.equal(node.inMempool(stuck.transactionHash), true);
+      node.feeRate = 10_000n; // the market moved to 10 sat/vB
+      // The next pass finds it stuck; its retry (10 s later) replaces it.
+      await eventually(
+        async () => {
+          await admin('POST', '/dev/v1/clock/advance', { seconds: 15 });
+          return settlement();
+        },
+        (s) => s.transactionHash !== stuck.transactionHash && node.inMempool(s.transactionHash ?? ''),
+      );
+      assert.equal(node.inMempool(stuck.transactionHash), false, 'the replacement evicted the stuck sweep');
+      const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
+      const d = (await events(p.paymentId, key)).find((e) => e.type === 'SettlementRequested').data;
+      assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: BigInt(d.netAmount) }], 'paid once, exactly');
+      assert.ok(node.minedFee(settled.txHash) > BigInt(d.networkFee), 'the replacement paid more, from the treasury share');
+    } finally {
+      node.feeRate = 2_000n;
+      node.miningFloor = 0n;
+    }
+  });
+
   it('a node of another network stops start-up with one line naming the variable', async () => {
     await assert.rejects(startTestService({ ...env(), CHAIN_BITCOIN_NETWORK: 'main' }), (error: Error) => {
       assert.equal(

@@ -56,6 +56,8 @@ const TWO_OUTPUT_VBYTES = 73n;
 /** Bitcoin Core's dust limit for a P2WPKH output. */
 const DUST = 294n;
 const RBF_SEQUENCE = 0xfffffffd;
+/** Blocks a sweep may wait in the mempool below the market's fee rate before it is replaced. */
+const STUCK_BLOCKS = 3;
 const RPC_TIMEOUT_MS = 30_000;
 
 export interface BitcoinChainOptions {
@@ -106,7 +108,7 @@ export function satoshis(btc: string): bigint {
 
 /** Core's JSON with its amounts kept as the decimal text it printed (JSON.parse would make them doubles). */
 export function parseCoreJson<T>(text: string): T {
-  return JSON.parse(text.replace(/"(value|amount|feerate|total_amount)":\s*(-?\d+(?:\.\d+)?)/g, '"$1":"$2"')) as T;
+  return JSON.parse(text.replace(/"(value|amount|feerate|total_amount|fee|base|modified|ancestor|descendant)":\s*(-?\d+(?:\.\d+)?)/g, '"$1":"$2"')) as T;
 }
 
 /** The transfers of a block: one per output that pays an address. */
@@ -320,7 +322,7 @@ export class BitcoinChain implements ChainAdapter {
     // A fixed order: the same outputs always make the same transaction.
     const coins = [...scan.unspents].sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
     const inputs = coins.reduce((sum, c) => sum + satoshis(c.amount), 0n);
-    const fee = transfer.fees?.network ?? this.networkFee('BTC');
+    const fee = await this.sweepFee(coins, transfer.fees?.network ?? this.networkFee('BTC'));
     const rest = inputs - transfer.amount - fee;
     if (coins.length === 0 || rest < 0n) {
       throw new TransactionRejectedError(
@@ -349,8 +351,58 @@ export class BitcoinChain implements ChainAdapter {
     return prepared;
   }
 
+  /**
+   * The fee of a sweep of `coins`: the one recorded, unless an earlier sweep
+   * of the same coins waits in the mempool (it got stuck and is being
+   * replaced): then at least the current rate, and more than the earlier one
+   * by the relay minimum of 1 sat/vB, as BIP125 requires. The difference comes
+   * out of the treasury's share; the merchant's amount never changes.
+   */
+  private async sweepFee(coins: { txid: string; vout: number }[], recorded: bigint): Promise<bigint> {
+    if (coins.length === 0) return recorded;
+    const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
+      coins.map(({ txid, vout }) => ({ txid, vout })),
+    ]);
+    const earlier = [...new Set(spending.map((s) => s.spendingtxid).filter((id): id is string => id !== undefined))];
+    if (earlier.length === 0) return recorded;
+    const vsize = TWO_OUTPUT_VBYTES + INPUT_VBYTES * BigInt(coins.length);
+    let fee = recorded;
+    for (const id of earlier) {
+      const entry = await this.rpc<{ fees: { base: string } }>('getmempoolentry', [id]);
+      const over = satoshis(entry.fees.base) + vsize;
+      if (over > fee) fee = over;
+    }
+    const market = vsize * (this.satsPerVbyte ?? 1n);
+    return market > fee ? market : fee;
+  }
+
+  /**
+   * A sweep still in the mempool STUCK_BLOCKS after it came in, below the
+   * current fee rate, is not sent again: the next attempt spends the same
+   * coins at a higher fee and replaces it (RBF), so at most one of them can
+   * ever be mined.
+   */
+  private async refuseIfStuck(txHash: string): Promise<void> {
+    let entry: { vsize: number; height: number; fees: { base: string } };
+    try {
+      entry = await this.rpc('getmempoolentry', [txHash]);
+    } catch (error) {
+      if (error instanceof BitcoinRpcError && error.code === -5) return; // not in the mempool
+      throw error;
+    }
+    const tip = await this.rpc<number>('getblockcount', []);
+    await this.refreshFeeRate();
+    const paying = satoshis(entry.fees.base) / BigInt(entry.vsize);
+    if (tip - entry.height >= STUCK_BLOCKS && paying < (this.satsPerVbyte ?? 1n)) {
+      throw new TransactionRejectedError(
+        `${txHash} waits in the mempool at ${paying} sat/vB since block ${entry.height}, below the market's ${this.satsPerVbyte}: it is replaced by RBF`,
+      );
+    }
+  }
+
   async broadcast(transaction: PreparedTransaction): Promise<void> {
     if (await this.transactionStatus(transaction.txHash)) return;
+    await this.refuseIfStuck(transaction.txHash);
     try {
       await this.rpc<string>('sendrawtransaction', [transaction.raw]);
     } catch (error) {

@@ -71,8 +71,10 @@ export interface TransactionStatus {
 
 /**
  * The chain refused a transaction outright (invalid, underfunded, conflicting):
- * it can never be mined, so another may be prepared in its place. Any other
- * error from `broadcast` leaves the outcome unknown.
+ * it can never be mined, so another may be prepared in its place. (Bitcoin
+ * also says it of a sweep stuck in the mempool: its replacement spends the
+ * same coins, so at most one of the two can ever be mined.) Any other error
+ * from `broadcast` leaves the outcome unknown.
  */
 export class TransactionRejectedError extends Error {
   override name = 'TransactionRejectedError';

@@ -81,6 +81,10 @@ export class BitcoinTestNode {
   private mempool = new Map<string, bitcoin.Transaction>();
   /** sat/kvB answered by estimatesmartfee. */
   feeRate = 2_000n;
+  /** sat/vB below which `mine` leaves a transaction in the mempool (a fee market that passes it by). */
+  miningFloor = 0n;
+  /** The tip's height when each mempool transaction came in (getmempoolentry's `height`). */
+  private readonly enteredAt = new Map<string, number>();
 
   constructor(readonly chain: 'regtest' | 'main' | 'test' = 'regtest') {
     this.blocks.push({ hash: randomBytes(32).toString('hex'), height: 0, time: Math.floor(Date.now() / 1000) - 3600, txs: [] });
@@ -162,6 +166,25 @@ export class BitcoinTestNode {
       }
       case 'getrawmempool':
         return [...this.mempool.keys()];
+      case 'getmempoolentry': {
+        const tx = this.mempool.get(String(params[0]));
+        if (!tx) throw new RpcError(-5, 'Transaction not in mempool');
+        return {
+          vsize: tx.virtualSize(),
+          weight: tx.weight(),
+          time: this.tip.time,
+          height: this.enteredAt.get(tx.getId()) ?? this.tip.height,
+          fees: { base: btc(this.feeOf(tx)), modified: btc(this.feeOf(tx)) },
+          'bip125-replaceable': tx.ins.some((x) => x.sequence < 0xfffffffe),
+        };
+      }
+      case 'gettxspendingprevout':
+        return (params[0] as { txid: string; vout: number }[]).map(({ txid, vout }) => {
+          const spender = [...this.mempool.values()].find((m) =>
+            m.ins.some((x) => outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index) === outpoint(txid, vout)),
+          );
+          return { txid, vout, ...(spender && { spendingtxid: spender.getId() }) };
+        });
       case 'getrawtransaction': {
         const tx = this.mempool.get(String(params[0]));
         if (!tx) {
@@ -338,6 +361,7 @@ export class BitcoinTestNode {
     this.validate(tx, replacing);
     for (const id of replacing) this.mempool.delete(id);
     this.mempool.set(tx.getId(), tx);
+    this.enteredAt.set(tx.getId(), this.tip.height);
     return tx.getId();
   }
 
@@ -348,8 +372,10 @@ export class BitcoinTestNode {
   mine(count = 1): string[] {
     const hashes: string[] = [];
     for (let i = 0; i < count; i++) {
-      const txs = [...this.mempool.values()];
-      this.mempool.clear();
+      const txs = [...this.mempool.values()].filter(
+        (tx) => this.feeOf(tx) >= this.miningFloor * BigInt(tx.virtualSize()),
+      );
+      for (const tx of txs) this.mempool.delete(tx.getId());
       const height = this.tip.height + 1;
       for (const tx of txs) this.apply(tx, height);
       const hash = sha256d(Buffer.from(`${this.tip.hash}:${height}:${txs.map((t) => t.getId()).join(',')}:${randomBytes(4).toString('hex')}`)).toString('hex');

@@ -117,7 +117,7 @@ export class BitcoinTestNode {
         const answer = Array.isArray(request) ? request.map((r) => this.handle(r)) : this.handle(request);
         const status = !Array.isArray(answer) && answer.error ? (answer.error.code === -32601 ? 404 : 500) : 200;
         // Amounts are written as JSON numbers with eight decimals, as Core does.
-        const text = JSON.stringify(answer).replace(/"@@(-?\d+\.\d{8})@@"/g, '$1');
+        const text = coreJsonText(answer);
         res.writeHead(status, { 'content-type': 'application/json' }).end(text);
       });
     });
@@ -264,33 +264,7 @@ export class BitcoinTestNode {
   }
 
   private txJson(tx: bitcoin.Transaction) {
-    return {
-      txid: tx.getId(),
-      hash: Buffer.from(tx.getHash(true)).reverse().toString('hex'),
-      version: tx.version,
-      size: tx.byteLength(),
-      vsize: tx.virtualSize(),
-      weight: tx.weight(),
-      locktime: tx.locktime,
-      vin: tx.ins.map((input) => ({
-        txid: Buffer.from(input.hash).reverse().toString('hex'),
-        vout: input.index,
-        scriptSig: { asm: '', hex: Buffer.from(input.script).toString('hex') },
-        txinwitness: input.witness.map((w) => Buffer.from(w).toString('hex')),
-        sequence: input.sequence,
-      })),
-      vout: tx.outs.map((out, n) => ({
-        value: btc(BigInt(out.value)),
-        n,
-        scriptPubKey: {
-          asm: bitcoin.script.toASM(Buffer.from(out.script)),
-          hex: Buffer.from(out.script).toString('hex'),
-          ...(addressOf(Buffer.from(out.script)) && { address: addressOf(Buffer.from(out.script)) }),
-          type: 'witness_v0_keyhash',
-        },
-      })),
-      hex: tx.toHex(),
-    };
+    return coreTransactionJson(tx, network);
   }
 
   // -------------------------------------------------------------------------
@@ -508,10 +482,76 @@ export class BitcoinTestNode {
   }
 }
 
-function addressOf(script: Buffer): string | undefined {
+function addressOf(script: Uint8Array, on: bitcoin.Network = network): string | undefined {
   try {
-    return bitcoin.address.fromOutputScript(script, network);
+    return bitcoin.address.fromOutputScript(script, on);
   } catch {
     return undefined;
   }
+}
+
+/** Core's name of an output script's type (scriptPubKey.type). */
+function scriptType(script: Uint8Array): string {
+  const kinds = [
+    ['witness_v0_keyhash', bitcoin.payments.p2wpkh],
+    ['pubkeyhash', bitcoin.payments.p2pkh],
+    ['scripthash', bitcoin.payments.p2sh],
+    ['witness_v0_scripthash', bitcoin.payments.p2wsh],
+    ['pubkey', bitcoin.payments.p2pk],
+    ['nulldata', bitcoin.payments.embed],
+  ] as const;
+  for (const [name, payment] of kinds) {
+    try {
+      payment({ output: script });
+      return name;
+    } catch {
+      // not this kind
+    }
+  }
+  return 'nonstandard';
+}
+
+/** A transaction as Bitcoin Core's getrawtransaction (verbose) and getblock (verbosity 2) show it. */
+export function coreTransactionJson(tx: bitcoin.Transaction, on: bitcoin.Network) {
+  return {
+    txid: tx.getId(),
+    hash: Buffer.from(tx.getHash(true)).reverse().toString('hex'),
+    version: tx.version,
+    size: tx.byteLength(),
+    vsize: tx.virtualSize(),
+    weight: tx.weight(),
+    locktime: tx.locktime,
+    vin: tx.ins.map((input) =>
+      tx.isCoinbase()
+        ? { coinbase: Buffer.from(input.script).toString('hex'), sequence: input.sequence }
+        : {
+            txid: Buffer.from(input.hash).reverse().toString('hex'),
+            vout: input.index,
+            scriptSig: { asm: '', hex: Buffer.from(input.script).toString('hex') },
+            ...(input.witness.length > 0 && { txinwitness: input.witness.map((w) => Buffer.from(w).toString('hex')) }),
+            sequence: input.sequence,
+          },
+    ),
+    vout: tx.outs.map((out, n) => {
+      // Core (22+) names an address only where the script has one: not for bare public keys.
+      const type = scriptType(out.script);
+      const address = type === 'pubkey' ? undefined : addressOf(out.script, on);
+      return {
+        value: btc(BigInt(out.value)),
+        n,
+        scriptPubKey: {
+          asm: bitcoin.script.toASM(out.script),
+          hex: Buffer.from(out.script).toString('hex'),
+          ...(address && { address }),
+          type,
+        },
+      };
+    }),
+    hex: tx.toHex(),
+  };
+}
+
+/** Text a node sends: amounts written as JSON numbers with eight decimals, as Core prints them. */
+export function coreJsonText(value: unknown): string {
+  return JSON.stringify(value).replace(/"@@(-?\d+\.\d{8})@@"/g, '$1');
 }

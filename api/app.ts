@@ -45,6 +45,8 @@ export interface AppDeps {
   database: SqlDatabase;
   store: EventStore;
   projections: ProjectionEngine;
+  /** The projectors whose tables the API reads: a write's answer waits for these (read your writes), not for the reactors. */
+  readModels: readonly string[];
   metrics: Metrics;
   rateLimiter: RateLimiter | undefined;
   logger: FastifyBaseLogger | boolean;
@@ -82,14 +84,18 @@ export async function buildApp(deps: AppDeps) {
     auth,
     merchants: merchantCommands(deps.store),
     /**
-     * Lets the answer to a write wait until the read models show it. The write
-     * has committed either way, so a read model slower than the wait is
-     * logged, never turned into an error the client would retry.
+     * Lets the answer to a write wait until the read models show it, so a
+     * GET right after it sees what it wrote. Only the read models: the
+     * process managers and webhook outboxes that also follow the log add
+     * nothing a read needs, and waiting for the slowest of them cost a
+     * payment creation most of its time. The write has committed either way,
+     * so a read model slower than the wait is logged, never turned into an
+     * error the client would retry.
      */
     settle: async (position: string | undefined) => {
       if (!position) return;
       await deps.projections
-        .waitFor(position)
+        .waitFor(position, 10_000, deps.readModels)
         .catch((error: unknown) => app.log.warn({ err: error }, 'read models lag'));
     },
   };

@@ -250,6 +250,7 @@ export async function startService(
     database,
     store,
     projections,
+    readModels: projectors.map((p) => p.name),
     metrics,
     rateLimiter,
     logger,

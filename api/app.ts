@@ -1,9 +1,11 @@
 // The HTTP application: the contract's envelope and errors, authentication,
 // rate limits, metrics and the OpenAPI document around the route modules.
 import { randomUUID } from 'node:crypto';
+import { STATUS_CODES } from 'node:http';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Negotiator from 'negotiator';
 import type { Kysely } from 'kysely';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
@@ -12,7 +14,7 @@ import type { ProjectionEngine } from '../projections/engine.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { authentication } from './auth.ts';
 import type { Config } from './config.ts';
-import { handleError, sendError } from './errors.ts';
+import { errorBody, handleError, sendError } from './errors.ts';
 import type { Metrics } from './metrics.ts';
 import type { RateLimiter } from './rate-limit.ts';
 import { adminRoutes, type OperatorWallet } from './routes/admin.ts';
@@ -55,6 +57,18 @@ export interface AppDeps {
 /** The largest request body accepted; larger ones get a 413. */
 export const BODY_LIMIT = 64 * 1024;
 
+/** A copy of `value` with every `errorMessage` key renamed `x-error-message`. */
+function publishedSchemas<T>(value: T): T {
+  if (Array.isArray(value)) return value.map(publishedSchemas) as T;
+  if (value === null || typeof value !== 'object') return value;
+  return Object.fromEntries(
+    Object.entries(value).map(([key, inner]) => [
+      key === 'errorMessage' ? 'x-error-message' : key,
+      publishedSchemas(inner),
+    ]),
+  ) as T;
+}
+
 export async function buildApp(deps: AppDeps) {
   const app = Fastify({
     loggerInstance: typeof deps.logger === 'object' ? deps.logger : undefined,
@@ -63,6 +77,32 @@ export async function buildApp(deps: AppDeps) {
     requestIdHeader: false,
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,
+    // Errors fastify meets before any route runs answer in the contract's envelope too.
+    frameworkErrors: (error, request, reply) => {
+      reply.header('X-Correlation-Id', request.id);
+      if (error.code === 'FST_ERR_MAX_PARAM_LENGTH') {
+        return sendError(reply, 414, 'A path parameter is longer than the service accepts');
+      }
+      return sendError(reply, 400, 'The request URL is not valid');
+    },
+    clientErrorHandler: (error, socket) => {
+      // The request could not even be parsed (e.g. a URL larger than Node's header limit).
+      const status = error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
+      const body = JSON.stringify(
+        errorBody(
+          status,
+          status === 431 ? 'The request line or headers are too large' : 'The request is malformed',
+          randomUUID(),
+        ),
+      );
+      if (socket.writable) {
+        socket.end(
+          `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`,
+        );
+      } else {
+        socket.destroy(error);
+      }
+    },
     ajv: {
       customOptions: {
         // `errorMessage` carries the contract's wording for a field; `verbose`
@@ -116,10 +156,21 @@ export async function buildApp(deps: AppDeps) {
         },
       },
     },
+    // The schemas' `errorMessage` (the contract's wording for a failed check)
+    // is a validator keyword OpenAPI does not know: published as an `x-`
+    // extension, so the document stays valid and the wording stays visible.
+    transformObject: (document) =>
+      publishedSchemas('openapiObject' in document ? document.openapiObject : document.swaggerObject),
   });
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('X-Correlation-Id', request.id);
+    // The APIs answer JSON only; a client that accepts nothing of the kind is told so.
+    if (/^\/(api|admin|dev)\//.test(request.url) && request.headers.accept) {
+      const acceptable = new Negotiator(request).mediaType(['application/json']);
+      if (!acceptable)
+        return sendError(reply, 406, 'This API answers application/json only; send an Accept header that allows it');
+    }
   });
   app.addHook('onResponse', async (request, reply) => {
     const route = request.routeOptions.url ?? 'unmatched';
@@ -143,6 +194,8 @@ export async function buildApp(deps: AppDeps) {
     return sendError(reply, 404, `Route ${request.method} ${path} not found`);
   });
   app.setErrorHandler(handleError);
+  // Only JSON bodies: anything else is a 415, not a string the schema then rejects.
+  app.removeContentTypeParser('text/plain');
   const idempotent = await idempotency(deps.database);
   app.addHook('preHandler', idempotent.claim);
   app.addHook('onSend', idempotent.record);

@@ -66,12 +66,16 @@ describe('invoice API', () => {
         'fiatAmount',
         'fiatCurrency',
         'paymentId',
+        // additions to the contract's Payment: the wallet's payment request and the chain's confirmations
+        'paymentUri',
         'qrCode',
+        'requiredConfirmations',
         'status',
       ]);
       assert.match(p.paymentId, UUID);
       assert.match(p.address, formats[chain]!);
       assert.match(p.qrCode, /^data:image\/png;base64,/);
+      assert.ok(Number.isInteger(p.requiredConfirmations) && p.requiredConfirmations > 0);
       assert.match(p.cryptoAmount, /^\d+\.\d{8}$/);
       assert.equal(p.cryptoCurrency, natives[chain]);
       assert.equal(p.chain, chain);
@@ -235,7 +239,7 @@ describe('invoice API', () => {
     const got = await svc.call('GET', `/api/v1/invoices/${p.paymentId}`, { token: key });
     assert.equal(got.status, 200);
     assert.deepEqual(got.body.data.addresses, [
-      { currency: 'USDC', chain: 'ethereum', address: p.address, qrCode: p.qrCode },
+      { currency: 'USDC', chain: 'ethereum', address: p.address, qrCode: p.qrCode, paymentUri: p.paymentUri },
     ]);
     for (const path of [
       `/api/v1/invoices/${p.paymentId}`,

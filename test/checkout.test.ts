@@ -10,7 +10,9 @@ import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { CHECKOUT_CSP } from '../api/routes/checkout.ts';
+import { findToken } from '../domain/catalogue.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
+import { qrText, readPaymentUri, units } from './support/payment-uri.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -18,6 +20,7 @@ const ARTIFACTS = new URL('./artifacts/', import.meta.url);
 const TRON_WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
 const UNKNOWN_INVOICE = '6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10';
 const PHONE = { width: 375, height: 812 };
+const USDT_ON_TRON = findToken('tron', 'USDT')!.contractAddress;
 
 describe('checkout page over HTTP', () => {
   let svc: RunningService;
@@ -215,14 +218,9 @@ describe('checkout page in a browser', { skip: noBrowser }, () => {
     await shows(page, '#status-text', 'Choose a token and network to pay.');
     assert.match((await page.locator('#countdown').textContent())!, /Time left to pay: 1[45]:\d\d/);
 
-    // Keyboard only: pick the token, then the network, then Enter on the button.
-    await page.getByLabel('Token').focus();
-    await page.getByLabel('Token').selectOption('USDT');
-    await page.keyboard.press('Tab');
-    assert.equal(await page.evaluate(() => document.activeElement?.id), 'chain');
-    const networks = await page.locator('#chain option').allTextContents();
-    assert.ok(networks.includes('Tron'), `Tron among ${networks.join(', ')}`);
-    await page.getByLabel('Network').selectOption('tron');
+    // Keyboard only: pick the token on its network in one choice, then Enter on the button.
+    await page.getByLabel('Pay with').focus();
+    await page.getByLabel('Pay with').selectOption('tron/USDT');
     await screenshot(page, 'checkout-1-picker');
     await page.keyboard.press('Tab');
     assert.equal(await page.evaluate(() => document.activeElement?.id), 'picker-submit');
@@ -236,7 +234,16 @@ describe('checkout page in a browser', { skip: noBrowser }, () => {
     assert.match(amount, /^\d+\.\d{8}$/);
     assert.equal(await page.locator('#crypto-currency').textContent(), 'USDT');
     assert.equal(await page.locator('#network-name').textContent(), 'Tron');
-    assert.match((await page.locator('#qr').getAttribute('src'))!, /^data:image\/png;base64,/);
+    assert.equal(
+      await page.locator('#required-confirmations').textContent(),
+      'Tron needs 3 confirmations before the payment is complete.',
+    );
+    const request = async () => {
+      const uri = (await page.locator('#wallet-link').getAttribute('href'))!;
+      assert.equal(qrText((await page.locator('#qr').getAttribute('src'))!), uri, 'the QR code holds the wallet link');
+      return readPaymentUri(uri, 'tron', 6);
+    };
+    assert.deepEqual(await request(), { address, amount: units(amount, 6), contract: USDT_ON_TRON });
     await page.getByRole('button', { name: 'Copy address' }).click();
     await shows(page, '#copy-feedback', 'Address copied');
     assert.equal(await page.evaluate(() => navigator.clipboard.readText()), address);
@@ -247,6 +254,9 @@ describe('checkout page in a browser', { skip: noBrowser }, () => {
     await shows(page, '#status-text', `Partial payment received: ${Number(half).toFixed(8)} USDT`);
     await shows(page, '#crypto-amount', Number(rest).toFixed(8));
     assert.equal(await page.locator('#address').textContent(), address, 'the same address takes the rest');
+    await page.waitForFunction((uri) => document.querySelector('#wallet-link')?.getAttribute('href') !== uri, null);
+    await eventually(request, (r) => r.amount === units(rest, 6), 10_000);
+    assert.equal(await page.locator('#wallet-link').isVisible(), true, 'the wallet link asks for the rest only');
     await shows(page, '#confirmations-label', 'Confirmations: 1 of 3');
     await screenshot(page, 'checkout-3-partial');
 
@@ -269,6 +279,56 @@ describe('checkout page in a browser', { skip: noBrowser }, () => {
     await page.waitForURL(thanks.url, { timeout: 10_000 });
     assert.equal(await page.locator('h1').textContent(), 'Thanks');
     assert.deepEqual(problems, [], 'no script errors or CSP violations');
+    await context.close();
+  });
+
+  it('offers each token on each network as one choice, each with a wallet link that reads back exactly', async () => {
+    const inv = await createInvoice({ amount: '42.5' });
+    const { context, page, problems } = await phone();
+    await page.goto(`${svc.url}/checkout/${inv.id}`);
+    const picker = page.getByLabel('Pay with');
+    await page.waitForFunction(() => document.querySelectorAll('#method option').length > 1);
+    assert.equal(await page.locator('#picker select').count(), 1, 'one choice, not a token then a network');
+    // A token on one network only is one option; one on several is a group naming both.
+    assert.equal(await page.locator('#method > option[value="bitcoin/BTC"]').textContent(), 'BTC on Bitcoin');
+    const usdt = await page.locator('#method optgroup[label^="USDT"] option').allTextContents();
+    assert.ok(usdt.includes('USDT on Tron') && usdt.includes('USDT on Ethereum'), usdt.join(', '));
+
+    const values = await page
+      .locator('#method option')
+      .evaluateAll((options) => options.map((o) => (o as HTMLOptionElement).value).filter((v) => v !== ''));
+    const tokens = (await svc.call('GET', '/api/v1/tokens')).body.data as {
+      symbol: string;
+      chains: { chain: string; chainName: string; decimals: number; contractAddress: string | null }[];
+    }[];
+    assert.equal(values.length, tokens.flatMap((t) => t.chains).length, 'every token on every enabled network');
+    for (const value of values) {
+      const [chain, symbol] = value.split('/') as [string, string];
+      const listed = tokens.find((t) => t.symbol === symbol)!.chains.find((c) => c.chain === chain)!;
+      await picker.selectOption(value);
+      await page.getByRole('button', { name: 'Show payment details' }).click();
+      await page.waitForFunction(
+        ([c, s]) =>
+          document.querySelector('#crypto-currency')?.textContent === s &&
+          document.querySelector('#network-name')?.textContent === c,
+        [listed.chainName, symbol],
+      );
+      const address = (await page.locator('#address').textContent())!;
+      const amount = (await page.locator('#crypto-amount').textContent())!;
+      const uri = (await page.locator('#wallet-link').getAttribute('href'))!;
+      assert.equal(await page.locator('#wallet-link').textContent(), 'Open in wallet');
+      const read = readPaymentUri(uri, chain, listed.decimals);
+      assert.equal(read.address, address, `${value}: ${uri}`);
+      assert.equal(read.amount, units(amount, listed.decimals), `${value}: ${uri}`);
+      assert.equal(read.contract?.toLowerCase() ?? null, listed.contractAddress?.toLowerCase() ?? null);
+      assert.equal(qrText((await page.locator('#qr').getAttribute('src'))!), uri);
+      assert.match(
+        (await page.locator('#required-confirmations').textContent())!,
+        new RegExp(`^${listed.chainName} needs \\d+ confirmations?`),
+      );
+    }
+    await screenshot(page, 'checkout-7-wallet-link');
+    assert.deepEqual(problems, []);
     await context.close();
   });
 

@@ -3,7 +3,7 @@
 // api/routes/checkout.ts, transpiled from this file at start-up; type imports
 // are erased, so the page stays one self-contained module with no bundler.
 //
-// It lets the customer pick a token, then a chain carrying it, asks for the
+// It lets the customer pick a token on a network in one choice, asks for the
 // deposit address, and follows the invoice live: WebSocket first, polling the
 // public status endpoint every 5 s if the socket fails.
 import type { CheckoutData, CheckoutPayment } from '../routes/checkout.ts';
@@ -32,6 +32,8 @@ const clockOffset = new Date(data.serverNow).getTime() - Date.now();
 
 let current: InvoiceStatusView = data.status;
 let payment: CheckoutPayment | null = null;
+/** The amount still owed that the shown QR code and wallet link ask for, once partly paid. */
+let requestedRemainder: string | null = data.payment ? data.status.remainingAmount : null;
 let tokens: TokenListing[] = [];
 let leaving = false;
 
@@ -92,8 +94,12 @@ function showStatus(s: InvoiceStatusView) {
   noticeElement.hidden = issue === '';
   setText(noticeElement, issue);
 
-  // The same address takes the rest of a partial payment: show what is still owed there.
-  if (s.status === 'partial' && payment) showAmount(s.remainingAmount, s.totalReceivedCurrency);
+  // The same address takes the rest of a partial payment: show what is still
+  // owed there, and ask again for the payment request, which holds the amount.
+  if (s.status === 'partial' && payment) {
+    showAmount(s.remainingAmount, s.totalReceivedCurrency);
+    if (s.remainingAmount !== requestedRemainder) void refreshPayment(s.remainingAmount);
+  }
   showSections(s);
   if (s.status === 'settled') returnToMerchant(s.returnUrl);
 }
@@ -210,29 +216,33 @@ async function loadTokens() {
 
 const chainName = (chain: string) => tokens.flatMap((t) => t.chains).find((c) => c.chain === chain)?.chainName ?? chain;
 
+/** A token on a network, as the picker's value: "tron/USDT". */
+const methodValue = (chain: string, token: string) => `${chain}/${token}`;
+
+/**
+ * One choice of token and network together: a token on one network only is a
+ * single option ("BTC on Bitcoin"); a token on several networks is a group of
+ * options, each naming both ("USDT on Tron"), since screen readers do not
+ * always announce the group.
+ */
 function showPicker() {
-  const token = element<HTMLSelectElement>('token');
-  const chain = element<HTMLSelectElement>('chain');
+  const method = element<HTMLSelectElement>('method');
   const submit = element<HTMLButtonElement>('picker-submit');
-  token.replaceChildren(
-    option('', 'Choose a token'),
-    ...tokens.map((t) => option(t.symbol, `${t.symbol} — ${t.name}`)),
-  );
-  token.addEventListener('change', () => {
-    const chains = tokens.find((t) => t.symbol === token.value)?.chains ?? [];
-    chain.replaceChildren(
-      option('', chains.length > 0 ? 'Choose a network' : 'Choose a token first'),
-      ...chains.map((c) => option(c.chain, c.chainName)),
-    );
-    // One network only: nothing to choose.
-    if (chains.length === 1) chain.value = chains[0]!.chain;
-    chain.disabled = chains.length === 0;
-    submit.disabled = chain.value === '';
+  const choices = tokens.map((t) => {
+    const options = t.chains.map((c) => option(methodValue(c.chain, t.symbol), `${t.symbol} on ${c.chainName}`));
+    if (options.length === 1) return options[0]!;
+    const group = document.createElement('optgroup');
+    group.label = `${t.symbol} — ${t.name}`;
+    group.append(...options);
+    return group;
   });
-  chain.addEventListener('change', () => (submit.disabled = chain.value === ''));
+  method.replaceChildren(option('', 'Choose a token and network'), ...choices);
+  method.disabled = false;
+  method.addEventListener('change', () => (submit.disabled = method.value === ''));
   element<HTMLFormElement>('picker-form').addEventListener('submit', (event) => {
     event.preventDefault();
-    if (token.value && chain.value) void requestAddress(chain.value, token.value);
+    const [chain, token] = method.value.split('/');
+    if (chain && token) void requestAddress(chain, token);
   });
   element('picker').hidden = false;
 }
@@ -276,11 +286,43 @@ function showPayment(chosen: CheckoutPayment) {
   payment = chosen;
   showAmount(chosen.cryptoAmount, chosen.cryptoCurrency);
   setText(element('network-name'), chainName(chosen.chain));
+  const confirmations = chosen.requiredConfirmations;
+  setText(
+    element('required-confirmations'),
+    confirmations > 0
+      ? `${chainName(chosen.chain)} needs ${confirmations} confirmation${confirmations === 1 ? '' : 's'} before the payment is complete.`
+      : '',
+  );
   setText(element('address'), chosen.address);
   const qr = element<HTMLImageElement>('qr');
   if (chosen.qrCode.startsWith('data:image/png;base64,')) qr.src = chosen.qrCode;
+  qr.hidden = false;
+  // Only the payment schemes this service writes, never a URI that could run script.
+  const link = element<HTMLAnchorElement>('wallet-link');
+  const opens = /^(bitcoin|ethereum|solana|tron):/.test(chosen.paymentUri ?? '');
+  if (opens) link.href = chosen.paymentUri;
+  link.hidden = !opens;
   element('payment').hidden = false;
   showStatus(current);
+}
+
+/** The QR code and wallet link of a partly paid invoice, for the amount still owed. */
+async function refreshPayment(remainder: string) {
+  requestedRemainder = remainder;
+  // Until the new request arrives, the old one would ask for too much.
+  element('qr').hidden = true;
+  element('wallet-link').hidden = true;
+  try {
+    const response = await fetch(`/checkout/${encodeURIComponent(invoiceId)}/payment`, {
+      headers: { accept: 'application/json' },
+    });
+    if (!response.ok) return;
+    const { data: fresh } = (await response.json()) as { data: CheckoutPayment };
+    if (current.remainingAmount !== remainder) return; // a newer payment came in meanwhile: its refresh is on the way
+    showPayment(fresh);
+  } catch {
+    // offline: the copyable amount and address still say what is owed
+  }
 }
 
 async function copy(button: HTMLButtonElement) {

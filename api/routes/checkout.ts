@@ -6,7 +6,10 @@
 import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import ts from 'typescript';
-import { qrCodeDataUri } from '../../adapters/keys/qr.ts';
+import type { ChainName } from '../../domain/catalogue.ts';
+import { parseUnits } from '../../domain/money.ts';
+import { notFound } from '../errors.ts';
+import { paymentRequests } from '../payment-request.ts';
 import {
   invoiceAddresses,
   invoiceRow,
@@ -33,6 +36,10 @@ export interface CheckoutData {
 export interface CheckoutPayment {
   address: string;
   qrCode: string;
+  /** The payment request a wallet opens (the QR code holds it too). */
+  paymentUri: string;
+  /** Confirmations the chain needs before the payment counts. */
+  requiredConfirmations: number;
   cryptoAmount: string;
   cryptoCurrency: string;
   chain: string;
@@ -140,13 +147,9 @@ function checkoutPage(data: CheckoutData): string {
       markup`<section class="picker" id="picker" aria-labelledby="picker-title" hidden>
           <h2 id="picker-title">Choose how to pay</h2>
           <form id="picker-form" novalidate>
-            <label for="token">Token</label>
-            <select id="token" name="token" required>
+            <label for="method">Pay with</label>
+            <select id="method" name="method" required disabled>
               <option value="">Loading tokens…</option>
-            </select>
-            <label for="chain">Network</label>
-            <select id="chain" name="chain" required disabled>
-              <option value="">Choose a token first</option>
             </select>
             <button type="submit" id="picker-submit" disabled>Show payment details</button>
             <p class="error" id="picker-error" role="alert" hidden></p>
@@ -159,12 +162,14 @@ function checkoutPage(data: CheckoutData): string {
             <button type="button" class="copy" data-copy="crypto-amount">Copy amount</button>
           </div>
           <p class="network">on <strong id="network-name"></strong> to this address:</p>
-          <img class="qr" id="qr" alt="QR code of the deposit address" width="200" height="200" />
+          <img class="qr" id="qr" alt="QR code of the payment request" width="200" height="200" />
+          <p><a class="wallet-link" id="wallet-link" hidden>Open in wallet</a></p>
           <div class="copyable">
             <code class="address" id="address"></code>
             <button type="button" class="copy" data-copy="address">Copy address</button>
           </div>
           <p class="copy-feedback" id="copy-feedback" role="status" aria-live="polite"></p>
+          <p class="hint" id="required-confirmations"></p>
           <p class="hint">Send only <span id="hint-currency"></span> on this network. Other tokens are not counted.</p>
         </section>
         <noscript><p class="notice">This page needs JavaScript to choose a token and show the payment address.</p></noscript>`
@@ -211,12 +216,17 @@ const pageHeaders = (reply: FastifyReply) =>
 
 export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const { auth, db, clock } = ctx;
+  const requests = paymentRequests(ctx.config);
   const [script, stylesheet] = await Promise.all([
     clientScript(),
     readFile(new URL('../checkout/checkout.css', import.meta.url), 'utf8'),
   ]);
 
-  /** The address a payment already went to: after the first payment the invoice can only be paid there. */
+  /**
+   * The address a payment already went to: after the first payment the
+   * invoice can only be paid there. Its payment request asks for what is
+   * still owed, so that paying it again from a wallet never pays twice.
+   */
   async function lockedPayment(id: string, status: InvoiceStatusView): Promise<CheckoutPayment | null> {
     if (status.status !== 'partial') return null;
     const row = await invoiceRow(db, id);
@@ -225,10 +235,19 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     if (!address) return null;
     return {
       address: address.address,
-      qrCode: await qrCodeDataUri(address.address),
+      ...(await requests.withQr({
+        invoiceId: id,
+        merchantName: status.merchantName,
+        chain: address.chain,
+        token: address.token,
+        address: address.address,
+        amount: parseUnits(status.remainingAmount, address.token_decimals) ?? BigInt(address.crypto_amount),
+        decimals: address.token_decimals,
+      })),
       cryptoAmount: row.crypto_amount ?? status.remainingAmount,
       cryptoCurrency: address.token,
       chain: address.chain,
+      requiredConfirmations: ctx.config.requiredConfirmations[address.chain as ChainName],
     };
   }
 
@@ -246,6 +265,19 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
         payment: await lockedPayment(status.id, status),
       };
       return pageHeaders(reply).send(checkoutPage(data));
+    },
+  );
+
+  // The page asks again when a partial payment arrives while it is open.
+  scope.get<{ Params: { invoiceId: string } }>(
+    '/checkout/:invoiceId/payment',
+    { onRequest: auth.public, schema: { hide: true } },
+    async (request) => {
+      const id = request.params.invoiceId;
+      const status = UUID.test(id) ? await invoiceStatus(db, id) : undefined;
+      const payment = status && (await lockedPayment(id, status));
+      if (!payment) throw notFound('No partly paid invoice has this id');
+      return { data: payment };
     },
   );
 

@@ -3,10 +3,11 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
-import { qrCodeDataUri } from '../../adapters/keys/qr.ts';
+import { paymentRequests } from '../payment-request.ts';
 import type { RecordedEvent } from '../../adapters/event-store/port.ts';
 import { settlementIdOf, settlementStreamName } from '../../domain/settlement.ts';
 import { invoiceStreamName, type AssignedAddress, type Invoice } from '../../domain/invoice.ts';
+import type { ChainName } from '../../domain/catalogue.ts';
 import { formatFiat, formatUnits, parseUnits, FIAT_DECIMALS } from '../../domain/money.ts';
 import { paymentStreamName } from '../../domain/payment.ts';
 import {
@@ -58,16 +59,22 @@ export const InvoiceSchema = Type.Object({
   createdAt: Type.String(),
   updatedAt: Type.String(),
 });
+const PaymentUri = Type.String({
+  description: 'A payment request wallets read: BIP21, EIP-681, Solana Pay, or tron: (docs); the QR code holds it',
+});
 const AddressSchema = Type.Object({
   currency: Type.String(),
   chain: Type.String(),
   address: Type.String(),
   qrCode: Type.String(),
+  paymentUri: PaymentUri,
 });
 const PaymentSchema = Type.Object({
   paymentId: Type.String(),
   address: Type.String(),
   qrCode: Type.String(),
+  paymentUri: PaymentUri,
+  requiredConfirmations: Type.Integer({ description: "Confirmations the payment's chain needs before it counts" }),
   cryptoAmount: Type.String(),
   cryptoCurrency: Type.String(),
   chain: Type.String(),
@@ -141,6 +148,7 @@ const MAX_FIAT_UNITS = 10n ** 15n * 10n ** BigInt(FIAT_DECIMALS);
 export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const { auth, invoices, db, config, settle, store } = ctx;
+  const requests = paymentRequests(config);
   const key = [{ apiKey: [] }];
 
   /** The contract's checks of a new invoice, in the contract's words. */
@@ -204,11 +212,20 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     return value.trim().toLowerCase();
   };
 
-  async function paymentView(invoice: Invoice, address: AssignedAddress) {
+  async function paymentView(invoice: Invoice, address: AssignedAddress, merchantName: string) {
     return {
       paymentId: invoice.id,
       address: address.address,
-      qrCode: await qrCodeDataUri(address.address),
+      ...(await requests.withQr({
+        invoiceId: invoice.id,
+        merchantName,
+        chain: address.chain,
+        token: address.token,
+        address: address.address,
+        amount: address.cryptoAmount,
+        decimals: address.tokenDecimals,
+      })),
+      requiredConfirmations: config.requiredConfirmations[address.chain as ChainName],
       cryptoAmount: formatUnits(address.cryptoAmount, address.tokenDecimals),
       cryptoCurrency: address.token,
       chain: address.chain,
@@ -260,7 +277,9 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         request.id,
       );
       await settle(position);
-      return reply.code(201).send({ data: await paymentView(value.invoice, value.address) });
+      return reply
+        .code(201)
+        .send({ data: await paymentView(value.invoice, value.address, request.caller!.merchantName) });
     },
   );
 
@@ -345,7 +364,15 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
               currency: a.token,
               chain: a.chain,
               address: a.address,
-              qrCode: await qrCodeDataUri(a.address),
+              ...(await requests.withQr({
+                invoiceId: row.id,
+                merchantName: request.caller!.merchantName,
+                chain: a.chain,
+                token: a.token,
+                address: a.address,
+                amount: BigInt(a.crypto_amount),
+                decimals: a.token_decimals,
+              })),
             })),
           ),
         },
@@ -414,7 +441,14 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         );
       const { value, position } = await invoices.assignAddress(request.params.id, chain, token, request.id);
       await settle(position);
-      return reply.code(value.created ? 201 : 200).send({ data: await paymentView(value.invoice, value.address) });
+      const merchant = await db
+        .selectFrom('merchants')
+        .select('name')
+        .where('id', '=', value.invoice.merchantId)
+        .executeTakeFirstOrThrow();
+      return reply
+        .code(value.created ? 201 : 200)
+        .send({ data: await paymentView(value.invoice, value.address, merchant.name) });
     },
   );
 

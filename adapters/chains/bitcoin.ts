@@ -21,6 +21,7 @@ import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
 import type { BitcoinNetworkName, DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
+import { DEFAULT_RETRY, retried, type RetryPolicy } from './retry.ts';
 import { withoutRpcUrl } from './evm.ts';
 import {
   TransactionRejectedError,
@@ -70,7 +71,7 @@ export interface BitcoinChainOptions {
   /** sat/vB bounds of the fee rate taken from estimatesmartfee. */
   feeRate?: { floor: bigint; cap: bigint };
   pollMs?: number;
-  retry?: { attempts: number; baseDelayMs: number };
+  retry?: RetryPolicy;
 }
 
 interface RpcTx {
@@ -96,7 +97,6 @@ export class BitcoinRpcError extends Error {
   }
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /** "0.00012345" (BTC, as Core prints it) in satoshis. */
 export function satoshis(btc: string): bigint {
@@ -187,17 +187,13 @@ export class BitcoinChain implements ChainAdapter {
   // -------------------------------------------------------------------------
   // JSON-RPC
 
-  private async rpc<T>(method: string, params: unknown[]): Promise<T> {
-    const { attempts, baseDelayMs } = this.options.retry ?? { attempts: 6, baseDelayMs: 250 };
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.send<T>(method, params);
-      } catch (error) {
-        // A node's refusal is an answer, not a failure to retry.
-        if (error instanceof BitcoinRpcError || attempt >= attempts || this.closed) throw error;
-        await sleep(Math.min(baseDelayMs * 2 ** (attempt - 1), 10_000) * (0.75 + Math.random() / 2));
-      }
-    }
+  private rpc<T>(method: string, params: unknown[]): Promise<T> {
+    // A node's refusal is an answer, not a failure to retry.
+    return retried(
+      () => this.send<T>(method, params),
+      this.options.retry ?? DEFAULT_RETRY,
+      (error) => error instanceof BitcoinRpcError || this.closed,
+    );
   }
 
   private async send<T>(method: string, params: unknown[]): Promise<T> {

@@ -41,6 +41,7 @@ import {
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
+import { DEFAULT_RETRY, retried, sleep, type RetryPolicy } from './retry.ts';
 import {
   TransactionRejectedError,
   type ChainAdapter,
@@ -86,7 +87,7 @@ export interface EvmChainOptions {
   /** Token sweeps below this many base units are not made (the gas would cost more); default one whole token. */
   dustThresholds?: Record<string, bigint>;
   /** RPC retries: attempts and the first delay, doubled each time up to 10 s. */
-  retry?: { attempts: number; baseDelayMs: number };
+  retry?: RetryPolicy;
   /** How long a broadcast waits for the fee wallet's top-up to be mined before it gives up (unknown outcome). */
   topUpTimeoutMs?: number;
 }
@@ -133,7 +134,6 @@ interface FeeQuote {
   eip1559: boolean;
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const hex = (n: number | bigint) => '0x' + n.toString(16);
 
 /** Every message an ethers or node error carries, lower-cased, to recognise a refusal. */
@@ -280,14 +280,14 @@ export class EvmChain implements ChainAdapter {
 
   /** A JSON-RPC call, retried with growing delays (rate limits, dropped connections, a lagging node). */
   private async rpc<T>(method: string, params: unknown[]): Promise<T> {
-    const { attempts, baseDelayMs } = this.options.retry ?? { attempts: 6, baseDelayMs: 250 };
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return (await withDeadline(this.provider.send(method, params), RPC_TIMEOUT_MS, method)) as T;
-      } catch (error) {
-        if (attempt >= attempts || this.closed) throw withoutRpcUrl(error, this.options.rpcUrl);
-        await sleep(Math.min(baseDelayMs * 2 ** (attempt - 1), 10_000) * (0.75 + Math.random() / 2));
-      }
+    try {
+      return await retried(
+        async () => (await withDeadline(this.provider.send(method, params), RPC_TIMEOUT_MS, method)) as T,
+        this.options.retry ?? DEFAULT_RETRY,
+        () => this.closed,
+      );
+    } catch (error) {
+      throw withoutRpcUrl(error, this.options.rpcUrl);
     }
   }
 

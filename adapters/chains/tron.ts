@@ -44,6 +44,7 @@ import { findChain, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { withoutRpcUrl } from './evm.ts';
 import { HeadPoller } from './head-poller.ts';
+import { DEFAULT_RETRY, retried, sleep, type RetryPolicy } from './retry.ts';
 import {
   TransactionRejectedError,
   type ChainAdapter,
@@ -96,7 +97,7 @@ export interface TronChainOptions {
   /** Confirmations a payout needs; a payout above the solidified block is reported one short. */
   confirmations: number;
   pollMs?: number;
-  retry?: { attempts: number; baseDelayMs: number };
+  retry?: RetryPolicy;
   /** How long a broadcast waits for the fee wallet's top-up to be mined before it gives up (unknown outcome). */
   topUpTimeoutMs?: number;
 }
@@ -161,7 +162,6 @@ interface Bundle {
   topUp?: { transaction: TransactionJson; need: string };
 }
 
-const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const toHex = (base58: string) => hexFromBase58(base58).toLowerCase();
 const fromHex = (hex: string) => base58FromHex(hex);
 
@@ -309,14 +309,10 @@ export class TronChain implements ChainAdapter {
 
   /** One POST, retried with growing delays (rate limits, dropped connections, a lagging node). */
   private async call<T>(path: string, body: object): Promise<T> {
-    const { attempts, baseDelayMs } = this.options.retry ?? { attempts: 6, baseDelayMs: 250 };
-    for (let attempt = 1; ; attempt++) {
-      try {
-        return await this.post<T>(path, body);
-      } catch (error) {
-        if (attempt >= attempts || this.closed) throw withoutRpcUrl(error, this.options.rpcUrl);
-        await sleep(Math.min(baseDelayMs * 2 ** (attempt - 1), 10_000) * (0.75 + Math.random() / 2));
-      }
+    try {
+      return await retried(() => this.post<T>(path, body), this.options.retry ?? DEFAULT_RETRY, () => this.closed);
+    } catch (error) {
+      throw withoutRpcUrl(error, this.options.rpcUrl);
     }
   }
 

@@ -23,6 +23,8 @@ export interface Config {
   evm: Partial<Record<ChainName, EvmChainSettings>>;
   /** Tron's settings when it has an RPC URL (adapters/chains/tron.ts). */
   tron: TronChainSettings | undefined;
+  /** Solana's settings when it has an RPC URL (adapters/chains/solana.ts). */
+  solana: SolanaChainSettings | undefined;
   /** Bitcoin's network (deposit addresses follow it) and node settings (adapters/chains/bitcoin.ts). */
   bitcoin: BitcoinChainSettings;
   /** Confirmations a payment needs on each chain before it counts as confirmed. */
@@ -55,6 +57,14 @@ export interface TronChainSettings {
   network: string;
   apiKey: string | undefined;
   tokens: { symbol: string; contract: string; decimals: number }[] | undefined;
+  treasury: string | undefined;
+}
+
+/** CHAIN_SOLANA_CLUSTER, CHAIN_SOLANA_TOKENS and CHAIN_SOLANA_TREASURY. */
+export interface SolanaChainSettings {
+  /** `mainnet-beta`, `devnet`, `testnet` or a genesis hash: the cluster the RPC must serve. */
+  cluster: string;
+  tokens: { symbol: string; mint: string; decimals: number }[] | undefined;
   treasury: string | undefined;
 }
 
@@ -237,6 +247,37 @@ export function loadConfig(env: Env = process.env): Config {
     if (rpc) tron = { network: network.toLowerCase(), apiKey: value('CHAIN_TRON_API_KEY'), tokens, treasury };
   }
 
+  let solana: SolanaChainSettings | undefined;
+  {
+    const cluster = value('CHAIN_SOLANA_CLUSTER') ?? 'mainnet-beta';
+    if (!['mainnet-beta', 'devnet', 'testnet'].includes(cluster) && !isValidAddress('solana', cluster)) {
+      problems.push(`CHAIN_SOLANA_CLUSTER must be mainnet-beta, devnet, testnet or a base58 genesis hash (got "${cluster}")`);
+    }
+    const rawTokens = value('CHAIN_SOLANA_TOKENS');
+    let tokens: SolanaChainSettings['tokens'];
+    if (rawTokens !== undefined) {
+      tokens = [];
+      for (const part of rawTokens.split(',')) {
+        const m = /^\s*([A-Za-z]+)=([1-9A-HJ-NP-Za-km-z]{32,44}):(\d{1,2})\s*$/.exec(part);
+        const known = m && findToken('solana', m[1]!);
+        if (!m || !known || known.contractAddress === null || !isValidAddress('solana', m[2]!)) {
+          problems.push(`CHAIN_SOLANA_TOKENS must be a comma list of SYMBOL=mint:decimals of solana's tokens (got "${part.trim()}")`);
+        } else if (Number(m[3]) !== known.decimals) {
+          problems.push(`CHAIN_SOLANA_TOKENS: ${known.symbol} has ${known.decimals} decimals on solana, not ${m[3]}`);
+        } else {
+          tokens.push({ symbol: known.symbol, mint: m[2]!, decimals: known.decimals });
+        }
+      }
+    }
+    const treasury = value('CHAIN_SOLANA_TREASURY');
+    if (treasury !== undefined && !isValidAddress('solana', treasury)) {
+      problems.push(`CHAIN_SOLANA_TREASURY must be a base58 Solana address (got "${treasury}")`);
+    }
+    const rpc = chainRpcUrls.solana;
+    if (rpc && !/^https?:/.test(rpc)) problems.push("CHAIN_SOLANA_RPC_URL must be an http:// or https:// URL (the JSON-RPC endpoint)");
+    if (rpc) solana = { cluster, tokens, treasury };
+  }
+
   const bitcoinNetwork = oneOf('CHAIN_BITCOIN_NETWORK', ['main', 'test', 'signet', 'regtest'] as const, 'main');
   const bitcoinTreasury = value('CHAIN_BITCOIN_TREASURY');
   const derivationNetwork = ({ main: 'mainnet', test: 'testnet', signet: 'testnet', regtest: 'regtest' } as const)[bitcoinNetwork];
@@ -305,6 +346,7 @@ export function loadConfig(env: Env = process.env): Config {
     chainRpcUrls,
     evm,
     tron,
+    solana,
     bitcoin,
     requiredConfirmations,
     platformFeeBps: integer('PLATFORM_FEE_BPS', 100, 0, 10_000),

@@ -4,6 +4,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { openEvmChains, type EvmChain } from '../adapters/chains/evm.ts';
+import { openSolanaChain, type SolanaChain } from '../adapters/chains/solana.ts';
 import { openTronChain, type TronChain } from '../adapters/chains/tron.ts';
 import { bitcoinNetworkOf, openBitcoinChain, type BitcoinChain } from '../adapters/chains/bitcoin.ts';
 import { sql } from 'kysely';
@@ -80,12 +81,14 @@ export async function startService(
   const derivation = { bitcoinNetwork: bitcoinNetworkOf[config.bitcoin.network] };
   const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic, derivation);
   /** The chains with a real node, which have a treasury (and most a fee wallet). */
-  const nodeChains = new Map<ChainName, EvmChain | TronChain | BitcoinChain>(await openEvmChains(config, keyring));
+  const nodeChains = new Map<ChainName, EvmChain | TronChain | BitcoinChain | SolanaChain>(await openEvmChains(config, keyring));
   try {
     const tron = await openTronChain(config, keyring);
     if (tron) nodeChains.set('tron', tron);
     const bitcoin = await openBitcoinChain(config, keyring);
     if (bitcoin) nodeChains.set('bitcoin', bitcoin);
+    const solana = await openSolanaChain(config, keyring);
+    if (solana) nodeChains.set('solana', solana);
   } catch (error) {
     for (const chain of nodeChains.values()) chain.close();
     throw error;

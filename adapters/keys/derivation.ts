@@ -382,6 +382,26 @@ export interface TronServiceKey {
   readonly privateKey: Uint8Array;
 }
 
+/**
+ * The platform's own Solana wallets. Every m/44'/501'/{index}'/0' is a
+ * deposit address, so they sit beside account 0's, under a change level
+ * deposits never use (all hardened, as ed25519 requires): `fee` pays the
+ * fees and rent of every sweep, `treasury` receives platform fees and the
+ * rent of closed deposit token accounts unless CHAIN_SOLANA_TREASURY names
+ * another address.
+ */
+export const solanaServiceWalletPaths: Readonly<Record<ServiceWallet, string>> = {
+  fee: "m/44'/501'/0'/1'/0'",
+  treasury: "m/44'/501'/0'/1'/1'",
+};
+
+export interface SolanaServiceKey {
+  role: ServiceWallet;
+  address: string;
+  /** Non-enumerable. */
+  readonly keypair: Keypair;
+}
+
 export class DepositKeyring {
   /** Account nodes with private keys, m/44'/60'/0' etc. */
   readonly #accounts: Readonly<Record<Secp256k1Family, BIP32Interface>>;
@@ -484,6 +504,13 @@ export class DepositKeyring {
   /** The default Bitcoin treasury, m/84'/{0|1}'/1'/0/1 (a P2WPKH address of this network). */
   deriveBitcoinTreasury(): string {
     return bitcoinAddressFromPublicKey(this.#bitcoinService.derive(EXTERNAL_CHAIN).derive(1).publicKey, this.#bitcoin.network);
+  }
+
+  /** The Solana fee wallet or default treasury (solanaServiceWalletPaths). */
+  deriveSolanaServiceKey(role: ServiceWallet): SolanaServiceKey {
+    const change = CKDPriv(CKDPriv(this.#solanaCoin, HARDENED + 0), HARDENED + 1);
+    const keypair = Keypair.fromSeed(CKDPriv(change, HARDENED + (role === 'fee' ? 0 : 1)).key);
+    return withHiddenSecret({ role, address: keypair.publicKey.toBase58() }, 'keypair', keypair);
   }
 
   #solanaKeypair(index: number): Keypair {

@@ -1,0 +1,600 @@
+// Solana (SOL, and USDT and USDC as SPL tokens) behind the chain port,
+// through a Solana JSON-RPC endpoint (a validator's RPC port, or a provider's).
+//
+// Detection reads blocks, slot by slot, like every other chain here: a
+// block's transactions carry their accounts' balances before and after
+// (`preBalances`/`postBalances` in lamports, `preTokenBalances`/
+// `postTokenBalances` by mint and owner), so a payment is any account whose
+// balance rose in a successful transaction, whichever program moved it (a
+// System transfer, a token transfer, the lamports of a closed token account).
+// A SOL payment is the deposit address's own rise; a token payment is the
+// rise of a token account the deposit address owns, of a catalogue mint. A
+// skipped slot (no block was produced) is an empty block carrying its parent's
+// hash, so the watcher's chain of hashes stays whole; a block that a fork
+// drops becomes a skipped slot, or another block, and its payments are
+// withdrawn. Blocks are read at the `confirmed` commitment; the head reports
+// the finalized slot, so a payment confirms only once finalized (and as deep
+// as configured, 32 slots by default). Why blocks, not getSignaturesForAddress
+// per open address: see docs/solana.md.
+//
+// Settlement: one transaction per sweep, signed by the fee wallet (the fee
+// payer: deposit addresses never need SOL for fees) and the deposit key.
+//   - SOL: the payout to the merchant, the quoted network fee back to the fee
+//     wallet that paid it, the rest to the treasury: the deposit address is
+//     left with 0 lamports, and the runtime deletes it.
+//   - SPL: the merchant's and the treasury's associated token accounts created
+//     when missing (rent paid by the fee wallet), the payout and the platform
+//     fee by transferChecked, then the deposit's token account closed, its
+//     rent to the treasury.
+// Every sweep carries a recent blockhash of a finalized block (a fork cannot
+// take it away) and is valid until `lastValidBlockHeight`. It is recorded
+// before it is sent; after a crash the same bytes are sent again while that
+// height is not passed. Only once the finalized chain is past it, and the
+// chain has no record of the signature, is it declared refused, when no
+// validator can ever take it: then a new one is built. So a restart never pays
+// twice.
+import {
+  ComputeBudgetProgram,
+  Keypair,
+  PublicKey,
+  SystemProgram,
+  Transaction,
+  type TransactionInstruction,
+} from '@solana/web3.js';
+import {
+  createAssociatedTokenAccountIdempotentInstruction,
+  createCloseAccountInstruction,
+  createTransferCheckedInstruction,
+  getAssociatedTokenAddressSync,
+} from '@solana/spl-token';
+import bs58 from 'bs58';
+import { isSafeNumber, parse as parseLosslessJson } from 'lossless-json';
+import { findChain, type ChainName } from '../../domain/catalogue.ts';
+import type { DepositKeyring } from '../keys/derivation.ts';
+import { withoutRpcUrl } from './evm.ts';
+import { HeadPoller } from './head-poller.ts';
+import { DEFAULT_RETRY, retried, type RetryPolicy } from './retry.ts';
+import {
+  TransactionRejectedError,
+  type ChainAdapter,
+  type ChainBlock,
+  type ChainHead,
+  type ChainTransfer,
+  type OutgoingTransfer,
+  type PreparedTransaction,
+  type TransactionStatus,
+} from './port.ts';
+
+/** Genesis hashes of the public clusters (getGenesisHash). */
+export const solanaClusters: Record<string, string> = {
+  'mainnet-beta': '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d',
+  devnet: 'EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG',
+  testnet: '4uhcVJyU9pJkvQyS88uRDiswHXSCkY3zQawwpjk2NsNY',
+};
+
+/** The base fee of one signature, in lamports (what a sweep's two signatures cost, without priority fees). */
+export const LAMPORTS_PER_SIGNATURE = 5_000n;
+const SWEEP_SIGNATURES = 2n;
+const RPC_TIMEOUT_MS = 30_000;
+/** getBlock: a slot with no block, skipped by its leader (or not kept by this node). */
+const SLOT_SKIPPED = [-32007, -32009];
+/** getBlock: a slot beyond what the node holds at that commitment. */
+const BLOCK_NOT_AVAILABLE = -32004;
+/** Token-account indexes are offset by this, so that a SOL and a token payment of one transaction never share an index. */
+export const TOKEN_INDEX_OFFSET = 256;
+
+export interface SolanaToken {
+  symbol: string;
+  mint: string;
+  decimals: number;
+}
+
+export interface SolanaChainOptions {
+  rpcUrl: string;
+  keyring: Pick<DepositKeyring, 'deriveDepositKey' | 'deriveSolanaServiceKey'>;
+  /** mainnet-beta (default), devnet, testnet, or a genesis hash. */
+  cluster?: string;
+  /** The catalogue's mints unless a test cluster names its own. */
+  tokens?: SolanaToken[];
+  treasury?: string;
+  confirmations?: number;
+  pollMs?: number;
+  retry?: RetryPolicy;
+}
+
+// ---------------------------------------------------------------------------
+// The RPC's answers, as `encoding: "json"` gives them (docs.solana.com/api/http)
+// ---------------------------------------------------------------------------
+
+type Integer = number | bigint;
+
+export interface RpcTokenBalance {
+  accountIndex: number;
+  mint: string;
+  owner?: string;
+  programId?: string;
+  uiTokenAmount: { amount: string; decimals: number; uiAmount: number | null; uiAmountString: string };
+}
+
+export interface RpcTransactionMeta {
+  err: unknown;
+  fee: Integer;
+  preBalances: Integer[];
+  postBalances: Integer[];
+  preTokenBalances?: RpcTokenBalance[];
+  postTokenBalances?: RpcTokenBalance[];
+  loadedAddresses?: { writable: string[]; readonly: string[] };
+}
+
+export interface RpcTransaction {
+  meta: RpcTransactionMeta | null;
+  transaction: { signatures: string[]; message: { accountKeys: string[]; recentBlockhash: string } };
+  version?: 'legacy' | number;
+}
+
+export interface RpcBlock {
+  blockhash: string;
+  previousBlockhash: string;
+  parentSlot: number;
+  blockHeight: number | null;
+  blockTime: number | null;
+  transactions: RpcTransaction[];
+}
+
+interface RpcError {
+  code: number;
+  message: string;
+  data?: { err?: unknown; logs?: string[] };
+}
+
+class SolanaRpcError extends Error {
+  constructor(
+    readonly method: string,
+    readonly error: RpcError,
+  ) {
+    super(`${method}: ${error.message.slice(0, 300)} (${error.code})`);
+  }
+}
+
+/** Integers beyond 2^53 (lamports, u64 amounts) stay exact as bigints; other numbers are numbers. */
+export function parseRpcJson<T>(text: string): T {
+  return parseLosslessJson(text, null, (value) =>
+    /^-?\d+$/.test(value) && !isSafeNumber(value) ? BigInt(value) : Number(value),
+  ) as T;
+}
+
+const toBigInt = (value: Integer | string | undefined) => BigInt(value ?? 0);
+
+/**
+ * The payments a block's transactions made: every account whose balance rose
+ * in a successful transaction. SOL to an account (index: the account's index
+ * in the transaction), and tokens of the given mints to the owner of the
+ * token account (index: TOKEN_INDEX_OFFSET + the token account's index).
+ */
+export function parseSolanaBlock(
+  block: Pick<RpcBlock, 'transactions'>,
+  tokens: readonly SolanaToken[],
+): ChainTransfer[] {
+  const transfers: ChainTransfer[] = [];
+  const tokenOf = new Map(tokens.map((t) => [t.mint, t]));
+  for (const { meta, transaction } of block.transactions) {
+    if (!meta || meta.err !== null) continue; // a failed transaction moved nothing but its fee
+    const txHash = transaction.signatures[0]!;
+    // v0 transactions: the keys loaded from lookup tables follow the message's own.
+    const keys = [
+      ...transaction.message.accountKeys,
+      ...(meta.loadedAddresses?.writable ?? []),
+      ...(meta.loadedAddresses?.readonly ?? []),
+    ];
+    keys.forEach((key, index) => {
+      const rise = toBigInt(meta.postBalances[index]) - toBigInt(meta.preBalances[index]);
+      if (rise > 0n) transfers.push({ txHash, index, to: key, token: 'SOL', amount: rise });
+    });
+    for (const post of meta.postTokenBalances ?? []) {
+      const token = tokenOf.get(post.mint);
+      if (!token || !post.owner) continue;
+      const pre = meta.preTokenBalances?.find((b) => b.accountIndex === post.accountIndex && b.mint === post.mint);
+      const rise = BigInt(post.uiTokenAmount.amount) - BigInt(pre?.uiTokenAmount.amount ?? '0');
+      if (rise > 0n) {
+        transfers.push({
+          txHash,
+          index: TOKEN_INDEX_OFFSET + post.accountIndex,
+          to: post.owner,
+          token: token.symbol,
+          amount: rise,
+        });
+      }
+    }
+  }
+  return transfers;
+}
+
+/** A sweep as recorded: the signed bytes, and the block height after which no validator takes them. */
+interface SweepRecord {
+  transaction: string;
+  lastValidBlockHeight: number;
+}
+
+export class SolanaChain implements ChainAdapter {
+  readonly chain: ChainName = 'solana';
+  readonly treasury: string;
+  readonly feeWallet: string;
+  private readonly feePayer: Keypair;
+  private readonly tokens: SolanaToken[];
+  private readonly poller: HeadPoller;
+  private closed = false;
+  private nextId = 1;
+  /** Blocks read to name a skipped slot's parent, until the watcher reads them in turn. */
+  private readonly recentBlocks = new Map<number, RpcBlock>();
+  private readonly preparedByReference = new Map<string, PreparedTransaction>();
+
+  private constructor(private readonly options: SolanaChainOptions) {
+    this.tokens =
+      options.tokens ??
+      findChain('solana')!
+        .supportedTokens.filter((t) => t.contractAddress !== null)
+        .map((t) => ({ symbol: t.symbol, mint: t.contractAddress!, decimals: t.decimals }));
+    this.feePayer = options.keyring.deriveSolanaServiceKey('fee').keypair;
+    this.feeWallet = this.feePayer.publicKey.toBase58();
+    this.treasury = options.treasury ?? options.keyring.deriveSolanaServiceKey('treasury').address;
+    this.poller = new HeadPoller(() => this.rpc<number>('getSlot', [{ commitment: 'confirmed' }]), options.pollMs);
+  }
+
+  /**
+   * Connects and checks the cluster's genesis hash; a mismatch or an RPC that
+   * does not answer stops start-up with one line naming the variable.
+   */
+  static async open(options: SolanaChainOptions): Promise<SolanaChain> {
+    const cluster = options.cluster ?? 'mainnet-beta';
+    const expected = solanaClusters[cluster] ?? cluster;
+    const adapter = new SolanaChain(options);
+    let genesis: string;
+    try {
+      genesis = await adapter.call<string>('getGenesisHash', []);
+    } catch (error) {
+      adapter.close();
+      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
+      throw new Error(`CHAIN_SOLANA_RPC_URL: the RPC did not answer (${reason.slice(0, 200)})`);
+    }
+    if (genesis !== expected) {
+      adapter.close();
+      const known = Object.entries(solanaClusters).find(([, hash]) => hash === genesis)?.[0];
+      throw new Error(
+        `CHAIN_SOLANA_RPC_URL is an RPC of ${known ? `Solana ${known}` : `the cluster whose genesis hash is ${genesis}`}, not ${
+          solanaClusters[cluster] ? `Solana ${cluster}` : `the cluster of genesis hash ${expected}`
+        }; set CHAIN_SOLANA_CLUSTER=${known ?? genesis} if that cluster is meant`,
+      );
+    }
+    return adapter;
+  }
+
+  close(): void {
+    this.closed = true;
+    this.poller.close();
+  }
+
+  // -------------------------------------------------------------------------
+  // JSON-RPC
+  // -------------------------------------------------------------------------
+
+  /** One call, retried with growing delays (rate limits, dropped connections); an answered error is not retried. */
+  private async call<T>(method: string, params: unknown[]): Promise<T> {
+    try {
+      return await retried(
+        () => this.rpc<T>(method, params),
+        this.options.retry ?? DEFAULT_RETRY,
+        (error) => error instanceof SolanaRpcError || this.closed,
+      );
+    } catch (error) {
+      throw error instanceof SolanaRpcError ? error : withoutRpcUrl(error, this.options.rpcUrl);
+    }
+  }
+
+  private async rpc<T>(method: string, params: unknown[]): Promise<T> {
+    const response = await fetch(this.options.rpcUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ jsonrpc: '2.0', id: this.nextId++, method, params }),
+      signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
+    });
+    // 429 and 5xx: a rate limit or a node in trouble, retried by call().
+    if (!response.ok) throw new Error(`${method}: HTTP ${response.status}`);
+    const answer = parseRpcJson<{ result?: T; error?: RpcError }>(await response.text());
+    if (answer.error) throw new SolanaRpcError(method, answer.error);
+    return answer.result as T;
+  }
+
+  // -------------------------------------------------------------------------
+  // Reading the chain
+  // -------------------------------------------------------------------------
+
+  async head(): Promise<ChainHead> {
+    const [latest, finalized] = await Promise.all([
+      this.call<{ context: { slot: number }; value: { blockhash: string } }>('getLatestBlockhash', [
+        { commitment: 'confirmed' },
+      ]),
+      this.call<number>('getSlot', [{ commitment: 'finalized' }]),
+    ]);
+    return { height: latest.context.slot, hash: latest.value.blockhash, finalized };
+  }
+
+  private async rpcBlock(slot: number): Promise<RpcBlock | 'skipped' | undefined> {
+    const cached = this.recentBlocks.get(slot);
+    if (cached) return cached;
+    try {
+      return await this.call<RpcBlock>('getBlock', [
+        slot,
+        {
+          commitment: 'confirmed',
+          encoding: 'json',
+          transactionDetails: 'full',
+          rewards: false,
+          maxSupportedTransactionVersion: 0,
+        },
+      ]);
+    } catch (error) {
+      if (error instanceof SolanaRpcError && SLOT_SKIPPED.includes(error.error.code)) return 'skipped';
+      if (error instanceof SolanaRpcError && error.error.code === BLOCK_NOT_AVAILABLE) return undefined;
+      throw error;
+    }
+  }
+
+  async block(slot: number): Promise<ChainBlock | undefined> {
+    const read = await this.rpcBlock(slot);
+    if (read === undefined) return undefined;
+    if (read !== 'skipped') {
+      this.recentBlocks.delete(slot); // read once: a fork may replace it
+      return {
+        height: slot,
+        hash: read.blockhash,
+        parentHash: read.previousBlockhash,
+        timestamp: new Date((read.blockTime ?? 0) * 1000),
+        transfers: parseSolanaBlock(read, this.tokens),
+      };
+    }
+    // A skipped slot carries the hash of the last block before it, which the
+    // next produced block names as its parent. Until there is one, the slot
+    // is not settled yet.
+    const [next] = await this.call<number[]>('getBlocksWithLimit', [slot, 1, { commitment: 'confirmed' }]);
+    if (next === undefined || next <= slot) return undefined;
+    const successor = await this.rpcBlock(next);
+    if (successor === undefined || successor === 'skipped') return undefined;
+    // Kept for the watcher's next read, which is that block.
+    this.recentBlocks.set(next, successor);
+    while (this.recentBlocks.size > 16) this.recentBlocks.delete(this.recentBlocks.keys().next().value!);
+    const parent = successor.previousBlockhash;
+    const time = new Date((successor.blockTime ?? 0) * 1000);
+    return { height: slot, hash: parent, parentHash: parent, timestamp: time, transfers: [] };
+  }
+
+  onNewBlock(listener: () => void): () => void {
+    return this.poller.onNewBlock(listener);
+  }
+
+  /** Lamports of an address, or base units of a token held in its associated token account. */
+  async balanceOf(address: string, token = 'SOL'): Promise<bigint> {
+    if (token === 'SOL') {
+      const answer = await this.call<{ value: Integer }>('getBalance', [address, { commitment: 'confirmed' }]);
+      return toBigInt(answer.value);
+    }
+    const account = getAssociatedTokenAddressSync(
+      new PublicKey(this.tokenOf(token).mint),
+      new PublicKey(address),
+      true,
+    );
+    try {
+      const answer = await this.call<{ value: { amount: string } }>('getTokenAccountBalance', [
+        account.toBase58(),
+        { commitment: 'confirmed' },
+      ]);
+      return BigInt(answer.value.amount);
+    } catch (error) {
+      if (error instanceof SolanaRpcError && error.error.code === -32602) return 0n; // no such account
+      throw error;
+    }
+  }
+
+  /** The fee wallet and the treasury with their SOL balances (GET /admin/v1/wallets). */
+  async wallets() {
+    const [feeWalletBalance, treasuryBalance] = await Promise.all([
+      this.balanceOf(this.feeWallet),
+      this.balanceOf(this.treasury),
+    ]);
+    return { feeWallet: this.feeWallet, feeWalletBalance, treasury: this.treasury, treasuryBalance };
+  }
+
+  private tokenOf(symbol: string): SolanaToken {
+    const token = this.tokens.find((t) => t.symbol === symbol);
+    if (!token) throw new TransactionRejectedError(`solana has no token ${symbol}`);
+    return token;
+  }
+
+  private async exists(address: PublicKey): Promise<boolean> {
+    const answer = await this.call<{ value: unknown }>('getAccountInfo', [
+      address.toBase58(),
+      { commitment: 'confirmed', encoding: 'base64', dataSlice: { offset: 0, length: 0 } },
+    ]);
+    return answer.value !== null;
+  }
+
+  // -------------------------------------------------------------------------
+  // Settlement
+  // -------------------------------------------------------------------------
+
+  /**
+   * A SOL sweep's two signatures at the base fee, taken from the deposit and
+   * returned to the fee wallet that paid them; tokens cost the deposit nothing
+   * (the fee wallet pays in SOL).
+   */
+  networkFee(token: string): bigint {
+    return token === 'SOL' ? LAMPORTS_PER_SIGNATURE * SWEEP_SIGNATURES : 0n;
+  }
+
+  async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
+    const earlier = this.preparedByReference.get(transfer.reference);
+    if (earlier) return earlier;
+    const key = this.options.keyring.deriveDepositKey('solana', transfer.from.derivationIndex);
+    if (key.address !== transfer.from.address) {
+      throw new TransactionRejectedError(
+        `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
+      );
+    }
+    const deposit = key.keypair;
+    const instructions =
+      transfer.token === 'SOL'
+        ? await this.solSweep(deposit.publicKey, transfer)
+        : await this.tokenSweep(deposit.publicKey, transfer);
+    // A blockhash of a finalized block: no fork can make it unknown while it is valid.
+    const { value } = await this.call<{ value: { blockhash: string; lastValidBlockHeight: number } }>(
+      'getLatestBlockhash',
+      [{ commitment: 'finalized' }],
+    );
+    const transaction = new Transaction({
+      feePayer: this.feePayer.publicKey,
+      blockhash: value.blockhash,
+      lastValidBlockHeight: value.lastValidBlockHeight,
+    }).add(...instructions);
+    transaction.sign(this.feePayer, deposit);
+    const record: SweepRecord = {
+      transaction: transaction.serialize().toString('base64'),
+      lastValidBlockHeight: value.lastValidBlockHeight,
+    };
+    const prepared = { txHash: bs58.encode(transaction.signature!), raw: JSON.stringify(record) };
+    this.preparedByReference.set(transfer.reference, prepared);
+    return prepared;
+  }
+
+  /** Payout, the fee back to the fee wallet, and everything else to the treasury. */
+  private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
+    const balance = await this.balanceOf(deposit.toBase58());
+    const network = transfer.fees?.network ?? this.networkFee('SOL');
+    const rest = balance - transfer.amount - network;
+    if (rest < 0n) {
+      throw new TransactionRejectedError(
+        `${deposit.toBase58()} holds ${balance} lamports, less than ${transfer.amount + network}`,
+      );
+    }
+    const send = (to: string | PublicKey, lamports: bigint) =>
+      SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
+    const instructions = [send(transfer.to, transfer.amount), send(this.feePayer.publicKey, network)];
+    if (rest > 0n) instructions.push(send(this.treasury, rest));
+    return instructions;
+  }
+
+  /** Token accounts created where missing, payout and fee by transferChecked, the deposit's account closed. */
+  private async tokenSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
+    const token = this.tokenOf(transfer.token);
+    const mint = new PublicKey(token.mint);
+    const payer = this.feePayer.publicKey;
+    const source = getAssociatedTokenAddressSync(mint, deposit, true);
+    const held = await this.balanceOf(deposit.toBase58(), token.symbol);
+    // Whatever the deposit holds beyond the payout (the platform fee, an overpayment) is the treasury's.
+    const toTreasury = held - transfer.amount;
+    if (toTreasury < 0n)
+      throw new TransactionRejectedError(`${source.toBase58()} holds ${held}, less than ${transfer.amount}`);
+    const merchant = new PublicKey(transfer.to);
+    const treasury = new PublicKey(this.treasury);
+    const merchantAccount = getAssociatedTokenAddressSync(mint, merchant, true);
+    const treasuryAccount = getAssociatedTokenAddressSync(mint, treasury, true);
+    const instructions: TransactionInstruction[] = [
+      // Enough compute for two account creations, two transfers and a close, whatever the default.
+      ComputeBudgetProgram.setComputeUnitLimit({ units: 200_000 }),
+      createAssociatedTokenAccountIdempotentInstruction(payer, merchantAccount, merchant, mint),
+      createTransferCheckedInstruction(source, mint, merchantAccount, deposit, transfer.amount, token.decimals),
+    ];
+    if (toTreasury > 0n) {
+      instructions.push(
+        createAssociatedTokenAccountIdempotentInstruction(payer, treasuryAccount, treasury, mint),
+        createTransferCheckedInstruction(source, mint, treasuryAccount, deposit, toTreasury, token.decimals),
+      );
+    }
+    instructions.push(createCloseAccountInstruction(source, treasury, deposit));
+    return instructions;
+  }
+
+  async broadcast(prepared: PreparedTransaction): Promise<void> {
+    const record = JSON.parse(prepared.raw) as SweepRecord;
+    if (await this.landed(prepared.txHash)) return;
+    try {
+      await this.call<string>('sendTransaction', [
+        record.transaction,
+        { encoding: 'base64', preflightCommitment: 'confirmed', maxRetries: 0 },
+      ]);
+      return;
+    } catch (error) {
+      if (!(error instanceof SolanaRpcError)) throw error; // unknown outcome: sent again later
+      const err = JSON.stringify(error.error.data?.err ?? error.error.message);
+      if (/AlreadyProcessed|already been processed/.test(err)) return;
+      // A blockhash the node does not know (yet, or any more) decides nothing by itself.
+      if (!/BlockhashNotFound|Blockhash not found/i.test(err) && error.error.code === -32002) {
+        throw new TransactionRejectedError(`${prepared.txHash} refused: ${err.slice(0, 300)}`);
+      }
+      if (error.error.code === -32003) throw new TransactionRejectedError(`${prepared.txHash}: ${error.message}`);
+      await this.refuseIfExpired(prepared.txHash, record);
+      throw error;
+    }
+  }
+
+  /** True when the chain holds the transaction, successful; a failed one (fee taken, nothing moved) is refused. */
+  private async landed(signature: string): Promise<boolean> {
+    const status = await this.signatureStatus(signature);
+    if (!status) return false;
+    if (status.err !== null)
+      throw new TransactionRejectedError(`${signature} failed on chain: ${JSON.stringify(status.err)}`);
+    return true;
+  }
+
+  private async signatureStatus(signature: string) {
+    const answer = await this.call<{
+      value: ({ slot: number; err: unknown; confirmationStatus: string | null } | null)[];
+    }>('getSignatureStatuses', [[signature], { searchTransactionHistory: true }]);
+    return answer.value[0] ?? undefined;
+  }
+
+  /**
+   * Past its last valid block height on the finalized chain, a transaction
+   * can never be taken; if the chain has no record of it then, it never will.
+   */
+  private async refuseIfExpired(signature: string, record: SweepRecord): Promise<void> {
+    const finalizedHeight = await this.call<number>('getBlockHeight', [{ commitment: 'finalized' }]);
+    if (finalizedHeight <= record.lastValidBlockHeight) return;
+    if (await this.landed(signature)) return;
+    throw new TransactionRejectedError(
+      `${signature} expired without landing (block height ${finalizedHeight} > ${record.lastValidBlockHeight})`,
+    );
+  }
+
+  async transactionStatus(txHash: string): Promise<TransactionStatus | undefined> {
+    const status = await this.signatureStatus(txHash);
+    // A failed transaction moved nothing: it is not the payout (broadcast then reports it refused).
+    if (!status || status.err !== null) return undefined;
+    const head = await this.head();
+    const depth = head.height - status.slot + 1;
+    const final = status.confirmationStatus === 'finalized' || status.slot <= (head.finalized ?? -1);
+    const required = this.options.confirmations ?? 32;
+    return { blockNumber: status.slot, confirmations: final ? depth : Math.min(depth, Math.max(0, required - 1)) };
+  }
+}
+
+/** Solana's adapter when it is enabled and has an RPC URL, opened (and its cluster checked). */
+export async function openSolanaChain(
+  settings: {
+    chains: readonly ChainName[];
+    chainRpcUrls: Partial<Record<ChainName, string>>;
+    solana: { cluster: string; tokens: SolanaToken[] | undefined; treasury: string | undefined } | undefined;
+    requiredConfirmations: Record<ChainName, number>;
+  },
+  keyring: SolanaChainOptions['keyring'],
+): Promise<SolanaChain | undefined> {
+  const rpcUrl = settings.chainRpcUrls.solana;
+  const solana = settings.solana;
+  if (!rpcUrl || !solana || !settings.chains.includes('solana')) return undefined;
+  return SolanaChain.open({
+    rpcUrl,
+    keyring,
+    cluster: solana.cluster,
+    confirmations: settings.requiredConfirmations.solana,
+    ...(solana.tokens && { tokens: solana.tokens }),
+    ...(solana.treasury && { treasury: solana.treasury }),
+  });
+}

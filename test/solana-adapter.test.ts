@@ -1,0 +1,386 @@
+// The Solana adapter against the test node (the real runtime behind a
+// JSON-RPC façade), and the test node against what a real validator refuses:
+// signatures, stale or unknown blockhashes, repeats, and what the runtime
+// itself fails (funds, rent, a token account's balance).
+import assert from 'node:assert/strict';
+import { createPrivateKey, sign } from 'node:crypto';
+import { after, before, describe, it } from 'node:test';
+import { Keypair, PublicKey, SystemProgram, Transaction } from '@solana/web3.js';
+import { createCloseAccountInstruction, getAssociatedTokenAddressSync } from '@solana/spl-token';
+import bs58 from 'bs58';
+import { derivePath } from 'ed25519-hd-key';
+import { mnemonicToSeedSync } from '@scure/bip39';
+import { parseRpcJson, parseSolanaBlock, SolanaChain, TOKEN_INDEX_OFFSET } from '../adapters/chains/solana.ts';
+import { TransactionRejectedError } from '../adapters/chains/port.ts';
+import { DepositKeyring, solanaServiceWalletPaths } from '../adapters/keys/derivation.ts';
+import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
+import type { SolanaTestNode } from './support/solana-node.ts';
+import { startSolanaNode, USDT_MINT } from './support/solana-flow.ts';
+
+const keyring = DepositKeyring.fromMnemonic(SERVICE_MNEMONIC);
+
+async function rpc(node: SolanaTestNode, method: string, params: unknown[]) {
+  const response = await fetch(node.url, {
+    method: 'POST',
+    body: JSON.stringify({ jsonrpc: '2.0', id: 1, method, params }),
+  });
+  return (await response.json()) as { result?: any; error?: { code: number; message: string; data?: any } };
+}
+
+describe('the Solana test node refuses what a validator refuses', () => {
+  let node: SolanaTestNode;
+  let payer: Keypair;
+  before(async () => {
+    node = await startSolanaNode();
+    payer = Keypair.generate();
+    await node.airdrop(payer.publicKey, 5_000_000_000n);
+    await node.mine();
+  });
+  after(() => node.stop());
+
+  const transfer = (lamports: number, options: { blockhash?: string; signers?: Keypair[]; to?: PublicKey } = {}) => {
+    const tx = new Transaction({
+      feePayer: payer.publicKey,
+      blockhash: options.blockhash ?? node['blocks'].at(-1)!.blockhash,
+      lastValidBlockHeight: 0,
+    }).add(
+      SystemProgram.transfer({
+        fromPubkey: payer.publicKey,
+        toPubkey: options.to ?? Keypair.generate().publicKey,
+        lamports,
+      }),
+    );
+    tx.sign(...(options.signers ?? [payer]));
+    return tx;
+  };
+  const send = (tx: Transaction) =>
+    rpc(node, 'sendTransaction', [
+      tx.serialize({ verifySignatures: false }).toString('base64'),
+      { encoding: 'base64' },
+    ]);
+
+  it('takes a signed transfer once, charges the runtime fee, and answers a repeat as already processed', async () => {
+    const tx = transfer(1_000_000);
+    const answer = await send(tx);
+    assert.equal(answer.result, bs58.encode(tx.signature!));
+    await node.mine();
+    assert.equal(node.feeOf(answer.result), 5_000n);
+    const again = await send(tx);
+    assert.equal(again.error?.code, -32002);
+    assert.match(again.error!.message, /already been processed/);
+  });
+
+  it('refuses a transaction signed by another key, or changed after signing', async () => {
+    // The payer's transfer, signed by a stranger's key in the payer's place.
+    const forged = transfer(1_000_000);
+    const stranger = Keypair.generate();
+    const strangerKey = createPrivateKey({
+      key: Buffer.concat([Buffer.from('302e020100300506032b657004220420', 'hex'), stranger.secretKey.subarray(0, 32)]),
+      format: 'der',
+      type: 'pkcs8',
+    });
+    forged.signatures[0]!.signature = sign(null, forged.serializeMessage(), strangerKey);
+    assert.equal((await send(forged)).error?.code, -32003);
+    const tampered = transfer(1_000_000);
+    const bytes = tampered.serialize();
+    bytes[bytes.length - 1]! ^= 1; // the last byte of the transfer's amount
+    const answer = await rpc(node, 'sendTransaction', [bytes.toString('base64'), { encoding: 'base64' }]);
+    assert.deepEqual(answer.error, { code: -32003, message: 'Transaction signature verification failure' });
+  });
+
+  it('refuses an unknown blockhash and one older than 150 blocks', async () => {
+    const unknown = await send(transfer(1_000_000, { blockhash: bs58.encode(Buffer.alloc(32, 7)) }));
+    assert.equal(unknown.error?.code, -32002);
+    assert.equal(unknown.error?.data.err, 'Blockhash not found');
+    const old = node['blocks'].at(-1)!.blockhash;
+    await node.mine(151);
+    const stale = await send(transfer(1_000_000, { blockhash: old }));
+    assert.equal(stale.error?.data.err, 'Blockhash not found');
+  });
+
+  it("refuses what the runtime fails in preflight: funds, rent, a token account's balance", async () => {
+    const poor = await send(transfer(50_000_000_000));
+    assert.equal(poor.error?.code, -32002);
+    // The System program's ResultWithNegativeLamports, as a validator words it.
+    assert.equal(
+      poor.error!.message,
+      'Transaction simulation failed: Error processing Instruction 0: custom program error: 0x1',
+    );
+    assert.ok(poor.error!.data.logs.some((l: string) => /Transfer: insufficient lamports/.test(l)));
+    const dust = await send(transfer(1_000)); // a new account below the rent-exempt minimum
+    assert.match(dust.error!.message, /insufficient funds for rent/);
+    // Closing a token account that still holds tokens fails in the token program.
+    const holder = Keypair.generate();
+    await node.airdrop(holder.publicKey, 100_000_000n);
+    await node.mintTokens(holder.publicKey, 'USDT', 5n);
+    await node.mine();
+    const account = getAssociatedTokenAddressSync(new PublicKey(USDT_MINT), holder.publicKey);
+    const close = new Transaction({
+      feePayer: holder.publicKey,
+      blockhash: node['blocks'].at(-1)!.blockhash,
+      lastValidBlockHeight: 0,
+    }).add(createCloseAccountInstruction(account, holder.publicKey, holder.publicKey));
+    close.sign(holder);
+    const refused = await send(close);
+    assert.equal(refused.error?.code, -32002);
+    assert.ok(
+      refused.error!.data.logs.some((l: string) =>
+        /Non-native account can only be closed if its balance is zero/.test(l),
+      ),
+    );
+  });
+
+  it('answers blocks by commitment: skipped slots, slots above the head, finalized lagging', async () => {
+    node.skip(3);
+    await node.mine();
+    const head = node.headSlot;
+    const skipped = await rpc(node, 'getBlock', [head - 1, { commitment: 'confirmed' }]);
+    assert.equal(skipped.error?.code, -32007);
+    const ahead = await rpc(node, 'getBlock', [head + 1, { commitment: 'confirmed' }]);
+    assert.equal(ahead.error?.code, -32004);
+    const notFinal = await rpc(node, 'getBlock', [head, { commitment: 'finalized' }]);
+    assert.equal(notFinal.error?.code, -32004);
+    const finalized = (await rpc(node, 'getSlot', [{ commitment: 'finalized' }])).result;
+    assert.ok(finalized <= head - 32);
+  });
+});
+
+describe('the Solana adapter', () => {
+  let node: SolanaTestNode;
+  let chain: SolanaChain;
+  let payer: Keypair;
+  before(async () => {
+    node = await startSolanaNode();
+    chain = await SolanaChain.open({ rpcUrl: node.url, keyring, pollMs: 50 });
+    payer = Keypair.generate();
+    await node.airdrop(payer.publicKey, 50_000_000_000n);
+    await node.mintTokens(payer.publicKey, 'USDT', 1_000_000_000n);
+    await node.airdrop(chain.feeWallet, 1_000_000_000n);
+    await node.mine();
+  });
+  after(async () => {
+    chain.close();
+    await node.stop();
+  });
+
+  it('derives its fee wallet and treasury at the documented paths', () => {
+    const seed = Buffer.from(mnemonicToSeedSync(SERVICE_MNEMONIC)).toString('hex');
+    for (const role of ['fee', 'treasury'] as const) {
+      const expected = Keypair.fromSeed(derivePath(solanaServiceWalletPaths[role], seed).key).publicKey.toBase58();
+      assert.equal(keyring.deriveSolanaServiceKey(role).address, expected);
+    }
+    assert.equal(chain.feeWallet, keyring.deriveSolanaServiceKey('fee').address);
+    assert.equal(
+      JSON.stringify(keyring.deriveSolanaServiceKey('fee')).includes('keypair'),
+      false,
+      'the key stays out of JSON',
+    );
+  });
+
+  it('refuses a cluster other than the configured one, in one line naming the variable', async () => {
+    await assert.rejects(SolanaChain.open({ rpcUrl: node.url, keyring, cluster: 'devnet' }), (error: Error) => {
+      assert.equal(
+        error.message,
+        'CHAIN_SOLANA_RPC_URL is an RPC of Solana mainnet-beta, not Solana devnet; set CHAIN_SOLANA_CLUSTER=mainnet-beta if that cluster is meant',
+      );
+      return true;
+    });
+  });
+
+  it('reads SOL and token payments from balances, whichever program moved them', async () => {
+    const deposit = keyring.deriveDepositKey('solana', 11).address;
+    const sol = await node.sendSol(payer, deposit, 123_456_789n);
+    const usdt = await node.sendToken(payer, deposit, 'USDT', 42_000_000n);
+    // The Token program pays SOL too: a closed token account's rent goes to its destination.
+    const spare = Keypair.generate();
+    await node.airdrop(spare.publicKey, 100_000_000n);
+    await node.mintTokens(spare.publicKey, 'USDT', 0n);
+    await node.mine();
+    const spareAccount = node.tokenAccount(spare.publicKey, 'USDT');
+    const rent = await node.balance(spareAccount);
+    const closed = await node.send(
+      [createCloseAccountInstruction(spareAccount, new PublicKey(deposit), spare.publicKey)],
+      [spare],
+    );
+    await node.mine();
+    const head = await chain.head();
+    const found = [];
+    for (let slot = head.height - 1; slot <= head.height; slot++) found.push(...(await chain.block(slot))!.transfers);
+    const toDeposit = found.filter((t) => t.to === deposit);
+    assert.deepEqual(
+      toDeposit.map(({ txHash, token, amount }) => ({ txHash, token, amount })),
+      [
+        { txHash: sol, token: 'SOL', amount: 123_456_789n },
+        { txHash: usdt, token: 'USDT', amount: 42_000_000n },
+        { txHash: closed, token: 'SOL', amount: rent },
+      ],
+    );
+    assert.ok(toDeposit[1]!.index >= TOKEN_INDEX_OFFSET, 'a token payment never shares an index with a SOL one');
+  });
+
+  it('keeps lamports and token amounts exact beyond 2^53, and skips failed transactions', () => {
+    const text = `{"transactions":[
+      {"meta":{"err":null,"fee":5000,"preBalances":[9007199254740993000,0],"postBalances":[9007199254740992995,5],
+        "preTokenBalances":[],"postTokenBalances":[{"accountIndex":1,"mint":"${USDT_MINT}","owner":"Own1111111111111111111111111111111111111111",
+        "uiTokenAmount":{"amount":"18446744073709551615","decimals":6,"uiAmount":1.8446744073709552e13,"uiAmountString":"18446744073709.551615"}}]},
+       "transaction":{"signatures":["sig1"],"message":{"accountKeys":["A","B"],"recentBlockhash":"h"}}},
+      {"meta":{"err":{"InstructionError":[0,{"Custom":1}]},"fee":5000,"preBalances":[10,0],"postBalances":[5,5]},
+       "transaction":{"signatures":["sig2"],"message":{"accountKeys":["A","C"],"recentBlockhash":"h"}}}]}`;
+    const transfers = parseSolanaBlock(parseRpcJson(text), [{ symbol: 'USDT', mint: USDT_MINT, decimals: 6 }]);
+    assert.deepEqual(transfers, [
+      { txHash: 'sig1', index: 1, to: 'B', token: 'SOL', amount: 5n },
+      {
+        txHash: 'sig1',
+        index: TOKEN_INDEX_OFFSET + 1,
+        to: 'Own1111111111111111111111111111111111111111',
+        token: 'USDT',
+        amount: 18446744073709551615n,
+      },
+    ]);
+  });
+
+  it('gives a skipped slot the hash of the block before it, and waits when no later block exists yet', async () => {
+    await node.mine();
+    node.skip(2);
+    const before = await chain.head();
+    const last = await chain.block(before.height);
+    assert.equal(await chain.block(before.height + 1), undefined, 'no block after it yet: not decided');
+    await node.mine();
+    const skipped = await chain.block(before.height + 1);
+    assert.deepEqual([skipped!.hash, skipped!.parentHash, skipped!.transfers], [last!.hash, last!.hash, []]);
+    const next = await chain.block(before.height + 3);
+    assert.equal(next!.parentHash, last!.hash);
+  });
+
+  it('sees a dropped block as another hash at its slot, its payment gone', async () => {
+    const deposit = keyring.deriveDepositKey('solana', 12).address;
+    await node.sendSol(payer, deposit, 7_000_000n);
+    await node.mine();
+    const slot = node.headSlot;
+    const held = await chain.block(slot);
+    assert.equal(held!.transfers.filter((t) => t.to === deposit).length, 1);
+    node.drop(1);
+    await node.mine();
+    const now = await chain.block(slot);
+    assert.notEqual(now!.hash, held!.hash);
+    assert.deepEqual(now!.transfers, []);
+    assert.equal(await node.balance(deposit), 0n, 'the fork undid the transfer');
+  });
+
+  it('sweeps SOL: payout, the fee back to the fee wallet that paid it, the rest to the treasury; nothing left', async () => {
+    const index = 13;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, deposit, 250_000_000n);
+    await node.mine();
+    const merchant = Keypair.generate().publicKey.toBase58();
+    const [feeBefore, treasuryBefore] = [await node.balance(chain.feeWallet), await node.balance(chain.treasury)];
+    const network = chain.networkFee('SOL');
+    assert.equal(network, 10_000n);
+    const payout = 250_000_000n - 2_500_000n - network;
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: merchant,
+      token: 'SOL',
+      amount: payout,
+      reference: 'sol-sweep',
+      fees: { platform: 2_500_000n, network },
+    });
+    assert.deepEqual(
+      await chain.prepareTransfer({
+        from: { address: deposit, derivationIndex: index },
+        to: merchant,
+        token: 'SOL',
+        amount: payout,
+        reference: 'sol-sweep',
+      }),
+      sweep,
+    );
+    await chain.broadcast(sweep);
+    await chain.broadcast(sweep); // sent again after a crash: not an error
+    await node.mine();
+    assert.equal(await node.balance(merchant), payout);
+    assert.equal(await node.balance(deposit), 0n);
+    assert.equal(node.feeOf(sweep.txHash), network);
+    assert.equal(await node.balance(chain.feeWallet), feeBefore, 'the fee wallet paid the fee and got it back');
+    assert.equal((await node.balance(chain.treasury)) - treasuryBefore, 2_500_000n);
+    assert.deepEqual(await chain.transactionStatus(sweep.txHash), { blockNumber: node.headSlot, confirmations: 1 });
+    await node.mine(40);
+    const final = await chain.transactionStatus(sweep.txHash);
+    assert.ok(final!.confirmations >= 32, 'finalized: its full depth');
+  });
+
+  it("sweeps a token: the merchant's account created, payout and fee, the deposit's account closed with its rent to the treasury", async () => {
+    const index = 14;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendToken(payer, deposit, 'USDT', 40_000_000n);
+    await node.mine();
+    const merchant = Keypair.generate().publicKey.toBase58();
+    const depositAccount = node.tokenAccount(deposit, 'USDT');
+    const rent = await node.balance(depositAccount);
+    const treasuryBefore = await node.balance(chain.treasury);
+    const treasuryTokens = await node.tokenBalance(chain.treasury, 'USDT');
+    assert.equal(chain.networkFee('USDT'), 0n, 'the fee wallet pays in SOL');
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: merchant,
+      token: 'USDT',
+      amount: 39_600_000n,
+      reference: 'usdt-sweep',
+      fees: { platform: 400_000n, network: 0n },
+    });
+    await chain.broadcast(sweep);
+    await node.mine();
+    assert.equal(await node.tokenBalance(merchant, 'USDT'), 39_600_000n);
+    assert.equal((await node.tokenBalance(chain.treasury, 'USDT')) - treasuryTokens, 400_000n);
+    assert.equal(await node.exists(depositAccount), false, 'closed');
+    assert.equal((await node.balance(chain.treasury)) - treasuryBefore, rent, 'its rent went to the treasury');
+    assert.equal(await node.balance(deposit), 0n, 'the deposit address never held SOL');
+  });
+
+  it('declares a sweep refused only once the finalized chain is past its last valid height without it', async () => {
+    const index = 15;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, deposit, 50_000_000n);
+    await node.mine();
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: Keypair.generate().publicKey.toBase58(),
+      token: 'SOL',
+      amount: 40_000_000n,
+      reference: 'lost-sweep',
+      fees: { platform: 500_000n, network: 10_000n },
+    });
+    // Never sent (the process died before), and now its blockhash is too old.
+    await node.mine(200);
+    const refused = () => chain.broadcast(sweep);
+    // The head is past it but the finalized chain is not: the outcome is not decided yet.
+    node.finalizedLag = 150;
+    await assert.rejects(refused(), (error: Error) => !(error instanceof TransactionRejectedError));
+    node.finalizedLag = 32;
+    await assert.rejects(refused(), TransactionRejectedError);
+    assert.equal(await node.balance(deposit), 50_000_000n, 'nothing moved');
+  });
+
+  it('leaves the outcome open when the RPC is behind, and sends the same transaction next time', async () => {
+    node.failNextSends.push({ code: -32005, message: 'Node is behind by 42 slots' });
+    const index = 16;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, deposit, 5_000_000n);
+    await node.mine();
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: Keypair.generate().publicKey.toBase58(),
+      token: 'SOL',
+      amount: 1_000_000n,
+      reference: 'behind',
+      fees: { platform: 50_000n, network: 10_000n },
+    });
+    await assert.rejects(
+      chain.broadcast(sweep),
+      (error: Error) => !(error instanceof TransactionRejectedError) && /behind/.test(error.message),
+    );
+    await chain.broadcast(sweep);
+    await node.mine();
+    assert.ok(await chain.transactionStatus(sweep.txHash));
+  });
+});

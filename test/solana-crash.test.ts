@@ -1,0 +1,196 @@
+// Crashes against the Solana test node, with the real service process killed
+// (SIGKILL) and restarted: a kill while payments are being detected (and
+// payments made while it is down) misses none and counts none twice; a kill
+// between a sweep's signing and its broadcast, or between its broadcast and
+// its record, sends exactly one payout; and a sweep signed but never sent
+// whose blockhash expired while the service was down is replaced only once
+// the chain shows it can never land.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, it } from 'node:test';
+import { Keypair } from '@solana/web3.js';
+import { baseUnits } from './support/evm-flow.ts';
+import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { eventually as until } from './support/merchant.ts';
+import type { SolanaTestNode } from './support/solana-node.ts';
+import { solanaEnv, startSolanaNode } from './support/solana-flow.ts';
+
+const ADMIN = 'solana-crash-test-admin-token';
+
+describe('crashes on the Solana test node', () => {
+  let node: SolanaTestNode;
+  let payer: Keypair;
+  let dir: string;
+  let running: ServiceProcess | undefined;
+  before(async () => {
+    node = await startSolanaNode();
+    payer = Keypair.generate();
+    await node.airdrop(payer.publicKey, 1_000_000_000_000n);
+    await node.mintTokens(payer.publicKey, 'USDT', 10_000_000_000n);
+    node.mine();
+  });
+  after(() => node.stop());
+
+  async function start(extra: Record<string, string> = {}) {
+    running = await startProcess({ ...solanaEnv(node, { ADMIN_TOKEN: ADMIN }), DATA_DIR: dir, ...extra });
+    return running.url;
+  }
+  async function kill() {
+    running!.child.kill('SIGKILL');
+    await running!.exited;
+  }
+  async function withDataDir(work: () => Promise<void>) {
+    dir = await mkdtemp(join(tmpdir(), 'invoicing-solana-crash-'));
+    try {
+      await work();
+    } finally {
+      if (running && running.child.exitCode === null && running.child.signalCode === null) await running.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  }
+  async function merchant(url: string, wallet: string) {
+    const m = (
+      await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'Solana', settlementWallets: { solana: wallet } })
+    ).body.data;
+    return (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data.key as string;
+  }
+  async function invoice(url: string, key: string, token?: string) {
+    const res = await call(url, 'POST', '/api/v1/payments', key, {
+      amount: '20',
+      currency: 'USD',
+      chain: 'solana',
+      ...(token && { token }),
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
+  }
+  async function pay(p: { address: string; cryptoAmount: string }, token?: string) {
+    if (token) await node.sendToken(payer, p.address, token, baseUnits(p.cryptoAmount, 6));
+    else await node.sendSol(payer, p.address, baseUnits(p.cryptoAmount, 9));
+  }
+  async function fundServiceWallets(url: string) {
+    const [{ feeWallet, treasury }] = (await call(url, 'GET', '/admin/v1/wallets', ADMIN)).body.data;
+    await node.sendSol(payer, feeWallet, 1_000_000_000n);
+    if ((await node.balance(treasury)) === 0n) await node.sendSol(payer, treasury, 1_000_000n);
+    node.mine();
+  }
+  const status = async (url: string, id: string) => (await call(url, 'GET', `/api/v1/invoices/${id}/status`)).body.data;
+  const events = async (url: string, id: string, key: string) =>
+    (await call(url, 'GET', `/api/v1/invoices/${id}/events`, key)).body.data as any[];
+  /** Mines a block at each look, so that confirmations and sweeps move on. */
+  const mineUntil = (url: string, id: string, done: (s: any) => boolean) =>
+    until(
+      async () => {
+        const s = await status(url, id);
+        if (!done(s)) node.mine(1);
+        return s;
+      },
+      done,
+      90_000,
+    );
+  /** Mines until the failpoint has killed the process. */
+  async function mineUntilKilled() {
+    const exit = await until(
+      async () => {
+        if (running!.child.exitCode !== null || running!.child.signalCode !== null) return 'exited';
+        node.mine(1);
+        return 'alive';
+      },
+      (s) => s === 'exited',
+      60_000,
+    );
+    assert.equal(exit, 'exited');
+    assert.equal(running!.child.signalCode, 'SIGKILL');
+  }
+  /** The merchant got exactly one payout, of the net amount, in the settlement's transaction. */
+  async function paidOnce(url: string, p: { paymentId: string }, key: string, wallet: string, token?: string) {
+    const settled = await mineUntil(url, p.paymentId, (s) => s.status === 'settled');
+    const history = await events(url, p.paymentId, key);
+    const net = BigInt(history.find((e) => e.type === 'SettlementRequested').data.netAmount);
+    assert.deepEqual(
+      node.paymentsTo(wallet, token),
+      [{ signature: settled.txHash, amount: net }],
+      'paid once, exactly',
+    );
+    assert.equal(history.filter((e) => e.type === 'InvoiceSettled').length, 1);
+    return history;
+  }
+
+  it('a kill during detection, and payments while the service is down, miss nothing', async () => {
+    await withDataDir(async () => {
+      let url = await start();
+      const key = await merchant(url, Keypair.generate().publicKey.toBase58());
+      const invoices: { token: string | undefined; p: Awaited<ReturnType<typeof invoice>> }[] = [];
+      for (let i = 0; i < 6; i++) {
+        const token = i % 2 === 0 ? undefined : 'USDT';
+        invoices.push({ token, p: await invoice(url, key, token) });
+      }
+      // Two paid and seen; two more paid as the process dies; two while it is down.
+      for (const { p, token } of invoices.slice(0, 2)) await pay(p, token);
+      node.mine(1);
+      await until(
+        () => status(url, invoices[0]!.p.paymentId),
+        (s) => s.hasDetectedPayment,
+      );
+      for (const { p, token } of invoices.slice(2, 4)) await pay(p, token);
+      node.mine(1);
+      await kill();
+      for (const { p, token } of invoices.slice(4)) await pay(p, token);
+      node.mine(1);
+      node.skip(2); // and slots without a block while it was away
+      node.mine(2);
+
+      url = await start();
+      for (const { p } of invoices) {
+        await mineUntil(url, p.paymentId, (s) => ['confirmed', 'settled'].includes(s.status));
+        const types = (await events(url, p.paymentId, key)).map((e) => e.type);
+        assert.equal(types.filter((t) => t === 'PaymentDetected').length, 1, `${p.paymentId} detected once`);
+        assert.equal(types.filter((t) => t === 'PaymentApplied').length, 1, `${p.paymentId} counted once`);
+      }
+    });
+  });
+
+  for (const [failpoint, token] of [
+    ['settlement:after-prepare', 'USDT'],
+    ['settlement:after-broadcast', 'USDT'],
+    ['settlement:after-prepare', undefined],
+    ['settlement:after-broadcast', undefined],
+  ] as const) {
+    it(`a kill at ${failpoint} (${token ?? 'SOL'}) and a restart send exactly one payout`, async () => {
+      await withDataDir(async () => {
+        let url = await start({ FAILPOINTS: failpoint });
+        await fundServiceWallets(url);
+        const wallet = Keypair.generate().publicKey.toBase58();
+        const key = await merchant(url, wallet);
+        const p = await invoice(url, key, token);
+        await pay(p, token);
+        await mineUntilKilled();
+
+        url = await start();
+        const history = await paidOnce(url, p, key, wallet, token);
+        assert.equal(history.filter((e) => e.type === 'SettlementTransactionPrepared').length, 1, 'one attempt');
+      });
+    });
+  }
+
+  it('a sweep signed but never sent, whose blockhash expired while the service was down, is replaced: one payout', async () => {
+    await withDataDir(async () => {
+      let url = await start({ FAILPOINTS: 'settlement:after-prepare' });
+      await fundServiceWallets(url);
+      const wallet = Keypair.generate().publicKey.toBase58();
+      const key = await merchant(url, wallet);
+      const p = await invoice(url, key, 'USDT');
+      await pay(p, 'USDT');
+      await mineUntilKilled();
+      node.mine(200); // past the recorded sweep's last valid block height, finalized too
+
+      url = await start();
+      const history = await paidOnce(url, p, key, wallet, 'USDT');
+      const prepared = history.filter((e) => e.type === 'SettlementTransactionPrepared');
+      assert.equal(prepared.length, 2, 'the expired one, then its replacement');
+      assert.equal(node.findTransaction(prepared[0].data.txHash), undefined, 'the expired one never landed');
+    });
+  });
+});

@@ -1,0 +1,31 @@
+// Shared steps of the Solana integration tests: a test node with the
+// catalogue's USDT and USDC mints, and the service's environment for it.
+import { findToken } from '../../domain/catalogue.ts';
+import { SERVICE_MNEMONIC } from './evm-flow.ts';
+import { SolanaTestNode } from './solana-node.ts';
+
+export const USDT_MINT = findToken('solana', 'USDT')!.contractAddress!;
+export const USDC_MINT = findToken('solana', 'USDC')!.contractAddress!;
+
+export async function startSolanaNode(options: { finalizedLag?: number } = {}): Promise<SolanaTestNode> {
+  const node = await new SolanaTestNode({
+    ...options,
+    tokens: [
+      { symbol: 'USDT', mint: USDT_MINT, decimals: 6 },
+      { symbol: 'USDC', mint: USDC_MINT, decimals: 6 },
+    ],
+  }).start();
+  await node.mine(40); // a finalized block to refer to
+  return node;
+}
+
+/** The service's environment for the test node (mainnet-beta's genesis hash, the catalogue's mints). */
+export function solanaEnv(node: SolanaTestNode, extra: Record<string, string> = {}): Record<string, string> {
+  return {
+    CHAINS: 'solana',
+    CHAIN_SOLANA_RPC_URL: node.url,
+    WALLET_MNEMONIC: SERVICE_MNEMONIC,
+    RATE_LIMITS: 'off',
+    ...extra,
+  };
+}

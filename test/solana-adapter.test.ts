@@ -221,12 +221,16 @@ describe('the Solana adapter', () => {
   it('keeps lamports and token amounts exact beyond 2^53, and skips failed transactions', () => {
     const text = `{"transactions":[
       {"meta":{"err":null,"fee":5000,"preBalances":[9007199254740993000,0],"postBalances":[9007199254740992995,5],
+        "logMessages":["Program log: \\"preBalances\\":[12345678901234567890], \\"fee\\": 12345678901234567890"],
         "preTokenBalances":[],"postTokenBalances":[{"accountIndex":1,"mint":"${USDT_MINT}","owner":"Own1111111111111111111111111111111111111111",
         "uiTokenAmount":{"amount":"18446744073709551615","decimals":6,"uiAmount":1.8446744073709552e13,"uiAmountString":"18446744073709.551615"}}]},
        "transaction":{"signatures":["sig1"],"message":{"accountKeys":["A","B"],"recentBlockhash":"h"}}},
       {"meta":{"err":{"InstructionError":[0,{"Custom":1}]},"fee":5000,"preBalances":[10,0],"postBalances":[5,5]},
        "transaction":{"signatures":["sig2"],"message":{"accountKeys":["A","C"],"recentBlockhash":"h"}}}]}`;
-    const transfers = parseSolanaBlock(parseRpcJson(text), [{ symbol: 'USDT', mint: USDT_MINT, decimals: 6 }]);
+    const parsed = parseRpcJson<{ transactions: { meta: { logMessages: string[] } }[] }>(text);
+    // Text inside a string is left alone, even when it looks like a balance.
+    assert.equal(parsed.transactions[0]!.meta.logMessages[0], 'Program log: "preBalances":[12345678901234567890], "fee": 12345678901234567890');
+    const transfers = parseSolanaBlock(parsed as never, [{ symbol: 'USDT', mint: USDT_MINT, decimals: 6 }]);
     assert.deepEqual(transfers, [
       { txHash: 'sig1', index: 1, to: 'B', token: 'SOL', amount: 5n },
       {

@@ -48,7 +48,6 @@ import {
   getAssociatedTokenAddressSync,
 } from '@solana/spl-token';
 import bs58 from 'bs58';
-import { isSafeNumber, parse as parseLosslessJson } from 'lossless-json';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { withoutRpcUrl } from './evm.ts';
@@ -106,7 +105,8 @@ export interface SolanaChainOptions {
 // The RPC's answers, as `encoding: "json"` gives them (docs.solana.com/api/http)
 // ---------------------------------------------------------------------------
 
-type Integer = number | bigint;
+/** An integer of the RPC: a number, or a decimal string where it passes 2^53 (parseRpcJson). */
+type Integer = number | string;
 
 export interface RpcTokenBalance {
   accountIndex: number;
@@ -156,11 +156,21 @@ class SolanaRpcError extends Error {
   }
 }
 
-/** Integers beyond 2^53 (lamports, u64 amounts) stay exact as bigints; other numbers are numbers. */
+/**
+ * JSON.parse, with the integers that can pass 2^53 kept exact: lamports in
+ * balance arrays and in `fee`, `lamports` and `value`, written as strings
+ * before parsing when they have 16 digits or more (token amounts are strings
+ * already). A quote inside a JSON string is escaped, so the patterns only meet
+ * real keys. (A lossless JSON parser did the same at six times the cost of a
+ * block: the profile in docs/solana.md.)
+ */
 export function parseRpcJson<T>(text: string): T {
-  return parseLosslessJson(text, null, (value) =>
-    /^-?\d+$/.test(value) && !isSafeNumber(value) ? BigInt(value) : Number(value),
-  ) as T;
+  const exact = text
+    .replace(/"(preBalances|postBalances)":\[([\d,\s]*)\]/g, (_all, key: string, list: string) =>
+      `"${key}":[${list.replace(/\d{16,}/g, '"$&"')}]`,
+    )
+    .replace(/"(fee|lamports|value)":\s*(\d{16,})/g, '"$1":"$2"');
+  return JSON.parse(exact) as T;
 }
 
 const toBigInt = (value: Integer | string | undefined) => BigInt(value ?? 0);

@@ -7,12 +7,13 @@ import { eventStoreSuite } from './event-store.ts';
 import { evmSuite } from './evm.ts';
 import { tronSuite } from './tron.ts';
 import { bitcoinSuite } from './bitcoin.ts';
+import { solanaSuite } from './solana.ts';
 import { httpSuite } from './http.ts';
 import { benchScale, resolveTargets, wasInterrupted, type BenchSuite, type BenchTarget } from './support.ts';
 import { formatMegabytes, formatSeconds } from './table.ts';
 
 /** The suites, run in this order. */
-const suites: readonly BenchSuite[] = [eventStoreSuite, httpSuite, evmSuite, tronSuite, bitcoinSuite];
+const suites: readonly BenchSuite[] = [eventStoreSuite, httpSuite, evmSuite, tronSuite, bitcoinSuite, solanaSuite];
 
 const rssAtStart = process.memoryUsage().rss;
 

@@ -470,8 +470,8 @@ export class SolanaTestNode {
       meta: {
         err: null,
         fee,
-        preBalances: keys.map((k) => lamports(before.get(k.toBase58()))),
-        postBalances: keys.map((k) => lamports(after.get(k.toBase58()))),
+        preBalances: keys.map((k) => Number(lamports(before.get(k.toBase58())))),
+        postBalances: keys.map((k) => Number(lamports(after.get(k.toBase58())))),
         preTokenBalances: await this.tokenBalances(keys, before),
         postTokenBalances: await this.tokenBalances(keys, after),
         loadedAddresses: { writable: [], readonly: [] },

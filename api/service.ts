@@ -4,6 +4,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { openEvmChains, type EvmChain } from '../adapters/chains/evm.ts';
+import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
 import { openSolanaChain, type SolanaChain } from '../adapters/chains/solana.ts';
 import { openTronChain, type TronChain } from '../adapters/chains/tron.ts';
 import { bitcoinNetworkOf, openBitcoinChain, type BitcoinChain } from '../adapters/chains/bitcoin.ts';
@@ -200,10 +201,11 @@ export async function startService(
   for (const chain of settlementDeps.chains.values()) chain.onNewBlock(() => sweeper.poke());
   // GET /admin/v1/wallets: the fee wallet and treasury of each chain with a node.
   const wallets = async (): Promise<OperatorWallet[]> => {
+    // The first index of the next block a process will reserve (commands/derivation-indexes.ts).
     const row = await sql<{
       revision: number;
-    }>`select revision from es_streams where stream_id = 'derivation-indexes'`.execute(database.db);
-    const nextDerivationIndex = Number(row.rows[0]?.revision ?? -1) + 1;
+    }>`select revision from es_streams where stream_id = ${DERIVATION_BLOCK_STREAM}`.execute(database.db);
+    const nextDerivationIndex = blockStart(Number(row.rows[0]?.revision ?? -1) + 1);
     return Promise.all(
       config.chains.map(async (chain) => {
         const node = nodeChains.get(chain);

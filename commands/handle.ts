@@ -27,21 +27,43 @@ export interface Handled<State, Event> {
   position: string | undefined;
 }
 
-export async function handleCommand<Command, State, Event extends DomainEvent>(
+export function handleCommand<Command, State, Event extends DomainEvent>(
   store: EventStore,
   decider: Decider<Command, State, Event>,
   streamId: string,
   command: Command,
   options: HandleOptions = {},
 ): Promise<Handled<State, Event>> {
+  return handleCommands(store, decider, streamId, [command], options);
+}
+
+/**
+ * Several commands decided in turn, each on the state the previous one left,
+ * and all their events appended at once: one read and one append for what
+ * would otherwise be one of each per command (a payment is an invoice and its
+ * address), and all of it or nothing.
+ */
+export async function handleCommands<Command, State, Event extends DomainEvent>(
+  store: EventStore,
+  decider: Decider<Command, State, Event>,
+  streamId: string,
+  commands: readonly Command[],
+  options: HandleOptions = {},
+): Promise<Handled<State, Event>> {
   const attempts = options.maxAttempts ?? 5;
   for (let attempt = 1; ; attempt++) {
     const recorded = await store.readStream(streamId);
-    const state = fold(
+    const initial = fold(
       decider,
       recorded.map((r) => ({ type: r.type, data: r.data }) as Event),
     );
-    const events = decider.decide(command, state);
+    let state = initial;
+    const events: Event[] = [];
+    for (const command of commands) {
+      const decided = decider.decide(command, state);
+      state = decided.reduce(decider.evolve, state);
+      events.push(...decided);
+    }
     const lastPosition = recorded.at(-1)?.position;
     if (events.length === 0) return { state, events, position: lastPosition };
     const metadata: EventMetadata = {};
@@ -57,7 +79,7 @@ export async function handleCommand<Command, State, Event extends DomainEvent>(
     }));
     try {
       const result = await store.append(streamId, toAppend, recorded.length === 0 ? 'no_stream' : recorded.length - 1);
-      return { state: events.reduce(decider.evolve, state), events, position: result.position };
+      return { state, events, position: result.position };
     } catch (error) {
       if (!(error instanceof ConcurrencyError) || attempt >= attempts) throw error;
     }

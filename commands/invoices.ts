@@ -6,7 +6,7 @@ import type { EventStore } from '../adapters/event-store/port.ts';
 import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import type { RateProvider } from '../adapters/rates/port.ts';
 import { findChain, findToken, type ChainName } from '../domain/catalogue.ts';
-import { DomainError } from '../domain/decider.ts';
+import { DomainError, fold } from '../domain/decider.ts';
 import {
   quoteForNewAddress,
   invoiceDecider,
@@ -15,13 +15,12 @@ import {
   type Invoice,
   type JsonObject,
 } from '../domain/invoice.ts';
-import { handleCommand, loadState } from './handle.ts';
+import { DerivationIndexes } from './derivation-indexes.ts';
+import { handleCommand, handleCommands, loadState } from './handle.ts';
 import type { Written } from './merchants.ts';
 
 /** A quote's rate holds for this long; it is also the longest life of a payment created with its address. */
 export const RATE_WINDOW_MINUTES = 15;
-const DERIVATION_INDEX_STREAM = 'derivation-indexes';
-
 export interface NewInvoice {
   amount: string;
   currency: string;
@@ -47,20 +46,7 @@ export interface InvoiceCommandDeps {
 }
 
 export function invoiceCommands({ store, clock, rates, addresses, enabledChains }: InvoiceCommandDeps) {
-  /**
-   * A derivation index no other address has ever had or will have: the
-   * stream's revision after an append with `any` is unique, across restarts
-   * and concurrent requests. An index reserved and then not used is a gap,
-   * never a reuse.
-   */
-  async function reserveDerivationIndex(invoiceId: string, chain: string): Promise<number> {
-    const { nextRevision } = await store.append(
-      DERIVATION_INDEX_STREAM,
-      [{ id: randomUUID(), type: 'DerivationIndexReserved', data: { invoiceId, chain } }],
-      'any',
-    );
-    return nextRevision;
-  }
+  const derivationIndexes = new DerivationIndexes(store);
 
   async function invoiceOf(invoiceId: string, merchantId?: string): Promise<Invoice> {
     const invoice = await loadState(store, invoiceDecider, invoiceStreamName(invoiceId));
@@ -71,15 +57,10 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     return invoice;
   }
 
-  async function create(merchantId: string, input: NewInvoice, correlationId?: string): Promise<Written<Invoice>> {
-    if (input.id !== undefined) {
-      const existing = await loadState(store, invoiceDecider, invoiceStreamName(input.id));
-      if (existing) return { value: existing, position: undefined };
-    }
+  function createCommandOf(merchantId: string, input: NewInvoice, id: string) {
     // One reading of the clock, so `expiresAt - createdAt` is exactly the window asked for.
     const now = clock.now();
-    const id = input.id ?? randomUUID();
-    const command = {
+    return {
       type: 'CreateInvoice',
       id,
       merchantId,
@@ -92,6 +73,36 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       createdAt: now.toISOString(),
       ...(input.subscriberId !== undefined && { subscriberId: input.subscriberId }),
     } as const;
+  }
+
+  function assignCommandOf(
+    chain: ChainName,
+    token: { symbol: string; decimals: number },
+    rate: string,
+    quotedAt: Date,
+    derivationIndex: number,
+    address: string,
+  ) {
+    return {
+      type: 'AssignAddress',
+      chain,
+      token: token.symbol,
+      tokenDecimals: token.decimals,
+      address,
+      derivationIndex,
+      rate,
+      quotedAt: quotedAt.toISOString(),
+      rateValidUntil: new Date(quotedAt.getTime() + RATE_WINDOW_MINUTES * 60_000).toISOString(),
+    } as const;
+  }
+
+  async function create(merchantId: string, input: NewInvoice, correlationId?: string): Promise<Written<Invoice>> {
+    if (input.id !== undefined) {
+      const existing = await loadState(store, invoiceDecider, invoiceStreamName(input.id));
+      if (existing) return { value: existing, position: undefined };
+    }
+    const id = input.id ?? randomUUID();
+    const command = createCommandOf(merchantId, input, id);
     try {
       const { state, position } = await handleCommand(store, invoiceDecider, invoiceStreamName(id), command, {
         correlationId,
@@ -132,23 +143,13 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     if (!rate)
       throw new DomainError('bad_request', `No exchange rate for ${token.symbol} in ${invoice.currency} is available`);
     quoteForNewAddress(invoice, { quotedAt: quotedAt.toISOString(), rate: rate.rate, tokenDecimals: token.decimals });
-    const derivationIndex = await reserveDerivationIndex(invoiceId, chainInfo.name);
+    const derivationIndex = await derivationIndexes.next();
     const address = await addresses.deriveDepositAddress(chainInfo.name, derivationIndex);
     const { state, position } = await handleCommand(
       store,
       invoiceDecider,
       invoiceStreamName(invoiceId),
-      {
-        type: 'AssignAddress',
-        chain: chainInfo.name,
-        token: token.symbol,
-        tokenDecimals: token.decimals,
-        address,
-        derivationIndex,
-        rate: rate.rate,
-        quotedAt: quotedAt.toISOString(),
-        rateValidUntil: new Date(quotedAt.getTime() + RATE_WINDOW_MINUTES * 60_000).toISOString(),
-      },
+      assignCommandOf(chainInfo.name, token, rate.rate, quotedAt, derivationIndex, address),
       { correlationId },
     );
     const assigned = state!.addresses.find((a) => a.chain === chainInfo.name && a.token === token.symbol)!;
@@ -200,22 +201,31 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       // Checked before anything is written, so a bad chain leaves no invoice behind.
       const chainInfo = findChain(input.chain, enabledChains);
       if (!chainInfo) throw new DomainError('bad_request', `Chain ${input.chain} is not supported or not enabled`);
-      if (!findToken(chainInfo.name, input.token ?? chainInfo.nativeCurrency)) {
-        throw new DomainError('bad_request', `Token ${input.token} is not supported on ${input.chain}`);
-      }
-      const rate = await rates.rate(input.token?.toUpperCase() ?? chainInfo.nativeCurrency, input.currency);
+      const token = findToken(chainInfo.name, input.token ?? chainInfo.nativeCurrency);
+      if (!token) throw new DomainError('bad_request', `Token ${input.token} is not supported on ${input.chain}`);
+      const rate = await rates.rate(token.symbol, input.currency);
       if (!rate)
         throw new DomainError(
           'bad_request',
           `No exchange rate for ${input.token ?? chainInfo.nativeCurrency} in ${input.currency} is available`,
         );
-      const created = await create(
-        merchantId,
-        { ...input, expiresInMinutes: Math.min(input.expiresInMinutes, RATE_WINDOW_MINUTES) },
-        correlationId,
+      // The invoice and its address in one append, checked before an index is reserved (a refusal burns none).
+      const id = randomUUID();
+      const expiresInMinutes = Math.min(input.expiresInMinutes, RATE_WINDOW_MINUTES);
+      const createInvoice = createCommandOf(merchantId, { ...input, expiresInMinutes }, id);
+      const invoice = fold(invoiceDecider, invoiceDecider.decide(createInvoice, null))!;
+      const quotedAt = clock.now();
+      quoteForNewAddress(invoice, { quotedAt: quotedAt.toISOString(), rate: rate.rate, tokenDecimals: token.decimals });
+      const derivationIndex = await derivationIndexes.next();
+      const address = await addresses.deriveDepositAddress(chainInfo.name, derivationIndex);
+      const { state, position } = await handleCommands(
+        store,
+        invoiceDecider,
+        invoiceStreamName(id),
+        [createInvoice, assignCommandOf(chainInfo.name, token, rate.rate, quotedAt, derivationIndex, address)],
+        { correlationId },
       );
-      const { value, position } = await assignAddress(created.value.id, input.chain, input.token, correlationId);
-      return { value: { invoice: value.invoice, address: value.address }, position };
+      return { value: { invoice: state!, address: state!.addresses[0]! }, position };
     },
 
     async cancel(invoiceId: string, merchantId: string, correlationId?: string): Promise<Written<Invoice>> {

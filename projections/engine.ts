@@ -74,6 +74,8 @@ export class ProjectionEngine {
   private readonly checkpoints = new Map<string, string | undefined>();
   private readonly active = new Set<string>();
   private readonly progressed = new Set<() => void>();
+  /** Reads of the log under way, by checkpoint: consumers woken by one append share one read. */
+  private readonly reads = new Map<string, Promise<RecordedEvent[]>>();
   private running = false;
   private stopping?: AbortController;
   private loops: Promise<void>[] = [];
@@ -227,7 +229,7 @@ export class ProjectionEngine {
   /** Applies one batch after the checkpoint in one transaction; returns how many events it applied. */
   private async catchUpOnce(consumer: Consumer): Promise<number> {
     const checkpoint = this.checkpoints.get(consumer.name);
-    const batch = await this.store.readAll(checkpoint, this.options.batchSize ?? 500);
+    const batch = await this.readShared(checkpoint, this.options.batchSize ?? 500);
     if (batch.length === 0) return 0;
     const position = batch.at(-1)!.position;
     try {
@@ -253,6 +255,23 @@ export class ProjectionEngine {
     this.options.onBatch?.(consumer.name, batch.length);
     for (const notify of [...this.progressed]) notify();
     return batch.length;
+  }
+
+  /**
+   * The events after `checkpoint`, read once for every consumer at that
+   * checkpoint (they all wake on the same append). A consumer that joins a
+   * read under way may miss an event appended after it began; so an empty
+   * answer it joined is read again, its own, and a non-empty one is followed
+   * by another read anyway (followAppends goes on while batches come).
+   * Consumers must not change the events they are given.
+   */
+  private readShared(checkpoint: string | undefined, limit: number): Promise<RecordedEvent[]> {
+    const key = `${checkpoint ?? ''}|${limit}`;
+    const pending = this.reads.get(key);
+    if (pending) return pending.then((batch) => (batch.length > 0 ? batch : this.store.readAll(checkpoint, limit)));
+    const reading = this.store.readAll(checkpoint, limit).finally(() => this.reads.delete(key));
+    this.reads.set(key, reading);
+    return reading;
   }
 
   /**

@@ -1,9 +1,11 @@
 // The server side of the HTTP benchmark, in its own process so that the load
-// generator does not share its event loop: the real service, and beside it a
-// bare fastify route doing one primary-key select on the same database (the
-// baseline). Prints one JSON line when ready; stops on SIGTERM.
+// generator does not share its event loop: the real service, and beside it
+// bare fastify routes on the same database (the baselines): one primary-key
+// select, and one one-row insert. Prints one JSON line when ready; stops on
+// SIGTERM.
 import Fastify from 'fastify';
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
+import { randomUUID } from 'node:crypto';
 import { loadConfig } from '../../api/config.ts';
 import { loadSecrets } from '../../api/secrets-file.ts';
 import { startService } from '../../api/service.ts';
@@ -40,6 +42,17 @@ const db = service.database.db as Kysely<ReadModelTables>;
 bare.get<{ Params: { id: string } }>('/pk/:id', async (request) => ({
   data: await db.selectFrom('invoices').selectAll().where('id', '=', request.params.id).executeTakeFirst(),
 }));
+// What a payment is compared with: one row written in its own transaction.
+await sql`create table if not exists bench_inserts (id uuid primary key, body jsonb not null, created_at timestamptz not null)`.execute(
+  service.database.db,
+);
+bare.post<{ Body: Record<string, unknown> }>('/insert', async (request, reply) => {
+  const id = randomUUID();
+  await sql`insert into bench_inserts (id, body, created_at) values (${id}, ${JSON.stringify(request.body)}, now())`.execute(
+    service.database.db,
+  );
+  return reply.code(201).send({ data: { id } });
+});
 const bareUrl = await bare.listen({ port: 0, host: '127.0.0.1' });
 
 console.log(JSON.stringify({ serviceUrl, bareUrl, key: issued.key, invoiceId }));

@@ -1,7 +1,8 @@
-// The HTTP API under load: POST /api/v1/payments and the public status
-// endpoint with 64 connections (autocannon), beside a bare fastify route doing
-// one primary-key select on the same database in the same run, on PGlite and
-// on PostgreSQL.
+// The HTTP API under load (autocannon), each beside a bare fastify route on
+// the same database in the same run, on PGlite and on PostgreSQL, with the
+// ratio goals of issue 13: the public status endpoint at 64 connections
+// beside a one-row primary-key select (goal 0.70), and POST /api/v1/payments
+// at 16 connections beside a one-row insert (goal 0.25).
 import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
@@ -12,7 +13,8 @@ import { freshPostgres } from '../support/postgres.ts';
 import type { BenchSuite } from './support.ts';
 import { formatMegabytes, formatRate, formatRatio, markdownTable } from './table.ts';
 
-const CONNECTIONS = 64;
+const READ_CONNECTIONS = 64;
+const WRITE_CONNECTIONS = 16;
 const root = fileURLToPath(new URL('../..', import.meta.url));
 
 interface Ready {
@@ -30,7 +32,7 @@ interface Measured {
 }
 
 async function load(options: autocannon.Options): Promise<Measured> {
-  const result = await autocannon({ connections: CONNECTIONS, ...options });
+  const result = await autocannon({ connections: READ_CONNECTIONS, ...options });
   return {
     rps: result.requests.average,
     p50: result.latency.p50,
@@ -110,37 +112,44 @@ export const httpSuite: BenchSuite = {
       const server = await startServer(postgres ? { DATABASE_URL: postgres.url } : { DATA_DIR: 'memory://' });
       try {
         const { serviceUrl, bareUrl, key, invoiceId } = server.ready;
+        const paymentBody = JSON.stringify({ amount: '10', currency: 'USD', chain: 'tron', token: 'USDT' });
+        const post = (url: string, headers: Record<string, string> = {}) =>
+          load({
+            url,
+            method: 'POST',
+            headers: { ...headers, 'content-type': 'application/json' },
+            body: paymentBody,
+            duration,
+            connections: WRITE_CONNECTIONS,
+          });
         const baseline = await load({ url: `${bareUrl}/pk/${invoiceId}`, duration });
         const status = await load({ url: `${serviceUrl}/api/v1/invoices/${invoiceId}/status`, duration });
-        const payments = await load({
-          url: `${serviceUrl}/api/v1/payments`,
-          method: 'POST',
-          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ amount: '10', currency: 'USD', chain: 'tron', token: 'USDT' }),
-          duration,
-        });
-        const row = (name: string, m: Measured) => [
+        const inserts = await post(`${bareUrl}/insert`);
+        const payments = await post(`${serviceUrl}/api/v1/payments`, { authorization: `Bearer ${key}` });
+        const row = (name: string, m: Measured, base: Measured | undefined, goal: string) => [
           target.label,
           name,
           formatRate(m.rps),
           `${m.p50} ms`,
           `${m.p99} ms`,
-          formatRatio(m.rps, baseline.rps),
+          base ? formatRatio(m.rps, base.rps) : '',
+          goal,
           String(m.errors),
         ];
         socketNotes.push(`- ${target.label}: ${await idleSocketCost(serviceUrl, invoiceId, server.rss)}`);
-        rows.push(row('bare route, one PK select (baseline)', baseline));
-        rows.push(row('GET /api/v1/invoices/{id}/status', status));
-        rows.push(row('POST /api/v1/payments', payments));
+        rows.push(row(`bare route, one PK select, ${READ_CONNECTIONS} conn. (baseline)`, baseline, undefined, ''));
+        rows.push(row(`GET /api/v1/invoices/{id}/status, ${READ_CONNECTIONS} conn.`, status, baseline, '≥ 0.70'));
+        rows.push(row(`bare route, one-row insert, ${WRITE_CONNECTIONS} conn. (baseline)`, inserts, undefined, ''));
+        rows.push(row(`POST /api/v1/payments, ${WRITE_CONNECTIONS} conn.`, payments, inserts, '≥ 0.25'));
         notes.push(`- ${target.label}: server RSS after the runs ${formatMegabytes(server.rss())}`);
       } finally {
         await server.stop();
         await postgres?.drop();
       }
     }
-    console.log('\n## HTTP API under load (autocannon, 64 connections)\n');
+    console.log('\n## HTTP API under load (autocannon)\n');
     console.log(
-      markdownTable(['database', 'request', 'requests/s', 'p50', 'p99', 'ratio to baseline', 'errors'], rows),
+      markdownTable(['database', 'request', 'requests/s', 'p50', 'p99', 'ratio to its baseline', 'goal', 'errors'], rows),
     );
     console.log(`\n${duration} s per run; the server runs in its own process, autocannon in this one.`);
     for (const note of notes) console.log(note);

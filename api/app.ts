@@ -165,9 +165,10 @@ export async function buildApp(deps: AppDeps) {
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('X-Correlation-Id', request.id);
-    // The APIs answer JSON only; a client that accepts nothing of the kind is told so.
+    // The APIs answer JSON only (and an audit trail as JSON lines); a client
+    // that accepts nothing of the kind is told so.
     if (/^\/(api|admin|dev)\//.test(request.url) && request.headers.accept) {
-      const acceptable = new Negotiator(request).mediaType(['application/json']);
+      const acceptable = new Negotiator(request).mediaType(['application/json', 'application/x-ndjson']);
       if (!acceptable)
         return sendError(reply, 406, 'This API answers application/json only; send an Accept header that allows it');
     }

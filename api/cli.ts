@@ -1,6 +1,8 @@
 // `npm run cli -- <command>`: a thin client of the operator API of a running
 // service, plus store maintenance that needs the service stopped.
+import { readFile, writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
+import { parseAuditTrail, replayAuditTrail, verifyAuditTrail, type ReplayedInvoice } from '../domain/audit-trail.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { ProjectionEngine } from '../projections/engine.ts';
 import { readModelMigrations } from '../projections/schema.ts';
@@ -16,7 +18,8 @@ const usage = `Usage: npm run cli -- <command> [options]
   key revoke KEY_ID
   pay ADDRESS AMOUNT [--chain CHAIN] [--token SYMBOL]   (sandbox transfer; chain defaults to ethereum)
   mine CHAIN [COUNT]                                  (sandbox blocks)
-  events INVOICE_ID [--key API_KEY]                   (the invoice's history; API key or API_KEY)
+  events INVOICE_ID [--key API_KEY] [--export FILE]   (the invoice's history; --export writes it hash-chained, one event a line)
+  audit verify FILE [--key API_KEY]                   (checks an exported history's chain, replays it, and with a key compares with the service)
   projections rebuild [NAME ...]     (with the service stopped when the store is embedded)
 
 Options: --url (default http://localhost:3000); the admin token comes from ADMIN_TOKEN or DATA_DIR.`;
@@ -34,6 +37,7 @@ const { values, positionals } = parseArgs({
     chain: { type: 'string', default: 'ethereum' },
     token: { type: 'string' },
     key: { type: 'string' },
+    export: { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -52,6 +56,10 @@ async function admin(method: string, path: string, body?: unknown) {
 }
 
 async function call(token: string, method: string, path: string, body?: unknown) {
+  console.log(JSON.stringify(JSON.parse(await fetchText(token, method, path, body)), null, 2));
+}
+
+async function fetchText(token: string, method: string, path: string, body?: unknown): Promise<string> {
   let response: Response;
   try {
     response = await fetch(new URL(path, values.url), {
@@ -64,7 +72,49 @@ async function call(token: string, method: string, path: string, body?: unknown)
   }
   const text = await response.text();
   if (!response.ok) fail(`${response.status}: ${text}`);
-  console.log(JSON.stringify(JSON.parse(text), null, 2));
+  return text;
+}
+
+/** "25.50000000" and "25.5" are the same amount. */
+const sameAmount = (a: unknown, b: unknown) =>
+  typeof a === 'string' && typeof b === 'string' && a.replace(/\.?0+$/, '') === b.replace(/\.?0+$/, '');
+
+/** Where the replay and the service disagree, in words; [] when they agree. */
+async function compareWithService(replayed: ReplayedInvoice, apiKey: string): Promise<string[]> {
+  const id = replayed.invoiceId;
+  const invoice = JSON.parse(await fetchText(apiKey, 'GET', `/api/v1/invoices/${id}`)).data;
+  const status = JSON.parse(await fetchText(apiKey, 'GET', `/api/v1/invoices/${id}/status`)).data;
+  const mismatches: string[] = [];
+  const differ = (what: string, ours: unknown, theirs: unknown, same = (a: unknown, b: unknown) => a === b) => {
+    if (!same(ours, theirs)) mismatches.push(`${what}: the events say ${JSON.stringify(ours)}, the service ${JSON.stringify(theirs)}`);
+  };
+  differ('status', replayed.status, status.status);
+  differ('amount', replayed.amount, invoice.amount, sameAmount);
+  differ('currency', replayed.currency, invoice.currency);
+  differ('amount received', replayed.totalReceivedAmount, status.totalReceivedAmount, sameAmount);
+  if (replayed.settlement) {
+    const settlement = JSON.parse(await fetchText(apiKey, 'GET', `/api/v1/invoices/${id}/settlement`)).data;
+    differ('settlement status', replayed.settlement.status, settlement.status);
+    differ('settlement gross amount', replayed.settlement.grossAmount, settlement.grossAmount, sameAmount);
+    differ('settlement net amount', replayed.settlement.netAmount, settlement.amount, sameAmount);
+    differ('settlement transaction', replayed.settlement.txHash, settlement.transactionHash);
+  }
+  return mismatches;
+}
+
+async function auditVerify(file: string, apiKey: string | undefined) {
+  const { lines, problems } = parseAuditTrail(await readFile(file, 'utf8'));
+  problems.push(...verifyAuditTrail(lines));
+  for (const problem of problems) console.log(`${problem.kind}: ${problem.message}`);
+  if (problems.length > 0) fail(`${file}: the history does not verify (${problems.length} problem${problems.length === 1 ? '' : 's'})`);
+  const replayed = replayAuditTrail(lines);
+  console.log(`${file}: ${lines.length} events, hash chain intact`);
+  console.log(JSON.stringify(replayed, null, 2));
+  if (!apiKey) return;
+  const mismatches = await compareWithService(replayed, apiKey);
+  for (const mismatch of mismatches) console.log(`mismatch: ${mismatch}`);
+  if (mismatches.length > 0) fail(`the service at ${values.url} disagrees with the events`);
+  console.log(`the service at ${values.url} agrees with the events`);
 }
 
 async function rebuildProjections(names: string[]) {
@@ -155,9 +205,19 @@ switch (command) {
     const apiKey = values.key ?? process.env.API_KEY;
     if (!action) fail('events needs an invoice id');
     if (!apiKey) fail('events needs the merchant API key: --key or API_KEY');
-    await call(apiKey, 'GET', `/api/v1/invoices/${action}/events`);
+    if (!values.export) {
+      await call(apiKey, 'GET', `/api/v1/invoices/${action}/events`);
+      break;
+    }
+    const trail = await fetchText(apiKey, 'GET', `/api/v1/invoices/${action}/events?format=ndjson`);
+    await writeFile(values.export, trail);
+    console.log(`${trail.split('\n').filter(Boolean).length} events written to ${values.export}`);
     break;
   }
+  case 'audit verify':
+    if (!rest[0]) fail('audit verify needs the file');
+    await auditVerify(rest[0], values.key ?? process.env.API_KEY);
+    break;
   case 'projections rebuild':
     await rebuildProjections(rest);
     break;

@@ -5,6 +5,7 @@ import type { FastifyInstance } from 'fastify';
 import { Type, type Static } from 'typebox';
 import { paymentRequests } from '../payment-request.ts';
 import type { RecordedEvent } from '../../adapters/event-store/port.ts';
+import { chainAuditTrail } from '../../domain/audit-trail.ts';
 import { settlementIdOf, settlementStreamName } from '../../domain/settlement.ts';
 import { invoiceStreamName, type AssignedAddress, type Invoice } from '../../domain/invoice.ts';
 import type { ChainName } from '../../domain/catalogue.ts';
@@ -459,12 +460,15 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       schema: {
         tags: ['invoices'],
         summary: "The invoice's whole history: its events and those of its payments and settlement, in order",
+        description:
+          'With format=ndjson: one JSON line per event with its stream revision, and a SHA-256 hash chain over the lines (previousHash, hash) for `npm run cli -- audit verify`',
         security: key,
         params: IdParams,
+        querystring: Type.Object({ format: Type.Optional(Type.Union([Type.Literal('json'), Type.Literal('ndjson')])) }),
         response: { 200: data(Type.Array(EventSchema)) },
       },
     },
-    async (request) => {
+    async (request, reply) => {
       const row = await ownInvoice(request.params.id, request.caller!.merchantId);
       const payments = await db
         .selectFrom('payments')
@@ -478,6 +482,24 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       ];
       const events = (await Promise.all(streams.map((s) => store.readStream(s)))).flat();
       events.sort((a: RecordedEvent, b: RecordedEvent) => store.comparePositions(a.position, b.position));
+      if (request.query.format === 'ndjson') {
+        const lines = chainAuditTrail(
+          events.map((e) => ({
+            eventId: e.id,
+            streamId: e.streamId,
+            revision: e.revision,
+            position: e.position,
+            recordedAt: e.recordedAt.toISOString(),
+            type: e.type,
+            data: e.data,
+          })),
+        );
+        return reply
+          .type('application/x-ndjson; charset=utf-8')
+          .header('Content-Disposition', `attachment; filename="invoice-${row.id}.ndjson"`)
+          .serializer((text: string) => text)
+          .send((lines.map((line) => JSON.stringify(line)).join('\n') + '\n') as never);
+      }
       return {
         data: events.map((e) => ({
           eventId: e.id,

@@ -38,6 +38,8 @@ export interface Config {
   webhookRetryDelaysMs: number[] | undefined;
   redisUrl: string | undefined;
   publicRateLimit: number;
+  /** Open WebSockets allowed per client address, and in all. */
+  liveSockets: { perClient: number; total: number };
   rateLimits: boolean;
 }
 
@@ -357,6 +359,10 @@ export function loadConfig(env: Env = process.env): Config {
     webhookRetryDelaysMs,
     redisUrl: url('REDIS_URL', ['redis:', 'rediss:']),
     publicRateLimit: integer('PUBLIC_RATE_LIMIT', 600, 1, 1_000_000),
+    liveSockets: {
+      perClient: integer('LIVE_SOCKETS_PER_CLIENT', 20, 1, 100_000),
+      total: integer('LIVE_SOCKETS_TOTAL', 10_000, 1, 1_000_000),
+    },
     rateLimits,
   };
   if (problems.length > 0) throw new ConfigError(problems);

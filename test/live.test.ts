@@ -130,3 +130,70 @@ describe('live status WebSocket', () => {
     for (const c of clients) c.socket.close();
   });
 });
+
+/** The HTTP answer a refused upgrade gets: its status and body (the contract's envelope). */
+function refused(url: string): Promise<{ status: number; body: any }> {
+  return new Promise((resolve, reject) => {
+    const socket = new WebSocket(url, { perMessageDeflate: false });
+    socket.once('open', () => reject(new Error('the socket was admitted')));
+    socket.once('unexpected-response', (_request, response) => {
+      let text = '';
+      response.on('data', (chunk: Buffer) => (text += chunk.toString()));
+      response.on('end', () => resolve({ status: response.statusCode!, body: JSON.parse(text) }));
+    });
+  });
+}
+
+for (const limits of [
+  {
+    perClient: 2,
+    total: 100,
+    status: 429,
+    error: 'Too Many Requests',
+    message: /^Too many live connections from this address \(at most 2\)/,
+  },
+  {
+    perClient: 100,
+    total: 2,
+    status: 503,
+    error: 'Service Unavailable',
+    message: /^The service has as many live connections as it takes/,
+  },
+]) {
+  describe(`live status WebSocket limits: ${limits.perClient} per client, ${limits.total} in all`, () => {
+    let svc: RunningService;
+    let url: string;
+    before(async () => {
+      svc = await startTestService({
+        LIVE_SOCKETS_PER_CLIENT: String(limits.perClient),
+        LIVE_SOCKETS_TOTAL: String(limits.total),
+      });
+      const key = (await merchantWithKey(svc)).key;
+      const invoiceId = (
+        await svc.call('POST', '/api/v1/payments', {
+          token: key,
+          body: { amount: '20', currency: 'USD', chain: 'tron', token: 'USDT' },
+        })
+      ).body.data.paymentId;
+      url = `${svc.url.replace('http://', 'ws://')}/ws/invoices/${invoiceId}`;
+    });
+    after(() => svc.close());
+
+    it(`refuses the next socket with ${limits.status} in the envelope, and takes one again once a socket closes`, async () => {
+      const open = [await connect(url), await connect(url)];
+      const answer = await refused(url);
+      assert.equal(answer.status, limits.status);
+      assert.equal(answer.body.error, limits.error);
+      assert.match(answer.body.message, limits.message);
+      assert.match(answer.body.correlationId, /\S/);
+      open[0]!.socket.close();
+      await open[0]!.closed;
+      const again = await eventually(
+        () => connect(url).catch(() => undefined),
+        (c) => c !== undefined,
+        5_000,
+      );
+      for (const c of [open[1]!, again!]) c.socket.close();
+    });
+  });
+}

@@ -2,11 +2,12 @@
 // status object (the shape of GET /api/v1/invoices/{id}/status), then one
 // message on every change; the socket closes once the invoice is final.
 import websocket from '@fastify/websocket';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import { invoiceStatus, type InvoiceStatusView } from '../../projections/invoice-queries.ts';
 import type { LiveInvoiceStatus } from '../../projections/live-status.ts';
 import type { RouteContext } from '../app.ts';
+import { sendError } from '../errors.ts';
 import { UUID } from './query.ts';
 
 /** Close codes, documented in the README and the OpenAPI document. */
@@ -21,7 +22,7 @@ export const closeCodes = {
 const isFinal = (status: InvoiceStatusView) => status.status === 'settled' || status.status === 'expired';
 const HEARTBEAT_MS = 30_000;
 
-export async function liveRoutes(app: FastifyInstance, { auth, db }: RouteContext, live: LiveInvoiceStatus) {
+export async function liveRoutes(app: FastifyInstance, { auth, db, config }: RouteContext, live: LiveInvoiceStatus) {
   // Compression costs tens of kilobytes per socket; status messages are small.
   await app.register(websocket, { options: { perMessageDeflate: false, maxPayload: 1024 } });
 
@@ -43,11 +44,47 @@ export async function liveRoutes(app: FastifyInstance, { auth, db }: RouteContex
     for (const socket of app.websocketServer.clients) socket.close(closeCodes.goingAway, 'Server shutting down');
   });
 
+  // Open sockets, by client address and in all (LIVE_SOCKETS_PER_CLIENT,
+  // LIVE_SOCKETS_TOTAL): each costs memory for as long as it stays open, so
+  // one client (or a crowd) cannot hold them all. A socket is counted from
+  // before its upgrade until its connection closes.
+  const open = new Map<string, number>();
+  let total = 0;
+  const { perClient, total: maxTotal } = config.liveSockets;
+  const admit = async (request: FastifyRequest, reply: FastifyReply) => {
+    if (!config.rateLimits) return; // RATE_LIMITS=off lifts every limit, for load tests
+    const client = request.ip;
+    const mine = open.get(client) ?? 0;
+    if (mine >= perClient) {
+      return sendError(
+        reply,
+        429,
+        `Too many live connections from this address (at most ${perClient}); close one, or poll GET /api/v1/invoices/{id}/status`,
+      );
+    }
+    if (total >= maxTotal) {
+      return sendError(
+        reply,
+        503,
+        'The service has as many live connections as it takes; poll GET /api/v1/invoices/{id}/status',
+      );
+    }
+    open.set(client, mine + 1);
+    total += 1;
+    request.raw.socket.once('close', () => {
+      total -= 1;
+      const left = (open.get(client) ?? 1) - 1;
+      if (left > 0) open.set(client, left);
+      else open.delete(client);
+    });
+  };
+
   app.get<{ Params: { id: string } }>(
     '/ws/invoices/:id',
     {
       websocket: true,
       onRequest: auth.public,
+      preValidation: admit,
       schema: {
         tags: ['public'],
         summary:

@@ -132,6 +132,12 @@ describe('webhook targets at send time', () => {
     assert.equal(!check.ok && check.kind, 'unresolved');
   });
 
+  it('gives up on a name server that never answers, as unresolved (worth retrying)', async () => {
+    const never = () => new Promise<never>(() => {});
+    const check = await checkWebhookTarget('https://slow.example/hook', { ...strict, resolve: never, resolveTimeoutMs: 200 });
+    assert.deepEqual(check, { ok: false, kind: 'unresolved', problem: 'Could not resolve slow.example: ETIMEOUT' });
+  });
+
   it('pins the connection to the checked address: a rebinding name is asked once', async () => {
     // First answer public, every later one loopback: a client that resolved
     // again when connecting would end up on 127.0.0.1.

@@ -18,6 +18,23 @@ export interface WebhookTargetPolicy {
   allowPrivateTargets: boolean;
   /** Injected by tests so that no DNS server is needed; the system resolver otherwise. */
   resolve?: WebhookResolver;
+  /** How long a resolution may take before the attempt counts as unresolved (default 5 s). */
+  resolveTimeoutMs?: number;
+}
+
+/**
+ * The system resolver has no deadline of its own, and a name server that never
+ * answers would hold a delivery (and the URL's queue behind it) for as long as
+ * the operating system's resolver retries.
+ */
+const RESOLVE_TIMEOUT_MS = 5_000;
+
+function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(Object.assign(new Error(`${what} took over ${ms} ms`), { code: 'ETIMEOUT' })), ms);
+  });
+  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
 }
 
 /** The name the URL checks had before they moved here; kept for existing callers. */
@@ -113,7 +130,8 @@ export async function checkWebhookTarget(raw: string, policy: WebhookTargetPolic
   }
   let addresses: LookupAddress[];
   try {
-    addresses = await (policy.resolve ?? systemResolver)(host);
+    const resolve = policy.resolve ?? systemResolver;
+    addresses = await withDeadline(resolve(host), policy.resolveTimeoutMs ?? RESOLVE_TIMEOUT_MS, `resolving ${host}`);
   } catch (error) {
     return { ok: false, kind: 'unresolved', problem: `Could not resolve ${host}: ${errorCode(error)}` };
   }

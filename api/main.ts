@@ -50,10 +50,20 @@ async function main() {
     console.error(`start-up failed: ${(error as Error).message}`);
     process.exit(1);
   }
-  const firstStart = (await service.store.readAll(undefined, 1)).length === 0;
-  if (firstStart && config.appEnv !== 'production') await printWelcome(service, config, secrets.adminToken);
-
-  await service.app.listen({ port: config.port, host: config.host });
+  try {
+    const firstStart = (await service.store.readAll(undefined, 1)).length === 0;
+    if (firstStart && config.appEnv !== 'production') await printWelcome(service, config, secrets.adminToken);
+    await service.app.listen({ port: config.port, host: config.host });
+  } catch (error) {
+    // The workers are running by now (watchers, sweeper, webhooks): they are
+    // stopped, and the data directory released, before the process goes.
+    console.error(`start-up failed: ${(error as Error).message}`);
+    const force = setTimeout(() => process.exit(1), 15_000).unref();
+    await service.close().catch(() => undefined);
+    unlockDataDir();
+    clearTimeout(force);
+    process.exit(1);
+  }
   logger.info({ url: config.publicBaseUrl, database: service.database.engine }, 'service listening');
 
   let stopping = false;

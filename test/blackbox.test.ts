@@ -1,7 +1,10 @@
 // Black-box: the real process, as `npm start` runs it, on an embedded store
 // in a temporary DATA_DIR.
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -151,6 +154,28 @@ describe('the service process', () => {
       'configuration error: PORT must be a whole number from 0 to 65535 (got "eighty")',
       'configuration error: CHAINS has unknown chain dogecoin; known: ethereum, bsc, polygon, solana, tron, bitcoin',
     ]);
+  });
+
+  it('stops its workers and releases DATA_DIR when start-up fails after they started (the port is taken)', async () => {
+    // Something else on the port, answering every request with 503 (so the harness's health poll goes on).
+    const taken = createServer((_request, response) => response.writeHead(503).end());
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    const port = String((taken.address() as AddressInfo).port);
+    const dir = await mkdtemp(join(tmpdir(), 'invoicing-port-'));
+    try {
+      const failed = await startProcess({ DATA_DIR: dir, PORT: port, HOST: '127.0.0.1' });
+      assert.equal(await failed.exited, 1);
+      assert.match(failed.output(), /^start-up failed: listen EADDRINUSE/m);
+      assert.equal(existsSync(join(dir, 'service.pid')), false, 'the data directory is released');
+      // And so the next start on it works.
+      taken.close();
+      const next = await startProcess({ DATA_DIR: dir, PORT: port, HOST: '127.0.0.1' });
+      assert.equal((await fetch(`${next.url}/healthz`)).status, 200);
+      await next.stop();
+    } finally {
+      taken.close();
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('refuses to start in production without its secrets', async () => {

@@ -12,7 +12,8 @@ import type { Browser, BrowserContext, Page } from 'playwright-core';
 import { CHECKOUT_CSP } from '../api/routes/checkout.ts';
 import { findToken } from '../domain/catalogue.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
-import { qrText, readPaymentUri, units } from './support/payment-uri.ts';
+import { baseUnits } from './support/evm-flow.ts';
+import { qrText, readPaymentUri } from './support/payment-uri.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -243,7 +244,7 @@ describe('checkout page in a browser', { skip: noBrowser }, () => {
       assert.equal(qrText((await page.locator('#qr').getAttribute('src'))!), uri, 'the QR code holds the wallet link');
       return readPaymentUri(uri, 'tron', 6);
     };
-    assert.deepEqual(await request(), { address, amount: units(amount, 6), contract: USDT_ON_TRON });
+    assert.deepEqual(await request(), { address, amount: baseUnits(amount, 6), contract: USDT_ON_TRON });
     await page.getByRole('button', { name: 'Copy address' }).click();
     await shows(page, '#copy-feedback', 'Address copied');
     assert.equal(await page.evaluate(() => navigator.clipboard.readText()), address);
@@ -255,7 +256,7 @@ describe('checkout page in a browser', { skip: noBrowser }, () => {
     await shows(page, '#crypto-amount', Number(rest).toFixed(8));
     assert.equal(await page.locator('#address').textContent(), address, 'the same address takes the rest');
     await page.waitForFunction((uri) => document.querySelector('#wallet-link')?.getAttribute('href') !== uri, null);
-    await eventually(request, (r) => r.amount === units(rest, 6), 10_000);
+    await eventually(request, (r) => r.amount === baseUnits(rest, 6), 10_000);
     assert.equal(await page.locator('#wallet-link').isVisible(), true, 'the wallet link asks for the rest only');
     await shows(page, '#confirmations-label', 'Confirmations: 1 of 3');
     await screenshot(page, 'checkout-3-partial');
@@ -319,7 +320,7 @@ describe('checkout page in a browser', { skip: noBrowser }, () => {
       assert.equal(await page.locator('#wallet-link').textContent(), 'Open in wallet');
       const read = readPaymentUri(uri, chain, listed.decimals);
       assert.equal(read.address, address, `${value}: ${uri}`);
-      assert.equal(read.amount, units(amount, listed.decimals), `${value}: ${uri}`);
+      assert.equal(read.amount, baseUnits(amount, listed.decimals), `${value}: ${uri}`);
       assert.equal(read.contract?.toLowerCase() ?? null, listed.contractAddress?.toLowerCase() ?? null);
       assert.equal(qrText((await page.locator('#qr').getAttribute('src'))!), uri);
       assert.match(

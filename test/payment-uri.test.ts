@@ -5,7 +5,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { catalogue } from '../domain/catalogue.ts';
 import { merchantWithKey } from './support/merchant.ts';
-import { qrText, readPaymentUri, units } from './support/payment-uri.ts';
+import { baseUnits } from './support/evm-flow.ts';
+import { qrText, readPaymentUri } from './support/payment-uri.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 const CHAIN_IDS: Record<string, string> = { ethereum: '1', bsc: '56', polygon: '137' };
@@ -31,7 +32,7 @@ describe('payment URIs', () => {
         const p = res.body.data as { address: string; cryptoAmount: string; paymentUri: string; qrCode: string };
         const read = readPaymentUri(p.paymentUri, chain.name, token.decimals);
         assert.equal(read.address, p.address);
-        assert.equal(read.amount, units(p.cryptoAmount, token.decimals));
+        assert.equal(read.amount, baseUnits(p.cryptoAmount, token.decimals));
         assert.equal(read.contract?.toLowerCase() ?? null, token.contractAddress?.toLowerCase() ?? null);
         if (chain.chainType === 'evm') assert.equal(read.chainId, CHAIN_IDS[chain.name]);
         if (chain.name === 'solana') {

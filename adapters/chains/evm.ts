@@ -40,6 +40,7 @@ import {
 } from 'ethers';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
+import { withDeadline } from '../deadline.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, sleep, type RetryPolicy } from './retry.ts';
 import {
@@ -144,14 +145,6 @@ function errorText(error: unknown): string {
 
 /** A node that never answers (a dead WebSocket, a stuck proxy) must not stall the watcher or the sweeper. */
 const RPC_TIMEOUT_MS = 30_000;
-
-function withDeadline<T>(call: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what}: no answer from the node in ${ms} ms`)), ms);
-  });
-  return Promise.race([call, deadline]).finally(() => clearTimeout(timer));
-}
 
 /**
  * The error without the node's URL: an RPC provider's URL usually holds its

@@ -5,6 +5,7 @@
 // addresses that were judged, so a DNS answer that changes between the check and
 // the connection, DNS rebinding, cannot reach an internal address).
 import { promises as dns, type LookupAddress } from 'node:dns';
+import { withDeadline } from '../deadline.ts';
 import type { LookupFunction } from 'node:net';
 import ipaddr from 'ipaddr.js';
 
@@ -28,14 +29,6 @@ export interface WebhookTargetPolicy {
  * the operating system's resolver retries.
  */
 const RESOLVE_TIMEOUT_MS = 5_000;
-
-function withDeadline<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const deadline = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(Object.assign(new Error(`${what} took over ${ms} ms`), { code: 'ETIMEOUT' })), ms);
-  });
-  return Promise.race([work, deadline]).finally(() => clearTimeout(timer));
-}
 
 /** The name the URL checks had before they moved here; kept for existing callers. */
 export type WebhookUrlPolicy = WebhookTargetPolicy;

@@ -8,14 +8,7 @@ import { parseURL as parseSolanaPay, type TransferRequestURL } from '@solana/pay
 import { parse as parseEip681 } from 'eth-url-parser';
 import jsQRModule from 'jsqr';
 import { PNG } from 'pngjs';
-
-/** "0.00012345" in base units of a `decimals` token, exactly (the contract pads amounts to 8 places). */
-export function units(amount: string, decimals: number): bigint {
-  const [whole, padded = ''] = amount.split('.');
-  const fraction = padded.replace(/0+$/, '');
-  assert.ok(fraction.length <= decimals, `${amount} has more than ${decimals} decimals`);
-  return BigInt(whole! + fraction.padEnd(decimals, '0'));
-}
+import { baseUnits } from './evm-flow.ts';
 
 export interface ReadPaymentRequest {
   /** Where the money goes: the deposit address. */
@@ -39,7 +32,7 @@ export function readPaymentUri(uri: string, chain: string, decimals: number): Re
     // bip21 reads the amount as a JavaScript number: the URI's own text must be exact.
     const text = new URL(uri).searchParams.get('amount')!;
     assert.equal(decoded.options.amount, Number(text));
-    return { address: decoded.address, amount: units(text, decimals), contract: null };
+    return { address: decoded.address, amount: baseUnits(text, decimals), contract: null };
   }
   if (EVM_CHAINS.has(chain)) {
     const read = parseEip681(uri);
@@ -60,7 +53,7 @@ export function readPaymentUri(uri: string, chain: string, decimals: number): Re
     const read = parseSolanaPay(uri) as TransferRequestURL;
     return {
       address: read.recipient.toBase58(),
-      amount: units(read.amount!.toFixed(), decimals),
+      amount: baseUnits(read.amount!.toFixed(), decimals),
       contract: read.splToken?.toBase58() ?? null,
       references: read.reference?.map((key) => key.toBase58()) ?? [],
       ...(read.label !== undefined && { label: read.label }),
@@ -71,7 +64,7 @@ export function readPaymentUri(uri: string, chain: string, decimals: number): Re
   assert.equal(url.protocol, 'tron:');
   return {
     address: url.pathname,
-    amount: units(url.searchParams.get('amount')!, decimals),
+    amount: baseUnits(url.searchParams.get('amount')!, decimals),
     contract: url.searchParams.get('token'),
   };
 }

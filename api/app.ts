@@ -30,6 +30,7 @@ import type { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { sandboxRoutes, type Sandbox } from './routes/sandbox.ts';
 import { idempotency } from './idempotency.ts';
 import type { Clock } from '../adapters/clock.ts';
+import type { ChainName } from '../domain/catalogue.ts';
 import type { InvoiceCommands } from '../commands/invoices.ts';
 import type { SubscriptionCommands } from '../commands/subscriptions.ts';
 
@@ -43,6 +44,8 @@ export interface AppDeps {
   webhooks: WebhookRouteDeps;
   /** GET /admin/v1/wallets: each enabled chain's fee wallet and treasury. */
   wallets: () => Promise<OperatorWallet[]>;
+  /** Why `address` cannot be a settlement wallet on `chain`, or undefined when it can. */
+  settlementWalletProblem: (chain: ChainName, address: string) => Promise<string | undefined>;
   adminToken: string;
   database: SqlDatabase;
   store: EventStore;

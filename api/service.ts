@@ -16,7 +16,7 @@ import { systemClock, type Clock } from '../adapters/clock.ts';
 import { withAppendCounter } from '../adapters/event-store/instrumented.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
-import { DepositKeyring, depositAddressesFromKeyring } from '../adapters/keys/derivation.ts';
+import { DepositKeyring, depositAddressesFromKeyring, isValidAddress } from '../adapters/keys/derivation.ts';
 import { CoinGeckoRateProvider } from '../adapters/rates/coingecko.ts';
 import { FixedRateProvider } from '../adapters/rates/fixed.ts';
 import type { RateProvider } from '../adapters/rates/port.ts';
@@ -223,6 +223,15 @@ export async function startService(
     );
   };
 
+  // A merchant's settlement wallet is checked when it is configured, not at
+  // its first sweep: its form on its chain, then, where a node is there to
+  // ask, whether it can take a payout.
+  const settlementWalletProblem = async (chain: ChainName, address: string) => {
+    if (!isValidAddress(chain, address, derivation)) return `"${address}" is not a ${chain} address`;
+    const node: ChainAdapter | undefined = nodeChains.get(chain);
+    return node?.receivingProblem?.(address);
+  };
+
   const sandbox: Sandbox | undefined = sandboxClock && {
     ledgers,
     clock: sandboxClock,
@@ -244,6 +253,7 @@ export async function startService(
     : undefined;
   const app = await buildApp({
     wallets,
+    settlementWalletProblem,
     config,
     clock,
     invoices,

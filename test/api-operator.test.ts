@@ -83,6 +83,40 @@ describe('operator API', () => {
     assert.equal(badChain.body.message, 'Unknown chain in settlementWallets: dogecoin');
   });
 
+  it('refuses a settlement wallet that is not an address of its chain, on create and on update', async () => {
+    const cases: [Record<string, string>, string][] = [
+      [{ ethereum: '0x123' }, 'settlementWallets.ethereum: "0x123" is not a ethereum address'],
+      // A mixed-case EVM address is a checksum, and this one's is wrong.
+      [
+        { bsc: '0x9858EfFD232B4033E47d90003D41EC34EcaEda95' },
+        'settlementWallets.bsc: "0x9858EfFD232B4033E47d90003D41EC34EcaEda95" is not a bsc address',
+      ],
+      [
+        { tron: 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdX' },
+        'settlementWallets.tron: "TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdX" is not a tron address',
+      ],
+      [
+        { bitcoin: '0x9858EfFD232B4033E47d90003D41EC34EcaEda94' },
+        'settlementWallets.bitcoin: "0x9858EfFD232B4033E47d90003D41EC34EcaEda94" is not a bitcoin address',
+      ],
+    ];
+    const created = await svc.call('POST', '/admin/v1/merchants', { token: admin, body: { name: 'Wallets' } });
+    for (const [settlementWallets, message] of cases) {
+      const create = await svc.call('POST', '/admin/v1/merchants', {
+        token: admin,
+        body: { name: 'w', settlementWallets },
+      });
+      assert.deepEqual([create.status, create.body.message], [400, message]);
+      const update = await svc.call('PATCH', `/admin/v1/merchants/${created.body.data.id}`, {
+        token: admin,
+        body: { settlementWallets },
+      });
+      assert.deepEqual([update.status, update.body.message], [400, message]);
+    }
+    const read = await svc.call('GET', `/admin/v1/merchants/${created.body.data.id}`, { token: admin });
+    assert.deepEqual(read.body.data.settlementWallets, {});
+  });
+
   it('checks webhook URLs with the messages of the contract', async () => {
     const cases: [string, string][] = [
       ['not a url', 'Invalid webhook URL format'],

@@ -65,6 +65,34 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
     );
   });
 
+  it('refuses a contract as the treasury at start-up, with one line naming the variable', async () => {
+    const contract = await usdt.getAddress();
+    await assert.rejects(
+      EvmChain.open({
+        chain: 'ethereum',
+        rpcUrl: node.url,
+        chainId: HARDHAT_CHAIN_ID,
+        keyring,
+        platformFeeBps: 100,
+        treasury: contract,
+      }),
+      {
+        message: `CHAIN_ETHEREUM_TREASURY: ${contract} is a contract on ethereum: payouts carry a plain transfer's 21,000 gas, so they go to plain accounts (an externally owned address)`,
+      },
+    );
+    const plain = Wallet.createRandom().address;
+    const opened = await EvmChain.open({
+      chain: 'ethereum',
+      rpcUrl: node.url,
+      chainId: HARDHAT_CHAIN_ID,
+      keyring,
+      platformFeeBps: 100,
+      treasury: plain,
+    });
+    assert.equal(opened.treasury, plain);
+    opened.close();
+  });
+
   it('reads native transfers (index 0) and token transfers (index = log index) of a block', async () => {
     const [a, b, c, d] = [0, 1, 2, 3].map(() => Wallet.createRandom().address) as [string, string, string, string];
     const native = await (await node.payer.sendTransaction({ to: a, value: 1234567890123n })).wait();

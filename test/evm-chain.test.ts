@@ -81,6 +81,24 @@ describe('payments and settlement on a local EVM node', { skip }, () => {
     assert.equal((await svc.call('GET', '/admin/v1/wallets')).status, 401);
   });
 
+  it('refuses a contract as a settlement wallet when it is configured, not at its first sweep', async () => {
+    const { merchant } = await merchantWithKey(svc);
+    const contract = await fx.usdt.getAddress();
+    const res = await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, {
+      settlementWallets: { ethereum: contract },
+    });
+    assert.equal(res.status, 400);
+    assert.equal(
+      res.body.message,
+      `settlementWallets.ethereum: ${contract} is a contract on ethereum: payouts carry a plain transfer's 21,000 gas, so they go to plain accounts (an externally owned address)`,
+    );
+    const plain = randomWallet();
+    assert.equal(
+      (await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, { settlementWallets: { ethereum: plain } })).status,
+      200,
+    );
+  });
+
   it('an ETH payment is detected, confirmed after 3 blocks and settled to the wei', async () => {
     const merchantWallet = randomWallet();
     const { key, merchant } = await merchantWithKey(svc);

@@ -258,6 +258,16 @@ export class EvmChain implements ChainAdapter {
           : `${variable}_CHAIN_ID is ${expected} but ${variable}_RPC_URL is a node of chain id ${actual}`,
       );
     }
+    const treasuryProblem =
+      options.treasury &&
+      (await adapter.receivingProblem(options.treasury).catch((error: unknown) => {
+        adapter.close();
+        throw error;
+      }));
+    if (treasuryProblem) {
+      adapter.close();
+      throw new Error(`${variable}_TREASURY: ${treasuryProblem}`);
+    }
     return adapter;
   }
 
@@ -469,6 +479,16 @@ export class EvmChain implements ChainAdapter {
 
   private async isContract(address: string): Promise<boolean> {
     return (await this.rpc<string>('eth_getCode', [address, 'latest'])) !== '0x';
+  }
+
+  async receivingProblem(address: string): Promise<string | undefined> {
+    // Native payouts carry exactly 21,000 gas (their fee is quoted exactly),
+    // which no contract's receive code can count on, EIP-7702 delegated
+    // accounts included: they too have code.
+    if (await this.isContract(address)) {
+      return `${address} is a contract on ${this.chain}: payouts carry a plain transfer's 21,000 gas, so they go to plain accounts (an externally owned address)`;
+    }
+    return undefined;
   }
 
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {

@@ -93,6 +93,14 @@ export interface ChainAdapter {
    */
   mempool?(): Promise<ChainTransfer[]>;
 
+  /**
+   * Why `address` could not take this chain's payouts, or undefined when it
+   * can. Asked when an operator configures a settlement wallet or treasury,
+   * so that the first sweep is not where it is found out. (EVM: a contract,
+   * whose receiving code needs more gas than a plain transfer carries.)
+   */
+  receivingProblem?(address: string): Promise<string | undefined>;
+
   /** What the chain charges to send `token`, in base units of `token` (0 where the fee is paid in another coin). */
   networkFee(token: string): bigint;
   /** Builds and signs a payout; preparing the same reference again gives the same transaction. */

@@ -3,16 +3,20 @@ import { Type, type Static } from 'typebox';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { permissions, type ApiKey } from '../../domain/api-key.ts';
-import { isChainName } from '../../domain/catalogue.ts';
+import { isChainName, type ChainName } from '../../domain/catalogue.ts';
+import { withDeadline } from '../../adapters/deadline.ts';
 import { merchantStatuses, merchantTiers, type Merchant, type MerchantChanges } from '../../domain/merchant.ts';
 import type { RouteContext } from '../app.ts';
-import { badRequest } from '../errors.ts';
+import { badRequest, HttpError } from '../errors.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
 import { Nullable, data } from './schemas.ts';
 
 /** A string from a fixed list, with one message for any other value. */
 const OneOf = <T extends string>(values: readonly T[], errorMessage: string) =>
   Type.Unsafe<T>({ type: 'string', enum: [...values], errorMessage });
+
+/** How long a settlement wallet's check may wait for its chain's node. */
+const WALLET_CHECK_MS = 10_000;
 
 const Uuid = Type.String({ format: 'uuid', errorMessage: 'id must be a UUID' });
 const Wallets = Type.Record(Type.String(), Type.String({ minLength: 1, maxLength: 128 }));
@@ -123,7 +127,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
     async () => ({ data: await ctx.wallets() }),
   );
 
-  const checkProfile = (body: { webhookUrl?: string | null; settlementWallets?: Record<string, string> }) => {
+  const checkProfile = async (body: { webhookUrl?: string | null; settlementWallets?: Record<string, string> }) => {
     if (body.webhookUrl) {
       const problem = webhookUrlProblem(body.webhookUrl, {
         production: config.appEnv === 'production',
@@ -133,6 +137,20 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
     }
     for (const chain of Object.keys(body.settlementWallets ?? {})) {
       if (!isChainName(chain)) throw badRequest(`Unknown chain in settlementWallets: ${chain}`);
+    }
+    for (const [chain, address] of Object.entries(body.settlementWallets ?? {})) {
+      let problem: string | undefined;
+      try {
+        problem = await withDeadline(
+          ctx.settlementWalletProblem(chain as ChainName, address),
+          WALLET_CHECK_MS,
+          `${chain} node`,
+        );
+      } catch (error) {
+        app.log.warn({ err: error, chain }, 'settlement wallet check failed');
+        throw new HttpError(503, `Could not check the ${chain} settlement wallet with the ${chain} node; try again`);
+      }
+      if (problem) throw badRequest(`settlementWallets.${chain}: ${problem}`);
     }
   };
 
@@ -147,7 +165,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       },
     },
     async (request, reply) => {
-      checkProfile(request.body);
+      await checkProfile(request.body);
       const { value, position } = await merchants.register(
         {
           name: request.body.name,
@@ -187,7 +205,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       },
     },
     async (request) => {
-      checkProfile(request.body);
+      await checkProfile(request.body);
       const { value, position } = await merchants.update(
         request.params.id,
         request.body as MerchantChanges,

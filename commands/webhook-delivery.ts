@@ -29,6 +29,10 @@ import { DEFAULT_TIMEOUT_MS, sendWebhook, type WebhookSendResult } from '../adap
 import type { WebhookTargetPolicy } from '../adapters/webhooks/target.ts';
 import { DomainError } from '../domain/decider.ts';
 
+/** Where a redelivery goes: the delivery's recorded URL, or the merchant's webhook URL as it is now. */
+export type RedeliveryTarget = 'recorded' | 'current';
+export const REDELIVERY_TARGETS: readonly RedeliveryTarget[] = ['recorded', 'current'];
+
 export type DeliveryStatus = 'pending' | 'succeeded' | 'failed';
 export const DELIVERY_STATUSES: readonly DeliveryStatus[] = ['pending', 'succeeded', 'failed'];
 
@@ -155,22 +159,37 @@ export async function enqueueWebhook(trx: Kysely<any>, w: WebhookToEnqueue): Pro
   await (trx as Kysely<WebhookTables>)
     .insertInto('webhook_deliveries')
     .values({
-      ...newDelivery(w, now),
+      ...newDelivery(outboxRow(w), now),
       next_attempt_at: now,
     })
     .onConflict((oc) => oc.columns(['event_id', 'url']).doNothing())
     .execute();
 }
 
-function newDelivery(w: WebhookToEnqueue, now: Date) {
+/** The columns of a webhook to enqueue; the body serialised once: every attempt signs and sends these very bytes. */
+const outboxRow = (w: WebhookToEnqueue) => ({
+  merchant_id: w.merchantId,
+  event_id: w.eventId,
+  event: w.event,
+  url: w.url,
+  payload: JSON.stringify(w.payload),
+});
+
+/** A new attempt series of a delivery, due now. */
+const newSeries = (now: Date) => ({
+  status: 'pending' as const,
+  next_attempt_at: now,
+  series_attempts: 0,
+  updated_at: now,
+});
+
+function newDelivery(
+  w: { merchant_id: string; event_id: string; event: string; url: string; payload: string },
+  now: Date,
+) {
   return {
     id: randomUUID(),
-    merchant_id: w.merchantId,
-    event_id: w.eventId,
-    event: w.event,
-    url: w.url,
-    // Serialised once: every attempt signs and sends these very bytes.
-    payload: JSON.stringify(w.payload),
+    ...w,
     status: 'pending' as const,
     attempts: 0,
     series_attempts: 0,
@@ -302,6 +321,8 @@ export interface WebhookWorkerOptions {
   policy: WebhookTargetPolicy;
   /** The merchant's signing secret as it is now; the `merchants` read model by default. */
   secretOf?: (merchantId: string) => Promise<string | undefined>;
+  /** The merchant's webhook URL as it is now (redelivery to it); the `merchants` read model by default. */
+  urlOf?: (merchantId: string) => Promise<string | null | undefined>;
   /** Wall time: signature timestamps and delays follow it, never the sandbox business clock. */
   now?: () => Date;
   /** How often to look for due deliveries when nobody pokes. */
@@ -336,6 +357,7 @@ export class WebhookDeliveryWorker {
   private readonly concurrency: number;
   private readonly timeoutMs: number;
   private readonly secretOf: (merchantId: string) => Promise<string | undefined>;
+  private readonly urlOf: (merchantId: string) => Promise<string | null | undefined>;
   private readonly inFlight = new Set<Promise<void>>();
   private running = false;
   private pumping: Promise<void> | undefined;
@@ -352,6 +374,7 @@ export class WebhookDeliveryWorker {
     this.concurrency = options.concurrency ?? 8;
     this.timeoutMs = options.timeoutMs ?? DEFAULT_TIMEOUT_MS;
     this.secretOf = options.secretOf ?? ((merchantId) => this.currentSecret(merchantId));
+    this.urlOf = options.urlOf ?? ((merchantId) => this.currentUrl(merchantId));
   }
 
   get policy(): WebhookTargetPolicy {
@@ -401,7 +424,7 @@ export class WebhookDeliveryWorker {
   async sendNow(w: WebhookToEnqueue): Promise<{ delivery: WebhookDeliveryView; result: WebhookSendResult }> {
     const now = this.now();
     const row = {
-      ...newDelivery(w, now),
+      ...newDelivery(outboxRow(w), now),
       next_attempt_at: null,
       locked_until: new Date(now.getTime() + this.timeoutMs + LEASE_MARGIN_MS),
     };
@@ -420,24 +443,60 @@ export class WebhookDeliveryWorker {
    * (a succeeded one is sent again). 404 for an unknown or another merchant's
    * delivery. An attempt in flight keeps its lease, so it is not sent twice
    * at once; the new series follows it.
+   *
+   * By default the delivery goes where it was recorded: the log then says
+   * truly where each of its attempts went, and an old event never reaches an
+   * endpoint set up after it happened (perhaps another system's) unless the
+   * merchant asks. `to: 'current'` asks: the event's body goes, unchanged, to
+   * the merchant's webhook URL as it is now, as a delivery of that URL (one
+   * per event and URL: asking again restarts it), queued behind that URL's
+   * earlier deliveries. The answer is the delivery that will be sent.
    */
-  async redeliver(deliveryId: string, merchantId: string): Promise<WebhookDeliveryView> {
+  async redeliver(
+    deliveryId: string,
+    merchantId: string,
+    to: RedeliveryTarget = 'recorded',
+  ): Promise<WebhookDeliveryView> {
     if (!UUID.test(deliveryId)) throw deliveryNotFound();
+    if (to === 'current') {
+      const recorded = await findWebhookDelivery(this.db, deliveryId, merchantId);
+      if (!recorded) throw deliveryNotFound();
+      const url = await this.urlOf(merchantId);
+      if (!url) throw new DomainError('bad_request', 'The merchant has no webhook URL to redeliver to');
+      if (url !== recorded.url) return this.redeliverTo(deliveryId, url);
+    }
     const now = this.now();
     const row = await this.db
       .updateTable('webhook_deliveries')
-      .set((eb) => ({
-        status: 'pending',
-        next_attempt_at: now,
-        series_attempts: 0,
-        generation: eb('generation', '+', 1),
-        updated_at: now,
-      }))
+      .set((eb) => ({ ...newSeries(now), generation: eb('generation', '+', 1) }))
       .where('id', '=', deliveryId)
       .where('merchant_id', '=', merchantId)
       .returning(DELIVERY_COLUMNS)
       .executeTakeFirst();
     if (!row) throw deliveryNotFound();
+    this.poke();
+    return deliveryView(row);
+  }
+
+  /** A copy of a delivery's body for `url`, due now; or that URL's delivery of the event, started again. */
+  private async redeliverTo(deliveryId: string, url: string): Promise<WebhookDeliveryView> {
+    const now = this.now();
+    const source = await this.db
+      .selectFrom('webhook_deliveries')
+      .select(['merchant_id', 'event_id', 'event', 'payload'])
+      .where('id', '=', deliveryId)
+      .executeTakeFirstOrThrow();
+    const row = await this.db
+      .insertInto('webhook_deliveries')
+      .values({ ...newDelivery({ ...source, url }, now), next_attempt_at: now })
+      .onConflict((oc) =>
+        oc.columns(['event_id', 'url']).doUpdateSet((eb) => ({
+          ...newSeries(now),
+          generation: eb('webhook_deliveries.generation', '+', 1),
+        })),
+      )
+      .returning(DELIVERY_COLUMNS)
+      .executeTakeFirstOrThrow();
     this.poke();
     return deliveryView(row);
   }
@@ -581,11 +640,18 @@ export class WebhookDeliveryWorker {
   }
 
   private async currentSecret(merchantId: string): Promise<string | undefined> {
-    const row = await (this.db as unknown as Kysely<{ merchants: { id: string; webhook_secret: string } }>)
+    return (await this.merchant(merchantId))?.webhook_secret;
+  }
+
+  private async currentUrl(merchantId: string): Promise<string | null | undefined> {
+    return (await this.merchant(merchantId))?.webhook_url;
+  }
+
+  private merchant(merchantId: string) {
+    return (this.db as unknown as Kysely<{ merchants: { id: string; webhook_secret: string; webhook_url: string | null } }>)
       .selectFrom('merchants')
-      .select('webhook_secret')
+      .select(['webhook_secret', 'webhook_url'])
       .where('id', '=', merchantId)
       .executeTakeFirst();
-    return row?.webhook_secret;
   }
 }

@@ -295,6 +295,72 @@ describe('webhook API', () => {
     );
   });
 
+  it("redelivers to the recorded URL by default, and to the merchant's current URL only when asked", async () => {
+    receiverStatus = 500;
+    const sent = (await sendTest({ webhookUrl: hooks.url, eventType: 'invoice.confirmed' })).body.data;
+    const moved = await receiver(() => 200);
+    after(() => moved.close());
+    const setUrl = (webhookUrl: string | null) =>
+      svc.call('PATCH', `/admin/v1/merchants/${merchant.id}`, { token: svc.adminToken, body: { webhookUrl } });
+    assert.equal((await setUrl(moved.url)).status, 200);
+    const { webhookSecret } = (
+      await svc.call('POST', `/admin/v1/merchants/${merchant.id}/webhook-secret/rotate`, { token: svc.adminToken })
+    ).body.data;
+    const redeliver = (body?: unknown) =>
+      dev.call('POST', `/api/v1/webhooks/deliveries/${sent.deliveryId}/redeliver`, key, body);
+
+    const bad = await redeliver({ to: 'elsewhere' });
+    assert.deepEqual([bad.status, bad.body.message], [400, 'to must be one of recorded, current']);
+
+    const oldReceived = hooks.received.length;
+    for (const body of [undefined, {}, { to: 'recorded' }]) {
+      const same = await redeliver(body);
+      assert.deepEqual([same.status, same.body.data.id, same.body.data.url], [200, sent.deliveryId, hooks.url]);
+    }
+    assert.equal(await dev.worker.deliverDue(), 1);
+    assert.equal(hooks.received.length, oldReceived + 1);
+    assert.equal(moved.received.length, 0);
+
+    const copy = await redeliver({ to: 'current' });
+    assert.equal(copy.status, 200);
+    assert.notEqual(copy.body.data.id, sent.deliveryId);
+    assert.deepEqual(
+      [
+        copy.body.data.eventId,
+        copy.body.data.event,
+        copy.body.data.url,
+        copy.body.data.status,
+        copy.body.data.attempts,
+      ],
+      [sent.eventId, 'invoice.confirmed', moved.url, 'pending', 0],
+    );
+    assert.equal(await dev.worker.deliverDue(), 1);
+    assert.equal(moved.received.length, 1);
+    // The very bytes recorded for the event, signed with the merchant's secret.
+    assert.equal(moved.received[0]!.body, hooks.received.at(-1)!.body);
+    const now = Math.floor(Date.now() / 1000);
+    assert.equal(
+      verifyWebhookSignature(moved.received[0]!.signature, moved.received[0]!.body, webhookSecret, now),
+      true,
+    );
+    const original = await dev.call('GET', `/api/v1/webhooks/deliveries/${sent.deliveryId}`, key);
+    // Untouched by the copy: its own URL, its own two attempts (the redelivery above failed again).
+    assert.deepEqual([original.body.data.url, original.body.data.attempts], [hooks.url, 2]);
+
+    // One delivery per event and URL: asking again starts that one again.
+    const again = await redeliver({ to: 'current' });
+    assert.deepEqual([again.body.data.id, again.body.data.status], [copy.body.data.id, 'pending']);
+    assert.equal(await dev.worker.deliverDue(), 1);
+    assert.equal(moved.received.length, 2);
+    const both = await dev.call('GET', `/api/v1/webhooks/deliveries/${copy.body.data.id}`, key);
+    assert.deepEqual([both.body.data.attempts, both.body.data.status], [2, 'succeeded']);
+
+    assert.equal((await setUrl(null)).status, 200);
+    const nowhere = await redeliver({ to: 'current' });
+    assert.deepEqual([nowhere.status, nowhere.body.message], [400, 'The merchant has no webhook URL to redeliver to']);
+    receiverStatus = 200;
+  });
+
   it("answers 404 for an unknown or another merchant's delivery", async () => {
     const mine = (await sendTest({ webhookUrl: hooks.url, eventType: 'invoice.underpaid' })).body.data.deliveryId;
     for (const [id, token] of [

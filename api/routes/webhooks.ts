@@ -8,7 +8,9 @@ import { Type } from 'typebox';
 import { checkWebhookTarget, webhookUrlProblem, type WebhookTargetPolicy } from '../../adapters/webhooks/target.ts';
 import {
   DELIVERY_STATUSES,
+  REDELIVERY_TARGETS,
   findWebhookDelivery,
+  type RedeliveryTarget,
   listWebhookDeliveries,
   type WebhookDeliveryWorker,
 } from '../../commands/webhook-delivery.ts';
@@ -76,6 +78,20 @@ const ListQuery = Type.Object({
   page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
 });
 const IdParams = Type.Object({ id: Type.String() });
+const RedeliverBody = Type.Union([
+  Type.Object({
+    to: Type.Optional(
+      Type.Unsafe<RedeliveryTarget>({
+        type: 'string',
+        enum: [...REDELIVERY_TARGETS],
+        description:
+          "recorded (default): the URL the delivery was made to; current: the merchant's webhook URL as it is now, as a new delivery of that URL",
+        errorMessage: `to must be one of ${REDELIVERY_TARGETS.join(', ')}`,
+      }),
+    ),
+  }),
+  Type.Null(),
+]);
 
 const EVENT_TYPE_MESSAGE = `eventType must be one of ${WEBHOOK_EVENT_TYPES.join(', ')}`;
 const isEventType = (value: unknown): value is WebhookEventType =>
@@ -192,10 +208,13 @@ export async function webhookRoutes(scope: FastifyInstance, ctx: RouteContext, w
         summary: 'Send a delivery again: a new attempt series, due now',
         security,
         params: IdParams,
+        body: RedeliverBody,
         response: { 200: Type.Object({ data: DeliverySchema }) },
       },
     },
-    async (request) => ({ data: await worker.redeliver(request.params.id, request.caller!.merchantId) }),
+    async (request) => ({
+      data: await worker.redeliver(request.params.id, request.caller!.merchantId, request.body?.to ?? 'recorded'),
+    }),
   );
 }
 

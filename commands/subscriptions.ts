@@ -32,6 +32,7 @@ import {
   isRenewalDue,
   renewalInvoiceHours,
   subscriberDecider,
+  subscriberIn,
   periodInvoiceId,
   subscriberStreamName,
   subscriberView,
@@ -67,6 +68,8 @@ export interface SubscriptionDeps {
   store: EventStore;
   clock: Clock;
   invoices: Pick<InvoiceCommands, 'create' | 'cancel'>;
+  /** How old a reservation without its subscriber must be to be taken over; ABANDONED_RESERVATION_MS by default. */
+  abandonReservationsAfterMs?: number;
 }
 
 const dateOf = (iso: string) => iso.slice(0, 10);
@@ -92,10 +95,21 @@ const invoiceMetadata = (s: {
   externalId: s.externalId,
 });
 
-export function subscriptionCommands({ store, clock, invoices }: SubscriptionDeps) {
+export function subscriptionCommands({
+  store,
+  clock,
+  invoices,
+  abandonReservationsAfterMs = ABANDONED_RESERVATION_MS,
+}: SubscriptionDeps) {
   const now = () => clock.now().toISOString();
-  const subscriberCommand = (subscriberId: string, command: SubscriberCommand, options: HandleOptions = {}) =>
-    handleCommand(store, subscriberDecider, subscriberStreamName(subscriberId), command, options);
+  /** A command to a subscriber; the answer's state is the subscriber written, if any. */
+  const subscriberCommand = async (subscriberId: string, command: SubscriberCommand, options: HandleOptions = {}) => {
+    const handled = await handleCommand(store, subscriberDecider, subscriberStreamName(subscriberId), command, options);
+    return { ...handled, state: subscriberIn(handled.state) };
+  };
+  /** The subscriber as its stream has it; null when never written (or abandoned). */
+  const loadSubscriber = async (subscriberId: string) =>
+    subscriberIn(await loadState(store, subscriberDecider, subscriberStreamName(subscriberId)));
 
   async function planOf(planId: string, merchantId: string): Promise<Plan> {
     const plan = await loadState(store, planDecider, planStreamName(planId));
@@ -105,7 +119,7 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
   }
 
   async function subscriberOf(subscriberId: string, merchantId: string): Promise<Subscriber> {
-    const subscriber = await loadState(store, subscriberDecider, subscriberStreamName(subscriberId));
+    const subscriber = await loadSubscriber(subscriberId);
     if (!subscriber || subscriber.merchantId !== merchantId) throw new DomainError('not_found', 'Subscriber not found');
     return subscriber;
   }
@@ -121,6 +135,16 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
     }
   }
 
+  /** Who holds the address in the plan, as the contract's 409 says it. */
+  async function heldMessage(stream: string): Promise<string> {
+    const { holder } = fold(
+      enrollmentDecider,
+      (await store.readStream(stream)).map((r) => ({ type: r.type, data: r.data }) as EnrollmentEvent),
+    );
+    const held = holder === null ? null : await loadSubscriber(holder);
+    return duplicateEnrollmentMessage(held?.status ?? 'pending');
+  }
+
   /**
    * Takes the e-mail address in the plan for `subscriberId`. When it is held:
    * by a live subscriber, 409 with its status; by a cancelled one (its release
@@ -128,6 +152,12 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
    * hold is released and the reservation tried again. Two enrollments racing
    * for one address append to the same stream with the revision they read, so
    * only one of them can get it.
+   *
+   * A reservation is taken over only after its subscriber's stream is closed
+   * to it (EnrollmentAbandoned, appended where the subscriber would be): an
+   * enrollment that was slow rather than lost then cannot write its
+   * subscriber afterwards, and one that wrote it first makes the take-over
+   * fail, so one address is never enrolled twice.
    */
   async function reserve(stream: string, subscriberId: string): Promise<void> {
     for (let attempt = 1; ; attempt++) {
@@ -140,15 +170,8 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
         return;
       } catch (error) {
         if (!(error instanceof DomainError) || error.kind !== 'conflict') throw error;
-        if (attempt >= 5) {
-          // Contested five times over: someone holds it; say who, in the contract's words.
-          const holder = fold(
-            enrollmentDecider,
-            (await store.readStream(stream)).map((r) => ({ type: r.type, data: r.data }) as EnrollmentEvent),
-          ).holder;
-          const held = holder === null ? null : await loadState(store, subscriberDecider, subscriberStreamName(holder));
-          throw new DomainError('conflict', duplicateEnrollmentMessage(held?.status ?? 'pending'));
-        }
+        // Contested five times over: someone holds it; say who, in the contract's words.
+        if (attempt >= 5) throw new DomainError('conflict', await heldMessage(stream));
       }
       const recorded = await store.readStream(stream);
       const { holder } = fold(
@@ -156,12 +179,19 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
         recorded.map((r) => ({ type: r.type, data: r.data }) as EnrollmentEvent),
       );
       if (holder === null) continue;
-      const held = await loadState(store, subscriberDecider, subscriberStreamName(holder));
+      const held = await loadSubscriber(holder);
       if (held === null) {
         const reserved = [...recorded].reverse().find((r) => r.type === 'EnrollmentReserved');
         // Most likely an enrollment still on its way: its subscriber is pending.
-        if (reserved && Date.now() - reserved.recordedAt.getTime() < ABANDONED_RESERVATION_MS) {
+        if (reserved && Date.now() - reserved.recordedAt.getTime() < abandonReservationsAfterMs) {
           throw new DomainError('conflict', duplicateEnrollmentMessage('pending'));
+        }
+        try {
+          await subscriberCommand(holder, { type: 'AbandonEnrollment', subscriberId: holder, now: now() });
+        } catch (error) {
+          // Its subscriber was written meanwhile: the next round finds it live.
+          if (error instanceof DomainError && error.kind === 'conflict') continue;
+          throw error;
         }
       } else if (held.status !== 'cancelled') {
         throw new DomainError('conflict', duplicateEnrollmentMessage(held.status));
@@ -287,10 +317,13 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
       } catch (error) {
         // Not enrolled after all (unless the subscriber was written and only the answer got lost):
         // the address is free again and the invoice nobody was given cannot be paid.
-        if ((await loadState(store, subscriberDecider, subscriberStreamName(id))) === null) {
+        const state = await loadState(store, subscriberDecider, subscriberStreamName(id));
+        if (subscriberIn(state) === null) {
           await release(reservation, id).catch(() => undefined);
           await voidInvoice(invoiceId, merchantId).catch(() => undefined);
         }
+        // So slow that another enrollment of the address took it over: that one holds it now.
+        if (state !== null && 'abandoned' in state) throw new DomainError('conflict', await heldMessage(reservation));
         throw error;
       }
     },
@@ -319,7 +352,7 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
      * stream, so a stale read model asks in vain. Returns whether it did anything.
      */
     async renew(subscriberId: string): Promise<boolean> {
-      const subscriber = await loadState(store, subscriberDecider, subscriberStreamName(subscriberId));
+      const subscriber = await loadSubscriber(subscriberId);
       if (!subscriber) return false;
       if (isPeriodEndCancellationDue(subscriber, now())) {
         const { events } = await subscriberCommand(subscriberId, { type: 'EndAtPeriodEnd', now: now() });
@@ -365,7 +398,7 @@ export function subscriptionCommands({ store, clock, invoices }: SubscriptionDep
 
     /** A renewal unpaid at the end of its grace period: past due (not while a full payment awaits its confirmations). */
     async markPastDue(subscriberId: string): Promise<boolean> {
-      const subscriber = await loadState(store, subscriberDecider, subscriberStreamName(subscriberId));
+      const subscriber = await loadSubscriber(subscriberId);
       if (!subscriber || !isPastDueDue(subscriber, now())) return false;
       const invoice = await loadState(store, invoiceDecider, invoiceStreamName(currentInvoice(subscriber).invoiceId));
       const { events } = await subscriberCommand(subscriberId, {
@@ -419,7 +452,7 @@ export function subscriptionManager(store: EventStore, subscriptions: Subscripti
           } else return;
           await handleCommand(store, subscriberDecider, subscriberStreamName(invoice.subscriberId), command, options);
         } else if (recorded.streamId.startsWith('subscriber-') && recorded.type === 'SubscriberCancelled') {
-          const subscriber = await loadState(store, subscriberDecider, recorded.streamId);
+          const subscriber = subscriberIn(await loadState(store, subscriberDecider, recorded.streamId));
           if (subscriber) await subscriptions.afterCancellation(subscriber, options);
         }
       } catch (error) {
@@ -515,8 +548,8 @@ export class RenewalScheduler {
 
 // ---------------------------------------------------------------- subscriber webhooks
 
-/** The webhook each subscriber event sends (README, "Subscriptions"). */
-export const SUBSCRIBER_WEBHOOKS: Record<SubscriberEvent['type'], string> = {
+/** The webhook each subscriber event sends (README, "Subscriptions"); an abandoned enrollment had no subscriber to tell of. */
+export const SUBSCRIBER_WEBHOOKS: Record<Exclude<SubscriberEvent['type'], 'EnrollmentAbandoned'>, string> = {
   SubscriberEnrolled: 'subscriber.enrolled',
   SubscriberActivated: 'subscriber.activated',
   RenewalInvoiceIssued: 'subscriber.renewal_invoice_created',
@@ -536,7 +569,7 @@ interface SubscriberHistories {
 const isSubscriberStream = (streamId: string) => streamId.startsWith('subscriber-');
 const webhookNameOf = (event: RecordedEvent): string | undefined =>
   Object.hasOwn(SUBSCRIBER_WEBHOOKS, event.type)
-    ? SUBSCRIBER_WEBHOOKS[event.type as SubscriberEvent['type']]
+    ? SUBSCRIBER_WEBHOOKS[event.type as keyof typeof SUBSCRIBER_WEBHOOKS]
     : undefined;
 const invoiceIdOf = (event: RecordedEvent): string | undefined => (event.data as { invoiceId?: string }).invoiceId;
 
@@ -585,11 +618,13 @@ export function subscriberWebhooks(publicBaseUrl: string): Projector<SubscriberH
       const name = webhookNameOf(event);
       const history = prepared.subscribers.get(event.streamId);
       if (!name || !history) return;
-      const subscriber = fold(
-        subscriberDecider,
-        history
-          .filter((e) => e.revision <= event.revision)
-          .map((e) => ({ type: e.type, data: e.data }) as SubscriberEvent),
+      const subscriber = subscriberIn(
+        fold(
+          subscriberDecider,
+          history
+            .filter((e) => e.revision <= event.revision)
+            .map((e) => ({ type: e.type, data: e.data }) as SubscriberEvent),
+        ),
       );
       if (!subscriber) return;
       const url = prepared.merchants.get(subscriber.merchantId)?.webhookUrl ?? null;

@@ -126,7 +126,16 @@ export type SubscriberCancelled = DomainEvent<
   }
 >;
 
+/**
+ * An enrollment given up before its subscriber was written: another
+ * enrollment of the address took its reservation over. Appended where the
+ * subscriber would have been, so that of the two (the late subscriber, the
+ * abandonment) the store takes only the first.
+ */
+export type EnrollmentAbandoned = DomainEvent<'EnrollmentAbandoned', { subscriberId: string; abandonedAt: string }>;
+
 export type SubscriberEvent =
+  | EnrollmentAbandoned
   | SubscriberEnrolled
   | SubscriberActivated
   | RenewalInvoiceIssued
@@ -167,7 +176,9 @@ export type SubscriberCommand =
       awaitingConfirmations: boolean;
     }
   | { type: 'CancelSubscriber'; atPeriodEnd: boolean; now: string }
-  | { type: 'EndAtPeriodEnd'; now: string };
+  | { type: 'EndAtPeriodEnd'; now: string }
+  /** Gives up an enrollment whose subscriber was never written, for good. */
+  | { type: 'AbandonEnrollment'; subscriberId: string; now: string };
 
 // ---------------------------------------------------------------- state
 
@@ -210,7 +221,16 @@ export interface Subscriber {
   updatedAt: string;
 }
 
-export type SubscriberState = Subscriber | null;
+/** The stream of an enrollment given up before its subscriber was written: it never holds one. */
+export interface Abandoned {
+  abandoned: true;
+}
+
+export type SubscriberState = Subscriber | null | Abandoned;
+
+/** The subscriber a stream holds, or null when it holds none (never enrolled, or abandoned). */
+export const subscriberIn = (state: SubscriberState): Subscriber | null =>
+  state === null || 'abandoned' in state ? null : state;
 
 export const currentInvoice = (subscriber: Subscriber): PeriodInvoice => subscriber.invoices.at(-1)!;
 
@@ -299,11 +319,18 @@ function requireTime(time: string, name: string): void {
 }
 
 function requireSubscriber(state: SubscriberState): Subscriber {
-  if (state === null) throw new DomainError('not_found', 'Subscriber not found');
-  return state;
+  const subscriber = subscriberIn(state);
+  if (subscriber === null) throw new DomainError('not_found', 'Subscriber not found');
+  return subscriber;
 }
 
 function enroll(command: Extract<SubscriberCommand, { type: 'EnrollSubscriber' }>, state: SubscriberState) {
+  if (state !== null && 'abandoned' in state) {
+    throw new DomainError(
+      'conflict',
+      'Enrollment was given up: it took so long that another enrollment of the address took its reservation over',
+    );
+  }
   if (state !== null) throw new DomainError('conflict', `Subscriber ${command.id} already exists`);
   const plan = checkEnrollment(command.plan, command.merchantId, command);
   requireTime(command.now, 'now');
@@ -451,8 +478,21 @@ function endAtPeriodEnd(command: Extract<SubscriberCommand, { type: 'EndAtPeriod
   return [cancelled];
 }
 
+function abandon(command: Extract<SubscriberCommand, { type: 'AbandonEnrollment' }>, state: SubscriberState) {
+  if (state !== null && 'abandoned' in state) return [];
+  // Written after all: the enrollment was slow, not lost.
+  if (state !== null)
+    throw new DomainError('conflict', `Subscriber ${state.id} exists: its enrollment was not abandoned`);
+  const abandoned: EnrollmentAbandoned = {
+    type: 'EnrollmentAbandoned',
+    data: { subscriberId: command.subscriberId, abandonedAt: command.now },
+  };
+  return [abandoned];
+}
+
 function decide(command: SubscriberCommand, state: SubscriberState): SubscriberEvent[] {
   if (command.type === 'EnrollSubscriber') return enroll(command, state);
+  if (command.type === 'AbandonEnrollment') return abandon(command, state);
   const subscriber = requireSubscriber(state);
   switch (command.type) {
     case 'RecordInvoicePaid':
@@ -513,8 +553,9 @@ function evolve(state: SubscriberState, event: SubscriberEvent): SubscriberState
       updatedAt: d.enrolledAt,
     };
   }
+  if (event.type === 'EnrollmentAbandoned') return { abandoned: true };
   // Events only exist after SubscriberEnrolled; a stream that says otherwise is corrupt.
-  if (state === null) throw new Error(`${event.type} before SubscriberEnrolled`);
+  if (state === null || 'abandoned' in state) throw new Error(`${event.type} before SubscriberEnrolled`);
   switch (event.type) {
     case 'SubscriberActivated': {
       const { periodStart, periodEnd: end } = event.data;

@@ -8,8 +8,10 @@ import { planDecider, type Plan, type PlanEvent } from '../domain/plan.ts';
 import {
   currentInvoice,
   subscriberDecider,
+  subscriberIn,
   type Subscriber,
   type SubscriberEvent,
+  type SubscriberState,
   type SubscriberStatus,
 } from '../domain/subscriber.ts';
 import type { Projector } from './engine.ts';
@@ -52,10 +54,12 @@ export const subscriptionsProjector: Projector<Histories> = {
       const plan = foldUpTo<Plan | null, PlanEvent>(histories.get(recorded.streamId)!, recorded.revision, planDecider);
       if (plan) await upsertPlan(trx, plan);
     } else if (isSubscriberStream(recorded.streamId)) {
-      const subscriber = foldUpTo<Subscriber | null, SubscriberEvent>(
-        histories.get(recorded.streamId)!,
-        recorded.revision,
-        subscriberDecider,
+      const subscriber = subscriberIn(
+        foldUpTo<SubscriberState, SubscriberEvent>(
+          histories.get(recorded.streamId)!,
+          recorded.revision,
+          subscriberDecider,
+        ),
       );
       if (subscriber) await upsertSubscriber(trx, subscriber);
     }

@@ -10,6 +10,7 @@ import {
   isPeriodEndCancellationDue,
   isRenewalDue,
   subscriberDecider,
+  subscriberIn,
   subscriberView,
   type EnrollmentEvent,
   type SubscriberCommand,
@@ -18,6 +19,8 @@ import {
 import { given as givenFor, stateAfter } from './support/decider.ts';
 
 const given = (events: SubscriberEvent[]) => givenFor(subscriberDecider, events);
+/** The subscriber the events leave; they must leave one. */
+const subscriberAfter = (events: SubscriberEvent[]) => subscriberIn(given(events).state)!;
 
 const SUBSCRIBER_ID = '5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b';
 const MERCHANT_ID = '0a1b2c3d-4e5f-4a6b-8c7d-8e9f00112233';
@@ -119,7 +122,7 @@ const inGrace = [enrolled, activated, renewed];
 describe('subscriber decider: enrollment', () => {
   it('enrolls pending, with the first period and its grace period counted from the first invoice', () => {
     given([]).when(enroll).then([enrolled]);
-    const s = given([enrolled]).state!;
+    const s = subscriberAfter([enrolled]);
     assert.deepEqual(subscriberView(s), {
       id: SUBSCRIBER_ID,
       merchantId: MERCHANT_ID,
@@ -203,7 +206,7 @@ describe('subscriber decider: the first invoice', () => {
     given([enrolled])
       .when({ type: 'RecordInvoicePaid', invoiceId: FIRST_INVOICE, paidAt: '2025-02-01T09:00:00.000Z' })
       .then([activated]);
-    const s = given(active).state!;
+    const s = subscriberAfter(active);
     assert.equal(s.status, 'active');
     assert.equal(s.activatedAt, '2025-02-01T09:00:00.000Z');
     assert.equal(s.invoices[0]!.paidAt, '2025-02-01T09:00:00.000Z');
@@ -232,7 +235,7 @@ describe('subscriber decider: the first invoice', () => {
       },
     };
     given([enrolledDaily]).when({ type: 'RecordInvoicePaid', invoiceId: FIRST_INVOICE, paidAt }).then([restarted]);
-    const s = given([enrolledDaily, restarted]).state!;
+    const s = subscriberAfter([enrolledDaily, restarted]);
     assert.equal(s.currentPeriodStart, paidAt);
     assert.equal(s.currentPeriodEnd, '2025-02-03T10:00:00.000Z');
     assert.equal(isRenewalDue(s, paidAt), false, 'no period the customer never had is billed');
@@ -256,7 +259,7 @@ describe('subscriber decider: the first invoice', () => {
     given([enrolled])
       .when({ type: 'RecordInvoiceClosed', invoiceId: FIRST_INVOICE, closedAt: FIRST_GRACE_END })
       .then([cancelled]);
-    const s = given([enrolled, cancelled]).state!;
+    const s = subscriberAfter([enrolled, cancelled]);
     assert.equal(s.status, 'cancelled');
     assert.equal(s.cancellationReason, 'unpaid');
     assert.equal(s.invoices[0]!.closedAt, FIRST_GRACE_END);
@@ -280,17 +283,17 @@ describe('subscriber decider: the first invoice', () => {
 
 describe('subscriber decider: renewal', () => {
   it('is due at the end of a paid period, not before, not unpaid, not when cancelling at period end', () => {
-    assert.equal(isRenewalDue(given(active).state!, '2025-02-28T09:59:59.999Z'), false);
-    assert.equal(isRenewalDue(given(active).state!, FIRST_PERIOD_END), true);
-    assert.equal(isRenewalDue(given([enrolled]).state!, FIRST_PERIOD_END), false);
-    assert.equal(isRenewalDue(given([...active, scheduled]).state!, FIRST_PERIOD_END), false);
+    assert.equal(isRenewalDue(subscriberAfter(active), '2025-02-28T09:59:59.999Z'), false);
+    assert.equal(isRenewalDue(subscriberAfter(active), FIRST_PERIOD_END), true);
+    assert.equal(isRenewalDue(subscriberAfter([enrolled]), FIRST_PERIOD_END), false);
+    assert.equal(isRenewalDue(subscriberAfter([...active, scheduled]), FIRST_PERIOD_END), false);
   });
 
   it('active → active with the next period and its invoice', () => {
     given(active)
       .when({ type: 'RecordRenewal', invoiceId: RENEWAL_INVOICE, period: 1, now: RENEWED_AT })
       .then([renewed]);
-    const s = given(inGrace).state!;
+    const s = subscriberAfter(inGrace);
     assert.equal(s.status, 'active');
     assert.equal(s.period, 1);
     assert.equal(s.currentPeriodStart, FIRST_PERIOD_END);
@@ -357,13 +360,13 @@ describe('subscriber decider: renewal', () => {
 
 describe('subscriber decider: lapsing', () => {
   it('active → past_due when the renewal is unpaid at the end of its grace period', () => {
-    const s = given(inGrace).state!;
+    const s = subscriberAfter(inGrace);
     assert.equal(isPastDueDue(s, '2025-03-03T10:00:04.999Z'), false);
     assert.equal(isPastDueDue(s, RENEWAL_GRACE_END), true);
     given(inGrace)
       .when({ type: 'MarkPastDue', now: '2025-03-03T10:00:06.000Z', awaitingConfirmations: false })
       .then([pastDue]);
-    assert.equal(given([...inGrace, pastDue]).state!.status, 'past_due');
+    assert.equal(subscriberAfter([...inGrace, pastDue]).status, 'past_due');
   });
 
   it('not before the grace period ends, not while a full payment awaits confirmations, not twice', () => {
@@ -389,7 +392,7 @@ describe('subscriber decider: lapsing', () => {
     given([...inGrace, pastDue])
       .when({ type: 'RecordInvoicePaid', invoiceId: RENEWAL_INVOICE, paidAt })
       .then([paidLate]);
-    const s = given([...inGrace, pastDue, paidLate]).state!;
+    const s = subscriberAfter([...inGrace, pastDue, paidLate]);
     assert.equal(s.status, 'active');
     assert.equal(s.pastDueAt, null);
     assert.equal(s.invoices[1]!.paidAt, paidAt);
@@ -430,7 +433,7 @@ describe('subscriber decider: cancellation by the merchant', () => {
     given(active)
       .when({ type: 'CancelSubscriber', atPeriodEnd: true, now: '2025-02-10T00:00:00.000Z' })
       .then([scheduled]);
-    const s = given([...active, scheduled]).state!;
+    const s = subscriberAfter([...active, scheduled]);
     assert.equal(s.cancelAtEnd, true);
     assert.equal(s.status, 'active');
     given([...active, scheduled])
@@ -464,10 +467,9 @@ describe('subscriber decider: cancellation by the merchant', () => {
     given(active)
       .when({ type: 'EndAtPeriodEnd', now: FIRST_PERIOD_END })
       .thenError('conflict', 'Subscriber is not set to cancel at the end of the period');
-    const cancelled = stateAfter(subscriberDecider, [...active, scheduled], {
-      type: 'EndAtPeriodEnd',
-      now: FIRST_PERIOD_END,
-    });
+    const cancelled = subscriberIn(
+      stateAfter(subscriberDecider, [...active, scheduled], { type: 'EndAtPeriodEnd', now: FIRST_PERIOD_END }),
+    );
     assert.equal(cancelled!.status, 'cancelled');
     assert.equal(cancelled!.cancellationReason, 'period_end');
   });
@@ -486,6 +488,41 @@ describe('subscriber decider: cancellation by the merchant', () => {
         .thenError('bad_request', 'Subscriber cannot be cancelled in its current status: cancelled');
     }
     given(history).when({ type: 'EndAtPeriodEnd', now: FIRST_PERIOD_END }).then([]);
+  });
+});
+
+describe('subscriber decider: an abandoned enrollment', () => {
+  const abandon = { type: 'AbandonEnrollment', subscriberId: SUBSCRIBER_ID, now: '2025-01-31T10:01:00.000Z' } as const;
+  const abandoned: SubscriberEvent = {
+    type: 'EnrollmentAbandoned',
+    data: { subscriberId: SUBSCRIBER_ID, abandonedAt: '2025-01-31T10:01:00.000Z' },
+  };
+
+  it('closes a stream whose subscriber was never written, once', () => {
+    given([]).when(abandon).then([abandoned]);
+    given([abandoned]).when(abandon).then([]);
+    assert.equal(subscriberIn(given([abandoned]).state), null);
+  });
+
+  it('refuses the late subscriber of an abandoned enrollment', () => {
+    given([abandoned])
+      .when(enroll)
+      .thenError(
+        'conflict',
+        'Enrollment was given up: it took so long that another enrollment of the address took its reservation over',
+      );
+  });
+
+  it('refuses to abandon an enrollment whose subscriber was written after all', () => {
+    given([enrolled])
+      .when(abandon)
+      .thenError('conflict', `Subscriber ${SUBSCRIBER_ID} exists: its enrollment was not abandoned`);
+  });
+
+  it('answers not found for any other command on an abandoned enrollment', () => {
+    given([abandoned])
+      .when({ type: 'CancelSubscriber', atPeriodEnd: false, now: '2025-02-01T00:00:00.000Z' })
+      .thenError('not_found', 'Subscriber not found');
   });
 });
 

@@ -425,14 +425,16 @@ function latest(store: EventStore, ...positions: (string | undefined)[]): string
 
 /**
  * The process manager between invoices and subscribers: a subscriber's
- * invoice confirmed → paid on the subscriber (activation, renewal); expired or
+ * invoice confirmed → paid on the subscriber (activation, renewal); its
+ * payment withdrawn by a reorg, leaving it unconfirmed → unpaid again on the
+ * subscriber (back to pending, or to an unpaid period); expired or
  * cancelled → the subscriber is cancelled as unpaid, if it was the open one;
  * subscriber cancelled → its e-mail address is released in the plan and its
  * open invoice cancelled. Its commands derive their event ids from the
  * causing event, so a repeat after a crash appends nothing.
  */
 export function subscriptionManager(store: EventStore, subscriptions: SubscriptionCommands): Reactor {
-  const invoiceOutcomes = new Set(['InvoiceConfirmed', 'InvoiceExpired', 'InvoiceCancelled']);
+  const invoiceOutcomes = new Set(['InvoiceConfirmed', 'PaymentWithdrawn', 'InvoiceExpired', 'InvoiceCancelled']);
   return {
     name: 'subscription-manager',
     async react(recorded: RecordedEvent) {
@@ -445,6 +447,10 @@ export function subscriptionManager(store: EventStore, subscriptions: Subscripti
           let command: SubscriberCommand;
           if (event.type === 'InvoiceConfirmed') {
             command = { type: 'RecordInvoicePaid', invoiceId: invoice.id, paidAt: event.data.confirmedAt };
+          } else if (event.type === 'PaymentWithdrawn') {
+            // A reorg that leaves the invoice unconfirmed (as it stands now: confirmed again, nothing was lost).
+            if (invoice.status === 'confirmed' || invoice.status === 'settled') return;
+            command = { type: 'RecordInvoiceUnpaid', invoiceId: invoice.id, reversedAt: event.data.withdrawnAt };
           } else if (event.type === 'InvoiceExpired') {
             command = { type: 'RecordInvoiceClosed', invoiceId: invoice.id, closedAt: event.data.expiredAt };
           } else if (event.type === 'InvoiceCancelled') {
@@ -554,6 +560,7 @@ export const SUBSCRIBER_WEBHOOKS: Record<Exclude<SubscriberEvent['type'], 'Enrol
   SubscriberActivated: 'subscriber.activated',
   RenewalInvoiceIssued: 'subscriber.renewal_invoice_created',
   RenewalPaid: 'subscriber.renewed',
+  PeriodPaymentReversed: 'subscriber.payment_reversed',
   SubscriberPastDue: 'subscriber.past_due',
   CancellationScheduled: 'subscriber.cancellation_scheduled',
   SubscriberCancelled: 'subscriber.cancelled',

@@ -114,6 +114,17 @@ export type RenewalPaid = DomainEvent<
     late: boolean;
   }
 >;
+/**
+ * The payment of the current period's invoice was taken back by a reorg: its
+ * invoice is not confirmed any more. The subscriber goes back to where it
+ * stood before that payment: `pending` for the first period (its period as
+ * enrolled), else `active` with the period unpaid, or `past_due` when its
+ * grace period is over.
+ */
+export type PeriodPaymentReversed = DomainEvent<
+  'PeriodPaymentReversed',
+  { invoiceId: string; period: number; status: 'pending' | 'active' | 'past_due'; reversedAt: string }
+>;
 export type SubscriberPastDue = DomainEvent<'SubscriberPastDue', { invoiceId: string; pastDueAt: string }>;
 export type CancellationScheduled = DomainEvent<'CancellationScheduled', { scheduledAt: string }>;
 export type SubscriberCancelled = DomainEvent<
@@ -140,6 +151,7 @@ export type SubscriberEvent =
   | SubscriberActivated
   | RenewalInvoiceIssued
   | RenewalPaid
+  | PeriodPaymentReversed
   | SubscriberPastDue
   | CancellationScheduled
   | SubscriberCancelled;
@@ -165,6 +177,8 @@ export type SubscriberCommand =
     })
   /** An invoice of the subscriber was confirmed on-chain. */
   | { type: 'RecordInvoicePaid'; invoiceId: string; paidAt: string }
+  /** A confirmed invoice of the subscriber is not confirmed any more: a reorg took its payment back. */
+  | { type: 'RecordInvoiceUnpaid'; invoiceId: string; reversedAt: string }
   /** An invoice of the subscriber expired or was cancelled. */
   | { type: 'RecordInvoiceClosed'; invoiceId: string; closedAt: string }
   /** The next period's invoice was created at `now` (its creation time). */
@@ -387,6 +401,21 @@ function recordPaid(command: Extract<SubscriberCommand, { type: 'RecordInvoicePa
   return [paid];
 }
 
+function recordUnpaid(command: Extract<SubscriberCommand, { type: 'RecordInvoiceUnpaid' }>, s: Subscriber) {
+  const invoice = currentInvoice(s);
+  // An older period's invoice (its period was served; the current one has
+  // its own), one never paid here, a repeat, or after cancellation: nothing to do.
+  if (invoice.invoiceId !== command.invoiceId || invoice.paidAt === null || s.status === 'cancelled') return [];
+  requireTime(command.reversedAt, 'reversedAt');
+  const status =
+    invoice.period === 0 ? 'pending' : isAtOrAfter(command.reversedAt, invoice.gracePeriodEndsAt) ? 'past_due' : 'active';
+  const reversed: PeriodPaymentReversed = {
+    type: 'PeriodPaymentReversed',
+    data: { invoiceId: invoice.invoiceId, period: invoice.period, status, reversedAt: command.reversedAt },
+  };
+  return [reversed];
+}
+
 function recordClosed(command: Extract<SubscriberCommand, { type: 'RecordInvoiceClosed' }>, s: Subscriber) {
   const invoice = currentInvoice(s);
   if (invoice.invoiceId !== command.invoiceId || !isOpen(invoice) || s.status === 'cancelled') return [];
@@ -497,6 +526,8 @@ function decide(command: SubscriberCommand, state: SubscriberState): SubscriberE
   switch (command.type) {
     case 'RecordInvoicePaid':
       return recordPaid(command, subscriber);
+    case 'RecordInvoiceUnpaid':
+      return recordUnpaid(command, subscriber);
     case 'RecordInvoiceClosed':
       return recordClosed(command, subscriber);
     case 'RecordRenewal':
@@ -591,6 +622,24 @@ function evolve(state: SubscriberState, event: SubscriberEvent): SubscriberState
           },
         ],
         updatedAt: d.issuedAt,
+      };
+    }
+    case 'PeriodPaymentReversed': {
+      const d = event.data;
+      const first = state.invoices[0]!;
+      return {
+        ...state,
+        status: d.status,
+        pastDueAt: d.status === 'past_due' ? d.reversedAt : null,
+        // Unpaid, the first period is the one enrolled for again, even if the payment had restarted it.
+        ...(d.period === 0 && {
+          activatedAt: null,
+          anchor: first.periodStart,
+          currentPeriodStart: first.periodStart,
+          currentPeriodEnd: first.periodEnd,
+        }),
+        invoices: updateCurrentInvoice(state, { paidAt: null }),
+        updatedAt: d.reversedAt,
       };
     }
     case 'RenewalPaid':

@@ -21,6 +21,7 @@ import { given as givenFor, stateAfter } from './support/decider.ts';
 const given = (events: SubscriberEvent[]) => givenFor(subscriberDecider, events);
 /** The subscriber the events leave; they must leave one. */
 const subscriberAfter = (events: SubscriberEvent[]) => subscriberIn(given(events).state)!;
+const currentInvoicePaidAt = (s: ReturnType<typeof subscriberAfter>) => s.invoices.at(-1)!.paidAt;
 
 const SUBSCRIBER_ID = '5e6f7a8b-9c0d-4e1f-8a2b-3c4d5e6f7a8b';
 const MERCHANT_ID = '0a1b2c3d-4e5f-4a6b-8c7d-8e9f00112233';
@@ -488,6 +489,106 @@ describe('subscriber decider: cancellation by the merchant', () => {
         .thenError('bad_request', 'Subscriber cannot be cancelled in its current status: cancelled');
     }
     given(history).when({ type: 'EndAtPeriodEnd', now: FIRST_PERIOD_END }).then([]);
+  });
+});
+
+describe("subscriber decider: a reorg takes a period's payment back", () => {
+  const unpaid = (invoiceId: string, reversedAt: string) =>
+    ({ type: 'RecordInvoiceUnpaid', invoiceId, reversedAt }) as const;
+  const reversed = (
+    invoiceId: string,
+    period: number,
+    status: 'pending' | 'active' | 'past_due',
+    reversedAt: string,
+  ): SubscriberEvent => ({ type: 'PeriodPaymentReversed', data: { invoiceId, period, status, reversedAt } });
+  const renewalPaid: SubscriberEvent = {
+    type: 'RenewalPaid',
+    data: { invoiceId: RENEWAL_INVOICE, period: 1, paidAt: '2025-03-01T00:00:00.000Z', late: false },
+  };
+
+  it('active → pending when the first invoice is not confirmed any more: the subscriber is back to enrolled', () => {
+    const at = '2025-02-01T09:30:00.000Z';
+    given(active)
+      .when(unpaid(FIRST_INVOICE, at))
+      .then([reversed(FIRST_INVOICE, 0, 'pending', at)]);
+    const s = subscriberAfter([...active, reversed(FIRST_INVOICE, 0, 'pending', at)]);
+    assert.deepEqual(
+      { ...subscriberView(s), updatedAt: undefined },
+      { ...subscriberView(subscriberAfter([enrolled])), updatedAt: undefined },
+    );
+    assert.equal(s.status, 'pending');
+    assert.equal(s.activatedAt, null);
+    assert.equal(s.invoices[0]!.paidAt, null);
+    assert.equal(isRenewalDue(s, FIRST_PERIOD_END), false, 'an unpaid period is not renewed');
+    // Paid again (the payment re-mined and confirmed): active again.
+    given([...active, reversed(FIRST_INVOICE, 0, 'pending', at)])
+      .when({ type: 'RecordInvoicePaid', invoiceId: FIRST_INVOICE, paidAt: '2025-02-01T10:00:00.000Z' })
+      .then([
+        { type: 'SubscriberActivated', data: { invoiceId: FIRST_INVOICE, activatedAt: '2025-02-01T10:00:00.000Z' } },
+      ]);
+    // Never paid again: the first invoice expires and the subscriber is cancelled as unpaid.
+    given([...active, reversed(FIRST_INVOICE, 0, 'pending', at)])
+      .when({ type: 'RecordInvoiceClosed', invoiceId: FIRST_INVOICE, closedAt: FIRST_GRACE_END })
+      .then([
+        {
+          type: 'SubscriberCancelled',
+          data: { reason: 'unpaid', invoiceId: FIRST_INVOICE, cancelledAt: FIRST_GRACE_END },
+        },
+      ]);
+  });
+
+  it('gives back the period as enrolled when the reversed payment had restarted it', () => {
+    const restarted: SubscriberEvent = {
+      type: 'SubscriberActivated',
+      data: {
+        invoiceId: FIRST_INVOICE,
+        activatedAt: '2025-03-01T00:00:00.000Z',
+        periodStart: '2025-03-01T00:00:00.000Z',
+        periodEnd: '2025-04-01T00:00:00.000Z',
+      },
+    };
+    const s = subscriberAfter([enrolled, restarted, reversed(FIRST_INVOICE, 0, 'pending', '2025-03-01T01:00:00.000Z')]);
+    assert.deepEqual(
+      [s.currentPeriodStart, s.currentPeriodEnd, s.gracePeriodEndsAt],
+      [ENROLLED_AT, FIRST_PERIOD_END, FIRST_GRACE_END],
+    );
+  });
+
+  it('a renewal paid then reversed: active and unpaid within its grace period, past due after it', () => {
+    const paid = [...inGrace, renewalPaid];
+    const within = '2025-03-01T01:00:00.000Z';
+    given(paid)
+      .when(unpaid(RENEWAL_INVOICE, within))
+      .then([reversed(RENEWAL_INVOICE, 1, 'active', within)]);
+    const s = subscriberAfter([...paid, reversed(RENEWAL_INVOICE, 1, 'active', within)]);
+    assert.deepEqual([s.status, s.period, currentInvoicePaidAt(s)], ['active', 1, null]);
+    assert.equal(isPastDueDue(s, RENEWAL_GRACE_END), true);
+    assert.equal(isRenewalDue(s, SECOND_PERIOD_END), false);
+
+    const after = '2025-03-04T00:00:00.000Z';
+    given(paid)
+      .when(unpaid(RENEWAL_INVOICE, after))
+      .then([reversed(RENEWAL_INVOICE, 1, 'past_due', after)]);
+    const late = subscriberAfter([...paid, reversed(RENEWAL_INVOICE, 1, 'past_due', after)]);
+    assert.deepEqual([late.status, late.pastDueAt], ['past_due', after]);
+  });
+
+  it('ignores a repeat, an older period, an invoice never paid, and a cancelled subscriber', () => {
+    const at = '2025-02-01T09:30:00.000Z';
+    given([...active, reversed(FIRST_INVOICE, 0, 'pending', at)])
+      .when(unpaid(FIRST_INVOICE, at))
+      .then([]);
+    given([...inGrace, renewalPaid])
+      .when(unpaid(FIRST_INVOICE, at))
+      .then([]);
+    given([enrolled]).when(unpaid(FIRST_INVOICE, at)).then([]);
+    const cancelled: SubscriberEvent = {
+      type: 'SubscriberCancelled',
+      data: { reason: 'merchant', invoiceId: FIRST_INVOICE, cancelledAt: '2025-02-01T09:10:00.000Z' },
+    };
+    given([...active, cancelled])
+      .when(unpaid(FIRST_INVOICE, at))
+      .then([]);
   });
 });
 

@@ -29,6 +29,7 @@ export const WEBHOOK_EVENT_TYPES = [
   'subscriber.activated',
   'subscriber.renewal_invoice_created',
   'subscriber.renewed',
+  'subscriber.payment_reversed',
   'subscriber.past_due',
   'subscriber.cancellation_scheduled',
   'subscriber.cancelled',
@@ -275,6 +276,7 @@ function sampleInvoice(event: WebhookEventType, merchantId: string, now: Date) {
 const subscriberStatusAfter: Partial<Record<WebhookEventType, string>> = {
   'subscriber.enrolled': 'pending',
   'subscriber.past_due': 'past_due',
+  'subscriber.payment_reversed': 'pending',
   'subscriber.cancelled': 'cancelled',
 };
 

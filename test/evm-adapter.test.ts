@@ -63,6 +63,17 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
       }),
       /^Error: CHAIN_POLYGON_RPC_URL: the node did not answer/,
     );
+    // Over a WebSocket too: a refused socket is an answer-less node, not a crash.
+    await assert.rejects(
+      EvmChain.open({
+        chain: 'polygon',
+        rpcUrl: 'ws://127.0.0.1:9',
+        keyring,
+        platformFeeBps: 100,
+        retry: { attempts: 2, baseDelayMs: 10 },
+      }),
+      /^Error: CHAIN_POLYGON_RPC_URL: the node did not answer/,
+    );
   });
 
   it('refuses a contract as the treasury at start-up, with one line naming the variable', async () => {

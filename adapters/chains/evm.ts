@@ -146,6 +146,74 @@ function errorText(error: unknown): string {
 /** A node that never answers (a dead WebSocket, a stuck proxy) must not stall the watcher or the sweeper. */
 const RPC_TIMEOUT_MS = 30_000;
 
+/** The pauses before opening a new WebSocket to the node, growing while it stays out of reach. */
+const RECONNECT_FIRST_MS = 250;
+const RECONNECT_MAX_MS = 30_000;
+
+/**
+ * The node's JSON-RPC connection: one provider over HTTP. Over a WebSocket,
+ * ethers (v6) neither reconnects a closed socket nor answers the requests
+ * left on it; here a closed socket fails its requests at once and a new one
+ * is opened after a pause. Callers retry (the watcher, the head poller and
+ * the sweeper all ask again), so they go on through the new socket, and the
+ * watcher reads the blocks it missed from the last one it stored.
+ */
+class NodeConnection {
+  private provider!: JsonRpcApiProvider;
+  /** Rejects when the current socket closes; never over HTTP. */
+  private lost: Promise<never> = new Promise<never>(() => undefined);
+  private pause = RECONNECT_FIRST_MS;
+  private reopening?: NodeJS.Timeout;
+  private closed = false;
+
+  constructor(
+    private readonly url: string,
+    private readonly network: Network,
+  ) {
+    this.open();
+  }
+
+  send(method: string, params: unknown[]): Promise<unknown> {
+    return Promise.race([this.provider.send(method, params), this.lost]);
+  }
+
+  destroy(): void {
+    this.closed = true;
+    clearTimeout(this.reopening);
+    void this.provider.destroy();
+  }
+
+  private open(): void {
+    const options = { staticNetwork: this.network, batchStallTime: 0, cacheTimeout: -1 };
+    if (!/^wss?:/.test(this.url)) {
+      this.provider = new JsonRpcProvider(this.url, this.network, options);
+      return;
+    }
+    const provider = new WebSocketProvider(this.url, this.network, options);
+    let fail!: (error: Error) => void;
+    const lost = new Promise<never>((_, reject) => (fail = reject));
+    lost.catch(() => undefined);
+    // The ws socket under ethers: without an error listener a refused
+    // connection would throw; the close that follows any error does the rest.
+    const socket = provider.websocket as unknown as {
+      onerror: (() => void) | null;
+      addEventListener(type: 'open' | 'close', listener: () => void): void;
+    };
+    socket.onerror = () => undefined;
+    socket.addEventListener('open', () => (this.pause = RECONNECT_FIRST_MS));
+    socket.addEventListener('close', () => {
+      fail(new Error('the WebSocket to the node closed'));
+      if (this.closed || this.provider !== provider) return;
+      void provider.destroy();
+      this.reopening = setTimeout(() => this.closed || this.open(), this.pause);
+      this.reopening.unref();
+      this.pause = Math.min(this.pause * 2, RECONNECT_MAX_MS);
+    });
+    this.provider = provider;
+    this.lost = lost;
+  }
+}
+
 /**
  * The error without the node's URL: an RPC provider's URL usually holds its
  * API key, and ethers puts it in HTTP error messages, which end up in logs and
@@ -207,7 +275,7 @@ export class EvmChain implements ChainAdapter {
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
 
   private constructor(
-    private readonly provider: JsonRpcApiProvider,
+    private readonly provider: NodeConnection,
     private readonly options: EvmChainOptions,
     chainId: bigint,
   ) {
@@ -235,12 +303,7 @@ export class EvmChain implements ChainAdapter {
     const variable = `CHAIN_${options.chain.toUpperCase()}`;
     const expected = options.chainId ?? mainnetChainIds[options.chain];
     if (expected === undefined) throw new Error(`${variable}_RPC_URL: ${options.chain} is not an EVM chain`);
-    const network = Network.from(expected);
-    const providerOptions = { staticNetwork: network, batchStallTime: 0, cacheTimeout: -1 };
-    const provider = /^wss?:/.test(options.rpcUrl)
-      ? new WebSocketProvider(options.rpcUrl, network, providerOptions)
-      : new JsonRpcProvider(options.rpcUrl, network, providerOptions);
-    const adapter = new EvmChain(provider, options, expected);
+    const adapter = new EvmChain(new NodeConnection(options.rpcUrl, Network.from(expected)), options, expected);
     let actual: bigint;
     try {
       actual = BigInt(await adapter.rpc<string>('eth_chainId', []));

@@ -109,6 +109,6 @@ describe('an EVM node over a WebSocket that drops', { skip }, () => {
       30_000,
     );
     assert.ok(link.connections > before, 'a new connection was opened');
-    assert.equal(await node.provider.getBalance(merchantWallet) > 0n, true);
+    assert.equal((await node.provider.getBalance(merchantWallet)) > 0n, true);
   });
 });

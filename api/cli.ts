@@ -3,13 +3,12 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { parseAuditTrail, replayAuditTrail, verifyAuditTrail, type ReplayedInvoice } from '../domain/audit-trail.ts';
-import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { ProjectionEngine } from '../projections/engine.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { ConfigError, loadConfig } from './config.ts';
 import { lockDataDir } from './data-dir-lock.ts';
 import { readKeptAdminToken } from './secrets-file.ts';
-import { openDatabase, projectors } from './service.ts';
+import { openDatabase, openEventStore, projectors } from './service.ts';
 
 const usage = `Usage: npm run cli -- <command> [options]
 
@@ -134,7 +133,7 @@ async function rebuildProjections(names: string[]) {
   }
   const database = await openDatabase(config);
   try {
-    const store = await SqlEventStore.open(database);
+    const store = await openEventStore(config, database);
     await ProjectionEngine.migrate(database, readModelMigrations);
     const engine = new ProjectionEngine(database, store, projectors);
     const { events, ms } = await engine.rebuild(names);

@@ -14,6 +14,8 @@ export interface Config {
   /** Embedded store directory, or `memory://`; also where generated secrets are kept. */
   dataDir: string;
   databaseUrl: string | undefined;
+  /** EventStoreDB/KurrentDB connection string: events there, read models in SQL. Unset: events in SQL too. */
+  eventStoreUrl: string | undefined;
   /** Unset: generated on first start (not in production). */
   adminToken: string | undefined;
   walletMnemonic: string | undefined;
@@ -160,8 +162,11 @@ export function loadConfig(env: Env = process.env): Config {
   const publicBaseUrl = (url('PUBLIC_BASE_URL', ['http:', 'https:']) ?? `http://localhost:${port}`).replace(/\/+$/, '');
   const dataDir = value('DATA_DIR') ?? './data';
   const databaseUrl = url('DATABASE_URL', ['postgres:', 'postgresql:']);
-  if (value('EVENTSTORE_URL') !== undefined) {
-    problems.push('EVENTSTORE_URL is not supported by this version yet: unset it to keep events in the SQL database');
+  // Only the scheme is checked here (without loading the gRPC client); the
+  // client reads the rest at start-up and a problem stops it with one line.
+  const eventStoreUrl = value('EVENTSTORE_URL');
+  if (eventStoreUrl !== undefined && !/^(esdb|kurrentdb)(\+discover)?:\/\/./i.test(eventStoreUrl)) {
+    problems.push('EVENTSTORE_URL must be an esdb://, esdb+discover://, kurrentdb:// or kurrentdb+discover:// connection string');
   }
 
   const adminToken = value('ADMIN_TOKEN');
@@ -342,6 +347,7 @@ export function loadConfig(env: Env = process.env): Config {
     appEnv,
     dataDir,
     databaseUrl,
+    eventStoreUrl,
     adminToken,
     walletMnemonic,
     chains,

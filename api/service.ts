@@ -8,7 +8,6 @@ import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-inde
 import { openSolanaChain, type SolanaChain } from '../adapters/chains/solana.ts';
 import { openTronChain, type TronChain } from '../adapters/chains/tron.ts';
 import { bitcoinNetworkOf, openBitcoinChain, type BitcoinChain } from '../adapters/chains/bitcoin.ts';
-import { sql } from 'kysely';
 import { formatUnits } from '../domain/money.ts';
 import { findChain } from '../domain/catalogue.ts';
 import type { OperatorWallet } from './routes/admin.ts';
@@ -96,8 +95,7 @@ export async function startService(
   }
   const database = await openDatabase(config);
   const metrics = createMetrics();
-  const sqlStore = await SqlEventStore.open(database);
-  const store = withAppendCounter(sqlStore, () => metrics.appends.inc());
+  const store = withAppendCounter(await openEventStore(config, database), () => metrics.appends.inc());
   await ProjectionEngine.migrate(database, readModelMigrations);
   await ChainWatcher.migrate(database);
   await migrateWebhookDeliveries(database);
@@ -202,10 +200,7 @@ export async function startService(
   // GET /admin/v1/wallets: the fee wallet and treasury of each chain with a node.
   const wallets = async (): Promise<OperatorWallet[]> => {
     // The first index of the next block a process will reserve (commands/derivation-indexes.ts).
-    const row = await sql<{
-      revision: number;
-    }>`select revision from es_streams where stream_id = ${DERIVATION_BLOCK_STREAM}`.execute(database.db);
-    const nextDerivationIndex = blockStart(Number(row.rows[0]?.revision ?? -1) + 1);
+    const nextDerivationIndex = blockStart((await store.lastRevision(DERIVATION_BLOCK_STREAM)) + 1);
     return Promise.all(
       config.chains.map(async (chain) => {
         const node = nodeChains.get(chain);
@@ -292,4 +287,17 @@ export async function startService(
       for (const chain of nodeChains.values()) chain.close();
     },
   };
+}
+
+/**
+ * Events in EventStoreDB when EVENTSTORE_URL is set (its client loaded only
+ * then), else in the SQL database beside the read models.
+ */
+export async function openEventStore(
+  config: Pick<Config, 'eventStoreUrl'>,
+  database: SqlDatabase,
+): Promise<EventStore> {
+  if (!config.eventStoreUrl) return SqlEventStore.open(database);
+  const { EventStoreDbStore } = await import('../adapters/event-store/eventstoredb.ts');
+  return EventStoreDbStore.open(config.eventStoreUrl);
 }

@@ -10,6 +10,7 @@ export function withAppendCounter(store: EventStore, onAppend: () => void): Even
       return result;
     },
     readStream: (streamId, fromRevision) => store.readStream(streamId, fromRevision),
+    lastRevision: (streamId) => store.lastRevision(streamId),
     readAll: (after, limit) => store.readAll(after, limit),
     countAfter: (after, cap) => store.countAfter(after, cap),
     comparePositions: (a, b) => store.comparePositions(a, b),

@@ -73,6 +73,10 @@ export class MemoryEventStore implements EventStore {
     return (this.streams.get(streamId) ?? []).slice(fromRevision);
   }
 
+  async lastRevision(streamId: string): Promise<number> {
+    return (this.streams.get(streamId)?.length ?? 0) - 1;
+  }
+
   async readAll(after: string | undefined, limit: number): Promise<RecordedEvent[]> {
     const start = after === undefined ? 0 : Number(after);
     return this.all.slice(start, start + limit);

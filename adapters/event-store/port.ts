@@ -78,6 +78,8 @@ export interface EventStore {
   ): Promise<AppendResult>;
   /** The stream's events from `fromRevision` (inclusive), in revision order; [] for no stream. */
   readStream(streamId: string, fromRevision?: number): Promise<RecordedEvent[]>;
+  /** The stream's last revision, -1 when it has no events; without reading them. */
+  lastRevision(streamId: string): Promise<number>;
   /** Up to `limit` committed events after `after`, in global order. */
   readAll(after: string | undefined, limit: number): Promise<RecordedEvent[]>;
   /** How many committed events lie after `after`, counting at most `cap`. */

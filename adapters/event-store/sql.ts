@@ -164,6 +164,15 @@ export class SqlEventStore implements EventStore {
     return rows.map(toRecorded);
   }
 
+  async lastRevision(streamId: string): Promise<number> {
+    const row = await this.db
+      .selectFrom('es_streams')
+      .select('revision')
+      .where('stream_id', '=', streamId)
+      .executeTakeFirst();
+    return row?.revision ?? -1;
+  }
+
   async readAll(after: string | undefined, limit: number): Promise<RecordedEvent[]> {
     const [transactionId, sequence] = parsePosition(after);
     const rows = await this.selectEvents()

@@ -100,7 +100,9 @@ export function eventStoreConformance(name: string, open: () => Promise<StoreUnd
 
     it('reads a stream from a revision, and an unknown stream as empty', async () => {
       const id = stream();
+      assert.equal(await store.lastRevision(id), -1);
       await store.append(id, [event('A'), event('B'), event('C')], 'no_stream');
+      assert.equal(await store.lastRevision(id), 2);
       assert.deepEqual(
         (await store.readStream(id, 1)).map((e) => e.type),
         ['B', 'C'],

@@ -5,8 +5,8 @@ import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { openEvmChains, type EvmChain } from '../adapters/chains/evm.ts';
 import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
-import { openSolanaChain, type SolanaChain } from '../adapters/chains/solana.ts';
-import { openTronChain, type TronChain } from '../adapters/chains/tron.ts';
+import type { SolanaChain } from '../adapters/chains/solana.ts';
+import type { TronChain } from '../adapters/chains/tron.ts';
 import { bitcoinNetworkOf, openBitcoinChain, type BitcoinChain } from '../adapters/chains/bitcoin.ts';
 import { formatUnits } from '../domain/money.ts';
 import { findChain } from '../domain/catalogue.ts';
@@ -83,11 +83,16 @@ export async function startService(
   /** The chains with a real node, which have a treasury (and most a fee wallet). */
   const nodeChains = new Map<ChainName, EvmChain | TronChain | BitcoinChain | SolanaChain>(await openEvmChains(config, keyring));
   try {
-    const tron = await openTronChain(config, keyring);
+    // Tron's and Solana's adapters (tronweb, spl-token: ~70 MB resident) are loaded only for a node.
+    const tron = config.chainRpcUrls.tron
+      ? await (await import('../adapters/chains/tron.ts')).openTronChain(config, keyring)
+      : undefined;
     if (tron) nodeChains.set('tron', tron);
     const bitcoin = await openBitcoinChain(config, keyring);
     if (bitcoin) nodeChains.set('bitcoin', bitcoin);
-    const solana = await openSolanaChain(config, keyring);
+    const solana = config.chainRpcUrls.solana
+      ? await (await import('../adapters/chains/solana.ts')).openSolanaChain(config, keyring)
+      : undefined;
     if (solana) nodeChains.set('solana', solana);
   } catch (error) {
     for (const chain of nodeChains.values()) chain.close();

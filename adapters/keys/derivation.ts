@@ -33,8 +33,7 @@ import { CKDPriv, derivePath as deriveEd25519Path } from 'ed25519-hd-key';
 import { Keypair, PublicKey } from '@solana/web3.js';
 import { generateMnemonic as generateBip39Mnemonic, mnemonicToSeedSync, validateMnemonic } from '@scure/bip39';
 import { wordlist as english } from '@scure/bip39/wordlists/english.js';
-import { getAddress, hexlify, isAddress as isEvmAddress, keccak256, Wallet } from 'ethers';
-import { computeAddress, getBase58CheckAddress, isAddressValid as isTronBase58Address } from 'tronweb/utils';
+import { getAddress, getBytes, hexlify, isAddress as isEvmAddress, keccak256, Wallet } from 'ethers';
 
 const bip32 = BIP32Factory(ecc);
 const ecPair = ECPairFactory(ecc);
@@ -175,9 +174,19 @@ function evmAddressFromPublicKey(compressed: Uint8Array): string {
   return getAddress('0x' + keccak256(uncompressed.subarray(1)).slice(-40));
 }
 
+/** Tron's address version byte: base58check of 0x41 + the 20-byte account hash gives a T-address. */
+const TRON_ADDRESS_VERSION = 0x41;
+
 function tronAddressFromPublicKey(compressed: Uint8Array): string {
-  // tronweb hashes whatever bytes it gets: it must be the 65-byte form.
-  return getBase58CheckAddress(computeAddress(ecc.pointCompress(compressed, false)));
+  // The account hash is the EVM one (keccak256 of X || Y); the encoding is
+  // base58check, done by bitcoinjs-lib rather than loading tronweb (~50 MB).
+  const hash = getBytes(evmAddressFromPublicKey(compressed));
+  return bitcoin.address.toBase58Check(hash, TRON_ADDRESS_VERSION);
+}
+
+function isTronBase58Address(address: string): boolean {
+  const { version, hash } = bitcoin.address.fromBase58Check(address);
+  return version === TRON_ADDRESS_VERSION && hash.length === 20;
 }
 
 function bitcoinAddressFromPublicKey(compressed: Uint8Array, network: bitcoin.Network): string {

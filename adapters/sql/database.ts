@@ -1,8 +1,6 @@
 // One SQL database per process, shared by the event store and the read models:
 // embedded PGlite (the default, one connection) or PostgreSQL through a pool.
-import { PGlite } from '@electric-sql/pglite';
 import { Kysely, PostgresDialect } from 'kysely';
-import { PGliteDialect } from 'kysely-pglite-dialect';
 import pg from 'pg';
 
 export type SqlEngine = 'pglite' | 'postgres';
@@ -24,6 +22,11 @@ export interface SqlDatabase {
 
 /** `memory://` keeps everything in memory; anything else is a directory. */
 export async function openPglite(dataDir: string): Promise<SqlDatabase> {
+  // Loaded only when used: PGlite's WebAssembly Postgres is ~45 MB resident.
+  const [{ PGlite }, { PGliteDialect }] = await Promise.all([
+    import('@electric-sql/pglite'),
+    import('kysely-pglite-dialect'),
+  ]);
   const pglite = await PGlite.create(dataDir === 'memory://' ? undefined : dataDir);
   const db = new Kysely<any>({ dialect: new PGliteDialect(pglite) });
   return {

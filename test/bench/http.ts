@@ -4,12 +4,13 @@
 // beside a one-row primary-key select (goal 0.70), and POST /api/v1/payments
 // at 16 connections beside a one-row insert (goal 0.25).
 import { spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import { WebSocket } from 'ws';
 import { freshPostgres } from '../support/postgres.ts';
+import { freePort } from '../support/process.ts';
 import type { BenchSuite } from './support.ts';
 import { formatMegabytes, formatRate, formatRatio, markdownTable } from './table.ts';
 
@@ -72,6 +73,55 @@ async function startServer(env: Record<string, string>) {
 
 const IDLE_SOCKETS = 2000;
 
+/** The resident memory of every process in process group `pgid` (npm, its shell, the service). */
+function groupRss(pgid: number): number {
+  let total = 0;
+  for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      // Fields after the command's closing parenthesis: state ppid pgrp …
+      if (Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]) !== pgid) continue;
+      total += Number(/VmRSS:\s+(\d+)/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1] ?? 0) * 1024;
+    } catch {
+      // The process ended meanwhile.
+    }
+  }
+  return total;
+}
+
+/** `npm start` as an operator runs it, idle 10 s after it answers /healthz: its whole process group's RSS. */
+async function idleStartRss(databaseUrl: string, nodeOptions: string): Promise<number> {
+  const port = await freePort();
+  const child = spawn('npm', ['start'], {
+    cwd: root,
+    detached: true,
+    env: {
+      ...process.env,
+      DATABASE_URL: databaseUrl,
+      PORT: String(port),
+      DATA_DIR: 'memory://',
+      NODE_OPTIONS: nodeOptions,
+    },
+    stdio: 'ignore',
+  });
+  try {
+    for (let tries = 0; ; tries++) {
+      if (tries > 600) throw new Error('npm start did not answer /healthz in 60 s');
+      const up = await fetch(`http://127.0.0.1:${port}/healthz`).then(
+        (r) => r.ok,
+        () => false,
+      );
+      if (up) break;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    await new Promise((resolve) => setTimeout(resolve, 10_000));
+    return groupRss(child.pid!);
+  } finally {
+    process.kill(-child.pid!, 'SIGTERM');
+    await new Promise((resolve) => child.once('exit', resolve));
+  }
+}
+
 /** Server memory per idle socket: RSS with the sockets open minus RSS before, over their number. */
 async function idleSocketCost(serviceUrl: string, invoiceId: string, rss: () => number): Promise<string> {
   const before = rss();
@@ -103,6 +153,7 @@ export const httpSuite: BenchSuite = {
     const rows: string[][] = [];
     const notes: string[] = [];
     const socketNotes: string[] = [];
+    const idleNotes: string[] = [];
     for (const target of targets) {
       if (target.skipped) {
         notes.push(`- ${target.label}: ${target.skipped}`);
@@ -146,13 +197,31 @@ export const httpSuite: BenchSuite = {
         await server.stop();
         await postgres?.drop();
       }
+      if (postgres) {
+        for (const [label, options] of [
+          ['default', ''],
+          ['NODE_OPTIONS=--max-semi-space-size=2', '--max-semi-space-size=2'],
+        ] as const) {
+          const idle = await freshPostgres();
+          try {
+            idleNotes.push(`- ${label}: ${formatMegabytes(await idleStartRss(idle!.url, options))} (goal < 200 MB)`);
+          } finally {
+            await idle?.drop();
+          }
+        }
+      }
     }
     console.log('\n## HTTP API under load (autocannon)\n');
     console.log(
-      markdownTable(['database', 'request', 'requests/s', 'p50', 'p99', 'ratio to its baseline', 'goal', 'errors'], rows),
+      markdownTable(
+        ['database', 'request', 'requests/s', 'p50', 'p99', 'ratio to its baseline', 'goal', 'errors'],
+        rows,
+      ),
     );
     console.log(`\n${duration} s per run; the server runs in its own process, autocannon in this one.`);
     for (const note of notes) console.log(note);
+    console.log('\n## Idle RSS of the `npm start` process group on PostgreSQL, 10 s after /healthz\n');
+    for (const note of idleNotes) console.log(note);
     console.log(`\n## Idle WebSockets on /ws/invoices/{id} (${IDLE_SOCKETS} sockets on one invoice)\n`);
     for (const note of socketNotes) console.log(note);
   },

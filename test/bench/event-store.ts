@@ -12,7 +12,7 @@ import type { EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../.
 import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
 import { ProjectionEngine, type Projector } from '../../projections/engine.ts';
-import { scaled, timed, type BenchContext, type BenchSuite, type BenchTarget } from './support.ts';
+import { percentile, scaled, timed, type BenchContext, type BenchSuite, type BenchTarget } from './support.ts';
 import { formatMegabytes, formatRate, formatRatio, formatSeconds, markdownTable } from './table.ts';
 
 // Sizes at BENCH_SCALE=1. Each measure alternates store and raw work in
@@ -55,6 +55,33 @@ interface EngineReport {
   error?: string;
   ms?: number;
   rss?: { afterRuns: number; afterClose: number };
+  /** Milliseconds per one-event append alone, and until the read model shows it. */
+  visible?: { append: number[]; visible: number[] };
+}
+
+/**
+ * Append → read model visible: one event at a time with a running projection
+ * engine, the time until waitFor(position) resolves, beside the append alone
+ * (its baseline in the same run). Issue 13's goal: p99 < 50 ms.
+ */
+async function measureVisibility(database: SqlDatabase, store: EventStore): Promise<EngineReport['visible']> {
+  const engine = new ProjectionEngine(database, store, [benchProjector], { batchSize: PROJECTION_BATCH });
+  engine.start();
+  const append: number[] = [];
+  const visible: number[] = [];
+  try {
+    const stream = `visible-${randomUUID()}`;
+    for (let i = 0; i < scaled(300, 50); i++) {
+      const started = performance.now();
+      const { position } = await store.append(stream, [newEvent()], i === 0 ? 'no_stream' : i - 1);
+      append.push(performance.now() - started);
+      await engine.waitFor(position, 10_000);
+      visible.push(performance.now() - started);
+    }
+  } finally {
+    await engine.stop();
+  }
+  return { append, visible };
 }
 
 const MEASURES: readonly { key: MeasureKey; label: string }[] = [
@@ -459,6 +486,7 @@ async function measureEngine(target: BenchTarget, report: EngineReport): Promise
     report.storedEvents = storedEvents;
     await step(async () => ({ subscribe: await measureSubscription(open, db, storedEvents) }));
     await step(() => measureRebuild(database, open, db, storedEvents));
+    report.visible = await measureVisibility(database, open);
   } finally {
     const afterRuns = process.memoryUsage().rss;
     await store?.close();
@@ -495,6 +523,16 @@ function printReport(context: BenchContext, reports: readonly EngineReport[]): v
       MEASURES.map((m) => [m.label, ...cells(lite, m.key), ...cells(postgres, m.key)]),
     ),
   );
+  console.log('\nAppend → read model visible (one event at a time, engine running in process):');
+  for (const report of reports) {
+    if (!report.visible) continue;
+    const ms = (values: number[], p: number) => `${percentile(values, p)!.toFixed(1)} ms`;
+    const { append, visible } = report.visible;
+    console.log(
+      `- ${report.target.label}: visible p50 ${ms(visible, 50)}, p99 ${ms(visible, 99)} (goal p99 < 50 ms); ` +
+        `the append alone p50 ${ms(append, 50)}, p99 ${ms(append, 99)}`,
+    );
+  }
   if (lite?.rss) {
     console.log(
       `\nRSS after the PGlite runs: ${formatMegabytes(lite.rss.afterRuns)} ` +

@@ -43,9 +43,9 @@ export function paymentRequests(config: Pick<Config, 'evm' | 'tron'>) {
   return {
     uriOf,
     /** The URI and the QR code that holds it. */
-    async withQr(p: RequestedPayment): Promise<{ paymentUri: string; qrCode: string }> {
+    withQr(p: RequestedPayment): { paymentUri: string; qrCode: string } {
       const uri = uriOf(p);
-      return { paymentUri: uri, qrCode: await qrCodeDataUri(uri) };
+      return { paymentUri: uri, qrCode: qrCodeDataUri(uri) };
     },
   };
 }

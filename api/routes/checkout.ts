@@ -243,7 +243,7 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     if (!address) return null;
     return {
       address: address.address,
-      ...(await requests.withQr({
+      ...requests.withQr({
         invoiceId: id,
         merchantName: status.merchantName,
         chain: address.chain,
@@ -251,7 +251,7 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
         address: address.address,
         amount: parseUnits(status.remainingAmount, address.token_decimals) ?? BigInt(address.crypto_amount),
         decimals: address.token_decimals,
-      })),
+      }),
       cryptoAmount: row.crypto_amount ?? status.remainingAmount,
       cryptoCurrency: address.token,
       chain: address.chain,

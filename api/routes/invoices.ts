@@ -213,11 +213,11 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     return value.trim().toLowerCase();
   };
 
-  async function paymentView(invoice: Invoice, address: AssignedAddress, merchantName: string) {
+  function paymentView(invoice: Invoice, address: AssignedAddress, merchantName: string) {
     return {
       paymentId: invoice.id,
       address: address.address,
-      ...(await requests.withQr({
+      ...requests.withQr({
         invoiceId: invoice.id,
         merchantName,
         chain: address.chain,
@@ -225,7 +225,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         address: address.address,
         amount: address.cryptoAmount,
         decimals: address.tokenDecimals,
-      })),
+      }),
       requiredConfirmations: config.requiredConfirmations[address.chain as ChainName],
       cryptoAmount: formatUnits(address.cryptoAmount, address.tokenDecimals),
       cryptoCurrency: address.token,
@@ -278,9 +278,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         request.id,
       );
       await settle(position);
-      return reply
-        .code(201)
-        .send({ data: await paymentView(value.invoice, value.address, request.caller!.merchantName) });
+      return reply.code(201).send({ data: paymentView(value.invoice, value.address, request.caller!.merchantName) });
     },
   );
 
@@ -360,22 +358,20 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       return {
         data: {
           ...invoiceView(row, config.publicBaseUrl),
-          addresses: await Promise.all(
-            addresses.map(async (a) => ({
-              currency: a.token,
+          addresses: addresses.map((a) => ({
+            currency: a.token,
+            chain: a.chain,
+            address: a.address,
+            ...requests.withQr({
+              invoiceId: row.id,
+              merchantName: request.caller!.merchantName,
               chain: a.chain,
+              token: a.token,
               address: a.address,
-              ...(await requests.withQr({
-                invoiceId: row.id,
-                merchantName: request.caller!.merchantName,
-                chain: a.chain,
-                token: a.token,
-                address: a.address,
-                amount: BigInt(a.crypto_amount),
-                decimals: a.token_decimals,
-              })),
-            })),
-          ),
+              amount: BigInt(a.crypto_amount),
+              decimals: a.token_decimals,
+            }),
+          })),
         },
       };
     },
@@ -449,7 +445,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         .executeTakeFirstOrThrow();
       return reply
         .code(value.created ? 201 : 200)
-        .send({ data: await paymentView(value.invoice, value.address, merchant.name) });
+        .send({ data: paymentView(value.invoice, value.address, merchant.name) });
     },
   );
 

@@ -179,7 +179,7 @@ export async function startService(
         requiredConfirmations: config.requiredConfirmations[ledger.chain],
         monitoringWindowMs: MONITORING_WINDOW_MS,
         pollMs: 1000,
-        settle: (position) => projections.waitFor(position, 30_000),
+        caughtUp: () => projections.caughtUp(30_000),
         onError: (error) => log?.error({ err: error, chain: ledger.chain }, 'chain watcher step failed'),
       }),
   );

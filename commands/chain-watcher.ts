@@ -42,11 +42,14 @@ export interface WatcherOptions {
   reorgDepth?: number;
   pollMs?: number;
   /**
-   * Waits until the read models show a position. The watcher reads payments
-   * from them, and must never count confirmations for, or miss the reorg of,
-   * a payment it recorded but the read model does not show yet.
+   * Waits until the read models show every event committed so far. The
+   * watcher reads deposit addresses and payments from them: it must never
+   * miss a payment to an address handed out before the block was read (the
+   * API answers before the read models show a new address), nor count
+   * confirmations for, or miss the reorg of, a payment it recorded but the
+   * read models do not show yet.
    */
-  settle: (position: string) => Promise<void>;
+  caughtUp: () => Promise<void>;
   onError?: (error: unknown) => void;
 }
 
@@ -57,8 +60,6 @@ export class ChainWatcher {
   private again = false;
   private wake?: () => void;
   private unlisten?: () => void;
-  /** The last position this watcher wrote. */
-  private written: string | undefined;
 
   /**
    * Business time up to which every transfer on the chain has been seen and
@@ -132,7 +133,7 @@ export class ChainWatcher {
   async step(): Promise<boolean> {
     // Whatever was mined before this moment is at or below the head read next.
     const startedAt = this.clock.now();
-    if (this.written) await this.options.settle(this.written);
+    await this.options.caughtUp();
     const head = await this.chain.head();
     let last = await this.lastProcessed();
     if (last === undefined) {
@@ -161,14 +162,10 @@ export class ChainWatcher {
     if (last.height >= head.height && this.chain.mempool) await this.watchMempool(head);
     if (last.height >= head.height) {
       // Every transfer made before `startedAt` is now on its invoice.
-      if (this.written) await this.options.settle(this.written);
+      await this.options.caughtUp();
       this.caughtUpAt = startedAt;
     }
     return to < head.height;
-  }
-
-  private wrote(position: string | undefined) {
-    if (position) this.written = position;
   }
 
   private async lastProcessed(): Promise<{ height: number; hash: string } | undefined> {
@@ -221,8 +218,7 @@ export class ChainWatcher {
       .where('block_number', '>', forkPoint.height)
       .where('status', '!=', 'reorged')
       .execute();
-    for (const p of dropped)
-      this.wrote(await this.payments.recordReorg(this.name, p.tx_hash, p.output_index, p.block_hash));
+    for (const p of dropped) await this.payments.recordReorg(this.name, p.tx_hash, p.output_index, p.block_hash);
     await this.db
       .deleteFrom('watched_blocks')
       .where('chain', '=', this.name)
@@ -250,15 +246,13 @@ export class ChainWatcher {
       // A zero-value transfer (an EVM token can emit one) pays nothing.
       if (!address || transfer.amount <= 0n) continue;
       try {
-        this.wrote(
-          await this.payments.detect(
-            this.name,
-            block,
-            transfer,
-            address,
-            block.hash === MEMPOOL_BLOCK_HASH ? 0 : this.confirmationsOf(block.height, head),
-            this.options.requiredConfirmations,
-          ),
+        await this.payments.detect(
+          this.name,
+          block,
+          transfer,
+          address,
+          block.hash === MEMPOOL_BLOCK_HASH ? 0 : this.confirmationsOf(block.height, head),
+          this.options.requiredConfirmations,
         );
       } catch (error) {
         // A refusal is deterministic: retrying the block would refuse again
@@ -277,7 +271,13 @@ export class ChainWatcher {
    */
   private async watchMempool(head: ChainHead) {
     const transfers = await this.chain.mempool!();
-    const pending: ChainBlock = { height: -1, hash: MEMPOOL_BLOCK_HASH, parentHash: '', timestamp: this.clock.now(), transfers };
+    const pending: ChainBlock = {
+      height: -1,
+      hash: MEMPOOL_BLOCK_HASH,
+      parentHash: '',
+      timestamp: this.clock.now(),
+      transfers,
+    };
     await this.detectPayments(pending, head);
     const seen = new Set(transfers.map((t) => `${t.txHash}:${t.index}`));
     const waiting = await this.db
@@ -291,12 +291,15 @@ export class ChainWatcher {
     // A block found since the head was read may hold them: the next step reads it first.
     if (gone.length === 0 || (await this.chain.head()).hash !== head.hash) return;
     for (const p of gone) {
-      this.wrote(await this.payments.recordReorg(this.name, p.tx_hash, p.output_index, MEMPOOL_BLOCK_HASH));
+      await this.payments.recordReorg(this.name, p.tx_hash, p.output_index, MEMPOOL_BLOCK_HASH);
     }
   }
 
   /** Which of these addresses are watched: one query per block, never one per address. */
   private async watchedAmong(addresses: string[]): Promise<Map<string, WatchedAddress>> {
+    // The block was read before this: an address a customer could have paid
+    // in it was handed out, and so committed, before now.
+    await this.options.caughtUp();
     const since = new Date(this.clock.now().getTime() - this.options.monitoringWindowMs);
     const rows = await this.db
       .selectFrom('invoice_addresses')
@@ -322,7 +325,7 @@ export class ChainWatcher {
     for (const p of open) {
       const confirmations = this.confirmationsOf(p.block_number, head);
       if (confirmations > p.confirmations) {
-        this.wrote(await this.payments.updateConfirmations(this.name, p.tx_hash, p.output_index, confirmations));
+        await this.payments.updateConfirmations(this.name, p.tx_hash, p.output_index, confirmations);
       }
     }
   }

@@ -148,6 +148,16 @@ export class ProjectionEngine {
     }
   }
 
+  /**
+   * Resolves once every projector (or the named ones) shows every event
+   * committed before the call, including one an older transaction still
+   * holds back from readers.
+   */
+  async caughtUp(timeoutMs = 10_000, names?: readonly string[]): Promise<void> {
+    const head = await this.store.headPosition();
+    if (head !== undefined) await this.waitFor(head, timeoutMs, names);
+  }
+
   /** Where a consumer has read to, as its checkpoint says. */
   async checkpointOf(name: string): Promise<string | undefined> {
     return this.active.has(name) ? this.checkpoints.get(name) : this.readCheckpoint(this.db, name);
@@ -229,8 +239,10 @@ export class ProjectionEngine {
   /** Applies one batch after the checkpoint in one transaction; returns how many events it applied. */
   private async catchUpOnce(consumer: Consumer): Promise<number> {
     const checkpoint = this.checkpoints.get(consumer.name);
-    const batch = await this.readShared(checkpoint, this.options.batchSize ?? 500);
-    if (batch.length === 0) return 0;
+    const limit = this.options.batchSize ?? 500;
+    const read = await this.readShared(checkpoint, limit);
+    if (read.length === 0) return 0;
+    const batch = read.length >= limit && isProjector(consumer) ? await this.withLastAppendWhole(read) : read;
     const position = batch.at(-1)!.position;
     try {
       if (isProjector(consumer)) {
@@ -272,6 +284,23 @@ export class ProjectionEngine {
     const reading = this.store.readAll(checkpoint, limit).finally(() => this.reads.delete(key));
     this.reads.set(key, reading);
     return reading;
+  }
+
+  /**
+   * A full batch may end inside an append, e.g. between a payment's invoice
+   * and its address: it is extended with the events right after it of the
+   * same stream, so that a read model never shows half of one append (an
+   * append's events are contiguous in the log).
+   */
+  private async withLastAppendWhole(read: readonly RecordedEvent[]): Promise<RecordedEvent[]> {
+    const batch = [...read]; // the read is shared with other consumers
+    const stream = batch.at(-1)!.streamId;
+    for (;;) {
+      const next = await this.store.readAll(batch.at(-1)!.position, 16);
+      const other = next.findIndex((event) => event.streamId !== stream);
+      batch.push(...(other === -1 ? next : next.slice(0, other)));
+      if (other !== -1 || next.length === 0) return batch;
+    }
   }
 
   /**

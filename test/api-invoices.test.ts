@@ -374,6 +374,51 @@ describe('invoice API', () => {
     );
   });
 
+  it('answers a creation before the read models show it, and a read at once still finds it', async () => {
+    const { projections, database } = svc.service;
+    await projections.stop(); // the read models stand still until started again
+    let restarted = false;
+    try {
+      const p = (await pay({ amount: '12', currency: 'USD', chain: 'tron', token: 'USDT' })).body.data;
+      const invoice = (
+        await svc.call('POST', '/api/v1/invoices', { token: key, body: { amount: '3', currency: 'EUR' } })
+      ).body.data;
+      const rows = await database.db
+        .selectFrom('invoices' as any)
+        .select('id')
+        .where('id', 'in', [p.paymentId, invoice.id])
+        .execute();
+      assert.deepEqual(rows, [], 'answered before the read models show either');
+      const reads = Promise.all([
+        svc.call('GET', `/api/v1/invoices/${p.paymentId}`, { token: key }),
+        svc.call('GET', `/api/v1/invoices/${p.paymentId}/status`),
+        svc.call('GET', `/api/v1/invoices/${invoice.id}`, { token: key }),
+        svc.call('GET', `/api/v1/invoices?limit=100`, { token: key }),
+      ]).then((answers) => ({ answers, afterRestart: restarted }));
+      await new Promise((r) => setTimeout(r, 200));
+      restarted = true;
+      projections.start();
+      const { answers, afterRestart } = await reads;
+      assert.ok(afterRestart, 'the reads waited for the read models');
+      const [got, status, plain, list] = answers;
+      assert.equal(got!.status, 200);
+      assert.deepEqual(
+        got!.body.data.addresses.map((a: { address: string }) => a.address),
+        [p.address],
+      );
+      assert.equal(status!.status, 200);
+      assert.equal(status!.body.data.status, 'pending');
+      assert.equal(plain!.status, 200);
+      assert.equal(plain!.body.data.amount, '3');
+      const listed = list!.body.data.map((i: { id: string }) => i.id);
+      assert.ok(listed.includes(p.paymentId) && listed.includes(invoice.id), 'a list shows what was created before it');
+      const unknown = await svc.call('GET', '/api/v1/invoices/6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10/status');
+      assert.equal(unknown.status, 404);
+    } finally {
+      if (!restarted) projections.start();
+    }
+  });
+
   it('replays a POST with the same Idempotency-Key and refuses the key with another body', async () => {
     const body = { amount: '77', currency: 'USD', chain: 'tron' };
     const first = await pay(body, key, { 'idempotency-key': 'order-77' });

@@ -235,3 +235,41 @@ describe('projection checkpoints moved by another instance', () => {
     }
   });
 });
+
+describe('projection batches', () => {
+  it('never end inside an append: a full batch takes the rest of its last stream’s append', async () => {
+    const database = await openPglite('memory://');
+    const store = await SqlEventStore.open(database);
+    await ProjectionEngine.migrate(database, readModelMigrations);
+    const append = async (streamId: string, types: string[]) =>
+      (
+        await store.append(
+          streamId,
+          types.map((type) => ({ id: randomUUID(), type, data: {} })),
+          'no_stream',
+        )
+      ).position!;
+    await append('a', ['A1', 'A2']);
+    await append('b', ['B1', 'B2']); // a batch of three would end after B1
+    const last = await append('c', ['C1']);
+    const batches: string[][] = [];
+    const recording = {
+      name: 'recording',
+      tables: [],
+      async prepare(batch: readonly { type: string }[]) {
+        batches.push(batch.map((e) => e.type));
+      },
+      async apply() {},
+    };
+    const engine = new ProjectionEngine(database, store, [recording], { batchSize: 3, pollMs: 50 });
+    engine.start();
+    try {
+      await engine.waitFor(last);
+      assert.deepEqual(batches, [['A1', 'A2', 'B1', 'B2'], ['C1']]);
+    } finally {
+      await engine.stop();
+      await store.close();
+      await database.close();
+    }
+  });
+});

@@ -279,6 +279,29 @@ export class EventStoreDbStore implements EventStore {
     return found;
   }
 
+  async headPosition(): Promise<string | undefined> {
+    // $all backwards from its end, past the server's own (system) events.
+    let before: string | undefined;
+    for (;;) {
+      const page = await this.collect(
+        () =>
+          this.client.readAll({
+            fromPosition: before === undefined ? END : decodePosition(before),
+            direction: BACKWARDS,
+            maxCount: PAGE,
+            deadline: this.deadlineMs,
+          }),
+        'read of $all',
+      );
+      // Backwards, fromPosition is inclusive too: the event at `before` comes again.
+      const older = page.filter((event) => before === undefined || comparePositions(event.position, before) < 0);
+      if (older.length === 0) return undefined;
+      const newest = older.find((event) => !isSystem(event));
+      if (newest) return newest.position;
+      before = older.at(-1)!.position;
+    }
+  }
+
   async countAfter(after: string | undefined, cap: number): Promise<number> {
     let count = 0;
     await this.scanAll(after, () => ++count < cap);

@@ -12,6 +12,7 @@ export function withAppendCounter(store: EventStore, onAppend: () => void): Even
     readStream: (streamId, fromRevision) => store.readStream(streamId, fromRevision),
     lastRevision: (streamId) => store.lastRevision(streamId),
     readAll: (after, limit) => store.readAll(after, limit),
+    headPosition: () => store.headPosition(),
     countAfter: (after, cap) => store.countAfter(after, cap),
     comparePositions: (a, b) => store.comparePositions(a, b),
     onAppended: (listener) => store.onAppended(listener),

@@ -82,6 +82,10 @@ export class MemoryEventStore implements EventStore {
     return this.all.slice(start, start + limit);
   }
 
+  async headPosition(): Promise<string | undefined> {
+    return this.all.at(-1)?.position;
+  }
+
   async countAfter(after: string | undefined, cap: number): Promise<number> {
     return Math.min(cap, this.all.length - (after === undefined ? 0 : Number(after)));
   }

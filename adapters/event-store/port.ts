@@ -82,6 +82,13 @@ export interface EventStore {
   lastRevision(streamId: string): Promise<number>;
   /** Up to `limit` committed events after `after`, in global order. */
   readAll(after: string | undefined, limit: number): Promise<RecordedEvent[]>;
+  /**
+   * The position of the last committed event, undefined for an empty store.
+   * Unlike readAll, it counts an append that an older transaction, still
+   * open, holds back: a reader that waits for its consumers to pass it has
+   * seen every append committed before it asked.
+   */
+  headPosition(): Promise<string | undefined>;
   /** How many committed events lie after `after`, counting at most `cap`. */
   countAfter(after: string | undefined, cap: number): Promise<number>;
   /** Negative, zero or positive, like a sort comparator. */

@@ -185,6 +185,17 @@ export class SqlEventStore implements EventStore {
     return rows.map(toRecorded);
   }
 
+  async headPosition(): Promise<string | undefined> {
+    const row = await this.db
+      .selectFrom('es_events')
+      .select(sql<string>`transaction_id::text || ':' || global_position::text`.as('position'))
+      .orderBy('transaction_id', 'desc')
+      .orderBy('global_position', 'desc')
+      .limit(1)
+      .executeTakeFirst();
+    return row?.position;
+  }
+
   async countAfter(after: string | undefined, cap: number): Promise<number> {
     const [transactionId, sequence] = parsePosition(after);
     const row = await this.db

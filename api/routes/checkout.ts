@@ -7,6 +7,7 @@ import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import * as esbuild from 'esbuild';
 import type { ChainName } from '../../domain/catalogue.ts';
+import { invoiceStreamName } from '../../domain/invoice.ts';
 import { parseUnits } from '../../domain/money.ts';
 import { notFound } from '../errors.ts';
 import { paymentRequests } from '../payment-request.ts';
@@ -223,7 +224,7 @@ const pageHeaders = (reply: FastifyReply) =>
 // ---- Routes --------------------------------------------------------------------
 
 export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) {
-  const { auth, db, clock } = ctx;
+  const { auth, db, clock, readCreated } = ctx;
   const requests = paymentRequests(ctx.config);
   const [script, stylesheet] = await Promise.all([
     clientScript(),
@@ -264,7 +265,7 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     { onRequest: auth.public, schema: { hide: true } },
     async (request, reply) => {
       const id = request.params.invoiceId;
-      const status = UUID.test(id) ? await invoiceStatus(db, id) : undefined;
+      const status = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceStatus(db, id)) : undefined;
       if (!status) return pageHeaders(reply).code(404).send(notFoundPage());
       const data: CheckoutData = {
         invoiceId: status.id,
@@ -282,7 +283,7 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     { onRequest: auth.public, schema: { hide: true } },
     async (request) => {
       const id = request.params.invoiceId;
-      const status = UUID.test(id) ? await invoiceStatus(db, id) : undefined;
+      const status = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceStatus(db, id)) : undefined;
       const payment = status && (await lockedPayment(id, status));
       if (!payment) throw notFound('No partly paid invoice has this id');
       return { data: payment };

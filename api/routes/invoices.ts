@@ -148,7 +148,7 @@ const MAX_FIAT_UNITS = 10n ** 15n * 10n ** BigInt(FIAT_DECIMALS);
 
 export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
-  const { auth, invoices, db, config, settle, store } = ctx;
+  const { auth, invoices, db, config, settle, caughtUp, readCreated, store } = ctx;
   const requests = paymentRequests(config);
   const key = [{ apiKey: [] }];
 
@@ -272,12 +272,12 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       const input = checkInvoice(request.body, { fallback: 15, clampTo: 15 });
       const chain = chainOf(request.body.chain);
       const token = tokenOf(request.body.token);
-      const { value, position } = await invoices.createPayment(
+      // Answered without waiting for the read models: see readCreated.
+      const { value } = await invoices.createPayment(
         request.caller!.merchantId,
         { ...input, chain, token },
         request.id,
       );
-      await settle(position);
       return reply.code(201).send({ data: paymentView(value.invoice, value.address, request.caller!.merchantName) });
     },
   );
@@ -296,8 +296,8 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request, reply) => {
       const input = checkInvoice(request.body, { fallback: 15, max: MAX_INVOICE_MINUTES });
-      const { value, position } = await invoices.create(request.caller!.merchantId, input, request.id);
-      await settle(position);
+      // Answered without waiting for the read models: see readCreated.
+      const { value } = await invoices.create(request.caller!.merchantId, input, request.id);
       return reply.code(201).send({ data: viewOf(value) });
     },
   );
@@ -317,6 +317,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     async (request) => {
       const q = request.query;
       const { limit, page } = pageOf(q);
+      await caughtUp();
       const { rows, total } = await listInvoices(db, {
         merchantId: request.caller!.merchantId,
         status: q.status,
@@ -335,7 +336,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
 
   /** The caller's invoice row, or 404 as the contract says (also for another merchant's invoice). */
   async function ownInvoice(id: string, merchantId: string) {
-    const row = UUID.test(id) ? await invoiceRow(db, id) : undefined;
+    const row = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceRow(db, id)) : undefined;
     if (!row || row.merchant_id !== merchantId) throw notFound('Invoice not found');
     return row;
   }
@@ -409,7 +410,8 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       },
     },
     async (request) => {
-      const status = UUID.test(request.params.id) ? await invoiceStatus(db, request.params.id) : undefined;
+      const id = request.params.id;
+      const status = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceStatus(db, id)) : undefined;
       if (!status) throw notFound('Invoice not found');
       return { data: status };
     },

@@ -4,6 +4,7 @@
 import websocket from '@fastify/websocket';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
+import { invoiceStreamName } from '../../domain/invoice.ts';
 import { invoiceStatus, type InvoiceStatusView } from '../../projections/invoice-queries.ts';
 import type { LiveInvoiceStatus } from '../../projections/live-status.ts';
 import type { RouteContext } from '../app.ts';
@@ -22,7 +23,11 @@ export const closeCodes = {
 const isFinal = (status: InvoiceStatusView) => status.status === 'settled' || status.status === 'expired';
 const HEARTBEAT_MS = 30_000;
 
-export async function liveRoutes(app: FastifyInstance, { auth, db, config }: RouteContext, live: LiveInvoiceStatus) {
+export async function liveRoutes(
+  app: FastifyInstance,
+  { auth, db, config, readCreated }: RouteContext,
+  live: LiveInvoiceStatus,
+) {
   // Compression costs tens of kilobytes per socket; status messages are small.
   await app.register(websocket, { options: { perMessageDeflate: false, maxPayload: 1024 } });
 
@@ -109,7 +114,7 @@ export async function liveRoutes(app: FastifyInstance, { auth, db, config }: Rou
       const unwatch = live.watch(id, send);
       socket.on('close', unwatch);
       await live.caughtUp();
-      const initial = await invoiceStatus(db, id);
+      const initial = await readCreated(invoiceStreamName(id), () => invoiceStatus(db, id));
       if (!initial) {
         unwatch();
         return socket.close(closeCodes.notFound, 'Invoice not found');

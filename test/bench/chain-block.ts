@@ -112,7 +112,7 @@ async function measureMatch(bench: BlockBench, target: BenchTarget, rows: number
     const watcher = new ChainWatcher(adapter, database, paymentCommands(store, systemClock), systemClock, {
       requiredConfirmations: 1,
       monitoringWindowMs: 24 * 60 * 60 * 1000,
-      settle: async () => undefined,
+      caughtUp: async () => undefined,
     });
     // The private query the watcher runs once per block (commands/chain-watcher.ts).
     const matching = watcher as unknown as { watchedAmong(addresses: string[]): Promise<Map<string, WatchedAddress>> };

@@ -386,7 +386,7 @@ async function measureBlocks(chain: Chain, target: BenchTarget, report: BlockRep
     const watcher = new ChainWatcher(adapter, database, paymentCommands(store, systemClock), systemClock, {
       requiredConfirmations: 3,
       monitoringWindowMs: MONITORING_WINDOW_MS,
-      settle: (position) => projections.waitFor(position, 30_000),
+      caughtUp: () => projections.caughtUp(30_000),
       onError: (error) => errors.push(error),
     });
     // The private query the watcher runs once per block (commands/chain-watcher.ts).

@@ -18,6 +18,12 @@ export interface HandleOptions {
   causationId?: string;
   correlationId?: string;
   maxAttempts?: number;
+  /**
+   * The stream is named by an id made just now (a random UUID), so it has no
+   * events: the first attempt decides on the initial state without reading
+   * it, and its append (no_stream) would fail, and the next one read, if it did.
+   */
+  newStream?: boolean;
 }
 
 export interface Handled<State, Event> {
@@ -52,7 +58,7 @@ export async function handleCommands<Command, State, Event extends DomainEvent>(
 ): Promise<Handled<State, Event>> {
   const attempts = options.maxAttempts ?? 5;
   for (let attempt = 1; ; attempt++) {
-    const recorded = await store.readStream(streamId);
+    const recorded = attempt === 1 && options.newStream ? [] : await store.readStream(streamId);
     const initial = fold(
       decider,
       recorded.map((r) => ({ type: r.type, data: r.data }) as Event),

@@ -106,6 +106,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     try {
       const { state, position } = await handleCommand(store, invoiceDecider, invoiceStreamName(id), command, {
         correlationId,
+        newStream: input.id === undefined,
       });
       return { value: state!, position };
     } catch (error) {
@@ -223,7 +224,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
         invoiceDecider,
         invoiceStreamName(id),
         [createInvoice, assignCommandOf(chainInfo.name, token, rate.rate, quotedAt, derivationIndex, address)],
-        { correlationId },
+        { correlationId, newStream: true },
       );
       return { value: { invoice: state!, address: state!.addresses[0]! }, position };
     },

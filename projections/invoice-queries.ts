@@ -99,22 +99,27 @@ export async function invoiceAddresses(db: Kysely<ReadModelTables>, id: string) 
 
 /** The public status shape of interface.md ("Invoice status"), or undefined for an unknown invoice. */
 export async function invoiceStatus(db: Kysely<ReadModelTables>, id: string) {
+  // One round trip: the status endpoint is what checkout pages poll.
   const row = await db
     .selectFrom('invoices')
     .innerJoin('merchants', 'merchants.id', 'invoices.merchant_id')
+    .leftJoinLateral(
+      (eb) =>
+        eb
+          .selectFrom('payments')
+          .select(['confirmations', 'required_confirmations'])
+          .whereRef('payments.invoice_id', '=', 'invoices.id')
+          .where('payments.status', '!=', 'reorged')
+          .orderBy('detected_at', 'desc')
+          .limit(1)
+          .as('latest'),
+      (join) => join.onTrue(),
+    )
     .selectAll('invoices')
-    .select('merchants.name as merchant_name')
+    .select(['merchants.name as merchant_name', 'latest.confirmations', 'latest.required_confirmations'])
     .where('invoices.id', '=', id)
     .executeTakeFirst();
   if (!row) return undefined;
-  const latest = await db
-    .selectFrom('payments')
-    .select(['confirmations', 'required_confirmations'])
-    .where('invoice_id', '=', id)
-    .where('status', '!=', 'reorged')
-    .orderBy('detected_at', 'desc')
-    .limit(1)
-    .executeTakeFirst();
   return {
     id: row.id,
     status: row.status,
@@ -122,8 +127,8 @@ export async function invoiceStatus(db: Kysely<ReadModelTables>, id: string) {
     currency: row.currency,
     description: row.description,
     merchantName: row.merchant_name,
-    confirmations: latest?.confirmations ?? 0,
-    requiredConfirmations: latest?.required_confirmations ?? 0,
+    confirmations: row.confirmations ?? 0,
+    requiredConfirmations: row.required_confirmations ?? 0,
     paymentStatus: row.payment_status,
     paymentStatusDetail: row.payment_status_detail,
     settledAmount: row.settled_amount,

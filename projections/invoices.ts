@@ -11,28 +11,48 @@ import type { ReadModelTables } from './schema.ts';
 const json = <T>(value: T) => sql<T>`${JSON.stringify(value)}::jsonb`;
 const isInvoiceStream = (streamId: string) => streamId.startsWith('invoice-');
 
-/** The invoice streams a batch touches, read whole before the transaction. */
-type InvoiceHistories = Map<string, RecordedEvent[]>;
+/**
+ * The invoices a batch touches, each as of the batch's last event of it, and
+ * the revision of its first event in the batch. Folded from what the batch
+ * holds of the stream, read whole before the transaction only when the batch
+ * does not begin it (a new invoice's events are all in the batch).
+ */
+type InvoicesInBatch = Map<string, { invoice: Invoice | null; first: number }>;
 
-export const invoicesProjector: Projector<InvoiceHistories> = {
+export const invoicesProjector: Projector<InvoicesInBatch> = {
   name: 'invoices',
   tables: ['invoices', 'invoice_addresses', 'payments'],
 
   async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-    const streams = [...new Set(batch.filter((e) => isInvoiceStream(e.streamId)).map((e) => e.streamId))];
-    return new Map(await Promise.all(streams.map(async (s) => [s, await store.readStream(s)] as const)));
+    const inBatch = new Map<string, RecordedEvent[]>();
+    for (const event of batch.filter((e) => isInvoiceStream(e.streamId))) {
+      const events = inBatch.get(event.streamId);
+      if (events) events.push(event);
+      else inBatch.set(event.streamId, [event]);
+    }
+    const invoices: InvoicesInBatch = new Map();
+    await Promise.all(
+      [...inBatch].map(async ([streamId, events]) => {
+        const first = events[0]!.revision;
+        const last = events.at(-1)!.revision;
+        const history = first === 0 ? events : (await store.readStream(streamId)).filter((e) => e.revision <= last);
+        const invoice = history.reduce(
+          (state, e) => invoiceDecider.evolve(state, { type: e.type, data: e.data } as InvoiceEvent),
+          invoiceDecider.initialState,
+        );
+        invoices.set(streamId, { invoice, first });
+      }),
+    );
+    return invoices;
   },
 
-  async apply(trx: Kysely<ReadModelTables>, recorded: RecordedEvent, histories: InvoiceHistories) {
+  async apply(trx: Kysely<ReadModelTables>, recorded: RecordedEvent, invoices: InvoicesInBatch) {
     if (isInvoiceStream(recorded.streamId)) {
-      // The row shows the invoice as of this event: fold its stream up to it,
-      // so replaying any prefix of the log gives the same rows.
-      const history = histories.get(recorded.streamId)!.filter((e) => e.revision <= recorded.revision);
-      const invoice = history.reduce(
-        (state, e) => invoiceDecider.evolve(state, { type: e.type, data: e.data } as InvoiceEvent),
-        invoiceDecider.initialState,
-      );
-      if (invoice) await upsertInvoice(trx, invoice);
+      // The batch commits whole, so the row is written once, at the stream's
+      // first event in it, as of its last: the rows a batch leaves are those
+      // of its last event, and replaying any prefix of the log gives the same rows.
+      const { invoice, first } = invoices.get(recorded.streamId)!;
+      if (invoice && recorded.revision === first) await upsertInvoice(trx, invoice);
       if (recorded.type === 'AddressAssigned') await insertAddress(trx, invoice!, recorded);
       if (recorded.type === 'AddressRequoted') await requoteAddress(trx, recorded);
       return;

@@ -109,9 +109,10 @@ export class SqlEventStore implements EventStore {
         .returning('revision')
         .executeTakeFirstOrThrow();
 
+      // A new stream (revision -1) has no event whose id could repeat.
       const ids = events.map((e) => e.id);
       const stored = new Set(
-        ids.length === 0
+        ids.length === 0 || current < 0
           ? []
           : (
               await trx
@@ -129,25 +130,40 @@ export class SqlEventStore implements EventStore {
       checkExpected(streamId, expected, current);
       if (fresh.length === 0) return { nextRevision: current, position: '0:0', written: false };
 
-      const rows = await trx
-        .insertInto('es_events')
-        .values(
-          fresh.map((event, i) => ({
-            stream_id: streamId,
-            stream_revision: current + 1 + i,
-            event_id: event.id,
-            event_type: event.type,
-            data: sql`${JSON.stringify(event.data ?? null)}::jsonb`,
-            metadata: sql`${JSON.stringify(event.metadata ?? {})}::jsonb`,
-          })),
-        )
-        .returning(sql<string>`transaction_id::text || ':' || global_position::text`.as('position'))
-        .execute();
+      // The events, the stream's new revision and the wake-up of listeners
+      // in one statement: each statement is a round trip, and an append is
+      // on the path of every command.
       const nextRevision = current + fresh.length;
-      await trx.updateTable('es_streams').set({ revision: nextRevision }).where('stream_id', '=', streamId).execute();
-      if (this.database.engine === 'postgres') {
-        await sql`select pg_notify(${NOTIFY_CHANNEL}, '')`.execute(trx);
-      }
+      const rows = await trx
+        .with('inserted', (db) =>
+          db
+            .insertInto('es_events')
+            .values(
+              fresh.map((event, i) => ({
+                stream_id: streamId,
+                stream_revision: current + 1 + i,
+                event_id: event.id,
+                event_type: event.type,
+                data: sql`${JSON.stringify(event.data ?? null)}::jsonb`,
+                metadata: sql`${JSON.stringify(event.metadata ?? {})}::jsonb`,
+              })),
+            )
+            .returning([
+              'global_position',
+              sql<string>`transaction_id::text || ':' || global_position::text`.as('position'),
+            ]),
+        )
+        .with('moved', (db) =>
+          db.updateTable('es_streams').set({ revision: nextRevision }).where('stream_id', '=', streamId),
+        )
+        .selectFrom('inserted')
+        .select('position')
+        .orderBy('global_position')
+        // Notifications are sent at commit, one per channel and payload however often asked.
+        .$if(this.database.engine === 'postgres', (qb) =>
+          qb.select(sql`pg_notify(${NOTIFY_CHANNEL}, '')`.as('notified')),
+        )
+        .execute();
       await options.beforeCommit?.();
       return { nextRevision, position: rows.at(-1)!.position, written: true };
     });

@@ -120,7 +120,7 @@ export async function buildApp(deps: AppDeps) {
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   const db = deps.database.db as Kysely<ReadModelTables>;
-  const auth = authentication({ db, rateLimiter: deps.rateLimiter, adminToken: deps.adminToken });
+  const auth = authentication({ database: deps.database, rateLimiter: deps.rateLimiter, adminToken: deps.adminToken });
   /**
    * Lets the answer to a write wait until the read models show it, so a
    * GET right after it sees what it wrote. Only the read models: the

@@ -3,6 +3,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
 import { hashApiKey } from '../adapters/secrets.ts';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { API_KEY_PREFIX } from '../commands/merchants.ts';
 import { keyAllows, keyRejection, type Permission } from '../domain/api-key.ts';
 import type { MerchantTier } from '../domain/merchant.ts';
@@ -47,12 +48,13 @@ export function rateLimited(decision: RateDecision) {
 }
 
 export interface AuthDeps {
-  db: Kysely<ReadModelTables>;
+  database: SqlDatabase;
   rateLimiter: RateLimiter | undefined;
   adminToken: string;
 }
 
-export function authentication({ db, rateLimiter, adminToken }: AuthDeps) {
+export function authentication({ database, rateLimiter, adminToken }: AuthDeps) {
+  const db = database.db as Kysely<ReadModelTables>;
   /** A preHandler for merchant endpoints; `permission` undefined means any valid key. */
   const merchant = (permission?: Permission) =>
     async function requireApiKey(request: FastifyRequest, reply: FastifyReply) {
@@ -60,22 +62,25 @@ export function authentication({ db, rateLimiter, adminToken }: AuthDeps) {
       if (!key) throw unauthorized(MISSING_HEADER);
       if (!key.startsWith(API_KEY_PREFIX)) throw unauthorized('Invalid API key');
       const keyHash = hashApiKey(key);
-      const row = await db
-        .selectFrom('api_keys')
-        .innerJoin('merchants', 'merchants.id', 'api_keys.merchant_id')
-        .select([
-          'api_keys.id as keyId',
-          'api_keys.key_hash as keyHash',
-          'api_keys.permissions',
-          'api_keys.revoked_at as revokedAt',
-          'api_keys.expires_at as expiresAt',
-          'merchants.id as merchantId',
-          'merchants.name as merchantName',
-          'merchants.tier',
-          'merchants.status',
-        ])
-        .where('api_keys.key_hash', '=', keyHash)
-        .executeTakeFirst();
+      // Every merchant request asks it: planned once per connection.
+      const [row] = await database.prepared(
+        'api-key',
+        db
+          .selectFrom('api_keys')
+          .innerJoin('merchants', 'merchants.id', 'api_keys.merchant_id')
+          .select([
+            'api_keys.id as keyId',
+            'api_keys.key_hash as keyHash',
+            'api_keys.permissions',
+            'api_keys.revoked_at as revokedAt',
+            'api_keys.expires_at as expiresAt',
+            'merchants.id as merchantId',
+            'merchants.name as merchantName',
+            'merchants.tier',
+            'merchants.status',
+          ])
+          .where('api_keys.key_hash', '=', keyHash),
+      );
       if (!row || !secretsEqual(row.keyHash, keyHash)) throw unauthorized('Invalid API key');
       const rejection = keyRejection(
         {

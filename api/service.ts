@@ -243,7 +243,7 @@ export async function startService(
     },
   };
 
-  const live = new LiveInvoiceStatus(store, projections, database.db, (error) =>
+  const live = new LiveInvoiceStatus(store, projections, database, (error) =>
     log?.error({ err: error }, 'live status failed'),
   );
   await live.start();

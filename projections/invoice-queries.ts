@@ -1,5 +1,6 @@
 // Reads of the invoice read models, shaped as the contract shows them.
 import type { Kysely } from 'kysely';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
 import type { InvoicesTable, ReadModelTables } from './schema.ts';
 import { newestFirst } from './paging.ts';
 
@@ -98,9 +99,10 @@ export async function invoiceAddresses(db: Kysely<ReadModelTables>, id: string) 
 }
 
 /** The public status shape of interface.md ("Invoice status"), or undefined for an unknown invoice. */
-export async function invoiceStatus(db: Kysely<ReadModelTables>, id: string) {
-  // One round trip: the status endpoint is what checkout pages poll.
-  const row = await db
+export async function invoiceStatus(database: SqlDatabase, id: string) {
+  // One round trip, planned once per connection: the status endpoint is what checkout pages poll.
+  const db = database.db as Kysely<ReadModelTables>;
+  const query = db
     .selectFrom('invoices')
     .innerJoin('merchants', 'merchants.id', 'invoices.merchant_id')
     .leftJoinLateral(
@@ -117,8 +119,8 @@ export async function invoiceStatus(db: Kysely<ReadModelTables>, id: string) {
     )
     .selectAll('invoices')
     .select(['merchants.name as merchant_name', 'latest.confirmations', 'latest.required_confirmations'])
-    .where('invoices.id', '=', id)
-    .executeTakeFirst();
+    .where('invoices.id', '=', id);
+  const [row] = await database.prepared('invoice-status', query);
   if (!row) return undefined;
   return {
     id: row.id,

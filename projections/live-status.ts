@@ -4,6 +4,7 @@
 // watcher ever polls the database.
 import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent, Subscription } from '../adapters/event-store/port.ts';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
 import type { ProjectionEngine } from './engine.ts';
 import { invoiceStatus, type InvoiceStatusView } from './invoice-queries.ts';
 import type { ReadModelTables } from './schema.ts';
@@ -19,7 +20,7 @@ export class LiveInvoiceStatus {
   constructor(
     private readonly store: EventStore,
     private readonly projections: ProjectionEngine,
-    private readonly db: Kysely<ReadModelTables>,
+    private readonly database: SqlDatabase,
     private readonly onError: (error: unknown) => void = () => {},
   ) {}
 
@@ -70,7 +71,7 @@ export class LiveInvoiceStatus {
       const invoiceId = await this.invoiceOf(event);
       if (!invoiceId || !this.listeners.has(invoiceId)) return;
       await this.projections.waitFor(event.position, 30_000, ['invoices']);
-      const status = await invoiceStatus(this.db, invoiceId);
+      const status = await invoiceStatus(this.database, invoiceId);
       if (!status) return;
       for (const listener of this.listeners.get(invoiceId) ?? []) {
         try {
@@ -96,7 +97,7 @@ export class LiveInvoiceStatus {
     if (data.invoiceId) return data.invoiceId;
     if (!data.paymentId) return undefined;
     await this.projections.waitFor(event.position, 30_000, ['invoices']);
-    const row = await this.db
+    const row = await (this.database.db as Kysely<ReadModelTables>)
       .selectFrom('payments')
       .select('invoice_id')
       .where('payment_id', '=', data.paymentId)

@@ -14,7 +14,7 @@ import { startTestService, type RunningService } from './support/service.ts';
 async function probeApp(svc: RunningService, rateLimiter: RateLimiter | undefined) {
   const app = Fastify({ genReqId: () => randomUUID() });
   app.setErrorHandler(handleError);
-  const auth = authentication({ db: svc.service.database.db, rateLimiter, adminToken: svc.adminToken });
+  const auth = authentication({ database: svc.service.database, rateLimiter, adminToken: svc.adminToken });
   app.get('/any', { preHandler: auth.merchant() }, async (request) => ({ data: request.caller }));
   app.get('/invoices', { preHandler: auth.merchant('invoices:read') }, async () => ({ data: [] }));
   app.post('/invoices', { preHandler: auth.merchant('invoices:write') }, async () => ({ data: {} }));

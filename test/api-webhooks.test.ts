@@ -28,7 +28,7 @@ async function webhookApp(svc: RunningService, policy: WebhookTargetPolicy) {
   });
   app.setErrorHandler(handleError);
   const db = svc.service.database.db;
-  const auth = authentication({ db, rateLimiter: undefined, adminToken: svc.adminToken });
+  const auth = authentication({ database: svc.service.database, rateLimiter: undefined, adminToken: svc.adminToken });
   const worker = new WebhookDeliveryWorker(svc.service.database, { policy, schedule: [60_000] });
   await app.register(async (scope) =>
     webhookRoutes(scope, { auth, db } as unknown as RouteContext, { worker, policy }),

@@ -72,6 +72,25 @@ function engineSuite(
       engine.start();
     });
 
+    it('answers a named prepared query again and again, with other parameters each time', async () => {
+      const commands = merchantCommands(store);
+      const made = [];
+      for (const name of ['First', 'Second', 'Third']) {
+        made.push(await commands.register({ name, tier: 'free', webhookUrl: null, settlementWallets: {} }));
+      }
+      await engine.waitFor(made.at(-1)!.position!);
+      const db = subject.database.db;
+      const nameOf = (id: string) =>
+        subject.database.prepared('test-merchant-name', db.selectFrom('merchants').select('name').where('id', '=', id));
+      // More calls than the pool has connections at once, so connections that prepared it and ones that did not both answer.
+      const names = await Promise.all([...made, ...made, ...made, ...made].map((m) => nameOf(m.value.id)));
+      assert.deepEqual(
+        names.map((rows) => rows.map((r) => r.name)),
+        [0, 1, 2, 3].flatMap(() => [['First'], ['Second'], ['Third']]),
+      );
+      assert.deepEqual(await nameOf(randomUUID()), []);
+    });
+
     it('reports its lag in events and milliseconds', async () => {
       await engine.stop();
       const commands = merchantCommands(store);

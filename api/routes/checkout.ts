@@ -224,7 +224,7 @@ const pageHeaders = (reply: FastifyReply) =>
 // ---- Routes --------------------------------------------------------------------
 
 export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) {
-  const { auth, db, clock, readCreated } = ctx;
+  const { auth, db, database, clock, readCreated } = ctx;
   const requests = paymentRequests(ctx.config);
   const [script, stylesheet] = await Promise.all([
     clientScript(),
@@ -265,7 +265,9 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     { onRequest: auth.public, schema: { hide: true } },
     async (request, reply) => {
       const id = request.params.invoiceId;
-      const status = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceStatus(db, id)) : undefined;
+      const status = UUID.test(id)
+        ? await readCreated(invoiceStreamName(id), () => invoiceStatus(database, id))
+        : undefined;
       if (!status) return pageHeaders(reply).code(404).send(notFoundPage());
       const data: CheckoutData = {
         invoiceId: status.id,
@@ -283,7 +285,9 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     { onRequest: auth.public, schema: { hide: true } },
     async (request) => {
       const id = request.params.invoiceId;
-      const status = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceStatus(db, id)) : undefined;
+      const status = UUID.test(id)
+        ? await readCreated(invoiceStreamName(id), () => invoiceStatus(database, id))
+        : undefined;
       const payment = status && (await lockedPayment(id, status));
       if (!payment) throw notFound('No partly paid invoice has this id');
       return { data: payment };

@@ -148,7 +148,7 @@ const MAX_FIAT_UNITS = 10n ** 15n * 10n ** BigInt(FIAT_DECIMALS);
 
 export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
-  const { auth, invoices, db, config, settle, caughtUp, readCreated, store } = ctx;
+  const { auth, invoices, db, database, config, settle, caughtUp, readCreated, store } = ctx;
   const requests = paymentRequests(config);
   const key = [{ apiKey: [] }];
 
@@ -411,7 +411,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request) => {
       const id = request.params.id;
-      const status = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceStatus(db, id)) : undefined;
+      const status = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceStatus(database, id)) : undefined;
       if (!status) throw notFound('Invoice not found');
       return { data: status };
     },

@@ -25,7 +25,7 @@ const HEARTBEAT_MS = 30_000;
 
 export async function liveRoutes(
   app: FastifyInstance,
-  { auth, db, config, readCreated }: RouteContext,
+  { auth, database, config, readCreated }: RouteContext,
   live: LiveInvoiceStatus,
 ) {
   // Compression costs tens of kilobytes per socket; status messages are small.
@@ -114,7 +114,7 @@ export async function liveRoutes(
       const unwatch = live.watch(id, send);
       socket.on('close', unwatch);
       await live.caughtUp();
-      const initial = await readCreated(invoiceStreamName(id), () => invoiceStatus(db, id));
+      const initial = await readCreated(invoiceStreamName(id), () => invoiceStatus(database, id));
       if (!initial) {
         unwatch();
         return socket.close(closeCodes.notFound, 'Invoice not found');

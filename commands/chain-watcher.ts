@@ -3,7 +3,7 @@
 // that the chain no longer has) takes the payments of dropped blocks back.
 // What it has processed is kept in `watched_blocks`, so a restart resumes
 // where it stopped and backfills what it missed.
-import type { Kysely, Migration } from 'kysely';
+import { sql, type Kysely, type Migration } from 'kysely';
 import { DomainError } from '../domain/decider.ts';
 import { MEMPOOL_BLOCK_HASH } from '../domain/payment.ts';
 import type { Clock } from '../adapters/clock.ts';
@@ -301,16 +301,30 @@ export class ChainWatcher {
     // in it was handed out, and so committed, before now.
     await this.options.caughtUp();
     const since = new Date(this.clock.now().getTime() - this.options.monitoringWindowMs);
-    const rows = await this.db
+    // Two index lookups, each with one array parameter: a block's recipients
+    // among the addresses, then the few found among the invoices still
+    // watched. As one join PostgreSQL planned a parallel scan of every
+    // invoice (50 ms a block at 1,000,000 addresses).
+    const found = await this.db
       .selectFrom('invoice_addresses')
-      .innerJoin('invoices', 'invoices.id', 'invoice_addresses.invoice_id')
-      .select(['invoice_addresses.address', 'invoice_addresses.invoice_id'])
-      .where('invoice_addresses.chain', '=', this.name)
-      .where('invoice_addresses.address', 'in', addresses)
-      // Open invoices always; closed ones for the monitoring window, to see late payments.
-      .where((eb) => eb.or([eb('invoices.status', '!=', 'expired'), eb('invoices.updated_at', '>=', since)]))
+      .select(['address', 'invoice_id'])
+      .where('chain', '=', this.name)
+      .where(sql<boolean>`address = any(${addresses}::text[])`)
       .execute();
-    return new Map(rows.map((r) => [r.address, { invoiceId: r.invoice_id, chain: this.name, address: r.address }]));
+    if (found.length === 0) return new Map();
+    const watched = await this.db
+      .selectFrom('invoices')
+      .select('id')
+      .where(sql<boolean>`id = any(${[...new Set(found.map((r) => r.invoice_id))]}::uuid[])`)
+      // Open invoices always; closed ones for the monitoring window, to see late payments.
+      .where((eb) => eb.or([eb('status', '!=', 'expired'), eb('updated_at', '>=', since)]))
+      .execute();
+    const open = new Set(watched.map((r) => r.id));
+    return new Map(
+      found
+        .filter((r) => open.has(r.invoice_id))
+        .map((r) => [r.address, { invoiceId: r.invoice_id, chain: this.name, address: r.address }]),
+    );
   }
 
   private async countConfirmations(head: ChainHead) {

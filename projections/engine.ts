@@ -21,7 +21,13 @@ export interface Projector<Prepared = unknown> {
    */
   prepare?(batch: readonly RecordedEvent[], store: EventStore): Promise<Prepared>;
   /** Writes what `event` changes, through `trx` only (PGlite has one connection). */
-  apply(trx: Kysely<any>, event: RecordedEvent, prepared: Prepared): Promise<void>;
+  apply?(trx: Kysely<any>, event: RecordedEvent, prepared: Prepared): Promise<void>;
+  /**
+   * Writes what the whole batch changes, in place of `apply` event by event:
+   * for a projector whose rows can be written many at a time (a statement
+   * per row is most of a rebuild's time).
+   */
+  applyBatch?(trx: Kysely<any>, batch: readonly RecordedEvent[], prepared: Prepared): Promise<void>;
 }
 
 export interface Reactor {
@@ -31,7 +37,7 @@ export interface Reactor {
 }
 
 type Consumer = Projector | Reactor;
-const isProjector = (consumer: Consumer): consumer is Projector => 'apply' in consumer;
+const isProjector = (consumer: Consumer): consumer is Projector => 'tables' in consumer;
 
 export interface ProjectorStatus {
   name: string;
@@ -91,6 +97,8 @@ export class ProjectionEngine {
     const names = consumers.map((c) => c.name);
     const twice = names.find((name, i) => names.indexOf(name) !== i);
     if (twice) throw new Error(`Two consumers of the event log are named ${twice}`);
+    const writesNothing = consumers.find((c) => isProjector(c) && !c.apply && !c.applyBatch);
+    if (writesNothing) throw new Error(`Projector ${writesNothing.name} has neither apply nor applyBatch`);
   }
 
   get projectors(): Projector[] {
@@ -248,7 +256,8 @@ export class ProjectionEngine {
       if (isProjector(consumer)) {
         const prepared = await consumer.prepare?.(batch, this.store);
         await this.database.db.transaction().execute(async (trx) => {
-          for (const event of batch) await consumer.apply(trx, event, prepared);
+          if (consumer.applyBatch) await consumer.applyBatch(trx, batch, prepared);
+          else for (const event of batch) await consumer.apply!(trx, event, prepared);
           await this.moveCheckpoint(trx, consumer.name, checkpoint, position);
         });
       } else {

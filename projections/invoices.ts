@@ -12,12 +12,12 @@ const json = <T>(value: T) => sql<T>`${JSON.stringify(value)}::jsonb`;
 const isInvoiceStream = (streamId: string) => streamId.startsWith('invoice-');
 
 /**
- * The invoices a batch touches, each as of the batch's last event of it, and
- * the revision of its first event in the batch. Folded from what the batch
- * holds of the stream, read whole before the transaction only when the batch
- * does not begin it (a new invoice's events are all in the batch).
+ * The invoices a batch touches, each as of the batch's last event of it:
+ * folded from what the batch holds of the stream, read whole before the
+ * transaction only when the batch does not begin it (a new invoice's events
+ * are all in the batch).
  */
-type InvoicesInBatch = Map<string, { invoice: Invoice | null; first: number }>;
+type InvoicesInBatch = Map<string, Invoice | null>;
 
 export const invoicesProjector: Projector<InvoicesInBatch> = {
   name: 'invoices',
@@ -40,30 +40,59 @@ export const invoicesProjector: Projector<InvoicesInBatch> = {
           (state, e) => invoiceDecider.evolve(state, { type: e.type, data: e.data } as InvoiceEvent),
           invoiceDecider.initialState,
         );
-        invoices.set(streamId, { invoice, first });
+        invoices.set(streamId, invoice);
       }),
     );
     return invoices;
   },
 
-  async apply(trx: Kysely<ReadModelTables>, recorded: RecordedEvent, invoices: InvoicesInBatch) {
-    if (isInvoiceStream(recorded.streamId)) {
-      // The batch commits whole, so the row is written once, at the stream's
-      // first event in it, as of its last: the rows a batch leaves are those
-      // of its last event, and replaying any prefix of the log gives the same rows.
-      const { invoice, first } = invoices.get(recorded.streamId)!;
-      if (invoice && recorded.revision === first) await upsertInvoice(trx, invoice);
-      if (recorded.type === 'AddressAssigned') await insertAddress(trx, invoice!, recorded);
-      if (recorded.type === 'AddressRequoted') await requoteAddress(trx, recorded);
-      return;
+  // The batch commits whole, so each invoice's row is written once, as of
+  // its last event in the batch, with all others in one statement, and the
+  // new addresses in another: the rows a batch leaves are those of its last
+  // event, and replaying any prefix of the log gives the same rows.
+  async applyBatch(trx: Kysely<ReadModelTables>, batch: readonly RecordedEvent[], invoices: InvoicesInBatch) {
+    const invoiceRows = [...invoices.values()].flatMap((invoice) => (invoice ? [invoiceRowOf(invoice)] : []));
+    for (const rows of chunks(invoiceRows)) {
+      await trx
+        .insertInto('invoices')
+        .values(rows)
+        .onConflict((oc) => oc.column('id').doUpdateSet(fromExcluded(rows[0]!)))
+        .execute();
     }
-    if (recorded.streamId.startsWith('payment-')) await applyPaymentEvent(trx, recorded);
+    const invoiceEvents = batch.filter((e) => isInvoiceStream(e.streamId));
+    const addressRows = invoiceEvents
+      .filter((e) => e.type === 'AddressAssigned')
+      .map((e) => addressRowOf(invoices.get(e.streamId)!.id, e));
+    for (const rows of chunks(addressRows)) {
+      await trx
+        .insertInto('invoice_addresses')
+        .values(rows)
+        .onConflict((oc) => oc.columns(['chain', 'address']).doNothing())
+        .execute();
+    }
+    // In order, after the addresses they change; a payment's rows are its own.
+    for (const event of batch) {
+      if (event.type === 'AddressRequoted' && isInvoiceStream(event.streamId)) await requoteAddress(trx, event);
+      if (event.streamId.startsWith('payment-')) await applyPaymentEvent(trx, event);
+    }
   },
 };
 
-async function upsertInvoice(trx: Kysely<ReadModelTables>, invoice: Invoice) {
+/** Rows per statement: PostgreSQL takes at most 65,535 parameters in one. */
+function chunks<T>(rows: T[], size = 1000): T[][] {
+  const out: T[][] = [];
+  for (let i = 0; i < rows.length; i += size) out.push(rows.slice(i, i + size));
+  return out;
+}
+
+/** Every column of `row` set from the row that conflicted (`excluded`). */
+function fromExcluded(row: object) {
+  return Object.fromEntries(Object.keys(row).map((column) => [column, sql.ref(`excluded.${column}`)]));
+}
+
+function invoiceRowOf(invoice: Invoice) {
   const view = invoicePaymentView(invoice);
-  const row = {
+  return {
     id: invoice.id,
     merchant_id: invoice.merchantId,
     amount: invoice.amount,
@@ -95,31 +124,22 @@ async function upsertInvoice(trx: Kysely<ReadModelTables>, invoice: Invoice) {
     created_at: new Date(invoice.createdAt),
     updated_at: new Date(invoice.updatedAt),
   };
-  await trx
-    .insertInto('invoices')
-    .values(row)
-    .onConflict((oc) => oc.column('id').doUpdateSet(row))
-    .execute();
 }
 
-async function insertAddress(trx: Kysely<ReadModelTables>, invoice: Invoice, recorded: RecordedEvent) {
+function addressRowOf(invoiceId: string, recorded: RecordedEvent) {
   const d = (recorded as unknown as Extract<InvoiceEvent, { type: 'AddressAssigned' }>).data;
-  await trx
-    .insertInto('invoice_addresses')
-    .values({
-      invoice_id: invoice.id,
-      chain: d.chain,
-      token: d.token,
-      token_decimals: d.tokenDecimals,
-      address: d.address,
-      derivation_index: d.derivationIndex,
-      rate: d.rate,
-      crypto_amount: d.cryptoAmount,
-      quoted_at: new Date(d.quotedAt),
-      rate_valid_until: new Date(d.rateValidUntil),
-    })
-    .onConflict((oc) => oc.columns(['chain', 'address']).doNothing())
-    .execute();
+  return {
+    invoice_id: invoiceId,
+    chain: d.chain,
+    token: d.token,
+    token_decimals: d.tokenDecimals,
+    address: d.address,
+    derivation_index: d.derivationIndex,
+    rate: d.rate,
+    crypto_amount: d.cryptoAmount,
+    quoted_at: new Date(d.quotedAt),
+    rate_valid_until: new Date(d.rateValidUntil),
+  };
 }
 
 async function requoteAddress(trx: Kysely<ReadModelTables>, recorded: RecordedEvent) {

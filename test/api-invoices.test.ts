@@ -2,6 +2,7 @@
 // interface.md for creating, listing, reading and cancelling invoices.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { assertRebuildGivesTheSameRows } from './support/rebuild.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
 
@@ -519,6 +520,10 @@ describe('invoice API', () => {
 
     const paidStatus = (await svc.call('GET', `/api/v1/invoices/${paid.id}/status`)).body.data;
     assert.equal(paidStatus.remainingAmount, '0.00010000', 'a quote paid against stands');
+  });
+
+  it('rebuilds the invoices read model from zero into the rows it projected, requotes included', async () => {
+    await assertRebuildGivesTheSameRows(svc.service, 'invoices');
   });
 
   it('documents the invoice endpoints in the OpenAPI document', async () => {

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { defaultConfirmations } from '../api/config.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
+import { assertRebuildGivesTheSameRows } from './support/rebuild.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 describe('payment flow on the sandbox chains', () => {
@@ -210,5 +211,9 @@ describe('payment flow on the sandbox chains', () => {
     for (const e of events) {
       assert.ok(e.eventId && e.streamId && e.position && e.recordedAt);
     }
+  });
+
+  it('rebuilds the invoices read model from zero into the rows it projected as the payments came', async () => {
+    await assertRebuildGivesTheSameRows(svc.service, 'invoices');
   });
 });

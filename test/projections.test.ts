@@ -184,7 +184,7 @@ describe('projection checkpoints', () => {
       name: 'counting',
       apply: async (trx: any, e: any, prepared: unknown) => {
         applied++;
-        await merchantsProjector.apply(trx, e, prepared);
+        await merchantsProjector.apply!(trx, e, prepared);
       },
     };
     const commands = merchantCommands(store);

@@ -11,7 +11,10 @@ import { sql, type Kysely, type Migration } from 'kysely';
 import type { EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../adapters/event-store/port.ts';
 import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
+import { invoiceDecider, invoiceStreamName, type InvoiceCommand, type InvoiceEvent } from '../../domain/invoice.ts';
 import { ProjectionEngine, type Projector } from '../../projections/engine.ts';
+import { invoicesProjector } from '../../projections/invoices.ts';
+import { readModelMigrations } from '../../projections/schema.ts';
 import { percentile, scaled, timed, type BenchContext, type BenchSuite, type BenchTarget } from './support.ts';
 import { formatMegabytes, formatRate, formatRatio, formatSeconds, markdownTable } from './table.ts';
 
@@ -31,6 +34,8 @@ const BATCH_STREAMS = 20;
 const READ_PAGE = 500;
 const READ_ROUNDS = 2;
 const PROJECTION_BATCH = 500;
+/** Payments (an invoice and its address: two events) in the log the invoices read model is rebuilt from. */
+const INVOICES = scaled(5_000, 100);
 const REBUILD_ROUNDS = 2;
 /** Give up on a catch-up that stalls (a bug, not a slow machine). */
 const SUBSCRIPTION_TIMEOUT_MS = 120_000;
@@ -39,7 +44,7 @@ function roundUp(value: number, multiple: number): number {
   return Math.ceil(value / multiple) * multiple;
 }
 
-type MeasureKey = 'single' | 'concurrent' | 'batch' | 'subscribe' | 'rebuild' | 'rebuildBatched';
+type MeasureKey = 'single' | 'concurrent' | 'batch' | 'subscribe' | 'rebuild' | 'rebuildBatched' | 'rebuildInvoices';
 
 interface Pair {
   store: number;
@@ -89,8 +94,12 @@ const MEASURES: readonly { key: MeasureKey; label: string }[] = [
   { key: 'concurrent', label: `2. one-event appends, ${WRITERS} writers (${n(CONCURRENT_APPENDS)} tx)` },
   { key: 'batch', label: `3. events in ${BATCH_SIZE}-event appends (${n(BATCHES)} tx)` },
   { key: 'subscribe', label: `4. subscription catch-up, events (pages of ${READ_PAGE})` },
-  { key: 'rebuild', label: `5. projection rebuild, events (${PROJECTION_BATCH}/tx)` },
+  {
+    key: 'rebuild',
+    label: `5. projection rebuild, events (${PROJECTION_BATCH}/tx, one upsert each) vs a row a statement`,
+  },
   { key: 'rebuildBatched', label: `5b. same rebuild vs one ${PROJECTION_BATCH}-row upsert/tx` },
+  { key: 'rebuildInvoices', label: `6. the invoices read model rebuilt, ${n(INVOICES)} payments' events, vs 5b raw` },
 ];
 
 function n(value: number): string {
@@ -147,23 +156,31 @@ interface ProjectedRow {
 const amountOf = (data: unknown): string | null =>
   typeof data === 'object' && data !== null && 'amount' in data ? String(data.amount) : null;
 
-/** One upserted row per event, as a read model keyed by event would be. */
+/** One upserted row per event, as a read model keyed by event would be; a batch in one statement. */
 const benchProjector: Projector = {
   name: 'bench_events',
   tables: [PROJECTION],
-  async apply(trx, event: RecordedEvent) {
-    const row: ProjectedRow = {
+  async applyBatch(trx, batch) {
+    const rows: ProjectedRow[] = batch.map((event) => ({
       event_id: event.id,
       stream_id: event.streamId,
       revision: event.revision,
       event_type: event.type,
       amount: amountOf(event.data),
       recorded_at: event.recordedAt,
-    };
+    }));
     await trx
       .insertInto(PROJECTION)
-      .values(row)
-      .onConflict((oc) => oc.column('event_id').doUpdateSet(row))
+      .values(rows)
+      .onConflict((oc) =>
+        oc.column('event_id').doUpdateSet((eb) => ({
+          stream_id: eb.ref('excluded.stream_id'),
+          revision: eb.ref('excluded.revision'),
+          event_type: eb.ref('excluded.event_type'),
+          amount: eb.ref('excluded.amount'),
+          recorded_at: eb.ref('excluded.recorded_at'),
+        })),
+      )
       .execute();
   },
 };
@@ -448,6 +465,85 @@ async function measureRebuild(
   return { rebuild: perRow, rebuildBatched: { store: perRow.store, raw: (storedEvents * 1000) / batchedMs } };
 }
 
+/**
+ * The service's invoices projector rebuilding its tables from a log of
+ * payments (InvoiceCreated and AddressAssigned, one append per invoice, as
+ * the API writes them), on a database of its own; events/s of the last of
+ * two rebuilds.
+ */
+async function measureInvoicesRebuild(target: BenchTarget): Promise<number> {
+  const fresh = await target.open();
+  const store = await SqlEventStore.open(fresh.database);
+  try {
+    await ProjectionEngine.migrate(fresh.database, readModelMigrations);
+    const merchantId = randomUUID();
+    let next = 0;
+    await Promise.all(
+      Array.from({ length: WRITERS }, async () => {
+        for (let i = next++; i < INVOICES; i = next++) {
+          const id = randomUUID();
+          const events = paymentEvents(id, merchantId, i);
+          await store.append(
+            invoiceStreamName(id),
+            events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data })),
+            'no_stream',
+          );
+        }
+      }),
+    );
+    const engine = new ProjectionEngine(fresh.database, store, [invoicesProjector], { batchSize: PROJECTION_BATCH });
+    let rate = 0;
+    for (let round = 0; round < REBUILD_ROUNDS; round++) {
+      const { events, ms } = await engine.rebuild(['invoices']);
+      if (events !== INVOICES * 2) throw new Error(`invoices rebuild applied ${events} of ${INVOICES * 2} events`);
+      rate = (events * 1000) / ms;
+    }
+    return rate;
+  } finally {
+    await store.close();
+    await fresh.dispose();
+  }
+}
+
+/** A payment's events as the invoice decider makes them: the invoice, then its address. */
+function paymentEvents(id: string, merchantId: string, index: number): InvoiceEvent[] {
+  const now = new Date();
+  const later = new Date(now.getTime() + 15 * 60_000).toISOString();
+  const commands: InvoiceCommand[] = [
+    {
+      type: 'CreateInvoice',
+      id,
+      merchantId,
+      amount: '10',
+      currency: 'USD',
+      description: null,
+      expiresAt: later,
+      webhookUrl: null,
+      metadata: null,
+      createdAt: now.toISOString(),
+    },
+    {
+      type: 'AssignAddress',
+      chain: 'tron',
+      token: 'USDT',
+      tokenDecimals: 6,
+      address: `T${id.replaceAll('-', '')}`,
+      derivationIndex: index,
+      rate: '1',
+      quotedAt: now.toISOString(),
+      rateValidUntil: later,
+    },
+  ];
+  let state = invoiceDecider.initialState;
+  const events: InvoiceEvent[] = [];
+  for (const command of commands) {
+    const decided = invoiceDecider.decide(command, state);
+    state = decided.reduce(invoiceDecider.evolve, state);
+    events.push(...decided);
+  }
+  return events;
+}
+
 // ---------------------------------------------------------------------------
 
 function progress(target: BenchTarget, message: string): void {
@@ -486,6 +582,9 @@ async function measureEngine(target: BenchTarget, report: EngineReport): Promise
     report.storedEvents = storedEvents;
     await step(async () => ({ subscribe: await measureSubscription(open, db, storedEvents) }));
     await step(() => measureRebuild(database, open, db, storedEvents));
+    await step(async () => ({
+      rebuildInvoices: { store: await measureInvoicesRebuild(target), raw: report.results.rebuildBatched!.raw },
+    }));
     report.visible = await measureVisibility(database, open);
   } finally {
     const afterRuns = process.memoryUsage().rss;
@@ -541,14 +640,16 @@ function printReport(context: BenchContext, reports: readonly EngineReport[]): v
   }
   console.log(`
 Rates are per second; ratio = store ÷ raw (below 1: the store is slower).
-- store append = BEGIN; upsert es_streams (stream lock); select stored ids (idempotency);
-  insert … returning position; update es_streams; pg_notify (PostgreSQL only); COMMIT.
+- store append = BEGIN; upsert es_streams (stream lock); select stored ids (idempotency, not for a new stream);
+  one statement inserting the events, updating es_streams and calling pg_notify (PostgreSQL only); COMMIT.
   raw = one autocommit INSERT into a table with the same columns and only a primary key.
 - 4. store: store.subscribe handler from the start (readAll, ${READ_PAGE}/page, xid8 order);
   raw: select … where global_position > $1 order by global_position limit ${READ_PAGE}.
-- 5. store: ProjectionEngine.rebuild(), one kysely upsert per event, ${PROJECTION_BATCH} events + checkpoint per tx;
-  raw: the same pages and upserts in plain SQL, ${PROJECTION_BATCH} per tx, no checkpoint.
+- 5. store: ProjectionEngine.rebuild(), the projector's applyBatch writing ${PROJECTION_BATCH} events in one
+  kysely upsert, + checkpoint per tx; raw: the same pages with one upsert per event in plain SQL, no checkpoint.
   5b: the same store rebuild beside a raw rebuild doing one ${PROJECTION_BATCH}-row upsert statement per tx.
+- 6. store: the service's invoices projector rebuilding invoices and invoice_addresses from ${n(INVOICES)} payments
+  (InvoiceCreated + AddressAssigned, one append each) on a database of its own; raw: the 5b raw rebuild.
 - Scale ${context.scale}; one database per engine; measures 1–3 alternate store and raw in ${ROUNDS} rounds
   (${WARMUP_APPENDS} warm-up appends first), 4 and 5 in ${READ_ROUNDS} and ${REBUILD_ROUNDS}; 5b runs once.`);
 }

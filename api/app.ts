@@ -142,6 +142,11 @@ export async function buildApp(deps: AppDeps) {
     auth,
     merchants: merchantCommands(deps.store),
     settle,
+    /** For a list: waits until the read models show every write committed before the call (see readCreated). */
+    caughtUp: () =>
+      deps.projections
+        .caughtUp(10_000, deps.readModels)
+        .catch((error: unknown) => app.log.warn({ err: error }, 'read models lag')),
     /**
      * A read of what a creation wrote. Invoices and payments are answered
      * as soon as their events are committed, without waiting for the read
@@ -153,11 +158,6 @@ export async function buildApp(deps: AppDeps) {
      * other write still settles before answering, because a row that is
      * there but stale cannot be told from a current one.
      */
-    /** For a list: waits until the read models show every write committed before the call (see readCreated). */
-    caughtUp: () =>
-      deps.projections
-        .caughtUp(10_000, deps.readModels)
-        .catch((error: unknown) => app.log.warn({ err: error }, 'read models lag')),
     readCreated: async <T>(streamId: string, read: () => Promise<T | undefined>): Promise<T | undefined> => {
       const found = await read();
       if (found !== undefined) return found;

@@ -2,6 +2,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
+import { invoiceStreamName } from '../../domain/invoice.ts';
 import type { SettlementsTable } from '../../projections/schema.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import type { RouteContext } from '../app.ts';
@@ -61,7 +62,7 @@ export function settlementView(row: SettlementsTable) {
   };
 }
 
-export async function settlementRoutes(scope: FastifyInstance, { auth, db }: RouteContext) {
+export async function settlementRoutes(scope: FastifyInstance, { auth, db, readCreated }: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const security = [{ apiKey: [] }];
 
@@ -78,8 +79,11 @@ export async function settlementRoutes(scope: FastifyInstance, { auth, db }: Rou
       },
     },
     async (request) => {
-      const invoice = UUID.test(request.params.id)
-        ? await db.selectFrom('invoices').select('merchant_id').where('id', '=', request.params.id).executeTakeFirst()
+      const id = request.params.id;
+      const invoice = UUID.test(id)
+        ? await readCreated(invoiceStreamName(id), () =>
+            db.selectFrom('invoices').select('merchant_id').where('id', '=', id).executeTakeFirst(),
+          )
         : undefined;
       if (!invoice) throw notFound('Invoice not found');
       if (invoice.merchant_id !== request.caller!.merchantId) throw forbidden('Invoice not accessible');

@@ -117,8 +117,35 @@ export async function invoiceStatus(database: SqlDatabase, id: string) {
           .as('latest'),
       (join) => join.onTrue(),
     )
-    .selectAll('invoices')
-    .select(['merchants.name as merchant_name', 'latest.confirmations', 'latest.required_confirmations'])
+    // Named columns, not invoices.*: a prepared statement whose result
+    // changes shape fails, and a newer instance's migration may add a column
+    // while this one runs.
+    .select([
+      'invoices.id',
+      'invoices.status',
+      'invoices.amount',
+      'invoices.currency',
+      'invoices.description',
+      'invoices.metadata',
+      'invoices.payment_status',
+      'invoices.payment_status_detail',
+      'invoices.payment_issue_type',
+      'invoices.settled_amount',
+      'invoices.tx_hash',
+      'invoices.expires_at',
+      'invoices.created_at',
+      'invoices.total_received_amount',
+      'invoices.total_received_currency',
+      'invoices.remaining_amount',
+      'invoices.payment_progress',
+      'invoices.has_detected_payment',
+      'invoices.detected_payment_amount',
+      'invoices.detected_payment_currency',
+      'invoices.mismatch_payment',
+      'merchants.name as merchant_name',
+      'latest.confirmations',
+      'latest.required_confirmations',
+    ])
     .where('invoices.id', '=', id);
   const [row] = await database.prepared('invoice-status', query);
   if (!row) return undefined;

@@ -8,6 +8,7 @@ import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { merchantCommands } from '../commands/merchants.ts';
 import { CheckpointMovedError, ProjectionEngine } from '../projections/engine.ts';
+import { invoiceStatus } from '../projections/invoice-queries.ts';
 import { merchantsProjector } from '../projections/merchants.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { freshPostgres } from './support/postgres.ts';
@@ -89,6 +90,14 @@ function engineSuite(
         [0, 1, 2, 3].flatMap(() => [['First'], ['Second'], ['Third']]),
       );
       assert.deepEqual(await nameOf(randomUUID()), []);
+    });
+
+    it('answers the prepared status read after another instance adds a column to invoices', async () => {
+      const unknown = () =>
+        Promise.all(Array.from({ length: 12 }, () => invoiceStatus(subject.database, randomUUID())));
+      assert.deepEqual(await unknown(), Array(12).fill(undefined)); // prepared on every connection of the pool
+      await sql`alter table invoices add column added_by_a_newer_version text`.execute(subject.database.db);
+      assert.deepEqual(await unknown(), Array(12).fill(undefined));
     });
 
     it('reports its lag in events and milliseconds', async () => {

@@ -21,6 +21,7 @@ import { adminRoutes, type OperatorWallet } from './routes/admin.ts';
 import { catalogueRoutes } from './routes/catalogue.ts';
 import { healthRoutes } from './routes/health.ts';
 import { invoiceRoutes } from './routes/invoices.ts';
+import { UUID } from './routes/query.ts';
 import { settlementRoutes } from './routes/settlements.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { liveRoutes } from './routes/live.ts';
@@ -32,6 +33,7 @@ import { idempotency } from './idempotency.ts';
 import type { Clock } from '../adapters/clock.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import type { InvoiceCommands } from '../commands/invoices.ts';
+import { invoiceStreamName } from '../domain/invoice.ts';
 import type { SubscriptionCommands } from '../commands/subscriptions.ts';
 
 export interface AppDeps {
@@ -142,26 +144,25 @@ export async function buildApp(deps: AppDeps) {
     auth,
     merchants: merchantCommands(deps.store),
     settle,
-    /** For a list: waits until the read models show every write committed before the call (see readCreated). */
-    caughtUp: () =>
-      deps.projections
-        .caughtUp(10_000, deps.readModels)
-        .catch((error: unknown) => app.log.warn({ err: error }, 'read models lag')),
+    /** For a list: waits until the read models show every write committed before the call (see readInvoice). */
+    caughtUp: async () => settle(await deps.store.headPosition()),
     /**
-     * A read of what a creation wrote. Invoices and payments are answered
-     * as soon as their events are committed, without waiting for the read
-     * models (a third of a payment creation's throughput); so a read that
-     * finds nothing asks the event store whether the stream exists, and if
-     * it does, waits until the read models show it and reads again. A client
-     * that creates and at once reads, from this instance or another, never
-     * gets a 404: they share the event store and the read models. Every
-     * other write still settles before answering, because a row that is
-     * there but stale cannot be told from a current one.
+     * A read of an invoice from the read models; undefined for an id that is
+     * not a UUID or an invoice that does not exist. Invoices and payments
+     * are answered as soon as their events are committed, without waiting
+     * for the read models (a third of a payment creation's throughput); so
+     * a read that finds nothing asks the event store whether the invoice
+     * exists, and if it does, waits until the read models show it and reads
+     * again. A client that creates and at once reads, from this instance or
+     * another, never gets a 404: they share the event store and the read
+     * models. Every other write still settles before answering, because a
+     * row that is there but stale cannot be told from a current one.
      */
-    readCreated: async <T>(streamId: string, read: () => Promise<T | undefined>): Promise<T | undefined> => {
+    readInvoice: async <T>(id: string, read: () => Promise<T | undefined>): Promise<T | undefined> => {
+      if (!UUID.test(id)) return undefined;
       const found = await read();
       if (found !== undefined) return found;
-      const last = (await deps.store.readStream(streamId)).at(-1);
+      const last = (await deps.store.readStream(invoiceStreamName(id))).at(-1);
       if (!last) return undefined;
       await settle(last.position);
       return read();
@@ -254,5 +255,5 @@ export type RouteContext = AppDeps & {
   merchants: ReturnType<typeof merchantCommands>;
   settle: (position: string | undefined) => Promise<void>;
   caughtUp: () => Promise<void>;
-  readCreated: <T>(streamId: string, read: () => Promise<T | undefined>) => Promise<T | undefined>;
+  readInvoice: <T>(id: string, read: () => Promise<T | undefined>) => Promise<T | undefined>;
 };

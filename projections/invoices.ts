@@ -59,9 +59,8 @@ export const invoicesProjector: Projector<InvoicesInBatch> = {
         .onConflict((oc) => oc.column('id').doUpdateSet(fromExcluded(rows[0]!)))
         .execute();
     }
-    const invoiceEvents = batch.filter((e) => isInvoiceStream(e.streamId));
-    const addressRows = invoiceEvents
-      .filter((e) => e.type === 'AddressAssigned')
+    const addressRows = batch
+      .filter((e) => e.type === 'AddressAssigned' && isInvoiceStream(e.streamId))
       .map((e) => addressRowOf(invoices.get(e.streamId)!.id, e));
     for (const rows of chunks(addressRows)) {
       await trx

@@ -7,7 +7,6 @@ import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import * as esbuild from 'esbuild';
 import type { ChainName } from '../../domain/catalogue.ts';
-import { invoiceStreamName } from '../../domain/invoice.ts';
 import { parseUnits } from '../../domain/money.ts';
 import { notFound } from '../errors.ts';
 import { paymentRequests } from '../payment-request.ts';
@@ -18,7 +17,6 @@ import {
   type InvoiceStatusView,
 } from '../../projections/invoice-queries.ts';
 import type { RouteContext } from '../app.ts';
-import { UUID } from './query.ts';
 
 export const CHECKOUT_CSP =
   "default-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; style-src 'self'; script-src 'self'; " +
@@ -224,7 +222,7 @@ const pageHeaders = (reply: FastifyReply) =>
 // ---- Routes --------------------------------------------------------------------
 
 export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) {
-  const { auth, db, database, clock, readCreated } = ctx;
+  const { auth, db, database, clock, readInvoice } = ctx;
   const requests = paymentRequests(ctx.config);
   const [script, stylesheet] = await Promise.all([
     clientScript(),
@@ -265,9 +263,7 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     { onRequest: auth.public, schema: { hide: true } },
     async (request, reply) => {
       const id = request.params.invoiceId;
-      const status = UUID.test(id)
-        ? await readCreated(invoiceStreamName(id), () => invoiceStatus(database, id))
-        : undefined;
+      const status = await readInvoice(id, () => invoiceStatus(database, id));
       if (!status) return pageHeaders(reply).code(404).send(notFoundPage());
       const data: CheckoutData = {
         invoiceId: status.id,
@@ -285,9 +281,7 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     { onRequest: auth.public, schema: { hide: true } },
     async (request) => {
       const id = request.params.invoiceId;
-      const status = UUID.test(id)
-        ? await readCreated(invoiceStreamName(id), () => invoiceStatus(database, id))
-        : undefined;
+      const status = await readInvoice(id, () => invoiceStatus(database, id));
       const payment = status && (await lockedPayment(id, status));
       if (!payment) throw notFound('No partly paid invoice has this id');
       return { data: payment };

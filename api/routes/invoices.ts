@@ -148,7 +148,7 @@ const MAX_FIAT_UNITS = 10n ** 15n * 10n ** BigInt(FIAT_DECIMALS);
 
 export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
-  const { auth, invoices, db, database, config, settle, caughtUp, readCreated, store } = ctx;
+  const { auth, invoices, db, database, config, settle, caughtUp, readInvoice, store } = ctx;
   const requests = paymentRequests(config);
   const key = [{ apiKey: [] }];
 
@@ -272,7 +272,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       const input = checkInvoice(request.body, { fallback: 15, clampTo: 15 });
       const chain = chainOf(request.body.chain);
       const token = tokenOf(request.body.token);
-      // Answered without waiting for the read models: see readCreated.
+      // Answered without waiting for the read models: see readInvoice.
       const { value } = await invoices.createPayment(
         request.caller!.merchantId,
         { ...input, chain, token },
@@ -296,7 +296,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request, reply) => {
       const input = checkInvoice(request.body, { fallback: 15, max: MAX_INVOICE_MINUTES });
-      // Answered without waiting for the read models: see readCreated.
+      // Answered without waiting for the read models: see readInvoice.
       const { value } = await invoices.create(request.caller!.merchantId, input, request.id);
       return reply.code(201).send({ data: viewOf(value) });
     },
@@ -336,7 +336,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
 
   /** The caller's invoice row, or 404 as the contract says (also for another merchant's invoice). */
   async function ownInvoice(id: string, merchantId: string) {
-    const row = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceRow(db, id)) : undefined;
+    const row = await readInvoice(id, () => invoiceRow(db, id));
     if (!row || row.merchant_id !== merchantId) throw notFound('Invoice not found');
     return row;
   }
@@ -411,7 +411,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request) => {
       const id = request.params.id;
-      const status = UUID.test(id) ? await readCreated(invoiceStreamName(id), () => invoiceStatus(database, id)) : undefined;
+      const status = await readInvoice(id, () => invoiceStatus(database, id));
       if (!status) throw notFound('Invoice not found');
       return { data: status };
     },

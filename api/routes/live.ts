@@ -4,7 +4,6 @@
 import websocket from '@fastify/websocket';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
-import { invoiceStreamName } from '../../domain/invoice.ts';
 import { invoiceStatus, type InvoiceStatusView } from '../../projections/invoice-queries.ts';
 import type { LiveInvoiceStatus } from '../../projections/live-status.ts';
 import type { RouteContext } from '../app.ts';
@@ -25,7 +24,7 @@ const HEARTBEAT_MS = 30_000;
 
 export async function liveRoutes(
   app: FastifyInstance,
-  { auth, database, config, readCreated }: RouteContext,
+  { auth, database, config, readInvoice }: RouteContext,
   live: LiveInvoiceStatus,
 ) {
   // Compression costs tens of kilobytes per socket; status messages are small.
@@ -114,7 +113,7 @@ export async function liveRoutes(
       const unwatch = live.watch(id, send);
       socket.on('close', unwatch);
       await live.caughtUp();
-      const initial = await readCreated(invoiceStreamName(id), () => invoiceStatus(database, id));
+      const initial = await readInvoice(id, () => invoiceStatus(database, id));
       if (!initial) {
         unwatch();
         return socket.close(closeCodes.notFound, 'Invoice not found');

@@ -2,7 +2,6 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { invoiceStreamName } from '../../domain/invoice.ts';
 import type { SettlementsTable } from '../../projections/schema.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import type { RouteContext } from '../app.ts';
@@ -62,7 +61,7 @@ export function settlementView(row: SettlementsTable) {
   };
 }
 
-export async function settlementRoutes(scope: FastifyInstance, { auth, db, readCreated }: RouteContext) {
+export async function settlementRoutes(scope: FastifyInstance, { auth, db, readInvoice }: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const security = [{ apiKey: [] }];
 
@@ -80,11 +79,9 @@ export async function settlementRoutes(scope: FastifyInstance, { auth, db, readC
     },
     async (request) => {
       const id = request.params.id;
-      const invoice = UUID.test(id)
-        ? await readCreated(invoiceStreamName(id), () =>
-            db.selectFrom('invoices').select('merchant_id').where('id', '=', id).executeTakeFirst(),
-          )
-        : undefined;
+      const invoice = await readInvoice(id, () =>
+        db.selectFrom('invoices').select('merchant_id').where('id', '=', id).executeTakeFirst(),
+      );
       if (!invoice) throw notFound('Invoice not found');
       if (invoice.merchant_id !== request.caller!.merchantId) throw forbidden('Invoice not accessible');
       const row = await db

@@ -11,7 +11,8 @@ import { sql, type Kysely, type Migration } from 'kysely';
 import type { EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../adapters/event-store/port.ts';
 import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
-import { invoiceDecider, invoiceStreamName, type InvoiceCommand, type InvoiceEvent } from '../../domain/invoice.ts';
+import { handleCommands } from '../../commands/handle.ts';
+import { invoiceDecider, invoiceStreamName, type InvoiceCommand } from '../../domain/invoice.ts';
 import { ProjectionEngine, type Projector } from '../../projections/engine.ts';
 import { invoicesProjector } from '../../projections/invoices.ts';
 import { readModelMigrations } from '../../projections/schema.ts';
@@ -482,12 +483,9 @@ async function measureInvoicesRebuild(target: BenchTarget): Promise<number> {
       Array.from({ length: WRITERS }, async () => {
         for (let i = next++; i < INVOICES; i = next++) {
           const id = randomUUID();
-          const events = paymentEvents(id, merchantId, i);
-          await store.append(
-            invoiceStreamName(id),
-            events.map((e) => ({ id: randomUUID(), type: e.type, data: e.data })),
-            'no_stream',
-          );
+          await handleCommands(store, invoiceDecider, invoiceStreamName(id), paymentCommands(id, merchantId, i), {
+            newStream: true,
+          });
         }
       }),
     );
@@ -505,11 +503,11 @@ async function measureInvoicesRebuild(target: BenchTarget): Promise<number> {
   }
 }
 
-/** A payment's events as the invoice decider makes them: the invoice, then its address. */
-function paymentEvents(id: string, merchantId: string, index: number): InvoiceEvent[] {
+/** A payment as the API writes it: the invoice, then its address, in one append. */
+function paymentCommands(id: string, merchantId: string, index: number): InvoiceCommand[] {
   const now = new Date();
   const later = new Date(now.getTime() + 15 * 60_000).toISOString();
-  const commands: InvoiceCommand[] = [
+  return [
     {
       type: 'CreateInvoice',
       id,
@@ -534,14 +532,6 @@ function paymentEvents(id: string, merchantId: string, index: number): InvoiceEv
       rateValidUntil: later,
     },
   ];
-  let state = invoiceDecider.initialState;
-  const events: InvoiceEvent[] = [];
-  for (const command of commands) {
-    const decided = invoiceDecider.decide(command, state);
-    state = decided.reduce(invoiceDecider.evolve, state);
-    events.push(...decided);
-  }
-  return events;
 }
 
 // ---------------------------------------------------------------------------

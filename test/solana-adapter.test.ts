@@ -98,6 +98,38 @@ describe('the Solana test node refuses what a validator refuses', () => {
     assert.equal(stale.error?.data.err, 'Blockhash not found');
   });
 
+  it('refuses a fee payer that cannot pay the fee and stay rent-exempt, or that the chain has never credited', async () => {
+    const feePayerWith = (lamports: bigint | undefined) => {
+      const poor = Keypair.generate();
+      const tx = new Transaction({
+        feePayer: poor.publicKey,
+        blockhash: node['blocks'].at(-1)!.blockhash,
+        lastValidBlockHeight: 0,
+      }).add(SystemProgram.transfer({ fromPubkey: poor.publicKey, toPubkey: payer.publicKey, lamports: 1 }));
+      tx.sign(poor);
+      return { poor, tx, funded: lamports === undefined ? undefined : node.airdrop(poor.publicKey, lamports) };
+    };
+    const never = feePayerWith(undefined);
+    const unknown = await send(never.tx);
+    assert.equal(unknown.error?.code, -32002);
+    assert.equal(
+      unknown.error!.message,
+      'Transaction simulation failed: Attempt to debit an account but found no record of a prior credit.',
+    );
+    // Exactly the rent-exempt minimum of an empty account (none can hold
+    // less): the 5,000-lamport fee would leave it below that minimum, which
+    // the runtime refuses as rent on the fee payer, account 0.
+    const short = feePayerWith(890_880n);
+    await short.funded;
+    await node.mine();
+    const underpaid = await send(short.tx);
+    assert.equal(underpaid.error?.code, -32002);
+    assert.equal(
+      underpaid.error!.message,
+      'Transaction simulation failed: Transaction results in an account (0) with insufficient funds for rent',
+    );
+  });
+
   it("refuses what the runtime fails in preflight: funds, rent, a token account's balance", async () => {
     const poor = await send(transfer(50_000_000_000));
     assert.equal(poor.error?.code, -32002);
@@ -229,7 +261,10 @@ describe('the Solana adapter', () => {
        "transaction":{"signatures":["sig2"],"message":{"accountKeys":["A","C"],"recentBlockhash":"h"}}}]}`;
     const parsed = parseRpcJson<{ transactions: { meta: { logMessages: string[] } }[] }>(text);
     // Text inside a string is left alone, even when it looks like a balance.
-    assert.equal(parsed.transactions[0]!.meta.logMessages[0], 'Program log: "preBalances":[12345678901234567890], "fee": 12345678901234567890');
+    assert.equal(
+      parsed.transactions[0]!.meta.logMessages[0],
+      'Program log: "preBalances":[12345678901234567890], "fee": 12345678901234567890',
+    );
     const transfers = parseSolanaBlock(parsed as never, [{ symbol: 'USDT', mint: USDT_MINT, decimals: 6 }]);
     assert.deepEqual(transfers, [
       { txHash: 'sig1', index: 1, to: 'B', token: 'SOL', amount: 5n },

@@ -1,6 +1,6 @@
 // The service's configuration, read from the environment (operations.md §1).
 // Every problem is reported as one line naming the variable, all at once.
-import { getAddress, isAddress } from 'ethers';
+import { getAddress, isAddress } from 'ethers/address';
 import { chainNames, findToken, isChainName, type ChainName } from '../domain/catalogue.ts';
 import { isValidAddress } from '../adapters/keys/derivation.ts';
 

@@ -2,9 +2,8 @@
 // contracts and chain ids (a test network's, where configured).
 import { createHash } from 'node:crypto';
 import bs58 from 'bs58';
-import { mainnetChainIds } from '../adapters/chains/evm.ts';
 import { qrCodeDataUri } from '../adapters/keys/qr.ts';
-import { findToken, type ChainName } from '../domain/catalogue.ts';
+import { findToken, mainnetChainIds, type ChainName } from '../domain/catalogue.ts';
 import { paymentUri } from '../domain/payment-uri.ts';
 import type { Config } from './config.ts';
 

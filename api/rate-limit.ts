@@ -1,7 +1,6 @@
 // Request budgets per minute: per merchant (tier, read or write) and per
 // client address on the public endpoints. Counters live in this process, or
 // in Redis when several API instances must share them.
-import { Redis } from 'ioredis';
 import { RateLimiterMemory, RateLimiterRedis, RateLimiterRes, type RateLimiterAbstract } from 'rate-limiter-flexible';
 import type { MerchantTier } from '../domain/merchant.ts';
 
@@ -33,14 +32,15 @@ export interface RateLimiter {
 
 const WINDOW_SECONDS = 60;
 
-export function createRateLimiter(options: {
+/** ioredis is loaded only when a Redis is configured: an instance with in-process counters does not carry it. */
+export async function createRateLimiter(options: {
   publicLimit: number;
   redisUrl?: string;
   /** Prefix of the Redis keys, so that deployments (or test runs) sharing a Redis keep apart. */
   namespace?: string;
-}): RateLimiter {
+}): Promise<RateLimiter> {
   const redis = options.redisUrl
-    ? new Redis(options.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: false })
+    ? new (await import('ioredis')).Redis(options.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: false })
     : undefined;
   redis?.on('error', () => {
     // While Redis is away the in-process insurance limiter counts instead.

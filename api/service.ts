@@ -3,11 +3,11 @@
 // main.ts runs it as a process; tests run it in-process.
 import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
-import { openEvmChains, type EvmChain } from '../adapters/chains/evm.ts';
+import type { EvmChain } from '../adapters/chains/evm.ts';
 import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
 import type { SolanaChain } from '../adapters/chains/solana.ts';
 import type { TronChain } from '../adapters/chains/tron.ts';
-import { bitcoinNetworkOf, openBitcoinChain, type BitcoinChain } from '../adapters/chains/bitcoin.ts';
+import type { BitcoinChain } from '../adapters/chains/bitcoin.ts';
 import { formatUnits } from '../domain/money.ts';
 import { findChain } from '../domain/catalogue.ts';
 import type { OperatorWallet } from './routes/admin.ts';
@@ -15,7 +15,12 @@ import { systemClock, type Clock } from '../adapters/clock.ts';
 import { withAppendCounter } from '../adapters/event-store/instrumented.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
-import { DepositKeyring, depositAddressesFromKeyring, isValidAddress } from '../adapters/keys/derivation.ts';
+import {
+  bitcoinNetworkOf,
+  DepositKeyring,
+  depositAddressesFromKeyring,
+  isValidAddress,
+} from '../adapters/keys/derivation.ts';
 import { CoinGeckoRateProvider } from '../adapters/rates/coingecko.ts';
 import { FixedRateProvider } from '../adapters/rates/fixed.ts';
 import type { RateProvider } from '../adapters/rates/port.ts';
@@ -81,16 +86,25 @@ export async function startService(
   const derivation = { bitcoinNetwork: bitcoinNetworkOf[config.bitcoin.network] };
   const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic, derivation);
   /** The chains with a real node, which have a treasury (and most a fee wallet). */
-  const nodeChains = new Map<ChainName, EvmChain | TronChain | BitcoinChain | SolanaChain>(await openEvmChains(config, keyring));
+  const nodeChains = new Map<ChainName, EvmChain | TronChain | BitcoinChain | SolanaChain>();
+  // A chain's adapter and its library (ethers' providers, tronweb,
+  // bitcoinjs, spl-token: ~100 MB resident together) are loaded only when
+  // the chain has a node; the sandbox needs none of them.
+  const hasNode = (...chains: ChainName[]) => chains.some((chain) => config.chainRpcUrls[chain]);
   try {
-    // Tron's and Solana's adapters (tronweb, spl-token: ~70 MB resident) are loaded only for a node.
-    const tron = config.chainRpcUrls.tron
+    if (hasNode('ethereum', 'bsc', 'polygon')) {
+      const { openEvmChains } = await import('../adapters/chains/evm.ts');
+      for (const [name, chain] of await openEvmChains(config, keyring)) nodeChains.set(name, chain);
+    }
+    const tron = hasNode('tron')
       ? await (await import('../adapters/chains/tron.ts')).openTronChain(config, keyring)
       : undefined;
     if (tron) nodeChains.set('tron', tron);
-    const bitcoin = await openBitcoinChain(config, keyring);
+    const bitcoin = hasNode('bitcoin')
+      ? await (await import('../adapters/chains/bitcoin.ts')).openBitcoinChain(config, keyring)
+      : undefined;
     if (bitcoin) nodeChains.set('bitcoin', bitcoin);
-    const solana = config.chainRpcUrls.solana
+    const solana = hasNode('solana')
       ? await (await import('../adapters/chains/solana.ts')).openSolanaChain(config, keyring)
       : undefined;
     if (solana) nodeChains.set('solana', solana);
@@ -249,7 +263,7 @@ export async function startService(
   await live.start();
 
   const rateLimiter = config.rateLimits
-    ? createRateLimiter({ publicLimit: config.publicRateLimit, redisUrl: config.redisUrl })
+    ? await createRateLimiter({ publicLimit: config.publicRateLimit, redisUrl: config.redisUrl })
     : undefined;
   const app = await buildApp({
     wallets,

@@ -114,6 +114,9 @@ export const catalogue: readonly Chain[] = [
   },
 ];
 
+/** The EIP-155 chain id of each EVM chain's mainnet: what its payment links and signatures carry unless configured. */
+export const mainnetChainIds: Partial<Record<ChainName, bigint>> = { ethereum: 1n, bsc: 56n, polygon: 137n };
+
 export function isChainName(value: string): value is ChainName {
   return (chainNames as readonly string[]).includes(value);
 }

@@ -8,7 +8,7 @@
 // so a block mined after a reorg at a dropped height never repeats the dropped
 // block's hash: the watcher finds reorgs by comparing hashes.
 import { createHash } from 'node:crypto';
-import { encodeBase58 } from 'ethers';
+import { encodeBase58 } from 'ethers/utils';
 import { findChain, findToken, type ChainName, type ChainType } from './catalogue.ts';
 import { type Decider, type DomainEvent, DomainError } from './decider.ts';
 

@@ -132,7 +132,7 @@ function rateLimitSuite(name: string, redisUrl: string | undefined) {
     before(async () => {
       svc = await startTestService({ RATE_LIMITS: 'off' });
       // A namespace of its own: other test runs may share this Redis at the same time.
-      limiter = createRateLimiter({ publicLimit: 5, redisUrl, namespace: `ratelimit-test-${randomUUID()}` });
+      limiter = await createRateLimiter({ publicLimit: 5, redisUrl, namespace: `ratelimit-test-${randomUUID()}` });
       probe = await probeApp(svc, limiter);
     });
     after(async () => {

@@ -2,7 +2,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ConfigError, loadConfig } from '../api/config.ts';
-import { bloomMayContain, TRANSFER_TOPIC, withoutRpcUrl } from '../adapters/chains/evm.ts';
+import { bloomMayContain, TRANSFER_TOPIC } from '../adapters/chains/evm.ts';
+import { withoutRpcUrl } from '../adapters/chains/retry.ts';
 
 const USDT = '0x5FbDB2315678afecb367f032d93F642f64180aa3';
 

@@ -19,10 +19,9 @@
 import { readFile } from 'node:fs/promises';
 import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
-import type { BitcoinNetworkName, DepositKeyring } from '../keys/derivation.ts';
+import type { BitcoinCoreChain, DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
-import { DEFAULT_RETRY, retried, type RetryPolicy } from './retry.ts';
-import { withoutRpcUrl } from './evm.ts';
+import { DEFAULT_RETRY, retried, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
   TransactionRejectedError,
   type ChainAdapter,
@@ -34,16 +33,6 @@ import {
   type TransactionStatus,
 } from './port.ts';
 
-/** Bitcoin Core's `getblockchaininfo.chain`, as CHAIN_BITCOIN_NETWORK names it. */
-export type BitcoinCoreChain = 'main' | 'test' | 'signet' | 'regtest';
-
-/** Address prefixes (and derivation coin types) of each network. */
-export const bitcoinNetworkOf: Record<BitcoinCoreChain, BitcoinNetworkName> = {
-  main: 'mainnet',
-  test: 'testnet',
-  signet: 'testnet',
-  regtest: 'regtest',
-};
 const bitcoinjsNetwork: Record<BitcoinCoreChain, bitcoin.Network> = {
   main: bitcoin.networks.bitcoin,
   test: bitcoin.networks.testnet,

@@ -29,6 +29,7 @@ import {
   AbiCoder,
   getAddress,
   getBytes,
+  hexlify,
   JsonRpcProvider,
   keccak256,
   Network,
@@ -36,13 +37,13 @@ import {
   WebSocketProvider,
   type JsonRpcApiProvider,
   type TransactionRequest,
-  type Wallet,
+  Wallet,
 } from 'ethers';
-import { findChain, type ChainName } from '../../domain/catalogue.ts';
+import { findChain, mainnetChainIds, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { withDeadline } from '../deadline.ts';
 import { HeadPoller } from './head-poller.ts';
-import { DEFAULT_RETRY, retried, sleep, type RetryPolicy } from './retry.ts';
+import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
   TransactionRejectedError,
   type ChainAdapter,
@@ -60,8 +61,6 @@ const NATIVE_GAS = 21_000n;
 const TRANSFER_SELECTOR = '0xa9059cbb';
 /** balanceOf(address) */
 const BALANCE_OF_SELECTOR = '0x70a08231';
-
-export const mainnetChainIds: Partial<Record<ChainName, bigint>> = { ethereum: 1n, bsc: 56n, polygon: 137n };
 
 export interface EvmToken {
   symbol: string;
@@ -212,29 +211,6 @@ class NodeConnection {
     this.provider = provider;
     this.lost = lost;
   }
-}
-
-/**
- * The error without the node's URL: an RPC provider's URL usually holds its
- * API key, and ethers puts it in HTTP error messages, which end up in logs and
- * in a settlement's failure reason.
- */
-export function withoutRpcUrl(error: unknown, rpcUrl: string): Error {
-  const e = error as { shortMessage?: string; message?: string; code?: string };
-  const text = String(e?.shortMessage ?? e?.message ?? error);
-  const hide = (secret: string, as: string, within: string) =>
-    within.replace(new RegExp(secret.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'gi'), as);
-  let redacted = hide(rpcUrl, '<rpc url>', text);
-  try {
-    const { host, pathname } = new URL(rpcUrl);
-    redacted = hide(host, '<rpc host>', redacted);
-    if (pathname.length > 1) redacted = hide(pathname, '/<rpc path>', redacted);
-  } catch {
-    // not a URL: nothing more to hide
-  }
-  const clean = new Error(redacted.slice(0, 500));
-  if (e?.code) Object.assign(clean, { code: e.code });
-  return clean;
 }
 
 /** Whether a 2048-bit logs bloom may hold `value` (an address or a topic). A bloom has no false negatives. */
@@ -563,10 +539,11 @@ export class EvmChain implements ChainAdapter {
         `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
       );
     }
+    const wallet = new Wallet(hexlify(key.privateKey));
     const prepared =
       transfer.token === this.native
-        ? await this.prepareNative(key.wallet, transfer)
-        : await this.prepareToken(key.wallet, transfer);
+        ? await this.prepareNative(wallet, transfer)
+        : await this.prepareToken(wallet, transfer);
     if (this.preparedByReference.size > 1000) this.preparedByReference.clear();
     this.preparedByReference.set(transfer.reference, prepared);
     return prepared;
@@ -732,7 +709,7 @@ export class EvmChain implements ChainAdapter {
         eip1559: topUp.eip1559,
       };
       const tx = await this.sign(
-        feeKey.wallet,
+        new Wallet(hexlify(feeKey.privateKey)),
         { to: from, value: need - balance, nonce: await this.nonceOf(feeKey.address), gasLimit: NATIVE_GAS },
         fee,
       );

@@ -50,9 +50,8 @@ import {
 import bs58 from 'bs58';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
-import { withoutRpcUrl } from './evm.ts';
 import { HeadPoller } from './head-poller.ts';
-import { DEFAULT_RETRY, retried, type RetryPolicy } from './retry.ts';
+import { DEFAULT_RETRY, retried, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
   TransactionRejectedError,
   type ChainAdapter,
@@ -244,7 +243,7 @@ export class SolanaChain implements ChainAdapter {
       findChain('solana')!
         .supportedTokens.filter((t) => t.contractAddress !== null)
         .map((t) => ({ symbol: t.symbol, mint: t.contractAddress!, decimals: t.decimals }));
-    this.feePayer = options.keyring.deriveSolanaServiceKey('fee').keypair;
+    this.feePayer = Keypair.fromSeed(options.keyring.deriveSolanaServiceKey('fee').privateKey);
     this.feeWallet = this.feePayer.publicKey.toBase58();
     this.treasury = options.treasury ?? options.keyring.deriveSolanaServiceKey('treasury').address;
     this.poller = new HeadPoller(() => this.rpc<number>('getSlot', [{ commitment: 'confirmed' }]), options.pollMs);
@@ -449,7 +448,7 @@ export class SolanaChain implements ChainAdapter {
         `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
       );
     }
-    const deposit = key.keypair;
+    const deposit = Keypair.fromSeed(key.privateKey);
     const instructions =
       transfer.token === 'SOL'
         ? await this.solSweep(deposit.publicKey, transfer)

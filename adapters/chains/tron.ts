@@ -42,9 +42,8 @@ import { TronWeb } from 'tronweb';
 import { encodeParams, fromHex as base58FromHex, signTransaction, toHex as hexFromBase58 } from 'tronweb/utils';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
-import { withoutRpcUrl } from './evm.ts';
 import { HeadPoller } from './head-poller.ts';
-import { DEFAULT_RETRY, retried, sleep, type RetryPolicy } from './retry.ts';
+import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
   TransactionRejectedError,
   type ChainAdapter,

@@ -29,11 +29,15 @@ import { BIP32Factory, type BIP32Interface } from 'bip32';
 import * as ecc from 'tiny-secp256k1';
 import * as bitcoin from 'bitcoinjs-lib';
 import { ECPairFactory, type ECPairInterface } from 'ecpair';
-import { CKDPriv, derivePath as deriveEd25519Path } from 'ed25519-hd-key';
-import { Keypair, PublicKey } from '@solana/web3.js';
+import { CKDPriv, derivePath as deriveEd25519Path, getPublicKey as ed25519PublicKey } from 'ed25519-hd-key';
+import bs58 from 'bs58';
 import { generateMnemonic as generateBip39Mnemonic, mnemonicToSeedSync, validateMnemonic } from '@scure/bip39';
 import { wordlist as english } from '@scure/bip39/wordlists/english.js';
-import { getAddress, getBytes, hexlify, isAddress as isEvmAddress, keccak256, Wallet } from 'ethers';
+// ethers' address and hash modules only: its providers, contracts and
+// wallets stay unloaded unless an EVM node is configured.
+import { getAddress, isAddress as isEvmAddress } from 'ethers/address';
+import { keccak256 } from 'ethers/crypto';
+import { getBytes } from 'ethers/utils';
 
 const bip32 = BIP32Factory(ecc);
 const ecPair = ECPairFactory(ecc);
@@ -114,6 +118,17 @@ function assertDerivationIndex(index: number): void {
 
 export type BitcoinNetworkName = 'mainnet' | 'testnet' | 'regtest';
 
+/** Bitcoin Core's `getblockchaininfo.chain`, as CHAIN_BITCOIN_NETWORK names it. */
+export type BitcoinCoreChain = 'main' | 'test' | 'signet' | 'regtest';
+
+/** Address prefixes (and derivation coin types) of each network. */
+export const bitcoinNetworkOf: Record<BitcoinCoreChain, BitcoinNetworkName> = {
+  main: 'mainnet',
+  test: 'testnet',
+  signet: 'testnet',
+  regtest: 'regtest',
+};
+
 interface BitcoinNetworkProfile {
   network: bitcoin.Network;
   /** BIP-44 coin type: 0 on mainnet, 1 on every test network (SLIP-0044). */
@@ -182,6 +197,11 @@ function tronAddressFromPublicKey(compressed: Uint8Array): string {
   // base58check, done by bitcoinjs-lib rather than loading tronweb (~50 MB).
   const hash = getBytes(evmAddressFromPublicKey(compressed));
   return bitcoin.address.toBase58Check(hash, TRON_ADDRESS_VERSION);
+}
+
+/** A Solana address is the base58 ed25519 public key of the account's seed. */
+function solanaAddressFromSeed(seed: Uint8Array): string {
+  return bs58.encode(ed25519PublicKey(seed, false));
 }
 
 function isTronBase58Address(address: string): boolean {
@@ -284,8 +304,8 @@ export interface EvmDepositKey {
   chain: EvmChain;
   index: number;
   address: string;
-  /** Non-enumerable: not shown by console.log nor JSON.stringify. */
-  readonly wallet: Wallet;
+  /** 32-byte secp256k1 private key (an ethers Wallet's). Non-enumerable: not shown by console.log nor JSON.stringify. */
+  readonly privateKey: Uint8Array;
 }
 export interface TronDepositKey {
   family: 'tron';
@@ -308,8 +328,8 @@ export interface SolanaDepositKey {
   chain: 'solana';
   index: number;
   address: string;
-  /** Non-enumerable. */
-  readonly keypair: Keypair;
+  /** 32-byte ed25519 seed (Keypair.fromSeed's). Non-enumerable. */
+  readonly privateKey: Uint8Array;
 }
 export type DepositKey = EvmDepositKey | TronDepositKey | BitcoinDepositKey | SolanaDepositKey;
 export type DepositKeyFor<C extends Chain> = C extends EvmChain
@@ -370,8 +390,8 @@ export const evmServiceWalletPaths: Readonly<Record<ServiceWallet, string>> = {
 export interface EvmServiceKey {
   role: ServiceWallet;
   address: string;
-  /** Non-enumerable: not shown by console.log nor JSON.stringify. */
-  readonly wallet: Wallet;
+  /** 32-byte secp256k1 private key. Non-enumerable: not shown by console.log nor JSON.stringify. */
+  readonly privateKey: Uint8Array;
 }
 
 /**
@@ -407,8 +427,8 @@ export const solanaServiceWalletPaths: Readonly<Record<ServiceWallet, string>> =
 export interface SolanaServiceKey {
   role: ServiceWallet;
   address: string;
-  /** Non-enumerable. */
-  readonly keypair: Keypair;
+  /** 32-byte ed25519 seed. Non-enumerable. */
+  readonly privateKey: Uint8Array;
 }
 
 export class DepositKeyring {
@@ -456,7 +476,7 @@ export class DepositKeyring {
   }
 
   deriveSolanaAddress(index: number): string {
-    return this.#solanaKeypair(index).publicKey.toBase58();
+    return solanaAddressFromSeed(this.#solanaSeed(index));
   }
 
   /** The key behind a deposit address, for sweeping it. Keep it out of logs. */
@@ -465,17 +485,19 @@ export class DepositKeyring {
     assertDerivationIndex(index);
     const family = chainFamily(chain);
     if (family === 'solana') {
-      const keypair = this.#solanaKeypair(index);
-      return withHiddenSecret({ family, chain, index, address: keypair.publicKey.toBase58() }, 'keypair', keypair);
+      const seed = this.#solanaSeed(index);
+      return withHiddenSecret({ family, chain, index, address: solanaAddressFromSeed(seed) }, 'privateKey', seed);
     }
     const node = this.#accounts[family].derive(EXTERNAL_CHAIN).derive(index);
     const privateKey = node.privateKey;
     if (!privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
     switch (family) {
-      case 'evm': {
-        const wallet = new Wallet(hexlify(privateKey));
-        return withHiddenSecret({ family, chain, index, address: wallet.address }, 'wallet', wallet);
-      }
+      case 'evm':
+        return withHiddenSecret(
+          { family, chain, index, address: evmAddressFromPublicKey(node.publicKey) },
+          'privateKey',
+          Uint8Array.from(privateKey),
+        );
       case 'tron':
         return withHiddenSecret(
           { family, chain, index, address: tronAddressFromPublicKey(node.publicKey) },
@@ -493,10 +515,13 @@ export class DepositKeyring {
 
   /** The fee wallet or the default treasury (evmServiceWalletPaths); the same address on every EVM chain. */
   deriveEvmServiceKey(role: ServiceWallet): EvmServiceKey {
-    const privateKey = this.#evmService.derive(EXTERNAL_CHAIN).derive(role === 'fee' ? 0 : 1).privateKey;
-    if (!privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
-    const wallet = new Wallet(hexlify(privateKey));
-    return withHiddenSecret({ role, address: wallet.address }, 'wallet', wallet);
+    const node = this.#evmService.derive(EXTERNAL_CHAIN).derive(role === 'fee' ? 0 : 1);
+    if (!node.privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
+    return withHiddenSecret(
+      { role, address: evmAddressFromPublicKey(node.publicKey) },
+      'privateKey',
+      Uint8Array.from(node.privateKey),
+    );
   }
 
   /** The Tron fee wallet or default treasury (tronServiceWalletPaths). */
@@ -518,15 +543,15 @@ export class DepositKeyring {
   /** The Solana fee wallet or default treasury (solanaServiceWalletPaths). */
   deriveSolanaServiceKey(role: ServiceWallet): SolanaServiceKey {
     const change = CKDPriv(CKDPriv(this.#solanaCoin, HARDENED + 0), HARDENED + 1);
-    const keypair = Keypair.fromSeed(CKDPriv(change, HARDENED + (role === 'fee' ? 0 : 1)).key);
-    return withHiddenSecret({ role, address: keypair.publicKey.toBase58() }, 'keypair', keypair);
+    const seed = CKDPriv(change, HARDENED + (role === 'fee' ? 0 : 1)).key;
+    return withHiddenSecret({ role, address: solanaAddressFromSeed(seed) }, 'privateKey', seed);
   }
 
-  #solanaKeypair(index: number): Keypair {
+  #solanaSeed(index: number): Uint8Array {
     assertDerivationIndex(index);
     // m/44'/501'/index'/0': the path Phantom and Solflare use for account `index`.
     const account = CKDPriv(this.#solanaCoin, HARDENED + index);
-    return Keypair.fromSeed(CKDPriv(account, HARDENED + 0).key);
+    return CKDPriv(account, HARDENED + 0).key;
   }
 }
 
@@ -596,7 +621,10 @@ const addressValidators: Readonly<Record<ChainFamily, (address: string, btc: Bit
   // Any 32-byte key, on the curve or not: program-derived addresses (vaults,
   // multisigs) are off the curve and still receive funds. The round trip
   // rejects non-canonical encodings.
-  solana: (address) => new PublicKey(address).toBase58() === address,
+  solana: (address) => {
+    const key = bs58.decode(address);
+    return key.length === 32 && bs58.encode(key) === address;
+  },
 };
 
 export function isValidAddress(chain: Chain, address: unknown, options: DerivationOptions = {}): boolean {

@@ -40,7 +40,11 @@ export async function createRateLimiter(options: {
   namespace?: string;
 }): Promise<RateLimiter> {
   const redis = options.redisUrl
-    ? new (await import('ioredis')).Redis(options.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: false })
+    ? new (await import('ioredis')).Redis(options.redisUrl, {
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 1,
+        lazyConnect: false,
+      })
     : undefined;
   redis?.on('error', () => {
     // While Redis is away the in-process insurance limiter counts instead.

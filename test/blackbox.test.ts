@@ -2,7 +2,7 @@
 // in a temporary DATA_DIR.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, readFile, rm } from 'node:fs/promises';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -139,6 +139,31 @@ describe('the service process', () => {
     } finally {
       if (first.child.exitCode === null) await first.stop();
       await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('loads no chain library nor client it is not configured for (the sandbox needs none)', async () => {
+    const importLog = join(dataDir, 'imports.log');
+    const service = await startProcess({ DATA_DIR: 'memory://', IMPORT_LOG: importLog }, [
+      '--import',
+      new URL('./support/import-log.mjs', import.meta.url).href,
+    ]);
+    assert.equal(await service.stop(), 0, service.output());
+    const imported = (await readFile(importLog, 'utf8')).split('\n');
+    assert.ok(
+      imported.some((url) => url.includes('/node_modules/fastify/')),
+      'the log records package imports',
+    );
+    for (const unused of [
+      '/node_modules/tronweb/',
+      '/node_modules/@solana/web3.js/',
+      '/node_modules/@solana/spl-token/',
+      '/node_modules/ethers/lib.esm/providers/',
+      '/node_modules/ethers/lib.esm/wallet/',
+      '/node_modules/ioredis/',
+      '/node_modules/@eventstore/',
+    ]) {
+      assert.equal(imported.filter((url) => url.includes(unused)).length, 0, `${unused} was loaded`);
     }
   });
 

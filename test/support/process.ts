@@ -1,7 +1,9 @@
-// Runs the real service as a child process, the way `npm start` does.
+// Runs the real service as a child process, the way `npm start` does: the
+// bundle api/build.ts makes, under plain node.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createServer } from 'node:net';
 import { fileURLToPath } from 'node:url';
+import { buildBundle, bundleMain } from '../../api/build.ts';
 
 export const root = fileURLToPath(new URL('../..', import.meta.url));
 
@@ -22,9 +24,14 @@ export interface ServiceProcess {
   exited: Promise<number | null>;
 }
 
-export async function startProcess(env: Record<string, string>, script = 'api/main.ts'): Promise<ServiceProcess> {
+/** Built once per test file, from the sources as they are now. */
+let built: Promise<void> | undefined;
+
+/** `nodeOptions`: node's own options before the bundle's path (`--import` of a test preload). */
+export async function startProcess(env: Record<string, string>, nodeOptions: string[] = []): Promise<ServiceProcess> {
+  await (built ??= buildBundle());
   const port = env.PORT ?? String(await freePort());
-  const child = spawn(process.execPath, ['--import', 'tsx', script], {
+  const child = spawn(process.execPath, [...nodeOptions, '--enable-source-maps', bundleMain], {
     cwd: root,
     env: { ...process.env, APP_ENV: 'development', PORT: port, LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -38,7 +45,7 @@ export async function startProcess(env: Record<string, string>, script = 'api/ma
     child.on('error', () => resolve(null));
   });
   const url = `http://127.0.0.1:${port}`;
-  // Generous: on a loaded 2-core machine a cold tsx start with PGlite can take tens of seconds.
+  // Generous: on a loaded 2-core machine a cold start with PGlite can take tens of seconds.
   const deadline = Date.now() + 120_000;
   for (;;) {
     const state = await Promise.race([

@@ -205,10 +205,20 @@ export class ProjectionEngine {
         await trx.deleteFrom('projection_checkpoints').where('name', '=', projector.name).execute();
       });
       this.checkpoints.set(projector.name, undefined);
+      // The next batch is read while this one is written: PostgreSQL reads
+      // on one connection and writes on another, on a core each.
+      const limit = this.options.batchSize ?? 500;
+      let next = this.store.readAll(undefined, limit);
       for (;;) {
-        const applied = await this.catchUpOnce(projector);
+        const read = await next;
+        if (read.length === 0) break;
+        const batch = read.length >= limit ? await this.withLastAppendWhole(read) : read;
+        next = this.store.readAll(batch.at(-1)!.position, limit);
+        // A failed write leaves the prefetched read unawaited: it settles, unseen.
+        next.catch(() => undefined);
+        const applied = await this.commitBatch(projector, batch);
+        if (applied === 0) break; // another instance moved the checkpoint: it rebuilds
         events += applied;
-        if (applied === 0) break;
       }
     }
     return { events, ms: Date.now() - started };
@@ -251,6 +261,12 @@ export class ProjectionEngine {
     const read = await this.readShared(checkpoint, limit);
     if (read.length === 0) return 0;
     const batch = read.length >= limit && isProjector(consumer) ? await this.withLastAppendWhole(read) : read;
+    return this.commitBatch(consumer, batch);
+  }
+
+  /** Applies `batch`, the events right after the consumer's checkpoint, in one transaction; returns their number. */
+  private async commitBatch(consumer: Consumer, batch: readonly RecordedEvent[]): Promise<number> {
+    const checkpoint = this.checkpoints.get(consumer.name);
     const position = batch.at(-1)!.position;
     try {
       if (isProjector(consumer)) {

@@ -6,9 +6,8 @@ import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts'
 import { invoiceDecider, invoicePaymentView, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
 import type { PaymentEvent } from '../domain/payment.ts';
 import type { Projector } from './engine.ts';
-import type { ReadModelTables } from './schema.ts';
+import type { InvoiceAddressesTable, InvoicesTable, ReadModelTables } from './schema.ts';
 
-const json = <T>(value: T) => sql<T>`${JSON.stringify(value)}::jsonb`;
 const isInvoiceStream = (streamId: string) => streamId.startsWith('invoice-');
 
 /**
@@ -52,20 +51,26 @@ export const invoicesProjector: Projector<InvoicesInBatch> = {
   // event, and replaying any prefix of the log gives the same rows.
   async applyBatch(trx: Kysely<ReadModelTables>, batch: readonly RecordedEvent[], invoices: InvoicesInBatch) {
     const invoiceRows = [...invoices.values()].flatMap((invoice) => (invoice ? [invoiceRowOf(invoice)] : []));
-    for (const rows of chunks(invoiceRows)) {
+    if (invoiceRows.length > 0) {
+      const columns = Object.keys(invoiceRows[0]!) as (keyof InvoicesTable)[];
       await trx
         .insertInto('invoices')
-        .values(rows)
-        .onConflict((oc) => oc.column('id').doUpdateSet(fromExcluded(rows[0]!)))
+        .columns(columns)
+        .expression(selectRows('invoices', columns, invoiceRows))
+        .onConflict((oc) =>
+          oc.column('id').doUpdateSet(Object.fromEntries(columns.map((c) => [c, sql.ref(`excluded.${c}`)]))),
+        )
         .execute();
     }
     const addressRows = batch
       .filter((e) => e.type === 'AddressAssigned' && isInvoiceStream(e.streamId))
       .map((e) => addressRowOf(invoices.get(e.streamId)!.id, e));
-    for (const rows of chunks(addressRows)) {
+    if (addressRows.length > 0) {
+      const columns = Object.keys(addressRows[0]!) as (keyof InvoiceAddressesTable)[];
       await trx
         .insertInto('invoice_addresses')
-        .values(rows)
+        .columns(columns)
+        .expression(selectRows('invoice_addresses', columns, addressRows))
         .onConflict((oc) => oc.columns(['chain', 'address']).doNothing())
         .execute();
     }
@@ -77,16 +82,14 @@ export const invoicesProjector: Projector<InvoicesInBatch> = {
   },
 };
 
-/** Rows per statement: PostgreSQL takes at most 65,535 parameters in one. */
-function chunks<T>(rows: T[], size = 1000): T[][] {
-  const out: T[][] = [];
-  for (let i = 0; i < rows.length; i += size) out.push(rows.slice(i, i + size));
-  return out;
-}
-
-/** Every column of `row` set from the row that conflicted (`excluded`). */
-function fromExcluded(row: object) {
-  return Object.fromEntries(Object.keys(row).map((column) => [column, sql.ref(`excluded.${column}`)]));
+/**
+ * A batch's rows as one JSON parameter, read back with the table's own
+ * column types: a VALUES list would bind every cell (30 columns × 500
+ * invoices is 15,000 parameters for PostgreSQL to parse and plan).
+ */
+function selectRows(table: keyof ReadModelTables, columns: readonly string[], rows: readonly object[]) {
+  return sql`select ${sql.join(columns.map((c) => sql.ref(c)))}
+    from jsonb_populate_recordset(null::${sql.table(table)}, ${JSON.stringify(rows)}::jsonb)`;
 }
 
 function invoiceRowOf(invoice: Invoice) {
@@ -101,7 +104,7 @@ function invoiceRowOf(invoice: Invoice) {
     description: invoice.description,
     expires_at: new Date(invoice.expiresAt),
     webhook_url: invoice.webhookUrl,
-    metadata: invoice.metadata === null ? null : json(invoice.metadata),
+    metadata: invoice.metadata,
     subscriber_id: invoice.subscriberId,
     chain: view.chain,
     token: view.token,
@@ -117,7 +120,7 @@ function invoiceRowOf(invoice: Invoice) {
     has_detected_payment: view.hasDetectedPayment,
     detected_payment_amount: view.detectedPaymentAmount,
     detected_payment_currency: view.detectedPaymentCurrency,
-    mismatch_payment: view.mismatchPayment === null ? null : json(view.mismatchPayment),
+    mismatch_payment: view.mismatchPayment,
     tx_hash: view.txHash,
     settled_amount: invoice.settlement?.settledAmount ?? null,
     created_at: new Date(invoice.createdAt),

@@ -10,6 +10,9 @@ import { merchantCommands } from '../commands/merchants.ts';
 import { CheckpointMovedError, ProjectionEngine } from '../projections/engine.ts';
 import { invoiceStatus } from '../projections/invoice-queries.ts';
 import { merchantsProjector } from '../projections/merchants.ts';
+import { invoicesProjector } from '../projections/invoices.ts';
+import { handleCommands } from '../commands/handle.ts';
+import { invoiceDecider, invoiceStreamName } from '../domain/invoice.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { freshPostgres } from './support/postgres.ts';
 
@@ -294,6 +297,79 @@ describe('projection batches', () => {
     try {
       await engine.waitFor(last);
       assert.deepEqual(batches, [['A1', 'A2', 'B1', 'B2'], ['C1']]);
+    } finally {
+      await engine.stop();
+      await store.close();
+      await database.close();
+    }
+  });
+});
+
+describe('the invoices projector', () => {
+  it('writes every column as the events hold it: JSON, text, amounts past 2^53, millisecond times', async () => {
+    const database = await openPglite('memory://');
+    const store = await SqlEventStore.open(database);
+    await ProjectionEngine.migrate(database, readModelMigrations);
+    const engine = new ProjectionEngine(database, store, [invoicesProjector], { pollMs: 50 });
+    engine.start();
+    try {
+      const id = randomUUID();
+      const metadata = { order: { id: 'A-1', lines: [1, 'two', null, true] }, quote: 'it\'s "quoted" \\ ünïcödé' };
+      const { events, position } = await handleCommands(
+        store,
+        invoiceDecider,
+        invoiceStreamName(id),
+        [
+          {
+            type: 'CreateInvoice',
+            id,
+            merchantId: randomUUID(),
+            amount: '123456.78',
+            currency: 'USD',
+            description: 'Ünïcödé, "quotes" and a \\ backslash',
+            expiresAt: '2026-11-25T10:15:30.123Z',
+            webhookUrl: null,
+            metadata,
+            createdAt: '2026-11-25T10:00:00.007Z',
+          },
+          {
+            type: 'AssignAddress',
+            chain: 'ethereum',
+            token: 'ETH',
+            tokenDecimals: 18,
+            address: '0x52908400098527886E0F7030069857D2E4169EE7',
+            derivationIndex: 7,
+            rate: '0.00000123',
+            quotedAt: '2026-11-25T10:00:00.007Z',
+            rateValidUntil: '2026-11-25T10:05:00.999Z',
+          },
+        ],
+        { newStream: true },
+      );
+      await engine.waitFor(position!);
+      const invoice = await database.db
+        .selectFrom('invoices')
+        .selectAll()
+        .where('id', '=', id)
+        .executeTakeFirstOrThrow();
+      assert.deepEqual(invoice.metadata, metadata);
+      assert.equal(invoice.description, 'Ünïcödé, "quotes" and a \\ backslash');
+      assert.equal(invoice.amount, '123456.78');
+      assert.equal(invoice.mismatch_payment, null);
+      assert.equal(invoice.cancelled, false);
+      assert.equal(new Date(invoice.expires_at).toISOString(), '2026-11-25T10:15:30.123Z');
+      assert.equal(new Date(invoice.created_at).toISOString(), '2026-11-25T10:00:00.007Z');
+      const assigned = events.find((e) => e.type === 'AddressAssigned')!.data as { cryptoAmount: string };
+      assert.ok(BigInt(assigned.cryptoAmount) > 2n ** 53n);
+      const address = await database.db
+        .selectFrom('invoice_addresses')
+        .selectAll()
+        .where('invoice_id', '=', id)
+        .executeTakeFirstOrThrow();
+      assert.equal(String(address.crypto_amount), assigned.cryptoAmount);
+      assert.equal(invoice.crypto_amount, '100371365853.65853659');
+      assert.equal(address.derivation_index, 7);
+      assert.equal(new Date(address.rate_valid_until).toISOString(), '2026-11-25T10:05:00.999Z');
     } finally {
       await engine.stop();
       await store.close();

@@ -431,6 +431,17 @@ export interface SolanaServiceKey {
   readonly privateKey: Uint8Array;
 }
 
+/** A secp256k1 service wallet: `fee` at …/0/0 of its account, `treasury` at …/0/1. */
+function serviceKey(
+  account: BIP32Interface,
+  role: ServiceWallet,
+  addressOf: (publicKey: Uint8Array) => string,
+): EvmServiceKey & TronServiceKey {
+  const node = account.derive(EXTERNAL_CHAIN).derive(role === 'fee' ? 0 : 1);
+  if (!node.privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
+  return withHiddenSecret({ role, address: addressOf(node.publicKey) }, 'privateKey', Uint8Array.from(node.privateKey));
+}
+
 export class DepositKeyring {
   /** Account nodes with private keys, m/44'/60'/0' etc. */
   readonly #accounts: Readonly<Record<Secp256k1Family, BIP32Interface>>;
@@ -493,17 +504,10 @@ export class DepositKeyring {
     if (!privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
     switch (family) {
       case 'evm':
-        return withHiddenSecret(
-          { family, chain, index, address: evmAddressFromPublicKey(node.publicKey) },
-          'privateKey',
-          Uint8Array.from(privateKey),
-        );
-      case 'tron':
-        return withHiddenSecret(
-          { family, chain, index, address: tronAddressFromPublicKey(node.publicKey) },
-          'privateKey',
-          Uint8Array.from(privateKey),
-        );
+      case 'tron': {
+        const address = (family === 'evm' ? evmAddressFromPublicKey : tronAddressFromPublicKey)(node.publicKey);
+        return withHiddenSecret({ family, chain, index, address }, 'privateKey', Uint8Array.from(privateKey));
+      }
       case 'bitcoin': {
         const network = this.#bitcoin.network;
         const keyPair = ecPair.fromPrivateKey(privateKey, { network, compressed: true });
@@ -515,24 +519,12 @@ export class DepositKeyring {
 
   /** The fee wallet or the default treasury (evmServiceWalletPaths); the same address on every EVM chain. */
   deriveEvmServiceKey(role: ServiceWallet): EvmServiceKey {
-    const node = this.#evmService.derive(EXTERNAL_CHAIN).derive(role === 'fee' ? 0 : 1);
-    if (!node.privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
-    return withHiddenSecret(
-      { role, address: evmAddressFromPublicKey(node.publicKey) },
-      'privateKey',
-      Uint8Array.from(node.privateKey),
-    );
+    return serviceKey(this.#evmService, role, evmAddressFromPublicKey);
   }
 
   /** The Tron fee wallet or default treasury (tronServiceWalletPaths). */
   deriveTronServiceKey(role: ServiceWallet): TronServiceKey {
-    const node = this.#tronService.derive(EXTERNAL_CHAIN).derive(role === 'fee' ? 0 : 1);
-    if (!node.privateKey) throw new Error('BIP-32 node has no private key'); // unreachable from a seed
-    return withHiddenSecret(
-      { role, address: tronAddressFromPublicKey(node.publicKey) },
-      'privateKey',
-      Uint8Array.from(node.privateKey),
-    );
+    return serviceKey(this.#tronService, role, tronAddressFromPublicKey);
   }
 
   /** The default Bitcoin treasury, m/84'/{0|1}'/1'/0/1 (a P2WPKH address of this network). */

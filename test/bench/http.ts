@@ -158,7 +158,7 @@ function paymentFloor(insertsPerSecond: number): string {
   const qrMs = perCall((i) => qrCodePng(uris[i % uris.length]!));
   const ceiling = 1000 / (deriveMs + qrMs);
   return (
-    `address ${deriveMs.toFixed(3)} ms + QR code ${qrMs.toFixed(3)} ms = at most ${formatRate(ceiling)} payments/s ` +
+    `address ${deriveMs.toFixed(3)} ms + QR code ${qrMs.toFixed(3)} ms: at most ${formatRate(ceiling)} ` +
     `on one thread with nothing else done: ${formatRatio(ceiling, insertsPerSecond)} of the same run's inserts`
   );
 }

@@ -87,9 +87,9 @@ export async function startService(
   const keyring = DepositKeyring.fromMnemonic(secrets.walletMnemonic, derivation);
   /** The chains with a real node, which have a treasury (and most a fee wallet). */
   const nodeChains = new Map<ChainName, EvmChain | TronChain | BitcoinChain | SolanaChain>();
-  // A chain's adapter and its library (ethers' providers, tronweb,
-  // bitcoinjs, spl-token: ~100 MB resident together) are loaded only when
-  // the chain has a node; the sandbox needs none of them.
+  // A chain's adapter and its library (ethers' providers and wallets,
+  // tronweb, spl-token and @solana/web3.js: ~100 MB resident together) are
+  // loaded only when the chain has a node; the sandbox needs none of them.
   const hasNode = (...chains: ChainName[]) => chains.some((chain) => config.chainRpcUrls[chain]);
   try {
     if (hasNode('ethereum', 'bsc', 'polygon')) {

@@ -1,23 +1,10 @@
 // `npm start`: the service as a process. Configuration errors stop it with one
 // line each; SIGTERM and SIGINT stop it gracefully.
-import pino from 'pino';
 import { ConfigError, loadConfig, type Config } from './config.ts';
 import { lockDataDir } from './data-dir-lock.ts';
+import { serviceLogger } from './logger.ts';
 import { loadSecrets } from './secrets-file.ts';
 import { startService, type Service } from './service.ts';
-
-/** Secrets never reach the logs, wherever they appear in a logged object. */
-export const redactedPaths = [
-  'req.headers.authorization',
-  '*.authorization',
-  '*.adminToken',
-  '*.walletMnemonic',
-  '*.mnemonic',
-  '*.webhookSecret',
-  '*.key',
-  '*.apiKey',
-  '*.privateKey',
-];
 
 async function main() {
   let config: Config;
@@ -30,10 +17,7 @@ async function main() {
     }
     throw error;
   }
-  const logger = pino({
-    level: process.env.LOG_LEVEL ?? (config.appEnv === 'test' ? 'warn' : 'info'),
-    redact: { paths: redactedPaths, censor: '[redacted]' },
-  });
+  const logger = serviceLogger(process.env.LOG_LEVEL ?? (config.appEnv === 'test' ? 'warn' : 'info'));
   const secrets = await loadSecrets(config);
   if (secrets.generated.walletMnemonic && config.dataDir !== 'memory://') {
     logger.warn(

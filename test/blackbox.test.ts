@@ -127,6 +127,21 @@ describe('the service process', () => {
       assert.equal(status.confirmations, 19);
       assert.equal(await first.stop(), 0);
 
+      // The log: one line per answered request, and no credential in any line.
+      const logLines = first
+        .output()
+        .split('\n')
+        .filter((line) => line.startsWith('{'));
+      const logged = logLines.map((line) => JSON.parse(line) as Record<string, unknown>);
+      const creation = logged.filter((l) => l.msg === 'request' && l.url === '/api/v1/payments');
+      assert.equal(creation.length, 1);
+      assert.equal(creation[0]!.method, 'POST');
+      assert.equal(creation[0]!.statusCode, 201);
+      assert.equal(typeof creation[0]!.ms, 'number');
+      for (const line of logLines) {
+        assert.ok(!line.includes(key) && !line.includes(adminToken), `a credential in the log: ${line}`);
+      }
+
       const second = await startProcess({ DATA_DIR: dir });
       try {
         const after = (await call(second.url, 'GET', `/api/v1/invoices/${payment.paymentId}/status`)).body.data;

@@ -4,6 +4,8 @@
 // select, and one one-row insert. Prints one JSON line when ready; stops on
 // SIGTERM.
 import Fastify from 'fastify';
+import pino from 'pino';
+import { serviceLogger } from '../../api/logger.ts';
 import { sql, type Kysely } from 'kysely';
 import { randomUUID } from 'node:crypto';
 import { loadConfig } from '../../api/config.ts';
@@ -13,7 +15,8 @@ import type { ReadModelTables } from '../../projections/schema.ts';
 
 const config = loadConfig({ ...process.env, PORT: '0', APP_ENV: 'test', RATE_LIMITS: 'off' });
 const secrets = await loadSecrets(config);
-const service = await startService(config, secrets, false);
+// Logging as `npm start` does (one line per request at info), to a sink.
+const service = await startService(config, secrets, serviceLogger('info', pino.destination('/dev/null')));
 const serviceUrl = await service.app.listen({ port: 0, host: '127.0.0.1' });
 
 const { value: merchant } = await service.merchants.register({

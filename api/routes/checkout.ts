@@ -5,7 +5,6 @@
 // can run under a strict Content-Security-Policy.
 import { readFile } from 'node:fs/promises';
 import type { FastifyInstance, FastifyReply } from 'fastify';
-import * as esbuild from 'esbuild';
 import type { ChainName } from '../../domain/catalogue.ts';
 import { parseUnits } from '../../domain/money.ts';
 import { notFound } from '../errors.ts';
@@ -194,13 +193,15 @@ function notFoundPage(): string {
 // ---- Assets ------------------------------------------------------------------
 
 /**
- * The client script, its types stripped once at start-up: no build step, no
- * bundler. esbuild (tsx's own transpiler) rather than the TypeScript
- * compiler, which stayed resident at ~150 MB; its helper process is stopped
- * once done.
+ * The client script, its types stripped when it is first asked for: esbuild
+ * (tsx's own transpiler) rather than the TypeScript compiler, which stayed
+ * resident at ~150 MB. esbuild is loaded then, not at start (an instance
+ * that serves no checkout page never holds it), and its helper process is
+ * stopped once done.
  */
 async function clientScript(): Promise<string> {
   const source = await readFile(new URL('../checkout/checkout.client.ts', import.meta.url), 'utf8');
+  const esbuild = await import('esbuild');
   try {
     const { code } = await esbuild.transform(source, { loader: 'ts', format: 'esm', target: 'es2020' });
     return code;
@@ -224,10 +225,8 @@ const pageHeaders = (reply: FastifyReply) =>
 export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const { auth, db, database, clock, readInvoice } = ctx;
   const requests = paymentRequests(ctx.config);
-  const [script, stylesheet] = await Promise.all([
-    clientScript(),
-    readFile(new URL('../checkout/checkout.css', import.meta.url), 'utf8'),
-  ]);
+  const stylesheet = await readFile(new URL('../checkout/checkout.css', import.meta.url), 'utf8');
+  let script: Promise<string> | undefined;
 
   /**
    * The address a payment already went to: after the first payment the
@@ -288,13 +287,17 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) 
     },
   );
 
-  scope.get('/checkout/assets/checkout.js', { schema: { hide: true } }, async (_request, reply) =>
-    reply
+  scope.get('/checkout/assets/checkout.js', { schema: { hide: true } }, async (_request, reply) => {
+    script ??= clientScript().catch((error: unknown) => {
+      script = undefined; // asked for again, it is tried again
+      throw error;
+    });
+    return reply
       .type('text/javascript; charset=utf-8')
       .header('X-Content-Type-Options', 'nosniff')
       .header('Cache-Control', 'no-cache')
-      .send(script),
-  );
+      .send(await script);
+  });
   scope.get('/checkout/assets/checkout.css', { schema: { hide: true } }, async (_request, reply) =>
     reply
       .type('text/css; charset=utf-8')

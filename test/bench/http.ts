@@ -96,10 +96,16 @@ function groupRss(pgid: number): number {
 
 /**
  * `command` as an operator runs it (`npm start`, or the bundle it built for
- * another instance), idle 10 s after it answers /healthz: its whole process
- * group's RSS.
+ * another instance): its whole process group's RSS 10 s after it answers
+ * /healthz, still holding start-up's garbage, and 60 s after, once V8 has
+ * given back what start-up grew (its young generation, a fragmented old one;
+ * on this machine that happens 25–30 s after start), which is what an idle
+ * instance keeps.
  */
-async function idleRss(databaseUrl: string, command: [string, ...string[]]): Promise<number> {
+async function idleRss(
+  databaseUrl: string,
+  command: [string, ...string[]],
+): Promise<{ early: number; settled: number }> {
   const port = await freePort();
   const child = spawn(command[0], command.slice(1), {
     cwd: root,
@@ -118,7 +124,9 @@ async function idleRss(databaseUrl: string, command: [string, ...string[]]): Pro
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     await new Promise((resolve) => setTimeout(resolve, 10_000));
-    return groupRss(child.pid!);
+    const early = groupRss(child.pid!);
+    await new Promise((resolve) => setTimeout(resolve, 50_000));
+    return { early, settled: groupRss(child.pid!) };
   } finally {
     process.kill(-child.pid!, 'SIGTERM');
     await new Promise((resolve) => child.once('exit', resolve));
@@ -252,7 +260,10 @@ export const httpSuite: BenchSuite = {
         ] as const) {
           const idle = await freshPostgres();
           try {
-            idleNotes.push(`- ${label}: ${formatMegabytes(await idleRss(idle!.url, [...command]))} (goal ${goal})`);
+            const { early, settled } = await idleRss(idle!.url, [...command]);
+            idleNotes.push(
+              `- ${label}: ${formatMegabytes(settled)} 60 s after /healthz (goal ${goal}); ${formatMegabytes(early)} at 10 s`,
+            );
           } finally {
             await idle?.drop();
           }
@@ -270,7 +281,7 @@ export const httpSuite: BenchSuite = {
     for (const note of notes) console.log(note);
     console.log(`\n## What a payment cannot do without, on the service's one thread\n`);
     for (const note of floorNotes) console.log(note);
-    console.log('\n## Idle RSS of the `npm start` process group on PostgreSQL, 10 s after /healthz\n');
+    console.log('\n## Idle RSS on PostgreSQL, whole process group\n');
     for (const note of idleNotes) console.log(note);
     console.log(`\n## Idle WebSockets on /ws/invoices/{id} (${IDLE_SOCKETS} sockets on one invoice)\n`);
     for (const note of socketNotes) console.log(note);

@@ -65,21 +65,23 @@ export function authentication({ database, rateLimiter, adminToken }: AuthDeps) 
       // Every merchant request asks it: planned once per connection.
       const [row] = await database.prepared(
         'api-key',
-        db
-          .selectFrom('api_keys')
-          .innerJoin('merchants', 'merchants.id', 'api_keys.merchant_id')
-          .select([
-            'api_keys.id as keyId',
-            'api_keys.key_hash as keyHash',
-            'api_keys.permissions',
-            'api_keys.revoked_at as revokedAt',
-            'api_keys.expires_at as expiresAt',
-            'merchants.id as merchantId',
-            'merchants.name as merchantName',
-            'merchants.tier',
-            'merchants.status',
-          ])
-          .where('api_keys.key_hash', '=', keyHash),
+        (hash) =>
+          db
+            .selectFrom('api_keys')
+            .innerJoin('merchants', 'merchants.id', 'api_keys.merchant_id')
+            .select([
+              'api_keys.id as keyId',
+              'api_keys.key_hash as keyHash',
+              'api_keys.permissions',
+              'api_keys.revoked_at as revokedAt',
+              'api_keys.expires_at as expiresAt',
+              'merchants.id as merchantId',
+              'merchants.name as merchantName',
+              'merchants.tier',
+              'merchants.status',
+            ])
+            .where('api_keys.key_hash', '=', hash),
+        keyHash,
       );
       if (!row || !secretsEqual(row.keyHash, keyHash)) throw unauthorized('Invalid API key');
       const rejection = keyRejection(

@@ -102,52 +102,53 @@ export async function invoiceAddresses(db: Kysely<ReadModelTables>, id: string) 
 export async function invoiceStatus(database: SqlDatabase, id: string) {
   // One round trip, planned once per connection: the status endpoint is what checkout pages poll.
   const db = database.db as Kysely<ReadModelTables>;
-  const query = db
-    .selectFrom('invoices')
-    .innerJoin('merchants', 'merchants.id', 'invoices.merchant_id')
-    .leftJoinLateral(
-      (eb) =>
-        eb
-          .selectFrom('payments')
-          .select(['confirmations', 'required_confirmations'])
-          .whereRef('payments.invoice_id', '=', 'invoices.id')
-          .where('payments.status', '!=', 'reorged')
-          .orderBy('detected_at', 'desc')
-          .limit(1)
-          .as('latest'),
-      (join) => join.onTrue(),
-    )
-    // Named columns, not invoices.*: a prepared statement whose result
-    // changes shape fails, and a newer instance's migration may add a column
-    // while this one runs.
-    .select([
-      'invoices.id',
-      'invoices.status',
-      'invoices.amount',
-      'invoices.currency',
-      'invoices.description',
-      'invoices.metadata',
-      'invoices.payment_status',
-      'invoices.payment_status_detail',
-      'invoices.payment_issue_type',
-      'invoices.settled_amount',
-      'invoices.tx_hash',
-      'invoices.expires_at',
-      'invoices.created_at',
-      'invoices.total_received_amount',
-      'invoices.total_received_currency',
-      'invoices.remaining_amount',
-      'invoices.payment_progress',
-      'invoices.has_detected_payment',
-      'invoices.detected_payment_amount',
-      'invoices.detected_payment_currency',
-      'invoices.mismatch_payment',
-      'merchants.name as merchant_name',
-      'latest.confirmations',
-      'latest.required_confirmations',
-    ])
-    .where('invoices.id', '=', id);
-  const [row] = await database.prepared('invoice-status', query);
+  const statusOf = (invoiceId: string) =>
+    db
+      .selectFrom('invoices')
+      .innerJoin('merchants', 'merchants.id', 'invoices.merchant_id')
+      .leftJoinLateral(
+        (eb) =>
+          eb
+            .selectFrom('payments')
+            .select(['confirmations', 'required_confirmations'])
+            .whereRef('payments.invoice_id', '=', 'invoices.id')
+            .where('payments.status', '!=', 'reorged')
+            .orderBy('detected_at', 'desc')
+            .limit(1)
+            .as('latest'),
+        (join) => join.onTrue(),
+      )
+      // Named columns, not invoices.*: a prepared statement whose result
+      // changes shape fails, and a newer instance's migration may add a column
+      // while this one runs.
+      .select([
+        'invoices.id',
+        'invoices.status',
+        'invoices.amount',
+        'invoices.currency',
+        'invoices.description',
+        'invoices.metadata',
+        'invoices.payment_status',
+        'invoices.payment_status_detail',
+        'invoices.payment_issue_type',
+        'invoices.settled_amount',
+        'invoices.tx_hash',
+        'invoices.expires_at',
+        'invoices.created_at',
+        'invoices.total_received_amount',
+        'invoices.total_received_currency',
+        'invoices.remaining_amount',
+        'invoices.payment_progress',
+        'invoices.has_detected_payment',
+        'invoices.detected_payment_amount',
+        'invoices.detected_payment_currency',
+        'invoices.mismatch_payment',
+        'merchants.name as merchant_name',
+        'latest.confirmations',
+        'latest.required_confirmations',
+      ])
+      .where('invoices.id', '=', invoiceId);
+  const [row] = await database.prepared('invoice-status', statusOf, id);
   if (!row) return undefined;
   return {
     id: row.id,

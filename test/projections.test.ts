@@ -76,7 +76,7 @@ function engineSuite(
       engine.start();
     });
 
-    it('answers a named prepared query again and again, with other parameters each time', async () => {
+    it('answers a named prepared query again and again, with another value of its parameter each time', async () => {
       const commands = merchantCommands(store);
       const made = [];
       for (const name of ['First', 'Second', 'Third']) {
@@ -84,8 +84,14 @@ function engineSuite(
       }
       await engine.waitFor(made.at(-1)!.position!);
       const db = subject.database.db;
+      // A constant parameter before the prepared one: each call binds only its own.
       const nameOf = (id: string) =>
-        subject.database.prepared('test-merchant-name', db.selectFrom('merchants').select('name').where('id', '=', id));
+        subject.database.prepared(
+          'test-merchant-name',
+          (merchantId) =>
+            db.selectFrom('merchants').select('name').where('name', '!=', '').where('id', '=', merchantId),
+          id,
+        );
       // More calls than the pool has connections at once, so connections that prepared it and ones that did not both answer.
       const names = await Promise.all([...made, ...made, ...made, ...made].map((m) => nameOf(m.value.id)));
       assert.deepEqual(
@@ -93,6 +99,10 @@ function engineSuite(
         [0, 1, 2, 3].flatMap(() => [['First'], ['Second'], ['Third']]),
       );
       assert.deepEqual(await nameOf(randomUUID()), []);
+      await assert.rejects(
+        subject.database.prepared('test-no-parameter', () => db.selectFrom('merchants').select('name'), 'x'),
+        /must use its parameter exactly once/,
+      );
     });
 
     it('answers the prepared status read after another instance adds a column to invoices', async () => {

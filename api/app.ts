@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify, { type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
 import Negotiator from 'negotiator';
 import type { Kysely } from 'kysely';
 import type { EventStore } from '../adapters/event-store/port.ts';
@@ -83,7 +83,7 @@ export async function buildApp(deps: AppDeps) {
     // One access line per request, once answered (onResponse below), where
     // fastify writes two: at two lines the log cost a fifth of the status
     // route's requests/s (README, Benchmarks).
-    disableRequestLogging: true,
+    logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,
     // Errors fastify meets before any route runs answer in the contract's envelope too.

@@ -81,8 +81,9 @@ export async function buildApp(deps: AppDeps) {
     genReqId: () => randomUUID(),
     requestIdHeader: false,
     // One access line per request, once answered (onResponse below), where
-    // fastify writes two: at two lines the log cost a fifth of the status
-    // route's requests/s (README, Benchmarks).
+    // fastify writes two, the first with the request's headers: logging
+    // those two lines cost a fifth of the status route's requests/s
+    // (README, Benchmarks).
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,

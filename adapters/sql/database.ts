@@ -53,9 +53,9 @@ export async function openPglite(dataDir: string): Promise<SqlDatabase> {
     // One process owns an embedded database, so the lock is only a guard
     // against the same projector being started twice in this process.
     withAdvisoryLock: inProcessLock(),
-    async prepared(name, build, value) {
+    async prepared<Row>(name: string, build: (parameter: string) => Compilable<Row>, value: string) {
       const { sql, values } = statements.bind(name, build, value);
-      return (await db.executeQuery(CompiledQuery.raw(sql, values))).rows as never[];
+      return (await db.executeQuery(CompiledQuery.raw(sql, values) as CompiledQuery<Row>)).rows;
     },
     async close() {
       await db.destroy();

@@ -632,6 +632,7 @@ function printReport(context: BenchContext, reports: readonly EngineReport[]): v
 Rates are per second; ratio = store ÷ raw (below 1: the store is slower).
 - store append = BEGIN; upsert es_streams (stream lock); select stored ids (idempotency, not for a new stream);
   one statement inserting the events, updating es_streams and calling pg_notify (PostgreSQL only); COMMIT.
+  A stream's first append (no_stream) is one statement instead; here each stream takes many appends.
   raw = one autocommit INSERT into a table with the same columns and only a primary key.
 - 4. store: store.subscribe handler from the start (readAll, ${READ_PAGE}/page, xid8 order);
   raw: select … where global_position > $1 order by global_position limit ${READ_PAGE}.

@@ -11,10 +11,20 @@ import { sql, type Kysely, type Migration } from 'kysely';
 import type { EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../adapters/event-store/port.ts';
 import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
-import { handleCommands } from '../../commands/handle.ts';
+import { handleCommand, handleCommands } from '../../commands/handle.ts';
 import { invoiceDecider, invoiceStreamName, type InvoiceCommand } from '../../domain/invoice.ts';
+import { paymentDecider, paymentId as paymentIdOf, paymentStreamName } from '../../domain/payment.ts';
+import {
+  settlementDecider,
+  settlementIdOf,
+  settlementStreamName,
+  type SettlementCommand,
+} from '../../domain/settlement.ts';
 import { ProjectionEngine, type Projector } from '../../projections/engine.ts';
 import { invoicesProjector } from '../../projections/invoices.ts';
+import { merchantsProjector } from '../../projections/merchants.ts';
+import { settlementsProjector } from '../../projections/settlements.ts';
+import { subscriptionsProjector } from '../../projections/subscriptions.ts';
 import { readModelMigrations } from '../../projections/schema.ts';
 import { percentile, scaled, timed, type BenchContext, type BenchSuite, type BenchTarget } from './support.ts';
 import { formatMegabytes, formatRate, formatRatio, formatSeconds, markdownTable } from './table.ts';
@@ -38,6 +48,14 @@ const PROJECTION_BATCH = 500;
 /** Payments (an invoice and its address: two events) in the log the invoices read model is rebuilt from. */
 const INVOICES = scaled(5_000, 100);
 const REBUILD_ROUNDS = 2;
+/** Paid invoices in the log every read model is rebuilt from (LIFE_EVENTS events each). */
+const LIVES = scaled(1_000, 40);
+/** Confirmations a payment waits for in that log (Ethereum's 12): one event per new count. */
+const LIFE_CONFIRMATIONS = 12;
+/** An invoice's events, its payment's and its settlement's (see paidInvoiceLife). */
+const LIFE_EVENTS = 2 + 1 + 1 + LIFE_CONFIRMATIONS + 1 + 4 + 1;
+/** Lives under way at once, their appends interleaved in the log as the service's are. */
+const LIVES_AT_ONCE = 50;
 /** Give up on a catch-up that stalls (a bug, not a slow machine). */
 const SUBSCRIPTION_TIMEOUT_MS = 120_000;
 
@@ -45,7 +63,8 @@ function roundUp(value: number, multiple: number): number {
   return Math.ceil(value / multiple) * multiple;
 }
 
-type MeasureKey = 'single' | 'concurrent' | 'batch' | 'subscribe' | 'rebuild' | 'rebuildBatched' | 'rebuildInvoices';
+type MeasureKey =
+  'single' | 'concurrent' | 'batch' | 'subscribe' | 'rebuild' | 'rebuildBatched' | 'rebuildInvoices' | 'rebuildLives';
 
 interface Pair {
   store: number;
@@ -101,6 +120,10 @@ const MEASURES: readonly { key: MeasureKey; label: string }[] = [
   },
   { key: 'rebuildBatched', label: `5b. same rebuild vs one ${PROJECTION_BATCH}-row upsert/tx` },
   { key: 'rebuildInvoices', label: `6. the invoices read model rebuilt, ${n(INVOICES)} payments' events, vs 5b raw` },
+  {
+    key: 'rebuildLives',
+    label: `7. every read model rebuilt, ${n(LIVES)} paid invoices' lives (${LIFE_EVENTS} events each), vs 5b raw`,
+  },
 ];
 
 function n(value: number): string {
@@ -534,6 +557,145 @@ function paymentCommands(id: string, merchantId: string, index: number): Invoice
   ];
 }
 
+/**
+ * Every read model rebuilt from the log of paid invoices' whole lives, as
+ * the service writes them: the invoice and its address, the payment detected
+ * and confirmed block by block, the invoice paid and confirmed, the
+ * settlement prepared, sent and completed, the invoice settled. Lives run
+ * LIVES_AT_ONCE at a time, step by step, so that their appends interleave;
+ * events/s of the last of two rebuilds.
+ */
+async function measureLivesRebuild(target: BenchTarget): Promise<number> {
+  const fresh = await target.open();
+  const store = await SqlEventStore.open(fresh.database);
+  try {
+    await ProjectionEngine.migrate(fresh.database, readModelMigrations);
+    const merchantId = randomUUID();
+    for (let first = 0; first < LIVES; first += LIVES_AT_ONCE) {
+      const lives = Array.from({ length: Math.min(LIVES_AT_ONCE, LIVES - first) }, (_, i) =>
+        paidInvoiceLife(store, merchantId, first + i),
+      );
+      while (lives.length > 0) {
+        const done = await inParallel(lives, WRITERS, async (life) => (await life.next()).done === true);
+        for (let i = lives.length - 1; i >= 0; i--) if (done[i]) lives.splice(i, 1);
+      }
+    }
+    const stored = await store.countAfter(undefined, Number.MAX_SAFE_INTEGER);
+    if (stored !== LIVES * LIFE_EVENTS) throw new Error(`the lives wrote ${stored} events, not ${LIVES * LIFE_EVENTS}`);
+    const projectors = [merchantsProjector, invoicesProjector, settlementsProjector, subscriptionsProjector];
+    const engine = new ProjectionEngine(fresh.database, store, projectors, { batchSize: PROJECTION_BATCH });
+    let rate = 0;
+    for (let round = 0; round < REBUILD_ROUNDS; round++) {
+      const { events, ms } = await engine.rebuild();
+      // Each projector reads the whole log once.
+      if (events !== stored * projectors.length) throw new Error(`the rebuild applied ${events} events`);
+      rate = (stored * 1000) / ms;
+    }
+    const [settled] = await sql<{ n: string }>`select count(*) as n from invoices where settled_amount is not null`
+      .execute(fresh.database.db)
+      .then((r) => r.rows);
+    if (Number(settled!.n) !== LIVES) throw new Error(`the rebuild shows ${settled!.n} settled invoices of ${LIVES}`);
+    return rate;
+  } finally {
+    await store.close();
+    await fresh.dispose();
+  }
+}
+
+/** One paid invoice's appends, one a step: the invoice and its address, the payment, confirmations, settlement. */
+async function* paidInvoiceLife(store: EventStore, merchantId: string, index: number): AsyncGenerator<void> {
+  const id = randomUUID();
+  const invoice = invoiceStreamName(id);
+  const [created, assigned] = paymentCommands(id, merchantId, index);
+  const address = (assigned as Extract<InvoiceCommand, { type: 'AssignAddress' }>).address;
+  await handleCommands(store, invoiceDecider, invoice, [created!, assigned!], { newStream: true });
+  yield;
+  const txHash = randomUUID().replaceAll('-', '').repeat(2);
+  const payment = paymentStreamName('tron', txHash, 0);
+  const paymentId = paymentIdOf('tron', txHash, 0);
+  const at = () => new Date().toISOString();
+  const amount = 10_000_000n; // 10 USDT, the invoice's 10 USD at rate 1
+  await handleCommand(store, paymentDecider, payment, {
+    type: 'DetectPayment',
+    chain: 'tron',
+    token: 'USDT',
+    tokenDecimals: 6,
+    amount,
+    toAddress: address,
+    txHash,
+    outputIndex: 0,
+    blockNumber: 1_000 + index,
+    blockHash: `0x${txHash}`,
+    invoiceId: id,
+    tokenMatchesInvoice: true,
+    confirmations: 1,
+    requiredConfirmations: LIFE_CONFIRMATIONS,
+    detectedAt: at(),
+  });
+  yield;
+  const applied = { paymentId, chain: 'tron', token: 'USDT', tokenDecimals: 6, address, amount, txHash };
+  await handleCommand(store, invoiceDecider, invoice, { type: 'ApplyPayment', ...applied, detectedAt: at() });
+  yield;
+  for (let confirmations = 2; confirmations <= LIFE_CONFIRMATIONS; confirmations++) {
+    await handleCommand(store, paymentDecider, payment, {
+      type: 'UpdateConfirmations',
+      confirmations,
+      observedAt: at(),
+    });
+    yield;
+  }
+  await handleCommand(store, invoiceDecider, invoice, { type: 'ConfirmInvoicePayment', paymentId, confirmedAt: at() });
+  yield;
+  const settlementId = settlementIdOf(id);
+  const settlement = settlementStreamName(settlementId);
+  const settlementTx = `0x${randomUUID().replaceAll('-', '')}`;
+  const settlementCommands: SettlementCommand[] = [
+    {
+      type: 'RequestSettlement',
+      settlementId,
+      invoiceId: id,
+      merchantId,
+      chain: 'tron',
+      token: 'USDT',
+      tokenDecimals: 6,
+      fromAddress: address,
+      derivationIndex: index,
+      grossAmount: amount,
+      networkFee: 1_000_000n,
+      platformFeeBps: 100,
+      merchantWallet: 'TMerchantWallet',
+      now: at(),
+    },
+    { type: 'PrepareTransaction', txHash: settlementTx, raw: '00', now: at() },
+    { type: 'MarkSubmitted', txHash: settlementTx, now: at() },
+    { type: 'MarkCompleted', txHash: settlementTx, blockNumber: 2_000 + index, confirmations: 19, now: at() },
+  ];
+  for (const command of settlementCommands) {
+    await handleCommand(store, settlementDecider, settlement, command);
+    yield;
+  }
+  await handleCommand(store, invoiceDecider, invoice, {
+    type: 'SettleInvoice',
+    settlementId,
+    settledAmount: '8.9',
+    settledCurrency: 'USDT',
+    txHash: settlementTx,
+    settledAt: at(),
+  });
+}
+
+/** `work` over `items`, `width` at a time; the results in the items' order. */
+async function inParallel<T, R>(items: readonly T[], width: number, work: (item: T) => Promise<R>): Promise<R[]> {
+  const results: R[] = new Array(items.length);
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(width, items.length) }, async () => {
+      for (let i = next++; i < items.length; i = next++) results[i] = await work(items[i]!);
+    }),
+  );
+  return results;
+}
+
 // ---------------------------------------------------------------------------
 
 function progress(target: BenchTarget, message: string): void {
@@ -574,6 +736,9 @@ async function measureEngine(target: BenchTarget, report: EngineReport): Promise
     await step(() => measureRebuild(database, open, db, storedEvents));
     await step(async () => ({
       rebuildInvoices: { store: await measureInvoicesRebuild(target), raw: report.results.rebuildBatched!.raw },
+    }));
+    await step(async () => ({
+      rebuildLives: { store: await measureLivesRebuild(target), raw: report.results.rebuildBatched!.raw },
     }));
     report.visible = await measureVisibility(database, open);
   } finally {
@@ -641,6 +806,9 @@ Rates are per second; ratio = store ÷ raw (below 1: the store is slower).
   5b: the same store rebuild beside a raw rebuild doing one ${PROJECTION_BATCH}-row upsert statement per tx.
 - 6. store: the service's invoices projector rebuilding invoices and invoice_addresses from ${n(INVOICES)} payments
   (InvoiceCreated + AddressAssigned, one append each) on a database of its own; raw: the 5b raw rebuild.
+- 7. store: all four projectors rebuilt from ${n(LIVES)} paid invoices' lives, ${LIVES_AT_ONCE} interleaved at a time
+  (the invoice, its payment confirmed over ${LIFE_CONFIRMATIONS} blocks, its settlement; ${n(LIVES * LIFE_EVENTS)} events),
+  events in the log per second of rebuild; raw: the 5b raw rebuild.
 - Scale ${context.scale}; one database per engine; measures 1–3 alternate store and raw in ${ROUNDS} rounds
   (${WARMUP_APPENDS} warm-up appends first), 4 and 5 in ${READ_ROUNDS} and ${REBUILD_ROUNDS}; 5b runs once.`);
 }

@@ -1,8 +1,7 @@
 // Projects subscription plans and subscribers into `subscription_plans` and
 // `subscribers`, which the subscription endpoints and the renewal scheduler
-// read. Each row is its stream folded up to the event, so replaying any prefix
-// of the log gives the same rows.
-import { sql, type Kysely } from 'kysely';
+// read.
+import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { planDecider, type Plan, type PlanEvent } from '../domain/plan.ts';
 import {
@@ -14,60 +13,48 @@ import {
   type SubscriberState,
   type SubscriberStatus,
 } from '../domain/subscriber.ts';
+import { foldStreamsOfBatch, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, SubscribersTable, SubscriptionPlansTable } from './schema.ts';
 
-const json = <T>(value: T) => sql<T>`${JSON.stringify(value)}::jsonb`;
 const date = (iso: string | null) => (iso === null ? null : new Date(iso));
 const iso = (value: Date | string) => new Date(value).toISOString();
 const isPlanStream = (streamId: string) => streamId.startsWith('plan-');
 const isSubscriberStream = (streamId: string) => streamId.startsWith('subscriber-');
 
-type Histories = Map<string, RecordedEvent[]>;
-
-function foldUpTo<S, E>(
-  history: RecordedEvent[],
-  revision: number,
-  decider: { initialState: S; evolve(state: S, event: E): S },
-): S {
-  return history
-    .filter((e) => e.revision <= revision)
-    .reduce((state, e) => decider.evolve(state, { type: e.type, data: e.data } as E), decider.initialState);
+/** The plans and subscribers a batch touches, each as of the batch's last event of it. */
+interface Touched {
+  plans: Map<string, Plan | null>;
+  subscribers: Map<string, SubscriberState>;
 }
 
-export const subscriptionsProjector: Projector<Histories> = {
+export const subscriptionsProjector: Projector<Touched> = {
   name: 'subscriptions',
   tables: ['subscription_plans', 'subscribers'],
 
   async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-    const streams = [
-      ...new Set(
-        batch.filter((e) => isPlanStream(e.streamId) || isSubscriberStream(e.streamId)).map((e) => e.streamId),
-      ),
-    ];
-    return new Map(await Promise.all(streams.map(async (s) => [s, await store.readStream(s)] as const)));
+    const [plans, subscribers] = await Promise.all([
+      foldStreamsOfBatch<Plan | null, PlanEvent>(batch, store, isPlanStream, planDecider),
+      foldStreamsOfBatch<SubscriberState, SubscriberEvent>(batch, store, isSubscriberStream, subscriberDecider),
+    ]);
+    return { plans, subscribers };
   },
 
-  async apply(trx: Kysely<ReadModelTables>, recorded: RecordedEvent, histories: Histories) {
-    if (isPlanStream(recorded.streamId)) {
-      const plan = foldUpTo<Plan | null, PlanEvent>(histories.get(recorded.streamId)!, recorded.revision, planDecider);
-      if (plan) await upsertPlan(trx, plan);
-    } else if (isSubscriberStream(recorded.streamId)) {
-      const subscriber = subscriberIn(
-        foldUpTo<SubscriberState, SubscriberEvent>(
-          histories.get(recorded.streamId)!,
-          recorded.revision,
-          subscriberDecider,
-        ),
-      );
-      if (subscriber) await upsertSubscriber(trx, subscriber);
-    }
+  // Each plan's and subscriber's row once, as of its last event in the batch (see batch.ts).
+  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { plans, subscribers }: Touched) {
+    const planRows = [...plans.values()].flatMap((plan) => (plan ? [planRowOf(plan)] : []));
+    await upsertRows(trx, 'subscription_plans', ['id'], planRows);
+    const subscriberRows = [...subscribers.values()].flatMap((state) => {
+      const subscriber = subscriberIn(state);
+      return subscriber ? [subscriberRowOf(subscriber)] : [];
+    });
+    await upsertRows(trx, 'subscribers', ['id'], subscriberRows);
   },
 };
 
-async function upsertPlan(trx: Kysely<ReadModelTables>, plan: Plan) {
-  const row = {
+function planRowOf(plan: Plan) {
+  return {
     id: plan.id,
     merchant_id: plan.merchantId,
     name: plan.name,
@@ -82,16 +69,11 @@ async function upsertPlan(trx: Kysely<ReadModelTables>, plan: Plan) {
     created_at: new Date(plan.createdAt),
     updated_at: new Date(plan.updatedAt),
   };
-  await trx
-    .insertInto('subscription_plans')
-    .values(row)
-    .onConflict((oc) => oc.column('id').doUpdateSet(row))
-    .execute();
 }
 
-async function upsertSubscriber(trx: Kysely<ReadModelTables>, s: Subscriber) {
+function subscriberRowOf(s: Subscriber) {
   const invoice = currentInvoice(s);
-  const row = {
+  return {
     id: s.id,
     merchant_id: s.merchantId,
     plan_id: s.planId,
@@ -103,7 +85,7 @@ async function upsertSubscriber(trx: Kysely<ReadModelTables>, s: Subscriber) {
     current_period_end: new Date(s.currentPeriodEnd),
     grace_period_ends_at: new Date(s.gracePeriodEndsAt),
     cancel_at_end: s.cancelAtEnd,
-    metadata: s.metadata === null ? null : json(s.metadata),
+    metadata: s.metadata,
     current_invoice_id: invoice.invoiceId,
     current_invoice_paid_at: date(invoice.paidAt),
     activated_at: date(s.activatedAt),
@@ -113,11 +95,6 @@ async function upsertSubscriber(trx: Kysely<ReadModelTables>, s: Subscriber) {
     created_at: new Date(s.createdAt),
     updated_at: new Date(s.updatedAt),
   };
-  await trx
-    .insertInto('subscribers')
-    .values(row)
-    .onConflict((oc) => oc.column('id').doUpdateSet(row))
-    .execute();
 }
 
 // ---------------------------------------------------------------- queries

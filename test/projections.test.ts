@@ -14,6 +14,8 @@ import { invoicesProjector } from '../projections/invoices.ts';
 import { handleCommands } from '../commands/handle.ts';
 import { invoiceDecider, invoiceStreamName } from '../domain/invoice.ts';
 import { readModelMigrations } from '../projections/schema.ts';
+import { settlementsProjector } from '../projections/settlements.ts';
+import { liveSideBySide, paidInvoiceLife } from './support/paid-invoice-life.ts';
 import { freshPostgres } from './support/postgres.ts';
 
 async function dump(database: SqlDatabase) {
@@ -382,6 +384,62 @@ describe('the invoices projector', () => {
       assert.equal(new Date(address.rate_valid_until).toISOString(), '2026-11-25T10:05:00.999Z');
     } finally {
       await engine.stop();
+      await store.close();
+      await database.close();
+    }
+  });
+});
+
+describe('read models of paid invoices', () => {
+  it('are the same rows live and rebuilt in batches of any size: payments reorged and mined again, settlements retried', async () => {
+    const database = await openPglite('memory://');
+    const store = await SqlEventStore.open(database);
+    await ProjectionEngine.migrate(database, readModelMigrations);
+    const projectors = [invoicesProjector, settlementsProjector];
+    const live = new ProjectionEngine(database, store, projectors, { pollMs: 50 });
+    live.start();
+    const tables = projectors.flatMap((p) => p.tables);
+    const snapshot = async () =>
+      Object.fromEntries(
+        await Promise.all(
+          tables.map(async (table) => {
+            const { rows } = await sql<{
+              row: string;
+            }>`select to_jsonb(t)::text as row from ${sql.table(table)} t`.execute(database.db);
+            return [table, rows.map((r) => r.row).sort()] as const;
+          }),
+        ),
+      );
+    try {
+      const merchantId = randomUUID();
+      const lives = Array.from({ length: 12 }, (_, i) =>
+        paidInvoiceLife(store, merchantId, i, {
+          confirmations: 4,
+          ...(i % 3 === 1 && { reorgAt: 2 }),
+          ...(i % 4 === 2 && { settlementFailsOnce: true }),
+        }),
+      );
+      await liveSideBySide(lives, 5);
+      await live.caughtUp();
+      await live.stop();
+      const projected = await snapshot();
+      const payments = await database.db.selectFrom('payments').selectAll().execute();
+      assert.equal(payments.length, 12);
+      assert.ok(payments.every((p) => p.status === 'confirmed' && p.confirmations === 4 && p.confirmed_at !== null));
+      // Mined again after the reorg: the block of the second detection.
+      assert.equal(payments.filter((p) => p.block_number % 10 === 1).length, 4);
+      const settlements = await database.db.selectFrom('settlements').selectAll().execute();
+      assert.ok(settlements.every((s) => s.status === 'completed' && s.amount === '8.900000'));
+      assert.deepEqual(settlements.map((s) => s.attempt).sort(), [...Array(9).fill(1), 2, 2, 2]);
+      const invoices = await database.db.selectFrom('invoices').select('settled_amount').execute();
+      assert.ok(invoices.every((i) => i.settled_amount !== null));
+      for (const batchSize of [1, 7, 500]) {
+        const rebuild = new ProjectionEngine(database, store, projectors, { batchSize });
+        await rebuild.rebuild();
+        assert.deepEqual(await snapshot(), projected, `rebuilt in batches of ${batchSize}`);
+      }
+    } finally {
+      await live.stop();
       await store.close();
       await database.close();
     }

@@ -3,6 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { eventually, merchantWithKey } from './support/merchant.ts';
+import { assertRebuildGivesTheSameRows } from './support/rebuild.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 const TRON_WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
@@ -177,6 +178,10 @@ describe('settlement on the sandbox chains', () => {
       ).settledAmount,
       '9.900000',
     );
+  });
+
+  it('rebuilds the settlements read model from zero into the rows it projected as the settlements went', async () => {
+    await assertRebuildGivesTheSameRows(svc.service, 'settlements');
   });
 
   it('answers 404 before a settlement exists, and for an unknown invoice', async () => {

@@ -13,6 +13,7 @@ import { after, before, describe, it } from 'node:test';
 import { verifyWebhookSignature } from '../adapters/webhooks/sender.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
 import { startProcess } from './support/process.ts';
+import { assertRebuildGivesTheSameRows } from './support/rebuild.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 const HOUR = 3600;
@@ -295,6 +296,10 @@ describe('subscription flow on the sandbox chains and the business clock', () =>
       email: 'late@example.com',
     });
     assert.equal(again.status, 201);
+  });
+
+  it('rebuilds plans and subscribers from zero into the rows it projected as the events came', async () => {
+    await assertRebuildGivesTheSameRows(svc.service, 'subscriptions');
   });
 });
 

@@ -11,21 +11,15 @@ import { sql, type Kysely, type Migration } from 'kysely';
 import type { EventStore, ExpectedRevision, NewEvent, RecordedEvent } from '../../adapters/event-store/port.ts';
 import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
-import { handleCommand, handleCommands } from '../../commands/handle.ts';
-import { invoiceDecider, invoiceStreamName, type InvoiceCommand } from '../../domain/invoice.ts';
-import { paymentDecider, paymentId as paymentIdOf, paymentStreamName } from '../../domain/payment.ts';
-import {
-  settlementDecider,
-  settlementIdOf,
-  settlementStreamName,
-  type SettlementCommand,
-} from '../../domain/settlement.ts';
+import { handleCommands } from '../../commands/handle.ts';
+import { invoiceDecider, invoiceStreamName } from '../../domain/invoice.ts';
 import { ProjectionEngine, type Projector } from '../../projections/engine.ts';
 import { invoicesProjector } from '../../projections/invoices.ts';
 import { merchantsProjector } from '../../projections/merchants.ts';
 import { settlementsProjector } from '../../projections/settlements.ts';
 import { subscriptionsProjector } from '../../projections/subscriptions.ts';
 import { readModelMigrations } from '../../projections/schema.ts';
+import { lifeEvents, liveSideBySide, paidInvoiceLife, paymentCommands } from '../support/paid-invoice-life.ts';
 import { percentile, scaled, timed, type BenchContext, type BenchSuite, type BenchTarget } from './support.ts';
 import { formatMegabytes, formatRate, formatRatio, formatSeconds, markdownTable } from './table.ts';
 
@@ -52,8 +46,7 @@ const REBUILD_ROUNDS = 2;
 const LIVES = scaled(1_000, 40);
 /** Confirmations a payment waits for in that log (Ethereum's 12): one event per new count. */
 const LIFE_CONFIRMATIONS = 12;
-/** An invoice's events, its payment's and its settlement's (see paidInvoiceLife). */
-const LIFE_EVENTS = 2 + 1 + 1 + LIFE_CONFIRMATIONS + 1 + 4 + 1;
+const LIFE_EVENTS = lifeEvents({ confirmations: LIFE_CONFIRMATIONS });
 /** Lives under way at once, their appends interleaved in the log as the service's are. */
 const LIVES_AT_ONCE = 50;
 /** Give up on a catch-up that stalls (a bug, not a slow machine). */
@@ -526,37 +519,6 @@ async function measureInvoicesRebuild(target: BenchTarget): Promise<number> {
   }
 }
 
-/** A payment as the API writes it: the invoice, then its address, in one append. */
-function paymentCommands(id: string, merchantId: string, index: number): InvoiceCommand[] {
-  const now = new Date();
-  const later = new Date(now.getTime() + 15 * 60_000).toISOString();
-  return [
-    {
-      type: 'CreateInvoice',
-      id,
-      merchantId,
-      amount: '10',
-      currency: 'USD',
-      description: null,
-      expiresAt: later,
-      webhookUrl: null,
-      metadata: null,
-      createdAt: now.toISOString(),
-    },
-    {
-      type: 'AssignAddress',
-      chain: 'tron',
-      token: 'USDT',
-      tokenDecimals: 6,
-      address: `T${id.replaceAll('-', '')}`,
-      derivationIndex: index,
-      rate: '1',
-      quotedAt: now.toISOString(),
-      rateValidUntil: later,
-    },
-  ];
-}
-
 /**
  * Every read model rebuilt from the log of paid invoices' whole lives, as
  * the service writes them: the invoice and its address, the payment detected
@@ -573,12 +535,9 @@ async function measureLivesRebuild(target: BenchTarget): Promise<number> {
     const merchantId = randomUUID();
     for (let first = 0; first < LIVES; first += LIVES_AT_ONCE) {
       const lives = Array.from({ length: Math.min(LIVES_AT_ONCE, LIVES - first) }, (_, i) =>
-        paidInvoiceLife(store, merchantId, first + i),
+        paidInvoiceLife(store, merchantId, first + i, { confirmations: LIFE_CONFIRMATIONS }),
       );
-      while (lives.length > 0) {
-        const done = await inParallel(lives, WRITERS, async (life) => (await life.next()).done === true);
-        for (let i = lives.length - 1; i >= 0; i--) if (done[i]) lives.splice(i, 1);
-      }
+      await liveSideBySide(lives, WRITERS);
     }
     const stored = await store.countAfter(undefined, Number.MAX_SAFE_INTEGER);
     if (stored !== LIVES * LIFE_EVENTS) throw new Error(`the lives wrote ${stored} events, not ${LIVES * LIFE_EVENTS}`);
@@ -600,100 +559,6 @@ async function measureLivesRebuild(target: BenchTarget): Promise<number> {
     await store.close();
     await fresh.dispose();
   }
-}
-
-/** One paid invoice's appends, one a step: the invoice and its address, the payment, confirmations, settlement. */
-async function* paidInvoiceLife(store: EventStore, merchantId: string, index: number): AsyncGenerator<void> {
-  const id = randomUUID();
-  const invoice = invoiceStreamName(id);
-  const [created, assigned] = paymentCommands(id, merchantId, index);
-  const address = (assigned as Extract<InvoiceCommand, { type: 'AssignAddress' }>).address;
-  await handleCommands(store, invoiceDecider, invoice, [created!, assigned!], { newStream: true });
-  yield;
-  const txHash = randomUUID().replaceAll('-', '').repeat(2);
-  const payment = paymentStreamName('tron', txHash, 0);
-  const paymentId = paymentIdOf('tron', txHash, 0);
-  const at = () => new Date().toISOString();
-  const amount = 10_000_000n; // 10 USDT, the invoice's 10 USD at rate 1
-  await handleCommand(store, paymentDecider, payment, {
-    type: 'DetectPayment',
-    chain: 'tron',
-    token: 'USDT',
-    tokenDecimals: 6,
-    amount,
-    toAddress: address,
-    txHash,
-    outputIndex: 0,
-    blockNumber: 1_000 + index,
-    blockHash: `0x${txHash}`,
-    invoiceId: id,
-    tokenMatchesInvoice: true,
-    confirmations: 1,
-    requiredConfirmations: LIFE_CONFIRMATIONS,
-    detectedAt: at(),
-  });
-  yield;
-  const applied = { paymentId, chain: 'tron', token: 'USDT', tokenDecimals: 6, address, amount, txHash };
-  await handleCommand(store, invoiceDecider, invoice, { type: 'ApplyPayment', ...applied, detectedAt: at() });
-  yield;
-  for (let confirmations = 2; confirmations <= LIFE_CONFIRMATIONS; confirmations++) {
-    await handleCommand(store, paymentDecider, payment, {
-      type: 'UpdateConfirmations',
-      confirmations,
-      observedAt: at(),
-    });
-    yield;
-  }
-  await handleCommand(store, invoiceDecider, invoice, { type: 'ConfirmInvoicePayment', paymentId, confirmedAt: at() });
-  yield;
-  const settlementId = settlementIdOf(id);
-  const settlement = settlementStreamName(settlementId);
-  const settlementTx = `0x${randomUUID().replaceAll('-', '')}`;
-  const settlementCommands: SettlementCommand[] = [
-    {
-      type: 'RequestSettlement',
-      settlementId,
-      invoiceId: id,
-      merchantId,
-      chain: 'tron',
-      token: 'USDT',
-      tokenDecimals: 6,
-      fromAddress: address,
-      derivationIndex: index,
-      grossAmount: amount,
-      networkFee: 1_000_000n,
-      platformFeeBps: 100,
-      merchantWallet: 'TMerchantWallet',
-      now: at(),
-    },
-    { type: 'PrepareTransaction', txHash: settlementTx, raw: '00', now: at() },
-    { type: 'MarkSubmitted', txHash: settlementTx, now: at() },
-    { type: 'MarkCompleted', txHash: settlementTx, blockNumber: 2_000 + index, confirmations: 19, now: at() },
-  ];
-  for (const command of settlementCommands) {
-    await handleCommand(store, settlementDecider, settlement, command);
-    yield;
-  }
-  await handleCommand(store, invoiceDecider, invoice, {
-    type: 'SettleInvoice',
-    settlementId,
-    settledAmount: '8.9',
-    settledCurrency: 'USDT',
-    txHash: settlementTx,
-    settledAt: at(),
-  });
-}
-
-/** `work` over `items`, `width` at a time; the results in the items' order. */
-async function inParallel<T, R>(items: readonly T[], width: number, work: (item: T) => Promise<R>): Promise<R[]> {
-  const results: R[] = new Array(items.length);
-  let next = 0;
-  await Promise.all(
-    Array.from({ length: Math.min(width, items.length) }, async () => {
-      for (let i = next++; i < items.length; i = next++) results[i] = await work(items[i]!);
-    }),
-  );
-  return results;
 }
 
 // ---------------------------------------------------------------------------

@@ -13,37 +13,55 @@ export interface Fold<State, Event> {
 }
 
 /**
- * The streams of `batch` that `belongs` picks, each folded up to its last
- * event in the batch. A stream the batch begins is folded from the batch
- * alone; any other is read whole first (before the batch's transaction
- * opens, as `prepare` must).
+ * The streams of one kind a batch touches, each folded up to its last event
+ * in the batch: from the batch alone when it holds the stream's first event,
+ * else on from the state this remembers of an earlier batch, else (a
+ * stream not seen lately) read whole first, before the batch's transaction
+ * opens as `prepare` must. A remembered state is the fold of the stream's
+ * events up to a revision, which never change, so it stays true whatever
+ * became of that batch's transaction or whichever instance projects next;
+ * it spares a read of the stream each time one comes back a batch later
+ * (a payment's confirmations come one a block).
  */
-export async function foldStreamsOfBatch<State, Event>(
-  batch: readonly RecordedEvent[],
-  store: EventStore,
-  belongs: (streamId: string) => boolean,
-  fold: Fold<State, Event>,
-): Promise<Map<string, State>> {
-  const inBatch = new Map<string, RecordedEvent[]>();
-  for (const event of batch) {
-    if (!belongs(event.streamId)) continue;
-    const events = inBatch.get(event.streamId);
-    if (events) events.push(event);
-    else inBatch.set(event.streamId, [event]);
+export class StreamFolds<State, Event> {
+  /** By store (a process may open several), then stream, least recently folded first. */
+  private readonly remembered = new WeakMap<EventStore, Map<string, { revision: number; state: State }>>();
+
+  constructor(
+    private readonly belongs: (streamId: string) => boolean,
+    private readonly fold: Fold<State, Event>,
+    private readonly capacity = 10_000,
+  ) {}
+
+  async ofBatch(batch: readonly RecordedEvent[], store: EventStore): Promise<Map<string, State>> {
+    let remembered = this.remembered.get(store);
+    if (!remembered) this.remembered.set(store, (remembered = new Map()));
+    const inBatch = new Map<string, RecordedEvent[]>();
+    for (const event of batch) {
+      if (!this.belongs(event.streamId)) continue;
+      const events = inBatch.get(event.streamId);
+      if (events) events.push(event);
+      else inBatch.set(event.streamId, [event]);
+    }
+    const folded = new Map<string, State>();
+    await Promise.all(
+      [...inBatch].map(async ([streamId, events]) => {
+        const first = events[0]!.revision;
+        const last = events.at(-1)!.revision;
+        const known = remembered.get(streamId);
+        let state = this.fold.initialState;
+        let history = events;
+        if (first > 0 && known?.revision === first - 1) state = known.state;
+        else if (first > 0) history = (await store.readStream(streamId)).filter((e) => e.revision <= last);
+        state = history.reduce((s, e) => this.fold.evolve(s, { type: e.type, data: e.data } as Event), state);
+        folded.set(streamId, state);
+        remembered.delete(streamId);
+        remembered.set(streamId, { revision: last, state });
+        if (remembered.size > this.capacity) remembered.delete(remembered.keys().next().value!);
+      }),
+    );
+    return folded;
   }
-  const folded = new Map<string, State>();
-  await Promise.all(
-    [...inBatch].map(async ([streamId, events]) => {
-      const last = events.at(-1)!.revision;
-      const history =
-        events[0]!.revision === 0 ? events : (await store.readStream(streamId)).filter((e) => e.revision <= last);
-      folded.set(
-        streamId,
-        history.reduce((state, e) => fold.evolve(state, { type: e.type, data: e.data } as Event), fold.initialState),
-      );
-    }),
-  );
-  return folded;
 }
 
 /**

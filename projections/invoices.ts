@@ -5,12 +5,15 @@ import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { invoiceDecider, invoicePaymentView, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
 import { paymentDecider, type Payment, type PaymentEvent } from '../domain/payment.ts';
-import { foldStreamsOfBatch, upsertRows } from './batch.ts';
+import { StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
 
 const isInvoiceStream = (streamId: string) => streamId.startsWith('invoice-');
 const isPaymentStream = (streamId: string) => streamId.startsWith('payment-');
+
+const invoiceFolds = new StreamFolds<Invoice | null, InvoiceEvent>(isInvoiceStream, invoiceDecider);
+const paymentFolds = new StreamFolds<Payment | null, PaymentEvent>(isPaymentStream, paymentDecider);
 
 /** The invoices and payments a batch touches, each as of the batch's last event of it. */
 interface Touched {
@@ -24,8 +27,8 @@ export const invoicesProjector: Projector<Touched> = {
 
   async prepare(batch: readonly RecordedEvent[], store: EventStore) {
     const [invoices, payments] = await Promise.all([
-      foldStreamsOfBatch<Invoice | null, InvoiceEvent>(batch, store, isInvoiceStream, invoiceDecider),
-      foldStreamsOfBatch<Payment | null, PaymentEvent>(batch, store, isPaymentStream, paymentDecider),
+      invoiceFolds.ofBatch(batch, store),
+      paymentFolds.ofBatch(batch, store),
     ]);
     return { invoices, payments };
   },

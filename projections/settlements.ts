@@ -4,19 +4,20 @@ import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { formatUnits } from '../domain/money.ts';
 import { settlementDecider, type Settlement, type SettlementEvent } from '../domain/settlement.ts';
-import { foldStreamsOfBatch, upsertRows } from './batch.ts';
+import { StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
 
 const isSettlementStream = (streamId: string) => streamId.startsWith('settlement-');
 const date = (iso: string | null) => (iso === null ? null : new Date(iso));
 
+const settlementFolds = new StreamFolds<Settlement | null, SettlementEvent>(isSettlementStream, settlementDecider);
+
 export const settlementsProjector: Projector<Map<string, Settlement | null>> = {
   name: 'settlements',
   tables: ['settlements'],
 
-  prepare: (batch: readonly RecordedEvent[], store: EventStore) =>
-    foldStreamsOfBatch<Settlement | null, SettlementEvent>(batch, store, isSettlementStream, settlementDecider),
+  prepare: (batch: readonly RecordedEvent[], store: EventStore) => settlementFolds.ofBatch(batch, store),
 
   // Each settlement's row once, as of its last event in the batch (see batch.ts).
   async applyBatch(trx: Kysely<ReadModelTables>, _batch, settlements: Map<string, Settlement | null>) {

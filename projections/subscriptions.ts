@@ -13,7 +13,7 @@ import {
   type SubscriberState,
   type SubscriberStatus,
 } from '../domain/subscriber.ts';
-import { foldStreamsOfBatch, upsertRows } from './batch.ts';
+import { StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, SubscribersTable, SubscriptionPlansTable } from './schema.ts';
@@ -22,6 +22,9 @@ const date = (iso: string | null) => (iso === null ? null : new Date(iso));
 const iso = (value: Date | string) => new Date(value).toISOString();
 const isPlanStream = (streamId: string) => streamId.startsWith('plan-');
 const isSubscriberStream = (streamId: string) => streamId.startsWith('subscriber-');
+
+const planFolds = new StreamFolds<Plan | null, PlanEvent>(isPlanStream, planDecider);
+const subscriberFolds = new StreamFolds<SubscriberState, SubscriberEvent>(isSubscriberStream, subscriberDecider);
 
 /** The plans and subscribers a batch touches, each as of the batch's last event of it. */
 interface Touched {
@@ -35,8 +38,8 @@ export const subscriptionsProjector: Projector<Touched> = {
 
   async prepare(batch: readonly RecordedEvent[], store: EventStore) {
     const [plans, subscribers] = await Promise.all([
-      foldStreamsOfBatch<Plan | null, PlanEvent>(batch, store, isPlanStream, planDecider),
-      foldStreamsOfBatch<SubscriberState, SubscriberEvent>(batch, store, isSubscriberStream, subscriberDecider),
+      planFolds.ofBatch(batch, store),
+      subscriberFolds.ofBatch(batch, store),
     ]);
     return { plans, subscribers };
   },

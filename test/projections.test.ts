@@ -4,9 +4,11 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { sql } from 'kysely';
+import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { merchantCommands } from '../commands/merchants.ts';
+import { StreamFolds } from '../projections/batch.ts';
 import { CheckpointMovedError, ProjectionEngine } from '../projections/engine.ts';
 import { invoiceStatus } from '../projections/invoice-queries.ts';
 import { merchantsProjector } from '../projections/merchants.ts';
@@ -443,5 +445,71 @@ describe('read models of paid invoices', () => {
       await store.close();
       await database.close();
     }
+  });
+});
+
+describe('stream folds remembered between batches', () => {
+  // A counter stream: each event adds its `n`; the fold is the sum and how many were folded.
+  const counter = {
+    initialState: { sum: 0, folded: 0 },
+    evolve: (state: { sum: number; folded: number }, event: { data: { n: number } }) => ({
+      sum: state.sum + event.data.n,
+      folded: state.folded + 1,
+    }),
+  };
+  const setUp = async (scale = 1) => {
+    const store = new MemoryEventStore();
+    const { position } = await store.append(
+      'counter-a',
+      [1, 2, 3, 4, 5, 6].map((n) => ({ id: randomUUID(), type: 'Counted', data: { n: n * scale } })),
+      'no_stream',
+    );
+    const log = await store.readAll(undefined, 100);
+    assert.equal(log.at(-1)!.position, position);
+    let reads = 0;
+    const readStream = store.readStream.bind(store);
+    store.readStream = (streamId: string) => {
+      reads++;
+      return readStream(streamId);
+    };
+    return { store, log, reads: () => reads };
+  };
+
+  it('folds on from the state of the batch before, and reads the stream when batches skip or go back', async () => {
+    const { store, log, reads } = await setUp();
+    const folds = new StreamFolds((s) => s.startsWith('counter-'), counter, 10);
+    const sumOf = async (from: number, to: number) =>
+      (await folds.ofBatch(log.slice(from, to), store)).get('counter-a');
+    assert.deepEqual(await sumOf(0, 2), { sum: 3, folded: 2 }); // begins the stream: no read
+    assert.deepEqual(await sumOf(2, 3), { sum: 6, folded: 3 }); // on from the remembered state
+    assert.equal(reads(), 0);
+    assert.deepEqual(await sumOf(4, 5), { sum: 15, folded: 5 }); // revision 3 was never folded here
+    assert.equal(reads(), 1);
+    assert.deepEqual(await sumOf(3, 4), { sum: 10, folded: 4 }); // back: a batch replayed
+    assert.equal(reads(), 2);
+    assert.deepEqual(await sumOf(4, 6), { sum: 21, folded: 6 });
+    assert.equal(reads(), 2);
+  });
+
+  it('forgets the least recently folded stream past its capacity, and keeps each store apart', async () => {
+    const { store, log, reads } = await setUp();
+    const folds = new StreamFolds((s) => s.startsWith('counter-'), counter, 1);
+    await folds.ofBatch(log.slice(0, 3), store);
+    const other = await store.append(
+      'counter-b',
+      [{ id: randomUUID(), type: 'Counted', data: { n: 100 } }],
+      'no_stream',
+    );
+    const [b] = await store.readAll(log.at(-1)!.position, 10);
+    assert.equal(b!.position, other.position);
+    await folds.ofBatch([b!], store); // counter-a is forgotten
+    assert.deepEqual((await folds.ofBatch(log.slice(3, 4), store)).get('counter-a'), { sum: 10, folded: 4 });
+    assert.equal(reads(), 1);
+    const elsewhere = await setUp(10); // the same stream name in another store
+    assert.deepEqual((await folds.ofBatch(elsewhere.log.slice(4, 5), elsewhere.store)).get('counter-a'), {
+      sum: 150,
+      folded: 5,
+    });
+    assert.equal(elsewhere.reads(), 1);
   });
 });

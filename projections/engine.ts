@@ -190,36 +190,37 @@ export class ProjectionEngine {
 
   /**
    * Empties the read models of the named projectors (all when none is named),
-   * resets their checkpoints and replays the whole log. For the embedded
-   * store, run it with the service stopped.
+   * resets their checkpoints and replays the whole log into them: read once,
+   * each batch written for all of them in one transaction. Returns the events
+   * replayed. For the embedded store, run it with the service stopped.
    */
   async rebuild(names?: readonly string[]): Promise<{ events: number; ms: number }> {
     const chosen = this.projectors.filter((p) => !names || names.length === 0 || names.includes(p.name));
     const unknown = (names ?? []).filter((n) => !this.projectors.some((p) => p.name === n));
     if (unknown.length > 0) throw new Error(`unknown projection: ${unknown.join(', ')}`);
     const started = Date.now();
-    let events = 0;
-    for (const projector of chosen) {
-      await this.database.db.transaction().execute(async (trx) => {
+    await this.database.db.transaction().execute(async (trx) => {
+      for (const projector of chosen) {
         for (const table of projector.tables) await sql`delete from ${sql.table(table)}`.execute(trx);
         await trx.deleteFrom('projection_checkpoints').where('name', '=', projector.name).execute();
-      });
-      this.checkpoints.set(projector.name, undefined);
-      // The next batch is read while this one is written: PostgreSQL reads
-      // on one connection and writes on another, on a core each.
-      const limit = this.options.batchSize ?? 500;
-      let next = this.store.readAll(undefined, limit);
-      for (;;) {
-        const read = await next;
-        if (read.length === 0) break;
-        const batch = read.length >= limit ? await this.withLastAppendWhole(read) : read;
-        next = this.store.readAll(batch.at(-1)!.position, limit);
-        // A failed write leaves the prefetched read unawaited: it settles, unseen.
-        next.catch(() => undefined);
-        const applied = await this.commitBatch(projector, batch);
-        if (applied === 0) break; // another instance moved the checkpoint: it rebuilds
-        events += applied;
       }
+    });
+    for (const projector of chosen) this.checkpoints.set(projector.name, undefined);
+    // The next batch is read while this one is written: PostgreSQL reads on
+    // one connection and writes on another, on a core each.
+    const limit = this.options.batchSize ?? 500;
+    let events = 0;
+    let next = this.store.readAll(undefined, limit);
+    for (;;) {
+      const read = await next;
+      if (read.length === 0) break;
+      const batch = read.length >= limit ? await this.withLastAppendWhole(read) : read;
+      next = this.store.readAll(batch.at(-1)!.position, limit);
+      // A failed write leaves the prefetched read unawaited: it settles, unseen.
+      next.catch(() => undefined);
+      const applied = await this.commitProjected(chosen, batch);
+      if (applied === 0) break; // another instance moved a checkpoint: it goes on from there
+      events += applied;
     }
     return { events, ms: Date.now() - started };
   }
@@ -254,44 +255,65 @@ export class ProjectionEngine {
     });
   }
 
-  /** Applies one batch after the checkpoint in one transaction; returns how many events it applied. */
+  /** Applies one batch after the checkpoint; returns how many events it applied. */
   private async catchUpOnce(consumer: Consumer): Promise<number> {
     const checkpoint = this.checkpoints.get(consumer.name);
     const limit = this.options.batchSize ?? 500;
     const read = await this.readShared(checkpoint, limit);
     if (read.length === 0) return 0;
-    const batch = read.length >= limit && isProjector(consumer) ? await this.withLastAppendWhole(read) : read;
-    return this.commitBatch(consumer, batch);
+    if (!isProjector(consumer)) return this.commitReactions(consumer, read);
+    const batch = read.length >= limit ? await this.withLastAppendWhole(read) : read;
+    return this.commitProjected([consumer], batch);
   }
 
-  /** Applies `batch`, the events right after the consumer's checkpoint, in one transaction; returns their number. */
-  private async commitBatch(consumer: Consumer, batch: readonly RecordedEvent[]): Promise<number> {
-    const checkpoint = this.checkpoints.get(consumer.name);
+  /**
+   * Applies `batch`, the events right after each projector's checkpoint, to
+   * every one of `projectors` in one transaction with their new checkpoints;
+   * returns the batch's length, or 0 when another instance had moved one.
+   */
+  private async commitProjected(projectors: readonly Projector[], batch: readonly RecordedEvent[]): Promise<number> {
     const position = batch.at(-1)!.position;
     try {
-      if (isProjector(consumer)) {
-        const prepared = await consumer.prepare?.(batch, this.store);
-        await this.database.db.transaction().execute(async (trx) => {
-          if (consumer.applyBatch) await consumer.applyBatch(trx, batch, prepared);
-          else for (const event of batch) await consumer.apply!(trx, event, prepared);
-          await this.moveCheckpoint(trx, consumer.name, checkpoint, position);
-        });
-      } else {
-        for (const event of batch) await consumer.react(event);
-        await this.moveCheckpoint(this.db, consumer.name, checkpoint, position);
-      }
+      const prepared = await Promise.all(projectors.map((p) => p.prepare?.(batch, this.store)));
+      await this.database.db.transaction().execute(async (trx) => {
+        for (const [i, projector] of projectors.entries()) {
+          if (projector.applyBatch) await projector.applyBatch(trx, batch, prepared[i]);
+          else for (const event of batch) await projector.apply!(trx, event, prepared[i]);
+          await this.moveCheckpoint(trx, projector.name, this.checkpoints.get(projector.name), position);
+        }
+      });
     } catch (error) {
       if (!(error instanceof CheckpointMovedError)) throw error;
       // Another instance went on while this one had lost its lock: its rows
       // stand (this batch rolled back), and this one goes on from there.
-      this.options.onError?.(consumer.name, error);
-      this.checkpoints.set(consumer.name, await this.readCheckpoint(this.db, consumer.name));
+      this.options.onError?.(error.consumer, error);
+      for (const p of projectors) this.checkpoints.set(p.name, await this.readCheckpoint(this.db, p.name));
       return 0;
     }
-    this.checkpoints.set(consumer.name, position);
-    this.options.onBatch?.(consumer.name, batch.length);
-    for (const notify of [...this.progressed]) notify();
+    for (const projector of projectors) this.advanced(projector.name, position, batch.length);
     return batch.length;
+  }
+
+  /** Reacts to `batch`, the events right after the reactor's checkpoint, then moves it; returns their number. */
+  private async commitReactions(reactor: Reactor, batch: readonly RecordedEvent[]): Promise<number> {
+    const position = batch.at(-1)!.position;
+    try {
+      for (const event of batch) await reactor.react(event);
+      await this.moveCheckpoint(this.db, reactor.name, this.checkpoints.get(reactor.name), position);
+    } catch (error) {
+      if (!(error instanceof CheckpointMovedError)) throw error;
+      this.options.onError?.(reactor.name, error);
+      this.checkpoints.set(reactor.name, await this.readCheckpoint(this.db, reactor.name));
+      return 0;
+    }
+    this.advanced(reactor.name, position, batch.length);
+    return batch.length;
+  }
+
+  private advanced(name: string, position: string, events: number): void {
+    this.checkpoints.set(name, position);
+    this.options.onBatch?.(name, events);
+    for (const notify of [...this.progressed]) notify();
   }
 
   /**
@@ -368,8 +390,8 @@ export class ProjectionEngine {
 
 /** The checkpoint was not where this instance left it: another instance moved it. */
 export class CheckpointMovedError extends Error {
-  constructor(name: string) {
-    super(`the checkpoint of ${name} was moved by another instance; going on from there`);
+  constructor(readonly consumer: string) {
+    super(`the checkpoint of ${consumer} was moved by another instance; going on from there`);
     this.name = 'CheckpointMovedError';
   }
 }

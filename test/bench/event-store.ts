@@ -546,9 +546,8 @@ async function measureLivesRebuild(target: BenchTarget): Promise<number> {
     let rate = 0;
     for (let round = 0; round < REBUILD_ROUNDS; round++) {
       const { events, ms } = await engine.rebuild();
-      // Each projector reads the whole log once.
-      if (events !== stored * projectors.length) throw new Error(`the rebuild applied ${events} events`);
-      rate = (stored * 1000) / ms;
+      if (events !== stored) throw new Error(`the rebuild applied ${events} events of ${stored}`);
+      rate = (events * 1000) / ms;
     }
     const [settled] = await sql<{ n: string }>`select count(*) as n from invoices where settled_amount is not null`
       .execute(fresh.database.db)

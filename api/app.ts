@@ -83,7 +83,7 @@ export async function buildApp(deps: AppDeps) {
     // One access line per request, once answered (onResponse below), where
     // fastify writes two, the first with the request's headers: logging
     // those two lines cost a fifth of the status route's requests/s
-    // (README, Benchmarks).
+    // (docs/benchmarks.md).
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: BODY_LIMIT,
     return503OnClosing: true,

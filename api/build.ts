@@ -1,7 +1,7 @@
 // The service as one ES module bundle, which `npm start` (prestart) and the
 // image build make and plain node runs: no TypeScript loader thread nor
 // esbuild helper process stays resident beside the service (about 70 MB of
-// an idle process group; README, Benchmarks). Tests and the CLI still run
+// an idle process group; docs/benchmarks.md). Tests and the CLI still run
 // the sources through tsx; the black-box tests run this bundle.
 //
 // Packages stay external: node resolves node_modules as usual, and a chain

@@ -7,7 +7,7 @@
 // "Up". A payment creation draws one, so it was the largest CPU cost of its
 // request: measured on this machine, 2.3 ms a code with qrcode's own RGBA
 // renderer (6.9 ms before its rows were filtered with "Up"), ~0.5 ms this
-// way, about half that again without pngjs's PNG object (README, Benchmarks).
+// way, about half that again without pngjs's PNG object (docs/benchmarks.md).
 //
 // The same text is asked for again and again (every checkout page load of an
 // invoice shows the same address), so recent results are kept. The cache is

@@ -7,6 +7,7 @@
 // whose transaction is older than every transaction still running
 // (pg_snapshot_xmin), which are all committed, and no new row can ever sort
 // before them. The position string is "<transaction id>:<sequence>".
+import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { sql, type Generated, type Kysely, type Migration } from 'kysely';
 import type { SqlDatabase } from '../sql/database.ts';
@@ -39,7 +40,7 @@ interface EventStoreTables {
   es_streams: { stream_id: string; revision: number };
 }
 
-const NOTIFY_CHANNEL = 'es_events_appended';
+export const NOTIFY_CHANNEL = 'es_events_appended';
 
 export const eventStoreMigrations: Record<string, Migration> = {
   '0001_events': {
@@ -76,6 +77,8 @@ export class SqlEventStore implements EventStore {
   readonly name: string;
   private readonly db: Kysely<EventStoreTables>;
   private readonly appended = new EventEmitter().setMaxListeners(0);
+  /** Signs this store's append notifications (see open). */
+  private readonly id = randomUUID();
   private stopListening?: () => Promise<void>;
 
   private constructor(private readonly database: SqlDatabase) {
@@ -87,8 +90,12 @@ export class SqlEventStore implements EventStore {
     await migrate(database.db, 'es_migrations', eventStoreMigrations);
     const store = new SqlEventStore(database);
     if (database.engine === 'postgres') {
-      // Appends from other processes arrive as notifications.
-      store.stopListening = await database.listen(NOTIFY_CHANNEL, () => store.appended.emit('appended'));
+      // Appends from other processes arrive as notifications. This store's
+      // own, signed with its id, were announced when they committed: a second
+      // wake-up would send every consumer to read the log again for nothing.
+      store.stopListening = await database.listen(NOTIFY_CHANNEL, (from) => {
+        if (from !== store.id) store.appended.emit('appended');
+      });
     }
     return store;
   }
@@ -166,7 +173,7 @@ export class SqlEventStore implements EventStore {
         .orderBy('global_position')
         // Notifications are sent at commit, one per channel and payload however often asked.
         .$if(this.database.engine === 'postgres', (qb) =>
-          qb.select(sql`pg_notify(${NOTIFY_CHANNEL}, '')`.as('notified')),
+          qb.select(sql`pg_notify(${NOTIFY_CHANNEL}, ${this.id})`.as('notified')),
         )
         .execute();
       await options.beforeCommit?.();
@@ -192,7 +199,7 @@ export class SqlEventStore implements EventStore {
             ${JSON.stringify(event.data ?? null)}::jsonb, ${JSON.stringify(event.metadata ?? {})}::jsonb)`,
       ),
     );
-    const notify = this.database.engine === 'postgres' ? sql`, pg_notify(${NOTIFY_CHANNEL}, '')` : sql``;
+    const notify = this.database.engine === 'postgres' ? sql`, pg_notify(${NOTIFY_CHANNEL}, ${this.id})` : sql``;
     const { rows: written } = await sql<{ position: string }>`
       with stream as (
         insert into es_streams (stream_id, revision) values (${streamId}, ${events.length - 1})

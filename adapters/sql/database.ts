@@ -9,8 +9,8 @@ export interface SqlDatabase {
   readonly engine: SqlEngine;
   // Each module narrows this to its own tables (`as Kysely<TheirTables>`).
   readonly db: Kysely<any>;
-  /** LISTEN on a channel; the returned function stops listening. */
-  listen(channel: string, onNotify: () => void): Promise<() => Promise<void>>;
+  /** LISTEN on a channel, each notification's payload to `onNotify`; the returned function stops listening. */
+  listen(channel: string, onNotify: (payload: string) => void): Promise<() => Promise<void>>;
   /**
    * Runs `work` while holding a session-level advisory lock, if it can be taken
    * now; returns false without running it otherwise. The lock lives on a
@@ -80,7 +80,7 @@ export async function openPostgres(url: string, poolSize = 10): Promise<SqlDatab
       const connect = async () => {
         if (closed) return;
         const next = new pg.Client({ connectionString: url });
-        next.on('notification', onNotify);
+        next.on('notification', (message) => onNotify(message.payload ?? ''));
         next.on('error', () => {
           listeners.delete(next);
           next.end().catch(() => undefined);

@@ -94,9 +94,18 @@ export const webhookEvents: Projector<Histories> = {
   tables: [],
 
   async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-    const invoiceStreams = [...new Set(batch.filter((e) => e.streamId.startsWith('invoice-')).map((e) => e.streamId))];
+    const inBatch = new Map<string, RecordedEvent[]>();
+    for (const event of batch) {
+      if (event.streamId.startsWith('invoice-'))
+        inBatch.set(event.streamId, [...(inBatch.get(event.streamId) ?? []), event]);
+    }
+    // A stream the batch begins (a new payment's invoice) needs no read: `apply` folds up to events in the batch.
     const invoices = new Map(
-      await Promise.all(invoiceStreams.map(async (s) => [s, await store.readStream(s)] as const)),
+      await Promise.all(
+        [...inBatch].map(
+          async ([s, events]) => [s, events[0]!.revision === 0 ? events : await store.readStream(s)] as const,
+        ),
+      ),
     );
     const merchantIds = new Set<string>();
     for (const history of invoices.values()) {

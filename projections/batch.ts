@@ -24,7 +24,11 @@ export interface Fold<State, Event> {
  * (a payment's confirmations come one a block).
  */
 export class StreamFolds<State, Event> {
-  /** By store (a process may open several), then stream, least recently folded first. */
+  /**
+   * By store (a process may open several), then stream, least recently folded
+   * first; at most `capacity` streams a store (a paid invoice's state with its
+   * payment's and settlement's is ~1.8 KB of heap: 10,000 of each, ~18 MB).
+   */
   private readonly remembered = new WeakMap<EventStore, Map<string, { revision: number; state: State }>>();
 
   constructor(

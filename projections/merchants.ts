@@ -1,92 +1,77 @@
 // Projects merchants and their API keys into `merchants` and `api_keys`,
 // which authentication and the operator API read.
-import { sql, type Kysely } from 'kysely';
-import type { RecordedEvent } from '../adapters/event-store/port.ts';
-import type { ApiKeyEvent } from '../domain/api-key.ts';
-import type { MerchantEvent } from '../domain/merchant.ts';
+import type { Kysely } from 'kysely';
+import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
+import { apiKeyDecider, type ApiKey, type ApiKeyEvent } from '../domain/api-key.ts';
+import { merchantDecider, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
+import { StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
 
-const json = <T>(value: T) => sql<T>`${JSON.stringify(value)}::jsonb`;
+const merchantFolds = new StreamFolds<Merchant | null, MerchantEvent>(
+  (streamId) => streamId.startsWith('merchant-'),
+  merchantDecider,
+);
+const apiKeyFolds = new StreamFolds<ApiKey | null, ApiKeyEvent>(
+  (streamId) => streamId.startsWith('apikey-'),
+  apiKeyDecider,
+);
 
-export const merchantsProjector: Projector = {
+/** The merchants and API keys a batch touches, each as of the batch's last event of it. */
+interface Touched {
+  merchants: Map<string, Merchant | null>;
+  apiKeys: Map<string, ApiKey | null>;
+}
+
+export const merchantsProjector: Projector<Touched> = {
   name: 'merchants',
   tables: ['merchants', 'api_keys'],
 
-  async apply(trx: Kysely<ReadModelTables>, recorded: RecordedEvent) {
-    const event = { type: recorded.type, data: recorded.data } as MerchantEvent | ApiKeyEvent;
-    const id = recorded.streamId.slice(recorded.streamId.indexOf('-') + 1);
-    switch (event.type) {
-      case 'MerchantRegistered': {
-        const d = event.data;
-        const row = {
-          id: d.merchantId,
-          name: d.name,
-          tier: d.tier,
-          status: d.status,
-          webhook_url: d.webhookUrl,
-          settlement_wallets: json(d.settlementWallets),
-          webhook_secret: d.webhookSecret,
-          created_at: new Date(d.registeredAt),
-          updated_at: new Date(d.registeredAt),
-        };
-        await trx
-          .insertInto('merchants')
-          .values(row)
-          .onConflict((oc) => oc.column('id').doUpdateSet(row))
-          .execute();
-        return;
-      }
-      case 'MerchantUpdated': {
-        const c = event.data.changes;
-        await trx
-          .updateTable('merchants')
-          .set({
-            ...(c.name !== undefined && { name: c.name }),
-            ...(c.tier !== undefined && { tier: c.tier }),
-            ...(c.status !== undefined && { status: c.status }),
-            ...(c.webhookUrl !== undefined && { webhook_url: c.webhookUrl }),
-            ...(c.settlementWallets !== undefined && { settlement_wallets: json(c.settlementWallets) }),
-            updated_at: new Date(event.data.updatedAt),
-          })
-          .where('id', '=', id)
-          .execute();
-        return;
-      }
-      case 'WebhookSecretRotated':
-        await trx
-          .updateTable('merchants')
-          .set({ webhook_secret: event.data.webhookSecret, updated_at: new Date(event.data.rotatedAt) })
-          .where('id', '=', id)
-          .execute();
-        return;
-      case 'ApiKeyIssued': {
-        const d = event.data;
-        const row = {
-          id: d.id,
-          merchant_id: d.merchantId,
-          name: d.name,
-          key_hash: d.keyHash,
-          key_prefix: d.keyPrefix,
-          permissions: d.permissions === null ? null : json(d.permissions),
-          expires_at: d.expiresAt ? new Date(d.expiresAt) : null,
-          revoked_at: null,
-          created_at: new Date(d.issuedAt),
-        };
-        await trx
-          .insertInto('api_keys')
-          .values(row)
-          .onConflict((oc) => oc.column('id').doUpdateSet(row))
-          .execute();
-        return;
-      }
-      case 'ApiKeyRevoked':
-        await trx
-          .updateTable('api_keys')
-          .set({ revoked_at: new Date(event.data.revokedAt) })
-          .where('id', '=', id)
-          .execute();
-        return;
-    }
+  async prepare(batch: readonly RecordedEvent[], store: EventStore) {
+    const [merchants, apiKeys] = await Promise.all([
+      merchantFolds.ofBatch(batch, store),
+      apiKeyFolds.ofBatch(batch, store),
+    ]);
+    return { merchants, apiKeys };
+  },
+
+  // Each merchant's and key's row once, as of its last event in the batch (see batch.ts).
+  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { merchants, apiKeys }: Touched) {
+    const merchantRows = [...merchants.values()].flatMap((m) => (m ? [merchantRowOf(m)] : []));
+    await upsertRows(trx, 'merchants', ['id'], merchantRows);
+    await upsertRows(
+      trx,
+      'api_keys',
+      ['id'],
+      [...apiKeys.values()].flatMap((k) => (k ? [apiKeyRowOf(k)] : [])),
+    );
   },
 };
+
+function merchantRowOf(m: Merchant) {
+  return {
+    id: m.id,
+    name: m.name,
+    tier: m.tier,
+    status: m.status,
+    webhook_url: m.webhookUrl,
+    settlement_wallets: m.settlementWallets,
+    webhook_secret: m.webhookSecret,
+    created_at: new Date(m.createdAt),
+    updated_at: new Date(m.updatedAt),
+  };
+}
+
+function apiKeyRowOf(k: ApiKey) {
+  return {
+    id: k.id,
+    merchant_id: k.merchantId,
+    name: k.name,
+    key_hash: k.keyHash,
+    key_prefix: k.keyPrefix,
+    permissions: k.permissions,
+    expires_at: k.expiresAt === null ? null : new Date(k.expiresAt),
+    revoked_at: k.revokedAt === null ? null : new Date(k.revokedAt),
+    created_at: new Date(k.createdAt),
+  };
+}

@@ -205,12 +205,12 @@ describe('projection checkpoints', () => {
     const store = await SqlEventStore.open(database);
     await ProjectionEngine.migrate(database, readModelMigrations);
     let applied = 0;
-    const counting = {
+    const counting: typeof merchantsProjector = {
       ...merchantsProjector,
       name: 'counting',
-      apply: async (trx: any, e: any, prepared: unknown) => {
-        applied++;
-        await merchantsProjector.apply!(trx, e, prepared);
+      applyBatch: async (trx, batch, prepared) => {
+        applied += batch.length;
+        await merchantsProjector.applyBatch!(trx, batch, prepared);
       },
     };
     const commands = merchantCommands(store);

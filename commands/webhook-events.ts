@@ -16,6 +16,7 @@ import {
   type InvoiceEvent,
 } from '../domain/invoice.ts';
 import { merchantDecider, merchantStream, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
+import { eventsByStream } from '../projections/batch.ts';
 import type { Projector } from '../projections/engine.ts';
 import { enqueueWebhook } from './webhook-delivery.ts';
 
@@ -94,15 +95,10 @@ export const webhookEvents: Projector<Histories> = {
   tables: [],
 
   async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-    const inBatch = new Map<string, RecordedEvent[]>();
-    for (const event of batch) {
-      if (event.streamId.startsWith('invoice-'))
-        inBatch.set(event.streamId, [...(inBatch.get(event.streamId) ?? []), event]);
-    }
     // A stream the batch begins (a new payment's invoice) needs no read: `apply` folds up to events in the batch.
     const invoices = new Map(
       await Promise.all(
-        [...inBatch].map(
+        [...eventsByStream(batch, (s) => s.startsWith('invoice-'))].map(
           async ([s, events]) => [s, events[0]!.revision === 0 ? events : await store.readStream(s)] as const,
         ),
       ),

@@ -40,16 +40,9 @@ export class StreamFolds<State, Event> {
   async ofBatch(batch: readonly RecordedEvent[], store: EventStore): Promise<Map<string, State>> {
     let remembered = this.remembered.get(store);
     if (!remembered) this.remembered.set(store, (remembered = new Map()));
-    const inBatch = new Map<string, RecordedEvent[]>();
-    for (const event of batch) {
-      if (!this.belongs(event.streamId)) continue;
-      const events = inBatch.get(event.streamId);
-      if (events) events.push(event);
-      else inBatch.set(event.streamId, [event]);
-    }
     const folded = new Map<string, State>();
     await Promise.all(
-      [...inBatch].map(async ([streamId, events]) => {
+      [...eventsByStream(batch, this.belongs)].map(async ([streamId, events]) => {
         const first = events[0]!.revision;
         const last = events.at(-1)!.revision;
         const known = remembered.get(streamId);
@@ -66,6 +59,21 @@ export class StreamFolds<State, Event> {
     );
     return folded;
   }
+}
+
+/** The events of `batch` of each stream `belongs` picks, in the batch's order. */
+export function eventsByStream(
+  batch: readonly RecordedEvent[],
+  belongs: (streamId: string) => boolean,
+): Map<string, RecordedEvent[]> {
+  const byStream = new Map<string, RecordedEvent[]>();
+  for (const event of batch) {
+    if (!belongs(event.streamId)) continue;
+    const events = byStream.get(event.streamId);
+    if (events) events.push(event);
+    else byStream.set(event.streamId, [event]);
+  }
+  return byStream;
 }
 
 /**

@@ -61,6 +61,16 @@ export class StreamFolds<State, Event> {
   }
 }
 
+/** The row of each state, skipping the streams that hold nothing to show yet (a null state). */
+export function rowsOf<State, Row>(states: Iterable<State | null>, rowOf: (state: State) => Row): Row[] {
+  const rows: Row[] = [];
+  for (const state of states) if (state !== null) rows.push(rowOf(state));
+  return rows;
+}
+
+/** An event's time as a column's value; none stays null. */
+export const dateOrNull = (iso: string | null) => (iso === null ? null : new Date(iso));
+
 /** The events of `batch` of each stream `belongs` picks, in the batch's order. */
 export function eventsByStream(
   batch: readonly RecordedEvent[],

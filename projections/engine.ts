@@ -266,14 +266,9 @@ export class ProjectionEngine {
     return this.commitProjected([consumer], batch);
   }
 
-  /**
-   * Applies `batch`, the events right after each projector's checkpoint, to
-   * every one of `projectors` in one transaction with their new checkpoints;
-   * returns the batch's length, or 0 when another instance had moved one.
-   */
-  private async commitProjected(projectors: readonly Projector[], batch: readonly RecordedEvent[]): Promise<number> {
-    const position = batch.at(-1)!.position;
-    try {
+  /** Applies `batch` to every one of `projectors` in one transaction with their new checkpoints. */
+  private commitProjected(projectors: readonly Projector[], batch: readonly RecordedEvent[]): Promise<number> {
+    return this.commit(projectors, batch, async (position) => {
       const prepared = await Promise.all(projectors.map((p) => p.prepare?.(batch, this.store)));
       await this.database.db.transaction().execute(async (trx) => {
         for (const [i, projector] of projectors.entries()) {
@@ -282,38 +277,44 @@ export class ProjectionEngine {
           await this.moveCheckpoint(trx, projector.name, this.checkpoints.get(projector.name), position);
         }
       });
+    });
+  }
+
+  /** Reacts to each event of `batch`, then moves the reactor's checkpoint. */
+  private commitReactions(reactor: Reactor, batch: readonly RecordedEvent[]): Promise<number> {
+    return this.commit([reactor], batch, async (position) => {
+      for (const event of batch) await reactor.react(event);
+      await this.moveCheckpoint(this.db, reactor.name, this.checkpoints.get(reactor.name), position);
+    });
+  }
+
+  /**
+   * Runs `write`, which handles `batch` (the events right after each
+   * consumer's checkpoint) and moves their checkpoints to its last position;
+   * returns the batch's length, or 0 when another instance had moved one.
+   */
+  private async commit(
+    consumers: readonly Consumer[],
+    batch: readonly RecordedEvent[],
+    write: (position: string) => Promise<void>,
+  ): Promise<number> {
+    const position = batch.at(-1)!.position;
+    try {
+      await write(position);
     } catch (error) {
       if (!(error instanceof CheckpointMovedError)) throw error;
       // Another instance went on while this one had lost its lock: its rows
-      // stand (this batch rolled back), and this one goes on from there.
+      // stand (a projector's batch rolled back), and this one goes on from there.
       this.options.onError?.(error.consumer, error);
-      for (const p of projectors) this.checkpoints.set(p.name, await this.readCheckpoint(this.db, p.name));
+      for (const c of consumers) this.checkpoints.set(c.name, await this.readCheckpoint(this.db, c.name));
       return 0;
     }
-    for (const projector of projectors) this.advanced(projector.name, position, batch.length);
-    return batch.length;
-  }
-
-  /** Reacts to `batch`, the events right after the reactor's checkpoint, then moves it; returns their number. */
-  private async commitReactions(reactor: Reactor, batch: readonly RecordedEvent[]): Promise<number> {
-    const position = batch.at(-1)!.position;
-    try {
-      for (const event of batch) await reactor.react(event);
-      await this.moveCheckpoint(this.db, reactor.name, this.checkpoints.get(reactor.name), position);
-    } catch (error) {
-      if (!(error instanceof CheckpointMovedError)) throw error;
-      this.options.onError?.(reactor.name, error);
-      this.checkpoints.set(reactor.name, await this.readCheckpoint(this.db, reactor.name));
-      return 0;
+    for (const c of consumers) {
+      this.checkpoints.set(c.name, position);
+      this.options.onBatch?.(c.name, batch.length);
     }
-    this.advanced(reactor.name, position, batch.length);
-    return batch.length;
-  }
-
-  private advanced(name: string, position: string, events: number): void {
-    this.checkpoints.set(name, position);
-    this.options.onBatch?.(name, events);
     for (const notify of [...this.progressed]) notify();
+    return batch.length;
   }
 
   /**

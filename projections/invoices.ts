@@ -5,7 +5,7 @@ import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { invoiceDecider, invoicePaymentView, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
 import { paymentDecider, type Payment, type PaymentEvent } from '../domain/payment.ts';
-import { StreamFolds, upsertRows } from './batch.ts';
+import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
 
@@ -36,7 +36,7 @@ export const invoicesProjector: Projector<Touched> = {
   // Each invoice's and payment's row once, as of its last event in the batch
   // (see batch.ts); the new addresses in one statement, requotes after them.
   async applyBatch(trx: Kysely<ReadModelTables>, batch: readonly RecordedEvent[], { invoices, payments }: Touched) {
-    await upsertRows(trx, 'invoices', ['id'], [...invoices.values()].filter(isPresent).map(invoiceRowOf));
+    await upsertRows(trx, 'invoices', ['id'], rowsOf(invoices.values(), invoiceRowOf));
     const addressRows = batch
       .filter((e) => e.type === 'AddressAssigned' && isInvoiceStream(e.streamId))
       .map((e) => addressRowOf(invoices.get(e.streamId)!.id, e));
@@ -44,11 +44,9 @@ export const invoicesProjector: Projector<Touched> = {
     for (const event of batch) {
       if (event.type === 'AddressRequoted' && isInvoiceStream(event.streamId)) await requoteAddress(trx, event);
     }
-    await upsertRows(trx, 'payments', ['payment_id'], [...payments.values()].filter(isPresent).map(paymentRowOf));
+    await upsertRows(trx, 'payments', ['payment_id'], rowsOf(payments.values(), paymentRowOf));
   },
 };
-
-const isPresent = <T>(value: T | null): value is T => value !== null;
 
 function invoiceRowOf(invoice: Invoice) {
   const view = invoicePaymentView(invoice);
@@ -135,6 +133,6 @@ function paymentRowOf(p: Payment) {
     confirmations: p.confirmations,
     required_confirmations: p.requiredConfirmations,
     detected_at: new Date(p.detectedAt),
-    confirmed_at: p.confirmedAt === null ? null : new Date(p.confirmedAt),
+    confirmed_at: dateOrNull(p.confirmedAt),
   };
 }

@@ -4,7 +4,7 @@ import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { apiKeyDecider, type ApiKey, type ApiKeyEvent } from '../domain/api-key.ts';
 import { merchantDecider, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
-import { StreamFolds, upsertRows } from './batch.ts';
+import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
 
@@ -37,14 +37,8 @@ export const merchantsProjector: Projector<Touched> = {
 
   // Each merchant's and key's row once, as of its last event in the batch (see batch.ts).
   async applyBatch(trx: Kysely<ReadModelTables>, _batch, { merchants, apiKeys }: Touched) {
-    const merchantRows = [...merchants.values()].flatMap((m) => (m ? [merchantRowOf(m)] : []));
-    await upsertRows(trx, 'merchants', ['id'], merchantRows);
-    await upsertRows(
-      trx,
-      'api_keys',
-      ['id'],
-      [...apiKeys.values()].flatMap((k) => (k ? [apiKeyRowOf(k)] : [])),
-    );
+    await upsertRows(trx, 'merchants', ['id'], rowsOf(merchants.values(), merchantRowOf));
+    await upsertRows(trx, 'api_keys', ['id'], rowsOf(apiKeys.values(), apiKeyRowOf));
   },
 };
 
@@ -70,8 +64,8 @@ function apiKeyRowOf(k: ApiKey) {
     key_hash: k.keyHash,
     key_prefix: k.keyPrefix,
     permissions: k.permissions,
-    expires_at: k.expiresAt === null ? null : new Date(k.expiresAt),
-    revoked_at: k.revokedAt === null ? null : new Date(k.revokedAt),
+    expires_at: dateOrNull(k.expiresAt),
+    revoked_at: dateOrNull(k.revokedAt),
     created_at: new Date(k.createdAt),
   };
 }

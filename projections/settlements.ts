@@ -4,12 +4,11 @@ import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { formatUnits } from '../domain/money.ts';
 import { settlementDecider, type Settlement, type SettlementEvent } from '../domain/settlement.ts';
-import { StreamFolds, upsertRows } from './batch.ts';
+import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
 
 const isSettlementStream = (streamId: string) => streamId.startsWith('settlement-');
-const date = (iso: string | null) => (iso === null ? null : new Date(iso));
 
 const settlementFolds = new StreamFolds<Settlement | null, SettlementEvent>(isSettlementStream, settlementDecider);
 
@@ -21,8 +20,7 @@ export const settlementsProjector: Projector<Map<string, Settlement | null>> = {
 
   // Each settlement's row once, as of its last event in the batch (see batch.ts).
   async applyBatch(trx: Kysely<ReadModelTables>, _batch, settlements: Map<string, Settlement | null>) {
-    const rows = [...settlements.values()].flatMap((s) => (s ? [settlementRowOf(s)] : []));
-    await upsertRows(trx, 'settlements', ['id'], rows);
+    await upsertRows(trx, 'settlements', ['id'], rowsOf(settlements.values(), settlementRowOf));
   },
 };
 
@@ -44,10 +42,10 @@ function settlementRowOf(s: Settlement) {
     attempt: s.attempt,
     transaction_hash: s.txHash ?? s.prepared?.txHash ?? null,
     failure_reason: s.failureReason,
-    next_attempt_at: date(s.retryAt),
-    initiated_at: date(s.initiatedAt),
-    completed_at: date(s.completedAt),
-    failed_at: date(s.failedAt),
+    next_attempt_at: dateOrNull(s.retryAt),
+    initiated_at: dateOrNull(s.initiatedAt),
+    completed_at: dateOrNull(s.completedAt),
+    failed_at: dateOrNull(s.failedAt),
     created_at: new Date(s.createdAt),
     updated_at: new Date(s.updatedAt),
   };

@@ -13,12 +13,11 @@ import {
   type SubscriberState,
   type SubscriberStatus,
 } from '../domain/subscriber.ts';
-import { StreamFolds, upsertRows } from './batch.ts';
+import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, SubscribersTable, SubscriptionPlansTable } from './schema.ts';
 
-const date = (iso: string | null) => (iso === null ? null : new Date(iso));
 const iso = (value: Date | string) => new Date(value).toISOString();
 const isPlanStream = (streamId: string) => streamId.startsWith('plan-');
 const isSubscriberStream = (streamId: string) => streamId.startsWith('subscriber-');
@@ -46,13 +45,9 @@ export const subscriptionsProjector: Projector<Touched> = {
 
   // Each plan's and subscriber's row once, as of its last event in the batch (see batch.ts).
   async applyBatch(trx: Kysely<ReadModelTables>, _batch, { plans, subscribers }: Touched) {
-    const planRows = [...plans.values()].flatMap((plan) => (plan ? [planRowOf(plan)] : []));
-    await upsertRows(trx, 'subscription_plans', ['id'], planRows);
-    const subscriberRows = [...subscribers.values()].flatMap((state) => {
-      const subscriber = subscriberIn(state);
-      return subscriber ? [subscriberRowOf(subscriber)] : [];
-    });
-    await upsertRows(trx, 'subscribers', ['id'], subscriberRows);
+    await upsertRows(trx, 'subscription_plans', ['id'], rowsOf(plans.values(), planRowOf));
+    const enrolled = [...subscribers.values()].map(subscriberIn);
+    await upsertRows(trx, 'subscribers', ['id'], rowsOf(enrolled, subscriberRowOf));
   },
 };
 
@@ -68,7 +63,7 @@ function planRowOf(plan: Plan) {
     interval_count: plan.intervalCount,
     grace_period_hours: plan.gracePeriodHours,
     status: plan.status,
-    archived_at: date(plan.archivedAt),
+    archived_at: dateOrNull(plan.archivedAt),
     created_at: new Date(plan.createdAt),
     updated_at: new Date(plan.updatedAt),
   };
@@ -90,10 +85,10 @@ function subscriberRowOf(s: Subscriber) {
     cancel_at_end: s.cancelAtEnd,
     metadata: s.metadata,
     current_invoice_id: invoice.invoiceId,
-    current_invoice_paid_at: date(invoice.paidAt),
-    activated_at: date(s.activatedAt),
-    past_due_at: date(s.pastDueAt),
-    cancelled_at: date(s.cancelledAt),
+    current_invoice_paid_at: dateOrNull(invoice.paidAt),
+    activated_at: dateOrNull(s.activatedAt),
+    past_due_at: dateOrNull(s.pastDueAt),
+    cancelled_at: dateOrNull(s.cancelledAt),
     cancellation_reason: s.cancellationReason,
     created_at: new Date(s.createdAt),
     updated_at: new Date(s.updatedAt),

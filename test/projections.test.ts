@@ -18,6 +18,7 @@ import { invoiceDecider, invoiceStreamName } from '../domain/invoice.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { liveSideBySide, paidInvoiceLife } from './support/paid-invoice-life.ts';
+import { tableRows } from './support/rebuild.ts';
 import { freshPostgres } from './support/postgres.ts';
 
 async function dump(database: SqlDatabase) {
@@ -401,17 +402,7 @@ describe('read models of paid invoices', () => {
     const live = new ProjectionEngine(database, store, projectors, { pollMs: 50 });
     live.start();
     const tables = projectors.flatMap((p) => p.tables);
-    const snapshot = async () =>
-      Object.fromEntries(
-        await Promise.all(
-          tables.map(async (table) => {
-            const { rows } = await sql<{
-              row: string;
-            }>`select to_jsonb(t)::text as row from ${sql.table(table)} t`.execute(database.db);
-            return [table, rows.map((r) => r.row).sort()] as const;
-          }),
-        ),
-      );
+    const snapshot = () => tableRows(database.db, tables);
     try {
       const merchantId = randomUUID();
       const lives = Array.from({ length: 12 }, (_, i) =>

@@ -485,14 +485,10 @@ async function measureRebuild(
 /**
  * The service's invoices projector rebuilding its tables from a log of
  * payments (InvoiceCreated and AddressAssigned, one append per invoice, as
- * the API writes them), on a database of its own; events/s of the last of
- * two rebuilds.
+ * the API writes them).
  */
-async function measureInvoicesRebuild(target: BenchTarget): Promise<number> {
-  const fresh = await target.open();
-  const store = await SqlEventStore.open(fresh.database);
-  try {
-    await ProjectionEngine.migrate(fresh.database, readModelMigrations);
+function measureInvoicesRebuild(target: BenchTarget): Promise<number> {
+  return rebuildRate(target, [invoicesProjector], INVOICES * 2, async (store) => {
     const merchantId = randomUUID();
     let next = 0;
     await Promise.all(
@@ -505,18 +501,7 @@ async function measureInvoicesRebuild(target: BenchTarget): Promise<number> {
         }
       }),
     );
-    const engine = new ProjectionEngine(fresh.database, store, [invoicesProjector], { batchSize: PROJECTION_BATCH });
-    let rate = 0;
-    for (let round = 0; round < REBUILD_ROUNDS; round++) {
-      const { events, ms } = await engine.rebuild(['invoices']);
-      if (events !== INVOICES * 2) throw new Error(`invoices rebuild applied ${events} of ${INVOICES * 2} events`);
-      rate = (events * 1000) / ms;
-    }
-    return rate;
-  } finally {
-    await store.close();
-    await fresh.dispose();
-  }
+  });
 }
 
 /**
@@ -524,35 +509,59 @@ async function measureInvoicesRebuild(target: BenchTarget): Promise<number> {
  * the service writes them: the invoice and its address, the payment detected
  * and confirmed block by block, the invoice paid and confirmed, the
  * settlement prepared, sent and completed, the invoice settled. Lives run
- * LIVES_AT_ONCE at a time, step by step, so that their appends interleave;
- * events/s of the last of two rebuilds.
+ * LIVES_AT_ONCE at a time, step by step, so that their appends interleave.
  */
-async function measureLivesRebuild(target: BenchTarget): Promise<number> {
+function measureLivesRebuild(target: BenchTarget): Promise<number> {
+  const projectors = [merchantsProjector, invoicesProjector, settlementsProjector, subscriptionsProjector];
+  return rebuildRate(
+    target,
+    projectors,
+    LIVES * LIFE_EVENTS,
+    async (store) => {
+      const merchantId = randomUUID();
+      for (let first = 0; first < LIVES; first += LIVES_AT_ONCE) {
+        const lives = Array.from({ length: Math.min(LIVES_AT_ONCE, LIVES - first) }, (_, i) =>
+          paidInvoiceLife(store, merchantId, first + i, { confirmations: LIFE_CONFIRMATIONS }),
+        );
+        await liveSideBySide(lives, WRITERS);
+      }
+    },
+    async (db) => {
+      const [settled] = (
+        await sql<{ n: string }>`select count(*) as n from invoices where settled_amount is not null`.execute(db)
+      ).rows;
+      if (Number(settled!.n) !== LIVES) throw new Error(`the rebuild shows ${settled!.n} settled invoices of ${LIVES}`);
+    },
+  );
+}
+
+/**
+ * Events/s of the last of two rebuilds of `projectors` from the log
+ * `writeLog` writes (`events` of them), on a database of its own; `check`
+ * looks at what the rebuild left.
+ */
+async function rebuildRate(
+  target: BenchTarget,
+  projectors: readonly Projector[],
+  events: number,
+  writeLog: (store: EventStore) => Promise<void>,
+  check?: (db: Kysely<any>) => Promise<void>,
+): Promise<number> {
   const fresh = await target.open();
   const store = await SqlEventStore.open(fresh.database);
   try {
     await ProjectionEngine.migrate(fresh.database, readModelMigrations);
-    const merchantId = randomUUID();
-    for (let first = 0; first < LIVES; first += LIVES_AT_ONCE) {
-      const lives = Array.from({ length: Math.min(LIVES_AT_ONCE, LIVES - first) }, (_, i) =>
-        paidInvoiceLife(store, merchantId, first + i, { confirmations: LIFE_CONFIRMATIONS }),
-      );
-      await liveSideBySide(lives, WRITERS);
-    }
+    await writeLog(store);
     const stored = await store.countAfter(undefined, Number.MAX_SAFE_INTEGER);
-    if (stored !== LIVES * LIFE_EVENTS) throw new Error(`the lives wrote ${stored} events, not ${LIVES * LIFE_EVENTS}`);
-    const projectors = [merchantsProjector, invoicesProjector, settlementsProjector, subscriptionsProjector];
+    if (stored !== events) throw new Error(`the log holds ${stored} events, not ${events}`);
     const engine = new ProjectionEngine(fresh.database, store, projectors, { batchSize: PROJECTION_BATCH });
     let rate = 0;
     for (let round = 0; round < REBUILD_ROUNDS; round++) {
-      const { events, ms } = await engine.rebuild();
-      if (events !== stored) throw new Error(`the rebuild applied ${events} events of ${stored}`);
-      rate = (events * 1000) / ms;
+      const rebuilt = await engine.rebuild();
+      if (rebuilt.events !== events) throw new Error(`the rebuild applied ${rebuilt.events} of ${events} events`);
+      rate = (events * 1000) / rebuilt.ms;
     }
-    const [settled] = await sql<{ n: string }>`select count(*) as n from invoices where settled_amount is not null`
-      .execute(fresh.database.db)
-      .then((r) => r.rows);
-    if (Number(settled!.n) !== LIVES) throw new Error(`the rebuild shows ${settled!.n} settled invoices of ${LIVES}`);
+    await check?.(fresh.database.db);
     return rate;
   } finally {
     await store.close();

@@ -50,6 +50,13 @@ export interface OutgoingTransfer {
    * exactly that on a native payout, so that the merchant gets `amount`.
    */
   fees?: { platform: bigint; network: bigint };
+  /**
+   * The recorded payments this payout pays out (their transaction hash and
+   * output or log index, and amount in base units of `token`). A UTXO chain
+   * spends exactly these coins and no others, so that a payment that arrives
+   * later is never swept with them; an account chain may ignore them.
+   */
+  sources?: { txHash: string; index: number; amount: bigint }[];
 }
 
 /**

@@ -134,6 +134,7 @@ export function paymentsToInvoices(store: EventStore): Reactor {
             txHash: d.txHash,
             detectedAt: d.detectedAt,
             ...(d.paidAt !== undefined && { paidAt: d.paidAt }),
+            outputIndex: d.outputIndex,
           },
           options,
         );

@@ -95,6 +95,8 @@ export type PaymentApplied = DomainEvent<
     detectedAt: string;
     /** When the chain says it was paid (its block's time), if it says; lateness is judged by it. */
     paidAt?: string;
+    /** The output (Bitcoin) or log index in its transaction; absent in payments applied before it was recorded. */
+    outputIndex?: number;
     /** not the token of the invoice's payment quote: recorded, never counted */
     wrongToken: boolean;
     /** arrived after expiry or cancellation: recorded, never counted */
@@ -108,6 +110,28 @@ export type InvoicePaymentConfirmed = DomainEvent<
 >;
 export type PaymentWithdrawn = DomainEvent<'PaymentWithdrawn', { paymentId: string; withdrawnAt: string }>;
 
+/** A counted, confirmed payment as a payout pays it out: transaction, output or log index, base units. */
+export interface ReceivedPayment {
+  paymentId: string;
+  txHash: string;
+  index: number;
+  amount: string;
+}
+
+/**
+ * What a settlement of the invoice pays out, carried by the events that
+ * change it so that the settlement's process manager needs no reads: the
+ * merchant, the deposit address and its derivation index, and the counted
+ * payments that are confirmed. (Absent in events recorded before it was.)
+ */
+export interface Receipts {
+  merchantId: string;
+  address: string;
+  derivationIndex: number;
+  tokenDecimals: number;
+  payments: ReceivedPayment[];
+}
+
 export type InvoiceConfirmed = DomainEvent<
   'InvoiceConfirmed',
   {
@@ -116,7 +140,23 @@ export type InvoiceConfirmed = DomainEvent<
     token: string;
     /** counted total in base units of `token` */
     totalReceived: string;
-  }
+  } & Partial<Receipts>
+>;
+
+/**
+ * After the invoice was first confirmed, its counted and confirmed payments
+ * changed: a reorg withdrew one, or a later one was confirmed. The
+ * settlement follows (re-priced, or raised for a person once paid out).
+ */
+export type InvoiceReceiptsChanged = DomainEvent<
+  'InvoiceReceiptsChanged',
+  {
+    changedAt: string;
+    chain: string;
+    token: string;
+    /** counted, confirmed total in base units of `token` */
+    totalReceived: string;
+  } & Receipts
 >;
 
 export type InvoiceSettled = DomainEvent<
@@ -141,6 +181,7 @@ export type InvoiceEvent =
   | InvoicePaymentConfirmed
   | PaymentWithdrawn
   | InvoiceConfirmed
+  | InvoiceReceiptsChanged
   | InvoiceSettled;
 
 // ---------------------------------------------------------------- commands
@@ -186,6 +227,7 @@ export type InvoiceCommand =
       detectedAt: string;
       /** the block's time: a payment made in time and seen later (the watcher was behind) is not late */
       paidAt?: string;
+      outputIndex?: number;
     }
   | { type: 'ConfirmInvoicePayment'; paymentId: string; confirmedAt: string }
   | { type: 'WithdrawPayment'; paymentId: string; withdrawnAt: string }
@@ -221,6 +263,7 @@ export interface InvoicePayment {
   amount: bigint;
   txHash: string;
   detectedAt: string;
+  outputIndex?: number;
   wrongToken: boolean;
   late: boolean;
   confirmedAt: string | null;
@@ -511,18 +554,70 @@ function expire(command: Extract<InvoiceCommand, { type: 'ExpireInvoice' }>, inv
   return [{ type: 'InvoiceExpired', data: { expiredAt: command.now } }];
 }
 
-/** Appends InvoiceConfirmed when the events leave the invoice paid in full with every counted payment confirmed. */
+/** The counted payments that are confirmed, as a settlement pays them out. */
+function confirmedReceipts(invoice: Invoice, quote: AssignedAddress): Receipts {
+  return {
+    merchantId: invoice.merchantId,
+    address: quote.address,
+    derivationIndex: quote.derivationIndex,
+    tokenDecimals: quote.tokenDecimals,
+    payments: countedPayments(invoice)
+      .filter((p) => p.confirmedAt !== null)
+      .map((p) => ({
+        paymentId: p.paymentId,
+        txHash: p.txHash,
+        index: p.outputIndex ?? 0,
+        amount: p.amount.toString(),
+      })),
+  };
+}
+
+/** What the invoice's settlement pays out now, or undefined before any address was assigned. */
+export function settlementReceipts(invoice: Invoice): (Receipts & { chain: string; token: string }) | undefined {
+  const quote = paymentQuote(invoice);
+  return quote && { chain: quote.chain, token: quote.token, ...confirmedReceipts(invoice, quote) };
+}
+
+const receiptsTotal = (receipts: Receipts) => receipts.payments.reduce((total, p) => total + BigInt(p.amount), 0n);
+
+/**
+ * Appends InvoiceConfirmed when the events leave the invoice paid in full
+ * with every counted payment confirmed; or, on an invoice confirmed before,
+ * InvoiceReceiptsChanged when they change what its settlement pays out.
+ */
 function withConfirmationIfDue(invoice: Invoice, events: InvoiceEvent[], at: string): InvoiceEvent[] {
   const after = events.reduce<Invoice>((state, event) => evolve(state, event) as Invoice, invoice);
   const quote = paymentQuote(after);
-  if (!isReadyToConfirm(after) || quote === undefined) return events;
-  return [
-    ...events,
-    {
+  if (quote === undefined) return events;
+  const receipts = confirmedReceipts(after, quote);
+  if (isReadyToConfirm(after)) {
+    const confirmed: InvoiceConfirmed = {
       type: 'InvoiceConfirmed',
-      data: { confirmedAt: at, chain: quote.chain, token: quote.token, totalReceived: countedTotal(after).toString() },
+      data: {
+        confirmedAt: at,
+        chain: quote.chain,
+        token: quote.token,
+        totalReceived: countedTotal(after).toString(),
+        ...receipts,
+      },
+    };
+    return [...events, confirmed];
+  }
+  if (invoice.confirmedAt === null) return events;
+  const beforeQuote = paymentQuote(invoice);
+  const before = beforeQuote && receiptsTotal(confirmedReceipts(invoice, beforeQuote));
+  if (before === receiptsTotal(receipts) && beforeQuote?.address === quote.address) return events;
+  const changed: InvoiceReceiptsChanged = {
+    type: 'InvoiceReceiptsChanged',
+    data: {
+      changedAt: at,
+      chain: quote.chain,
+      token: quote.token,
+      totalReceived: receiptsTotal(receipts).toString(),
+      ...receipts,
     },
-  ];
+  };
+  return [...events, changed];
 }
 
 function applyPayment(command: Extract<InvoiceCommand, { type: 'ApplyPayment' }>, invoice: Invoice): InvoiceEvent[] {
@@ -549,6 +644,7 @@ function applyPayment(command: Extract<InvoiceCommand, { type: 'ApplyPayment' }>
       txHash: command.txHash,
       detectedAt: command.detectedAt,
       ...(command.paidAt !== undefined && { paidAt: command.paidAt }),
+      ...(command.outputIndex !== undefined && { outputIndex: command.outputIndex }),
       wrongToken,
       late,
     },
@@ -590,7 +686,9 @@ function withdrawPayment(
 
 function settle(command: Extract<InvoiceCommand, { type: 'SettleInvoice' }>, invoice: Invoice): InvoiceEvent[] {
   if (invoice.settlement?.settlementId === command.settlementId) return [];
-  if (invoice.status !== 'confirmed') {
+  // Once paid out, the merchant has the money: a reorg that unconfirmed the
+  // invoice meanwhile (its settlement raised it for a person) does not undo that.
+  if (invoice.confirmedAt === null || invoice.settlement !== null) {
     throw new DomainError('conflict', `Invoice cannot be settled in its current status: ${invoice.status}`);
   }
   return [
@@ -704,6 +802,8 @@ function evolve(state: InvoiceState, event: InvoiceEvent): InvoiceState {
     }
     case 'InvoiceConfirmed':
       return { ...state, status: 'confirmed', confirmedAt: event.data.confirmedAt, updatedAt: event.data.confirmedAt };
+    case 'InvoiceReceiptsChanged':
+      return { ...state, updatedAt: event.data.changedAt };
     case 'InvoiceSettled':
       return { ...state, status: 'settled', settlement: { ...event.data }, updatedAt: event.data.settledAt };
   }

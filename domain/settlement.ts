@@ -5,6 +5,13 @@
 // (and so named by its hash) and recorded before it is broadcast; after a
 // crash the recorded transaction is broadcast again, never a new one, and a
 // new attempt is only made once the chain is known not to have the last one.
+//
+// Nothing here waits in silence: a refusal (fees larger than the amount, the
+// chain or node saying no, the payments withdrawn by a reorg) is an event with
+// a reason the merchant and the operator can read (operations.md §3,
+// `failureReason`). Until a transaction is prepared the settlement follows
+// the invoice's receipts (re-priced) and the merchant's current wallet;
+// after that, a change it can no longer follow is raised for a person.
 import { v5 as uuidv5 } from 'uuid';
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
 
@@ -15,6 +22,22 @@ export const settlementIdOf = (invoiceId: string) => uuidv5(`${invoiceId}/settle
 export const settlementStreamName = (settlementId: string) => `settlement-${settlementId}`;
 
 export type SettlementStatus = 'pending' | 'submitted' | 'completed' | 'failed';
+
+/** Why a settlement is not going on (operations.md §3), as the merchant and the operator see it. */
+export type SettlementFailureReason =
+  | 'no_wallet'
+  | 'fees_exceed_amount'
+  | 'payment_reversed'
+  | 'rejected_by_network'
+  | 'node_unavailable'
+  | 'fee_wallet_empty';
+
+/** A recorded payment a settlement pays out: its transaction, output or log index, and base units. */
+export interface PayoutSource {
+  txHash: string;
+  index: number;
+  amount: string;
+}
 
 export interface SettlementSource {
   chain: string;
@@ -40,6 +63,36 @@ export type SettlementRequested = DomainEvent<
     /** null: the merchant has no wallet on this chain yet; the settlement waits for one. */
     merchantWallet: string | null;
     requestedAt: string;
+    /** The counted, confirmed payments it pays out (absent in settlements requested before it was recorded). */
+    sources?: PayoutSource[];
+  }
+>;
+/**
+ * The amounts changed before any transaction was prepared: the invoice's
+ * receipts changed (a reorg withdrew a payment, a later one was confirmed),
+ * or the network fee was priced anew when the payout was prepared.
+ */
+export type SettlementRepriced = DomainEvent<
+  'SettlementRepriced',
+  {
+    grossAmount: string;
+    platformFee: string;
+    networkFee: string;
+    netAmount: string;
+    sources?: PayoutSource[];
+    cause: 'receipts_changed' | 'network_fee';
+    repricedAt: string;
+  }
+>;
+/** Something a settlement can no longer follow by itself (its payout was prepared already): for a person. */
+export type SettlementAttentionRaised = DomainEvent<
+  'SettlementAttentionRaised',
+  {
+    reason: 'payment_reversed' | 'received_after_payout';
+    /** The invoice's counted, confirmed total now, base units. */
+    grossAmount: string;
+    sources?: PayoutSource[];
+    raisedAt: string;
   }
 >;
 export type SettlementWalletSet = DomainEvent<'SettlementWalletSet', { merchantWallet: string; setAt: string }>;
@@ -54,7 +107,17 @@ export type SettlementSubmitted = DomainEvent<
 >;
 export type SettlementCompleted = DomainEvent<
   'SettlementCompleted',
-  { txHash: string; blockNumber: number; confirmations: number; completedAt: string }
+  {
+    txHash: string;
+    blockNumber: number;
+    confirmations: number;
+    completedAt: string;
+    /** What reached the merchant, so that the invoice can be settled from this event alone (absent in older ones). */
+    invoiceId?: string;
+    netAmount?: string;
+    token?: string;
+    tokenDecimals?: number;
+  }
 >;
 /**
  * `rejected`: the chain refused the transaction outright, so it can never be
@@ -64,7 +127,17 @@ export type SettlementCompleted = DomainEvent<
  */
 export type SettlementFailed = DomainEvent<
   'SettlementFailed',
-  { attempt: number; reason: string; rejected?: boolean; retryAt: string; failedAt: string }
+  {
+    attempt: number;
+    /** What went wrong, in words (the node's or the adapter's message). */
+    reason: string;
+    /** The reason as operations.md names it (absent in older events: `rejected_by_network` or `node_unavailable`). */
+    code?: SettlementFailureReason;
+    rejected?: boolean;
+    /** null: final, no attempt is due (fees_exceed_amount, payment_reversed). */
+    retryAt: string | null;
+    failedAt: string;
+  }
 >;
 export type SettlementRetried = DomainEvent<'SettlementRetried', { attempt: number; retriedAt: string }>;
 
@@ -75,7 +148,9 @@ export type SettlementEvent =
   | SettlementSubmitted
   | SettlementCompleted
   | SettlementFailed
-  | SettlementRetried;
+  | SettlementRetried
+  | SettlementRepriced
+  | SettlementAttentionRaised;
 
 export type SettlementCommand =
   | (SettlementSource & {
@@ -87,13 +162,26 @@ export type SettlementCommand =
       networkFee: bigint;
       platformFeeBps: number;
       merchantWallet: string | null;
+      sources?: PayoutSource[];
       now: string;
     })
+  /** The invoice's counted, confirmed receipts changed after the settlement was requested. */
+  | { type: 'RepriceForReceipts'; grossAmount: bigint; sources?: PayoutSource[]; now: string }
+  /** The network fee of the payout, priced when it is prepared. */
+  | { type: 'PriceNetworkFee'; networkFee: bigint; now: string }
   | { type: 'SetWallet'; merchantWallet: string; now: string }
   | { type: 'PrepareTransaction'; txHash: string; raw: string; now: string }
   | { type: 'MarkSubmitted'; txHash: string; now: string }
   | { type: 'MarkCompleted'; txHash: string; blockNumber: number; confirmations: number; now: string }
-  | { type: 'MarkFailed'; reason: string; rejected: boolean; retryAt: string; now: string }
+  | {
+      type: 'MarkFailed';
+      reason: string;
+      code?: SettlementFailureReason;
+      rejected: boolean;
+      /** null: final, nothing an attempt can change (see SettlementFailed). */
+      retryAt: string | null;
+      now: string;
+    }
   | { type: 'Retry'; now: string };
 
 export interface Settlement extends SettlementSource {
@@ -104,9 +192,14 @@ export interface Settlement extends SettlementSource {
   platformFee: bigint;
   networkFee: bigint;
   netAmount: bigint;
+  platformFeeBps: number;
   merchantWallet: string | null;
   status: SettlementStatus;
   attempt: number;
+  /** Attempts that reached the chain or failed trying: what the merchant sees as `attempts`. */
+  attempts: number;
+  /** The payments paid out, when recorded. */
+  sources: PayoutSource[] | undefined;
   /** The transaction of the current attempt, once prepared; kept across a retry unless the chain rejected it. */
   prepared: { txHash: string; raw: string } | null;
   /** The last failure was the chain refusing the transaction (see SettlementFailed). */
@@ -114,8 +207,13 @@ export interface Settlement extends SettlementSource {
   /** Every transaction ever prepared, so that none is forgotten when a later attempt is made. */
   preparedHashes: string[];
   txHash: string | null;
+  /** The last failure in words. */
   failureReason: string | null;
+  /** Why it is not going on, as operations.md names it; null while nothing stands in its way. */
+  failureCode: SettlementFailureReason | null;
   retryAt: string | null;
+  /** What needs a person, newest last (see SettlementAttentionRaised). */
+  attention: SettlementAttentionRaised['data'][];
   createdAt: string;
   updatedAt: string;
   initiatedAt: string | null;
@@ -130,44 +228,160 @@ export function platformFeeOf(gross: bigint, bps: number): bigint {
   return (gross * BigInt(bps)) / 10_000n;
 }
 
-function decide(command: SettlementCommand, state: SettlementState): SettlementEvent[] {
-  if (command.type === 'RequestSettlement') {
-    if (state) return []; // one settlement per invoice: asking again changes nothing
-    const platformFee = platformFeeOf(command.grossAmount, command.platformFeeBps);
-    const netAmount = command.grossAmount - platformFee - command.networkFee;
-    if (netAmount <= 0n) throw new DomainError('bad_request', 'The amount received does not cover the fees');
+/** The amounts of a payout of `gross` at `bps`, with `networkFee` paid out of it. */
+function amountsOf(gross: bigint, bps: number, networkFee: bigint) {
+  const platformFee = platformFeeOf(gross, bps);
+  const net = gross - platformFee - networkFee;
+  // Fees larger than the amount leave nothing to pay (and fail the settlement), never a negative amount.
+  return { platformFee, networkFee, netAmount: net > 0n ? net : 0n };
+}
+
+const failed = (
+  state: Settlement,
+  code: SettlementFailureReason,
+  reason: string,
+  now: string,
+  retryAt: string | null = null,
+  rejected = false,
+): SettlementFailed => ({
+  type: 'SettlementFailed',
+  data: { attempt: state.attempt, reason, code, ...(rejected && { rejected: true }), retryAt, failedAt: now },
+});
+
+const FEES_EXCEED = 'The amount received does not cover the fees';
+const REVERSED = 'The payments of this settlement were withdrawn by a reorganisation of the chain';
+
+/** Not yet paid out: nothing is prepared, or what was prepared the chain refused for good. */
+const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
+
+function request(command: Extract<SettlementCommand, { type: 'RequestSettlement' }>, state: SettlementState) {
+  // One settlement per invoice: asking again (the invoice confirmed again after a reorg) re-prices it.
+  if (state) return reprice({ ...command, type: 'RepriceForReceipts' }, state);
+  const { platformFee, netAmount } = amountsOf(command.grossAmount, command.platformFeeBps, command.networkFee);
+  const requested: SettlementRequested = {
+    type: 'SettlementRequested',
+    data: {
+      settlementId: command.settlementId,
+      invoiceId: command.invoiceId,
+      merchantId: command.merchantId,
+      chain: command.chain,
+      token: command.token,
+      tokenDecimals: command.tokenDecimals,
+      fromAddress: command.fromAddress,
+      derivationIndex: command.derivationIndex,
+      grossAmount: command.grossAmount.toString(),
+      platformFee: platformFee.toString(),
+      networkFee: command.networkFee.toString(),
+      netAmount: netAmount.toString(),
+      platformFeeBps: command.platformFeeBps,
+      merchantWallet: command.merchantWallet,
+      requestedAt: command.now,
+      ...(command.sources && { sources: command.sources }),
+    },
+  };
+  if (netAmount > 0n) return [requested];
+  // Recorded, and failed where everyone can see why, rather than refused in silence.
+  const created = evolve(null, requested)!;
+  return [requested, failed(created, 'fees_exceed_amount', FEES_EXCEED, command.now)];
+}
+
+/**
+ * The invoice's counted, confirmed receipts changed. Before a payout is
+ * prepared the settlement takes the new amount (or fails when nothing is
+ * left to pay); after, the change is raised for a person, since the payout
+ * may already be on its way.
+ */
+function reprice(
+  command: Extract<SettlementCommand, { type: 'RepriceForReceipts' }>,
+  state: Settlement,
+): SettlementEvent[] {
+  if (command.grossAmount === state.grossAmount) return [];
+  if (!isUnprepared(state) || state.status === 'completed') {
+    const reason = command.grossAmount < state.grossAmount ? 'payment_reversed' : 'received_after_payout';
+    const last = state.attention.at(-1);
+    if (last?.reason === reason && last.grossAmount === command.grossAmount.toString()) return [];
     return [
       {
-        type: 'SettlementRequested',
+        type: 'SettlementAttentionRaised',
         data: {
-          settlementId: command.settlementId,
-          invoiceId: command.invoiceId,
-          merchantId: command.merchantId,
-          chain: command.chain,
-          token: command.token,
-          tokenDecimals: command.tokenDecimals,
-          fromAddress: command.fromAddress,
-          derivationIndex: command.derivationIndex,
+          reason,
           grossAmount: command.grossAmount.toString(),
-          platformFee: platformFee.toString(),
-          networkFee: command.networkFee.toString(),
-          netAmount: netAmount.toString(),
-          platformFeeBps: command.platformFeeBps,
-          merchantWallet: command.merchantWallet,
-          requestedAt: command.now,
+          ...(command.sources && { sources: command.sources }),
+          raisedAt: command.now,
         },
       },
     ];
   }
+  const repriced = repricedTo(
+    state,
+    command.grossAmount,
+    state.networkFee,
+    'receipts_changed',
+    command.now,
+    command.sources,
+  );
+  if (command.grossAmount === 0n) {
+    return [repriced, failed(evolve(state, repriced)!, 'payment_reversed', REVERSED, command.now)];
+  }
+  return withFeesFailure(state, repriced, command.now);
+}
+
+/** The settlement re-priced to `gross` with `networkFee` paid out of it. */
+function repricedTo(
+  state: Settlement,
+  gross: bigint,
+  networkFee: bigint,
+  cause: SettlementRepriced['data']['cause'],
+  now: string,
+  sources?: PayoutSource[],
+): SettlementRepriced {
+  const amounts = amountsOf(gross, state.platformFeeBps, networkFee);
+  return {
+    type: 'SettlementRepriced',
+    data: {
+      grossAmount: gross.toString(),
+      platformFee: amounts.platformFee.toString(),
+      networkFee: amounts.networkFee.toString(),
+      netAmount: amounts.netAmount.toString(),
+      ...(sources && { sources }),
+      cause,
+      repricedAt: now,
+    },
+  };
+}
+
+/** The re-pricing, and the settlement failed for good when it leaves nothing to pay. */
+function withFeesFailure(state: Settlement, repriced: SettlementRepriced, now: string): SettlementEvent[] {
+  if (BigInt(repriced.data.netAmount) > 0n) return [repriced];
+  return [repriced, failed(evolve(state, repriced)!, 'fees_exceed_amount', FEES_EXCEED, now)];
+}
+
+function priceNetworkFee(
+  command: Extract<SettlementCommand, { type: 'PriceNetworkFee' }>,
+  state: Settlement,
+): SettlementEvent[] {
+  if (state.status !== 'pending' || state.prepared !== null || command.networkFee === state.networkFee) return [];
+  if (command.networkFee < 0n) throw new DomainError('bad_request', 'A network fee cannot be negative');
+  const repriced = repricedTo(state, state.grossAmount, command.networkFee, 'network_fee', command.now);
+  return withFeesFailure(state, repriced, command.now);
+}
+
+function decide(command: SettlementCommand, state: SettlementState): SettlementEvent[] {
+  if (command.type === 'RequestSettlement') return request(command, state);
   if (!state) throw new DomainError('not_found', 'Settlement not found');
   switch (command.type) {
+    case 'RepriceForReceipts':
+      return reprice(command, state);
+    case 'PriceNetworkFee':
+      return priceNetworkFee(command, state);
     case 'SetWallet':
-      // The destination is fixed once a transaction has been prepared for it.
-      if (state.merchantWallet !== null || state.prepared !== null) return [];
+      // The merchant's current wallet, until a transaction for some wallet is prepared.
+      if (state.merchantWallet === command.merchantWallet || !isUnprepared(state)) return [];
       return [{ type: 'SettlementWalletSet', data: { merchantWallet: command.merchantWallet, setAt: command.now } }];
     case 'PrepareTransaction':
       if (state.status !== 'pending' || state.prepared !== null) return [];
       if (state.merchantWallet === null) throw new DomainError('conflict', 'The merchant has no wallet for this chain');
+      if (state.netAmount <= 0n) throw new DomainError('conflict', FEES_EXCEED);
       return [
         {
           type: 'SettlementTransactionPrepared',
@@ -197,28 +411,34 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
             blockNumber: command.blockNumber,
             confirmations: command.confirmations,
             completedAt: command.now,
+            invoiceId: state.invoiceId,
+            netAmount: state.netAmount.toString(),
+            token: state.token,
+            tokenDecimals: state.tokenDecimals,
           },
         },
       ];
     case 'MarkFailed':
       if (state.status === 'completed' || state.status === 'failed') return [];
       return [
-        {
-          type: 'SettlementFailed',
-          data: {
-            attempt: state.attempt,
-            reason: command.reason,
-            ...(command.rejected && { rejected: true }),
-            retryAt: command.retryAt,
-            failedAt: command.now,
-          },
-        },
+        failed(
+          state,
+          command.code ?? (command.rejected ? 'rejected_by_network' : 'node_unavailable'),
+          command.reason,
+          command.now,
+          command.retryAt,
+          command.rejected,
+        ),
       ];
     case 'Retry':
-      if (state.status !== 'failed') return [];
+      if (state.status !== 'failed' || state.retryAt === null) return [];
       return [{ type: 'SettlementRetried', data: { attempt: state.attempt + 1, retriedAt: command.now } }];
   }
 }
+
+/** The failure code of an event recorded before codes were (a rejection, or an unknown outcome). */
+const codeOf = (d: SettlementFailed['data']): SettlementFailureReason =>
+  d.code ?? (d.rejected ? 'rejected_by_network' : 'node_unavailable');
 
 function evolve(state: SettlementState, event: SettlementEvent): SettlementState {
   if (event.type === 'SettlementRequested') {
@@ -236,15 +456,20 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       platformFee: BigInt(d.platformFee),
       networkFee: BigInt(d.networkFee),
       netAmount: BigInt(d.netAmount),
+      platformFeeBps: d.platformFeeBps,
       merchantWallet: d.merchantWallet,
       status: 'pending',
       attempt: 1,
+      attempts: 0,
+      sources: d.sources,
       prepared: null,
       rejected: false,
       preparedHashes: [],
       txHash: null,
       failureReason: null,
+      failureCode: d.merchantWallet === null ? 'no_wallet' : null,
       retryAt: null,
+      attention: [],
       createdAt: d.requestedAt,
       updatedAt: d.requestedAt,
       initiatedAt: null,
@@ -254,8 +479,30 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
   }
   if (!state) throw new Error(`${event.type} before SettlementRequested`);
   switch (event.type) {
+    case 'SettlementRepriced': {
+      const d = event.data;
+      const reopened = state.status === 'failed' && state.retryAt === null;
+      return {
+        ...state,
+        grossAmount: BigInt(d.grossAmount),
+        platformFee: BigInt(d.platformFee),
+        networkFee: BigInt(d.networkFee),
+        netAmount: BigInt(d.netAmount),
+        sources: d.sources ?? state.sources,
+        // A final failure (nothing left to pay) goes on once there is something again.
+        ...(reopened && { status: 'pending' as const, failureCode: null, failureReason: null, failedAt: null }),
+        updatedAt: d.repricedAt,
+      };
+    }
+    case 'SettlementAttentionRaised':
+      return { ...state, attention: [...state.attention, event.data], updatedAt: event.data.raisedAt };
     case 'SettlementWalletSet':
-      return { ...state, merchantWallet: event.data.merchantWallet, updatedAt: event.data.setAt };
+      return {
+        ...state,
+        merchantWallet: event.data.merchantWallet,
+        failureCode: state.failureCode === 'no_wallet' ? null : state.failureCode,
+        updatedAt: event.data.setAt,
+      };
     case 'SettlementTransactionPrepared':
       return {
         ...state,
@@ -267,7 +514,9 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       return {
         ...state,
         status: 'submitted',
+        attempts: state.attempts + 1,
         txHash: event.data.txHash,
+        failureCode: null,
         initiatedAt: event.data.submittedAt,
         updatedAt: event.data.submittedAt,
       };
@@ -276,6 +525,7 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
         ...state,
         status: 'completed',
         txHash: event.data.txHash,
+        failureCode: null,
         completedAt: event.data.completedAt,
         updatedAt: event.data.completedAt,
       };
@@ -283,7 +533,9 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       return {
         ...state,
         status: 'failed',
+        attempts: state.attempts + 1,
         failureReason: event.data.reason,
+        failureCode: codeOf(event.data),
         rejected: event.data.rejected === true,
         retryAt: event.data.retryAt,
         failedAt: event.data.failedAt,

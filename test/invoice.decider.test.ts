@@ -134,9 +134,31 @@ const paymentConfirmed = (n: number, minute = 8): InvoiceEvent => ({
   type: 'InvoicePaymentConfirmed',
   data: { paymentId: `payment-${n}`, confirmedAt: at(minute) },
 });
-const invoiceConfirmed = (totalReceived: string, minute = 8, token = 'USDT'): InvoiceEvent => ({
+/** What a settlement of the USDT quote pays out: the counted, confirmed payments, as [n, base units]. */
+const receipts = (payments: [number, string][]) => ({
+  merchantId: MERCHANT_ID,
+  address: USDT_ADDRESS,
+  derivationIndex: 7,
+  tokenDecimals: 6,
+  payments: payments.map(([n, amount]) => ({ paymentId: `payment-${n}`, txHash: `0xtx${n}`, index: 0, amount })),
+});
+const invoiceConfirmed = (
+  totalReceived: string,
+  minute = 8,
+  payments: [number, string][] = [[1, totalReceived]],
+): InvoiceEvent => ({
   type: 'InvoiceConfirmed',
-  data: { confirmedAt: at(minute), chain: 'ethereum', token, totalReceived },
+  data: { confirmedAt: at(minute), chain: 'ethereum', token: 'USDT', totalReceived, ...receipts(payments) },
+});
+const receiptsChanged = (minute: number, payments: [number, string][]): InvoiceEvent => ({
+  type: 'InvoiceReceiptsChanged',
+  data: {
+    changedAt: at(minute),
+    chain: 'ethereum',
+    token: 'USDT',
+    totalReceived: payments.reduce((total, [, amount]) => total + BigInt(amount), 0n).toString(),
+    ...receipts(payments),
+  },
 });
 const withdraw = (n: number, minute = 9): InvoiceCommand => ({
   type: 'WithdrawPayment',
@@ -466,7 +488,14 @@ describe('invoice: payments and the 1% tolerance', () => {
       .then([paymentConfirmed(3, 9)]);
     given([...allPaid, paymentConfirmed(1), paymentConfirmed(3, 9)])
       .when(confirm(2, 10))
-      .then([paymentConfirmed(2, 10), invoiceConfirmed('100000000', 10)]);
+      .then([
+        paymentConfirmed(2, 10),
+        invoiceConfirmed('100000000', 10, [
+          [1, '30000000'],
+          [2, '30000000'],
+          [3, '40000000'],
+        ]),
+      ]);
   });
 
   it('records an overpayment and confirms it', () => {
@@ -491,9 +520,16 @@ describe('invoice: payments and the 1% tolerance', () => {
     assert.equal(invoiceAfter(history).status, 'confirmed');
     assert.equal(viewOf(history).paymentIssueType, 'overpaid');
     assert.equal(viewOf(history).totalReceivedAmount, '120.00000000');
+    // What its settlement pays out grew: the settlement follows (re-priced, or raised once paid out).
     given(history)
       .when(confirm(2, 11))
-      .then([paymentConfirmed(2, 11)]);
+      .then([
+        paymentConfirmed(2, 11),
+        receiptsChanged(11, [
+          [1, '100000000'],
+          [2, '20000000'],
+        ]),
+      ]);
   });
 
   it('is idempotent: the same payment applied twice, or confirmed twice, decides nothing', () => {
@@ -581,7 +617,7 @@ describe('invoice: exceptions', () => {
     const history = [...open, applied(wrong, { wrongToken: true }), applied(right)];
     given(history)
       .when(confirm(2))
-      .then([paymentConfirmed(2), invoiceConfirmed('100000000')]);
+      .then([paymentConfirmed(2), invoiceConfirmed('100000000', 8, [[2, '100000000']])]);
   });
 
   it('locks the invoice to the quote of its first counted payment', () => {
@@ -714,7 +750,7 @@ describe('invoice: reorgs', () => {
   it('takes a confirmed invoice back to pending when its payment is reorged out', () => {
     given(confirmedInvoice)
       .when(withdraw(1, 10))
-      .then([withdrawn(1, 10)]);
+      .then([withdrawn(1, 10), receiptsChanged(10, [])]);
     assert.equal(invoiceAfter([...confirmedInvoice, withdrawn(1, 10)]).status, 'pending');
   });
 
@@ -770,6 +806,12 @@ describe('invoice: settlement', () => {
     given([...confirmedInvoice, settled])
       .when(settleCommand)
       .then([]);
+  });
+
+  it('settles an invoice paid out before a reorg unconfirmed it: the merchant has the money', () => {
+    const reorged = [...confirmedInvoice, withdrawn(1, 10), receiptsChanged(10, [])];
+    given(reorged).when(settleCommand).then([settled]);
+    assert.equal(invoiceAfter([...reorged, settled]).status, 'settled');
   });
 
   it('refuses to settle an invoice that is not confirmed', () => {

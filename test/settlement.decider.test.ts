@@ -59,12 +59,41 @@ const submitted = (txHash = '0xaa', attempt = 1): SettlementEvent => ({
 });
 const failed: SettlementEvent = {
   type: 'SettlementFailed',
-  data: { attempt: 1, reason: 'node down', retryAt: T1, failedAt: T0 },
+  data: { attempt: 1, reason: 'node down', code: 'node_unavailable', retryAt: T1, failedAt: T0 },
 };
 const rejected: SettlementEvent = {
   type: 'SettlementFailed',
-  data: { attempt: 1, reason: 'insufficient funds', rejected: true, retryAt: T1, failedAt: T0 },
+  data: {
+    attempt: 1,
+    reason: 'insufficient funds',
+    code: 'rejected_by_network',
+    rejected: true,
+    retryAt: T1,
+    failedAt: T0,
+  },
 };
+const failedFor = (code: 'fees_exceed_amount' | 'payment_reversed', reason: string, at = T0): SettlementEvent => ({
+  type: 'SettlementFailed',
+  data: { attempt: 1, reason, code, retryAt: null, failedAt: at },
+});
+const FEES = 'The amount received does not cover the fees';
+const REVERSED = 'The payments of this settlement were withdrawn by a reorganisation of the chain';
+const repriced = (gross: string, platform: string, network: string, net: string, at = T1): SettlementEvent => ({
+  type: 'SettlementRepriced',
+  data: {
+    grossAmount: gross,
+    platformFee: platform,
+    networkFee: network,
+    netAmount: net,
+    cause: 'receipts_changed',
+    repricedAt: at,
+  },
+});
+const receipts = (gross: bigint, at = T1): SettlementCommand => ({
+  type: 'RepriceForReceipts',
+  grossAmount: gross,
+  now: at,
+});
 const retried: SettlementEvent = { type: 'SettlementRetried', data: { attempt: 2, retriedAt: T1 } };
 
 describe('settlement decider', () => {
@@ -75,6 +104,10 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested('TWallet')])
       .when(request('TWallet'))
       .then([]);
+    // Asked again with other receipts (the invoice confirmed again after a reorg): re-priced.
+    given(settlementDecider, [requested('TWallet')])
+      .when(request('TWallet', 50_000_000n))
+      .then([repriced('50000000', '500000', '0', '49500000', T0)]);
   });
 
   it('rounds the platform fee down, never charging more than the rate', () => {
@@ -84,21 +117,100 @@ describe('settlement decider', () => {
     assert.equal(platformFeeOf(10_000n, 250), 250n);
   });
 
-  it('refuses a payout the fees would eat', () => {
-    given(settlementDecider, [])
-      .when({ ...request('TWallet', 1n), networkFee: 1n } as SettlementCommand)
-      .thenError('bad_request', 'The amount received does not cover the fees');
+  it('records a payout the fees would eat, failed for good with its reason, instead of refusing it unseen', () => {
+    const small = { ...request('TWallet', 1n), networkFee: 1n } as SettlementCommand;
+    const [created, fail] = settlementDecider.decide(small, null);
+    assert.equal(created!.type, 'SettlementRequested');
+    assert.deepEqual(fail, failedFor('fees_exceed_amount', FEES));
+    const state = given(settlementDecider, [created!, fail!]).state!;
+    assert.equal(state.status, 'failed');
+    assert.equal(state.failureCode, 'fees_exceed_amount');
+    assert.equal(state.retryAt, null);
+    given(settlementDecider, [created!, fail!]).when({ type: 'Retry', now: T1 }).then([]);
   });
 
-  it('waits for a wallet, then takes the one set, once', () => {
+  it('prices the network fee when the payout is prepared, and fails visibly when it takes everything', () => {
+    given(settlementDecider, [requested('TWallet')])
+      .when({ type: 'PriceNetworkFee', networkFee: 2_000_000n, now: T1 })
+      .then([
+        {
+          type: 'SettlementRepriced',
+          data: {
+            grossAmount: '100000000',
+            platformFee: '1000000',
+            networkFee: '2000000',
+            netAmount: '97000000',
+            cause: 'network_fee',
+            repricedAt: T1,
+          },
+        },
+      ]);
+    given(settlementDecider, [requested('TWallet')])
+      .when({ type: 'PriceNetworkFee', networkFee: 0n, now: T1 })
+      .then([]);
+    const eaten = settlementDecider.decide(
+      { type: 'PriceNetworkFee', networkFee: 99_000_000n, now: T1 },
+      given(settlementDecider, [requested('TWallet')]).state,
+    );
+    assert.deepEqual(eaten[1], failedFor('fees_exceed_amount', FEES, T1));
+    // Once a transaction is prepared its fee is what it is.
+    given(settlementDecider, [requested('TWallet'), prepared()])
+      .when({ type: 'PriceNetworkFee', networkFee: 5n, now: T1 })
+      .then([]);
+  });
+
+  it("waits for a wallet, takes the merchant's current one until a transaction is prepared, then keeps it", () => {
     given(settlementDecider, [requested(null)])
       .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T0 })
       .thenError('conflict', 'The merchant has no wallet for this chain');
+    assert.equal(given(settlementDecider, [requested(null)]).state!.failureCode, 'no_wallet');
     given(settlementDecider, [requested(null)])
       .when({ type: 'SetWallet', merchantWallet: 'TNew', now: T1 })
       .then([{ type: 'SettlementWalletSet', data: { merchantWallet: 'TNew', setAt: T1 } }]);
+    // A wallet replaced before anything was prepared (a compromised one rotated) is the one paid.
     given(settlementDecider, [requested('TOld')])
       .when({ type: 'SetWallet', merchantWallet: 'TNew', now: T1 })
+      .then([{ type: 'SettlementWalletSet', data: { merchantWallet: 'TNew', setAt: T1 } }]);
+    given(settlementDecider, [requested('TOld')])
+      .when({ type: 'SetWallet', merchantWallet: 'TOld', now: T1 })
+      .then([]);
+    given(settlementDecider, [requested('TOld'), prepared()])
+      .when({ type: 'SetWallet', merchantWallet: 'TNew', now: T1 })
+      .then([]);
+  });
+
+  it('follows the receipts until prepared: re-priced, failed when a reorg took everything, reopened when it comes back', () => {
+    given(settlementDecider, [requested('TWallet')])
+      .when(receipts(120_000_000n))
+      .then([repriced('120000000', '1200000', '0', '118800000')]);
+    given(settlementDecider, [requested('TWallet')])
+      .when(receipts(100_000_000n))
+      .then([]);
+    given(settlementDecider, [requested('TWallet')])
+      .when(receipts(0n))
+      .then([repriced('0', '0', '0', '0'), failedFor('payment_reversed', REVERSED, T1)]);
+    const reversed = [requested('TWallet'), repriced('0', '0', '0', '0'), failedFor('payment_reversed', REVERSED, T1)];
+    assert.equal(given(settlementDecider, reversed).state!.failureCode, 'payment_reversed');
+    // The payment is mined again: the settlement goes on.
+    const back = given(settlementDecider, [...reversed, repriced('100000000', '1000000', '0', '99000000')]).state!;
+    assert.equal(back.status, 'pending');
+    assert.equal(back.failureCode, null);
+    assert.equal(back.netAmount, 99_000_000n);
+  });
+
+  it('raises a change of receipts after the payout was prepared for a person, once', () => {
+    const raised = (reason: string, gross: string): SettlementEvent => ({
+      type: 'SettlementAttentionRaised',
+      data: { reason, grossAmount: gross, raisedAt: T1 } as never,
+    });
+    given(settlementDecider, [requested('TWallet'), prepared()])
+      .when(receipts(0n))
+      .then([raised('payment_reversed', '0')]);
+    given(settlementDecider, [requested('TWallet'), prepared(), submitted()])
+      .when(receipts(130_000_000n))
+      .then([raised('received_after_payout', '130000000')]);
+    given(settlementDecider, [requested('TWallet'), prepared(), raised('payment_reversed', '0')])
+      .when(receipts(0n))
       .then([]);
   });
 
@@ -125,7 +237,19 @@ describe('settlement decider', () => {
     given(settlementDecider, history)
       .when({ type: 'MarkCompleted', txHash: '0xaa', blockNumber: 9, confirmations: 19, now: T1 })
       .then([
-        { type: 'SettlementCompleted', data: { txHash: '0xaa', blockNumber: 9, confirmations: 19, completedAt: T1 } },
+        {
+          type: 'SettlementCompleted',
+          data: {
+            txHash: '0xaa',
+            blockNumber: 9,
+            confirmations: 19,
+            completedAt: T1,
+            invoiceId: '6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10',
+            netAmount: '99000000',
+            token: 'USDT',
+            tokenDecimals: 6,
+          },
+        },
       ]);
     given(settlementDecider, [...history, submitted('0xaa', 2)])
       .when({ type: 'MarkSubmitted', txHash: '0xaa', now: T1 })

@@ -17,7 +17,7 @@ import type { Config } from './config.ts';
 import { errorBody, handleError, sendError } from './errors.ts';
 import type { Metrics } from './metrics.ts';
 import type { RateLimiter } from './rate-limit.ts';
-import { adminRoutes, type OperatorWallet } from './routes/admin.ts';
+import { adminRoutes, type ChainCondition, type OperatorWallet } from './routes/admin.ts';
 import { catalogueRoutes } from './routes/catalogue.ts';
 import { healthRoutes } from './routes/health.ts';
 import { invoiceRoutes } from './routes/invoices.ts';
@@ -46,6 +46,8 @@ export interface AppDeps {
   webhooks: WebhookRouteDeps;
   /** GET /admin/v1/wallets: each enabled chain's fee wallet and treasury. */
   wallets: () => Promise<OperatorWallet[]>;
+  /** How each chain's watcher sees its node, for GET /admin/v1/attention. */
+  chainConditions?: () => ChainCondition[];
   /** Why `address` cannot be a settlement wallet on `chain`, or undefined when it can. */
   settlementWalletProblem: (chain: ChainName, address: string) => Promise<string | undefined>;
   adminToken: string;

@@ -28,7 +28,8 @@ import { SandboxClock } from '../adapters/sandbox-clock.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
 import { ChainWatcher } from '../commands/chain-watcher.ts';
 import { ExpiryScheduler } from '../commands/expiry.ts';
-import { SettlementSweeper, settlementManager } from '../commands/settlements.ts';
+import { SettlementPayouts, settlementManager } from '../commands/settlements.ts';
+import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
 import type { ChainAdapter } from '../adapters/chains/port.ts';
 import { WebhookDeliveryWorker, migrateWebhookDeliveries } from '../commands/webhook-delivery.ts';
 import { webhookEvents } from '../commands/webhook-events.ts';
@@ -118,6 +119,7 @@ export async function startService(
   await ProjectionEngine.migrate(database, readModelMigrations);
   await ChainWatcher.migrate(database);
   await migrateWebhookDeliveries(database);
+  await migratePayoutQueue(database);
 
   const production = config.appEnv === 'production';
   const sandboxClock = production ? undefined : await SandboxClock.open(store);
@@ -155,6 +157,8 @@ export async function startService(
     chains: new Map<ChainName, ChainAdapter>([...ledgers, ...nodeChains]),
     platformFeeBps: config.platformFeeBps,
     requiredConfirmations: config.requiredConfirmations,
+    onRefused: (error: Error, event: { type: string; streamId: string }) =>
+      log?.warn({ err: error, event: event.type, stream: event.streamId }, 'settlement command refused'),
   };
   const webhookPolicy = { production, allowPrivateTargets: config.webhookAllowPrivateTargets };
   const webhooks = new WebhookDeliveryWorker(database, {
@@ -162,13 +166,22 @@ export async function startService(
     ...(config.webhookRetryDelaysMs && { schedule: config.webhookRetryDelaysMs }),
     onError: (error) => log?.error({ err: error }, 'webhook delivery failed'),
   });
+  // Started once the watchers are: it pays out what the log says is due.
+  const sweeper = new PayoutEngine(
+    database,
+    [new SettlementPayouts(settlementDeps)],
+    [...settlementDeps.chains.keys()],
+    clock,
+    { onError: (error) => log?.error({ err: error }, 'payout step failed') },
+  );
   const projections = new ProjectionEngine(
     database,
     store,
     [
       ...projectors,
       paymentsToInvoices(store),
-      settlementManager(settlementDeps, database.db),
+      settlementManager(settlementDeps),
+      payoutQueueProjector,
       webhookEvents,
       subscriptionManager(store, subscriptions),
       subscriberHooks,
@@ -178,6 +191,8 @@ export async function startService(
         metrics.projected.inc({ projection: name }, events);
         // The outbox has new rows: send them now rather than at the next poll.
         if (name === webhookEvents.name || name === subscriberHooks.name) webhooks.poke();
+        // Payouts became due: look at them now rather than at the next poll.
+        if (name === payoutQueueProjector.name) sweeper.poke();
       },
       onError: (name, error) => log?.error({ err: error, projection: name }, 'projection failed'),
     },
@@ -207,9 +222,6 @@ export async function startService(
     },
   });
   expiry.start();
-  const sweeper = new SettlementSweeper(settlementDeps, database.db, {
-    onError: (error) => log?.error({ err: error }, 'settlement step failed'),
-  });
   sweeper.start();
   const renewals = new RenewalScheduler(database.db, subscriptions, clock, {
     onError: (error) => log?.error({ err: error }, 'subscription renewal failed'),

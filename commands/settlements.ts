@@ -1,29 +1,44 @@
-// Settlement: the process manager that asks for one when an invoice is
-// confirmed, and the sweeper that pays it out through the chain port.
-import type { Kysely } from 'kysely';
+// Settlement: the process manager that runs the settlement saga
+// (domain/settlement-saga.ts), and the payout kind through which the payout
+// engine (payouts.ts) pays a settlement out.
 import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
-import { TransactionRejectedError, type ChainAdapter } from '../adapters/chains/port.ts';
+import {
+  PayoutRefusedError,
+  TransactionRejectedError,
+  type ChainAdapter,
+  type PreparedTransaction,
+} from '../adapters/chains/port.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { DomainError } from '../domain/decider.ts';
-import { invoiceDecider, invoiceStreamName, paymentQuote } from '../domain/invoice.ts';
-import { merchantDecider, merchantStream, type MerchantEvent } from '../domain/merchant.ts';
-import { formatUnits } from '../domain/money.ts';
+import {
+  invoiceDecider,
+  invoiceStreamName,
+  settlementReceipts,
+  type InvoiceConfirmed,
+  type InvoiceReceiptsChanged,
+} from '../domain/invoice.ts';
+import { merchantDecider, merchantStream } from '../domain/merchant.ts';
+import { reactToSettlementEvent, type SettlementSagaEvent } from '../domain/settlement-saga.ts';
 import {
   settlementDecider,
-  settlementIdOf,
   settlementStreamName,
+  type Settlement,
   type SettlementCommand,
-  type SettlementEvent,
+  type SettlementCompleted,
+  type SettlementFailureReason,
 } from '../domain/settlement.ts';
 import type { Reactor } from '../projections/engine.ts';
-import type { ReadModelTables } from '../projections/schema.ts';
 import { handleCommand, loadState } from './handle.ts';
-import { Periodic, type PeriodicOptions } from './periodic.ts';
+import type { PayoutKind, PayoutLook } from './payouts.ts';
 
 /** Growing delays between attempts of a failed payout. */
 const RETRY_DELAYS_MS = [10_000, 60_000, 5 * 60_000, 30 * 60_000, 2 * 3600_000, 6 * 3600_000];
+/** How soon a payout on its way is looked at again for its confirmations. */
+const CONFIRMATION_LOOK_MS = 2_000;
+/** How soon a settlement waiting for the merchant's wallet looks again (setting one also wakes it). */
+const WALLET_LOOK_MS = 60_000;
 
 export interface SettlementDeps {
   store: EventStore;
@@ -31,239 +46,242 @@ export interface SettlementDeps {
   chains: ReadonlyMap<ChainName, ChainAdapter>;
   platformFeeBps: number;
   requiredConfirmations: Record<ChainName, number>;
+  /** A command the domain refused: deterministic, so it is not retried, but it is never dropped unseen. */
+  onRefused?: (error: DomainError, event: RecordedEvent) => void;
+}
+
+/** The saga's input, from a recorded event; events recorded before they carried what it needs are completed here. */
+async function sagaInput(store: EventStore, recorded: RecordedEvent): Promise<SettlementSagaEvent | undefined> {
+  if (recorded.type === 'InvoiceConfirmed' || recorded.type === 'InvoiceReceiptsChanged') {
+    const invoiceId = recorded.streamId.slice('invoice-'.length);
+    const event = { type: recorded.type, data: recorded.data } as InvoiceConfirmed | InvoiceReceiptsChanged;
+    if (event.type === 'InvoiceConfirmed' && event.data.merchantId === undefined) {
+      const invoice = await loadState(store, invoiceDecider, recorded.streamId);
+      const receipts = invoice && settlementReceipts(invoice);
+      if (!receipts) return undefined;
+      return { invoiceId, event: { type: 'InvoiceConfirmed', data: { ...event.data, ...receipts } } };
+    }
+    return { invoiceId, event };
+  }
+  if (recorded.type === 'SettlementCompleted') {
+    const event = { type: recorded.type, data: recorded.data } as SettlementCompleted;
+    if (event.data.invoiceId !== undefined) return { event };
+    const s = await loadState(store, settlementDecider, recorded.streamId);
+    if (!s) return undefined;
+    const { invoiceId, netAmount, token, tokenDecimals } = s;
+    return {
+      event: { ...event, data: { ...event.data, invoiceId, netAmount: netAmount.toString(), token, tokenDecimals } },
+    };
+  }
+  return undefined;
 }
 
 /**
- * Invoice confirmed → settlement requested (one per invoice, its id derived
- * from the invoice); merchant wallet set → waiting settlements get it;
- * settlement completed → invoice settled.
+ * Runs the settlement saga: invoice confirmed → settlement requested;
+ * receipts changed → settlement re-priced (or raised for a person);
+ * settlement completed → invoice settled. Its commands derive their event
+ * ids from the causing event, so a repeat after a crash appends nothing.
  */
-export function settlementManager(
-  { store, clock, chains, platformFeeBps }: SettlementDeps,
-  db: Kysely<ReadModelTables>,
-): Reactor {
-  const now = () => clock.now().toISOString();
-  const settle = (settlementId: string, command: SettlementCommand, causationId: string) =>
-    handleCommand(store, settlementDecider, settlementStreamName(settlementId), command, { causationId });
-
-  async function requestFor(invoiceId: string, causationId: string) {
-    const invoice = await loadState(store, invoiceDecider, invoiceStreamName(invoiceId));
-    const quote = invoice && paymentQuote(invoice);
-    if (!invoice || !quote) return;
-    const merchant = await loadState(store, merchantDecider, merchantStream(invoice.merchantId));
-    const chain = chains.get(quote.chain as ChainName);
-    const received = invoice.payments
-      .filter((p) => !p.withdrawn && !p.wrongToken && !p.late)
-      .reduce((total, p) => total + p.amount, 0n);
-    const settlementId = settlementIdOf(invoiceId);
-    await settle(
-      settlementId,
-      {
-        type: 'RequestSettlement',
-        settlementId,
-        invoiceId,
-        merchantId: invoice.merchantId,
-        chain: quote.chain,
-        token: quote.token,
-        tokenDecimals: quote.tokenDecimals,
-        fromAddress: quote.address,
-        derivationIndex: quote.derivationIndex,
-        grossAmount: received,
-        networkFee: chain?.networkFee(quote.token) ?? 0n,
-        platformFeeBps,
-        merchantWallet: merchant?.settlementWallets[quote.chain] ?? null,
-        now: now(),
-      },
-      causationId,
-    );
-  }
-
-  async function giveWallets(merchantId: string, wallets: Record<string, string>, causationId: string) {
-    const waiting = await db
-      .selectFrom('settlements')
-      .select(['id', 'chain'])
-      .where('merchant_id', '=', merchantId)
-      .where('merchant_wallet', 'is', null)
-      .execute();
-    for (const s of waiting) {
-      const wallet = wallets[s.chain];
-      if (wallet) await settle(s.id, { type: 'SetWallet', merchantWallet: wallet, now: now() }, causationId);
-    }
-  }
-
+export function settlementManager({ store, chains, platformFeeBps, onRefused }: SettlementDeps): Reactor {
+  const policy = {
+    platformFeeBps,
+    // An estimate for the amount shown meanwhile: the engine prices the fee when it prepares the payout.
+    networkFeeEstimate: (chain: string, token: string) => {
+      try {
+        return chains.get(chain as ChainName)?.networkFee(token) ?? 0n;
+      } catch {
+        return 0n; // no fee quote yet
+      }
+    },
+  };
   return {
     name: 'settlement-manager',
     async react(recorded: RecordedEvent) {
-      try {
-        if (recorded.type === 'InvoiceConfirmed') {
-          await requestFor(recorded.streamId.slice('invoice-'.length), recorded.id);
-        } else if (recorded.type === 'MerchantUpdated') {
-          const { changes } = (recorded as unknown as Extract<MerchantEvent, { type: 'MerchantUpdated' }>).data;
-          if (changes.settlementWallets) {
-            await giveWallets(recorded.streamId.slice('merchant-'.length), changes.settlementWallets, recorded.id);
+      const input = await sagaInput(store, recorded);
+      if (!input) return;
+      for (const action of reactToSettlementEvent(input, policy)) {
+        try {
+          if (action.to === 'settlement') {
+            await handleCommand(store, settlementDecider, settlementStreamName(action.settlementId), action.command, {
+              causationId: recorded.id,
+            });
+          } else {
+            await handleCommand(store, invoiceDecider, invoiceStreamName(action.invoiceId), action.command, {
+              causationId: recorded.id,
+            });
           }
-        } else if (recorded.type === 'SettlementCompleted') {
-          const settlement = await loadState(store, settlementDecider, recorded.streamId);
-          if (!settlement) return;
-          const d = (recorded as unknown as Extract<SettlementEvent, { type: 'SettlementCompleted' }>).data;
-          await handleCommand(
-            store,
-            invoiceDecider,
-            invoiceStreamName(settlement.invoiceId),
-            {
-              type: 'SettleInvoice',
-              settlementId: settlement.id,
-              settledAmount: formatUnits(settlement.netAmount, settlement.tokenDecimals, settlement.tokenDecimals),
-              settledCurrency: settlement.token,
-              txHash: d.txHash,
-              settledAt: d.completedAt,
-            },
-            { causationId: recorded.id },
-          );
+        } catch (error) {
+          // A refusal is deterministic: retrying would refuse again and hold up everything after it.
+          if (!(error instanceof DomainError)) throw error;
+          onRefused?.(error, recorded);
         }
-      } catch (error) {
-        // A refusal is deterministic: retrying would refuse again and hold up everything after it.
-        if (!(error instanceof DomainError)) throw error;
       }
     },
   };
 }
 
+/** The failure code of an error from preparing or sending a payout. */
+function failureCodeOf(error: unknown): SettlementFailureReason {
+  if (error instanceof PayoutRefusedError) return error.reason;
+  if (error instanceof TransactionRejectedError) return 'rejected_by_network';
+  return 'node_unavailable';
+}
+
 /**
- * Pays out settlements: prepares and records the transaction of an attempt,
+ * Pays a settlement out: prices the network fee and takes the merchant's
+ * current wallet, prepares and records the transaction of an attempt,
  * broadcasts it, follows it to its confirmations, and retries failures with
  * growing delays. Before any new attempt it asks the chain for every
  * transaction prepared so far, so a payout that did go out is never sent again.
  */
-export class SettlementSweeper {
-  private readonly periodic: Periodic;
+export class SettlementPayouts implements PayoutKind {
+  readonly kind = 'settlement';
 
-  constructor(
-    private readonly deps: SettlementDeps,
-    private readonly db: Kysely<ReadModelTables>,
-    private readonly options: PeriodicOptions = {},
-  ) {
-    this.periodic = new Periodic(() => this.sweep(), options);
+  constructor(private readonly deps: SettlementDeps) {}
+
+  private now() {
+    return this.deps.clock.now().toISOString();
   }
 
-  start() {
-    this.periodic.start();
+  private act(settlementId: string, command: SettlementCommand) {
+    return handleCommand(this.deps.store, settlementDecider, settlementStreamName(settlementId), command);
   }
 
-  async stop() {
-    await this.periodic.stop();
-  }
-
-  poke() {
-    this.periodic.poke();
-  }
-
-  /** One pass over the open settlements. */
-  async sweep(): Promise<void> {
-    const open = await this.db
-      .selectFrom('settlements')
-      .select('id')
-      .where('status', 'in', ['pending', 'submitted', 'failed'])
-      .where('merchant_wallet', 'is not', null)
-      .orderBy('created_at')
-      .limit(100)
-      .execute();
-    for (const { id } of open) {
-      try {
-        await this.advance(id);
-      } catch (error) {
-        this.options.onError?.(error);
-      }
-    }
-  }
-
-  /** Moves one settlement as far as it can go now. */
-  async advance(settlementId: string): Promise<void> {
+  async advance(settlementId: string): Promise<PayoutLook> {
     const { store, clock, chains, requiredConfirmations } = this.deps;
-    const stream = settlementStreamName(settlementId);
-    const act = (command: SettlementCommand) => handleCommand(store, settlementDecider, stream, command);
-    const now = () => clock.now().toISOString();
-    const settlement = await loadState(store, settlementDecider, stream);
-    if (!settlement || settlement.status === 'completed' || !settlement.merchantWallet) return;
+    const settlement = await loadState(store, settlementDecider, settlementStreamName(settlementId));
+    if (!settlement || settlement.status === 'completed') return { lookAgainInMs: null };
     const chain = chains.get(settlement.chain as ChainName);
-    if (!chain) return;
+    if (!chain) return { lookAgainInMs: WALLET_LOOK_MS };
 
     // Whatever attempt we are at: if any prepared transaction is on the chain, it is the payout.
     for (const txHash of settlement.preparedHashes) {
       const onChain = await chain.transactionStatus(txHash);
       if (!onChain) continue;
       if (settlement.status !== 'submitted' || settlement.txHash !== txHash) {
-        if (settlement.status === 'failed') await act({ type: 'Retry', now: now() });
-        await act({ type: 'MarkSubmitted', txHash, now: now() });
+        if (settlement.status === 'failed') await this.act(settlementId, { type: 'Retry', now: this.now() });
+        await this.act(settlementId, { type: 'MarkSubmitted', txHash, now: this.now() });
       }
       if (onChain.confirmations >= requiredConfirmations[settlement.chain as ChainName]) {
-        await act({
+        await this.act(settlementId, {
           type: 'MarkCompleted',
           txHash,
           blockNumber: onChain.blockNumber,
           confirmations: onChain.confirmations,
-          now: now(),
+          now: this.now(),
         });
+        return { lookAgainInMs: null };
       }
-      return;
+      return { lookAgainInMs: CONFIRMATION_LOOK_MS };
     }
 
     if (settlement.status === 'failed') {
-      if (settlement.retryAt && Date.parse(settlement.retryAt) > clock.now().getTime()) return;
+      if (settlement.retryAt === null) return { lookAgainInMs: null }; // final: only new receipts reopen it
+      const wait = Date.parse(settlement.retryAt) - clock.now().getTime();
+      if (wait > 0) return { lookAgainInMs: wait };
       // After an unknown outcome the retry keeps the prepared transaction and sends it again.
-      await act({ type: 'Retry', now: now() });
+      await this.act(settlementId, { type: 'Retry', now: this.now() });
       return this.advance(settlementId);
     }
     if (settlement.status === 'submitted') {
       // Broadcast but not on the chain (dropped, or removed by a reorg): send the same transaction again.
-      if (settlement.prepared) await this.broadcast(settlementId, settlement.prepared, settlement.attempt);
-      return;
+      if (settlement.prepared) await this.broadcast(settlement, settlement.prepared);
+      return { lookAgainInMs: CONFIRMATION_LOOK_MS };
     }
     // pending: record the transaction before it leaves, then send it.
     let prepared = settlement.prepared;
     if (!prepared) {
-      const ours = await chain.prepareTransfer({
-        from: { address: settlement.fromAddress, derivationIndex: settlement.derivationIndex },
-        to: settlement.merchantWallet,
-        token: settlement.token,
-        amount: settlement.netAmount,
-        reference: `${settlement.id}/${settlement.attempt}`,
-        fees: { platform: settlement.platformFee, network: settlement.networkFee },
-      });
-      const { state } = await act({ type: 'PrepareTransaction', txHash: ours.txHash, raw: ours.raw, now: now() });
-      // Only what the stream holds is ever sent: if another process recorded
-      // its own transaction for this attempt first, that one is the payout.
-      prepared = state?.prepared ?? null;
-      if (!prepared || state?.status !== 'pending') return;
+      const ready = await this.readyToPrepare(settlement, chain);
+      if (ready.waitMs !== undefined) return { lookAgainInMs: ready.waitMs };
+      prepared = await this.prepare(ready.settlement, chain);
+      if (!prepared) return { lookAgainInMs: 0 }; // failed, or another process recorded its own: look again
       failpoint('settlement:after-prepare');
     }
-    if (await this.broadcast(settlementId, prepared, settlement.attempt)) {
+    if (await this.broadcast(settlement, prepared)) {
       failpoint('settlement:after-broadcast');
-      await act({ type: 'MarkSubmitted', txHash: prepared.txHash, now: now() });
+      await this.act(settlementId, { type: 'MarkSubmitted', txHash: prepared.txHash, now: this.now() });
     }
+    return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+  }
+
+  /**
+   * The merchant's wallet as it stands now (a wallet replaced before the
+   * payout is prepared is the one paid) and the network fee as the chain
+   * prices it now. Waits while the merchant has no wallet on the chain.
+   */
+  private async readyToPrepare(
+    settlement: Settlement,
+    chain: ChainAdapter,
+  ): Promise<{ settlement: Settlement; waitMs?: undefined } | { waitMs: number }> {
+    const merchant = await loadState(this.deps.store, merchantDecider, merchantStream(settlement.merchantId));
+    const wallet = merchant?.settlementWallets[settlement.chain];
+    if (!wallet) return { waitMs: WALLET_LOOK_MS };
+    let state = settlement;
+    if (wallet !== state.merchantWallet) {
+      state = (await this.act(state.id, { type: 'SetWallet', merchantWallet: wallet, now: this.now() })).state!;
+    }
+    state = (
+      await this.act(state.id, { type: 'PriceNetworkFee', networkFee: chain.networkFee(state.token), now: this.now() })
+    ).state!;
+    // The fees took everything: failed for good, visibly (the decider recorded why).
+    if (state.status !== 'pending' || state.prepared) return { waitMs: 0 };
+    return { settlement: state };
+  }
+
+  /** Prepares and records the attempt's transaction; a refusal is recorded as a failure. */
+  private async prepare(settlement: Settlement, chain: ChainAdapter): Promise<PreparedTransaction | null> {
+    let ours: PreparedTransaction;
+    try {
+      ours = await chain.prepareTransfer({
+        from: { address: settlement.fromAddress, derivationIndex: settlement.derivationIndex },
+        to: settlement.merchantWallet!,
+        token: settlement.token,
+        amount: settlement.netAmount,
+        // The same reference always prepares the same transaction: it names what this one pays.
+        reference: `${settlement.id}/${settlement.attempt}/${settlement.merchantWallet}/${settlement.netAmount}`,
+        fees: { platform: settlement.platformFee, network: settlement.networkFee },
+        ...(settlement.sources && {
+          sources: settlement.sources.map((s) => ({ txHash: s.txHash, index: s.index, amount: BigInt(s.amount) })),
+        }),
+      });
+    } catch (error) {
+      await this.recordFailure(settlement, error);
+      return null;
+    }
+    const { state } = await this.act(settlement.id, {
+      type: 'PrepareTransaction',
+      txHash: ours.txHash,
+      raw: ours.raw,
+      now: this.now(),
+    });
+    // Only what the stream holds is ever sent: if another process recorded
+    // its own transaction for this attempt first, that one is the payout.
+    if (!state?.prepared || state.status !== 'pending') return null;
+    return state.prepared;
   }
 
   /** True when the chain took the transaction; a failure is recorded with the time of the next attempt. */
-  private async broadcast(
-    settlementId: string,
-    prepared: { txHash: string; raw: string },
-    attempt: number,
-  ): Promise<boolean> {
-    const { store, clock, chains } = this.deps;
-    const settlement = await loadState(store, settlementDecider, settlementStreamName(settlementId));
+  private async broadcast(settlement: Settlement, prepared: PreparedTransaction): Promise<boolean> {
     try {
-      await chains.get(settlement!.chain as ChainName)!.broadcast(prepared);
+      await this.deps.chains.get(settlement.chain as ChainName)!.broadcast(prepared);
       return true;
     } catch (error) {
-      const delay = RETRY_DELAYS_MS[Math.min(attempt - 1, RETRY_DELAYS_MS.length - 1)]!;
-      await handleCommand(store, settlementDecider, settlementStreamName(settlementId), {
-        type: 'MarkFailed',
-        reason: error instanceof Error ? error.message : String(error),
-        rejected: error instanceof TransactionRejectedError,
-        retryAt: new Date(clock.now().getTime() + delay).toISOString(),
-        now: clock.now().toISOString(),
-      });
+      await this.recordFailure(settlement, error);
       return false;
     }
+  }
+
+  private async recordFailure(settlement: Settlement, error: unknown) {
+    const code = failureCodeOf(error);
+    const delay = RETRY_DELAYS_MS[Math.min(settlement.attempt - 1, RETRY_DELAYS_MS.length - 1)]!;
+    await this.act(settlement.id, {
+      type: 'MarkFailed',
+      reason: error instanceof Error ? error.message : String(error),
+      code,
+      rejected: error instanceof TransactionRejectedError,
+      // Too little left after the chain's own costs: no attempt changes that, only new receipts.
+      retryAt: code === 'fees_exceed_amount' ? null : new Date(this.deps.clock.now().getTime() + delay).toISOString(),
+      now: this.now(),
+    });
   }
 }

@@ -284,6 +284,61 @@ export async function listWebhookDeliveries(
   return { items: rows.map(deliveryView), total: Number(count.total) };
 }
 
+/** A webhook target whose deliveries keep failing, for the operator's attention list. */
+export interface FailingWebhookTarget {
+  merchantId: string;
+  url: string;
+  failing: number;
+  lastStatusCode: number | null;
+  lastError: string | null;
+  since: string;
+}
+
+/**
+ * Targets with deliveries given up on, or still retrying after `attempts`
+ * attempts in their series: most failing first.
+ */
+export async function failingWebhookTargets(db: Kysely<any>, attempts = 3): Promise<FailingWebhookTarget[]> {
+  const rows = await (db as Kysely<WebhookTables>)
+    .selectFrom('webhook_deliveries')
+    .select((eb) => [
+      'merchant_id',
+      'url',
+      eb.fn.countAll<string>().as('failing'),
+      eb.fn.min('updated_at').as('since'),
+      eb.fn.max('seq').as('last_seq'),
+    ])
+    .where((eb) =>
+      eb.or([
+        eb('status', '=', 'failed'),
+        eb.and([eb('status', '=', 'pending'), eb('series_attempts', '>=', attempts)]),
+      ]),
+    )
+    .groupBy(['merchant_id', 'url'])
+    .orderBy('failing', 'desc')
+    .limit(100)
+    .execute();
+  if (rows.length === 0) return [];
+  const last = await (db as Kysely<WebhookTables>)
+    .selectFrom('webhook_deliveries')
+    .select(['seq', 'last_status_code', 'last_error'])
+    .where(
+      'seq',
+      'in',
+      rows.map((r) => r.last_seq as unknown as string),
+    )
+    .execute();
+  const lastOf = new Map(last.map((r) => [String(r.seq), r]));
+  return rows.map((r) => ({
+    merchantId: r.merchant_id,
+    url: r.url,
+    failing: Number(r.failing),
+    lastStatusCode: lastOf.get(String(r.last_seq))?.last_status_code ?? null,
+    lastError: lastOf.get(String(r.last_seq))?.last_error ?? null,
+    since: new Date(r.since as unknown as string).toISOString(),
+  }));
+}
+
 /** One of the merchant's deliveries with every attempt made, or undefined (also for another merchant's). */
 export async function findWebhookDelivery(
   db: Kysely<any>,
@@ -648,7 +703,9 @@ export class WebhookDeliveryWorker {
   }
 
   private merchant(merchantId: string) {
-    return (this.db as unknown as Kysely<{ merchants: { id: string; webhook_secret: string; webhook_url: string | null } }>)
+    return (
+      this.db as unknown as Kysely<{ merchants: { id: string; webhook_secret: string; webhook_url: string | null } }>
+    )
       .selectFrom('merchants')
       .select(['webhook_secret', 'webhook_url'])
       .where('id', '=', merchantId)

@@ -16,6 +16,8 @@ import {
   type InvoiceEvent,
 } from '../domain/invoice.ts';
 import { merchantDecider, merchantStream, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
+import { settlementDecider, type SettlementEvent } from '../domain/settlement.ts';
+import { settlementRowOf, settlementView } from '../projections/settlements.ts';
 import { eventsByStream } from '../projections/batch.ts';
 import type { Projector } from '../projections/engine.ts';
 import { enqueueWebhook } from './webhook-delivery.ts';
@@ -28,6 +30,8 @@ export const webhookEventId = (causeEventId: string, event: string) =>
 
 interface Histories {
   invoices: Map<string, RecordedEvent[]>;
+  /** Settlement streams with a failure in the batch. */
+  settlements: Map<string, RecordedEvent[]>;
   merchants: Map<string, Merchant | null>;
 }
 
@@ -103,6 +107,18 @@ export const webhookEvents: Projector<Histories> = {
         ),
       ),
     );
+    // A settlement that failed: its webhook goes where its invoice's do, with the Settlement as data.
+    const settlements = new Map(
+      await Promise.all(
+        [...eventsByStream(batch, (s) => s.startsWith('settlement-'))]
+          .filter(([, events]) => events.some((e) => e.type === 'SettlementFailed'))
+          .map(async ([s]) => [s, await store.readStream(s)] as const),
+      ),
+    );
+    for (const history of settlements.values()) {
+      const invoiceStream = `invoice-${(history[0]?.data as { invoiceId: string }).invoiceId}`;
+      if (!invoices.has(invoiceStream)) invoices.set(invoiceStream, await store.readStream(invoiceStream));
+    }
     const merchantIds = new Set<string>();
     for (const history of invoices.values()) {
       const created = history[0];
@@ -120,10 +136,11 @@ export const webhookEvents: Projector<Histories> = {
         }),
       ),
     );
-    return { invoices, merchants };
+    return { invoices, settlements, merchants };
   },
 
-  async apply(trx: Kysely<any>, event: RecordedEvent, { invoices, merchants }: Histories) {
+  async apply(trx: Kysely<any>, event: RecordedEvent, { invoices, settlements, merchants }: Histories) {
+    if (event.type === 'SettlementFailed') return enqueueSettlementFailed(trx, event, settlements, invoices, merchants);
     const history = invoices.get(event.streamId);
     if (!history) return;
     const after = fold(history, event.revision);
@@ -132,20 +149,47 @@ export const webhookEvents: Projector<Histories> = {
     // The invoice's own webhook URL, else the merchant's default (as it is now).
     const url = after.webhookUrl ?? merchants.get(after.merchantId)?.webhookUrl ?? null;
     if (names.length === 0 || !url) return;
-    for (const name of names) {
-      const eventId = webhookEventId(event.id, name);
-      await enqueueWebhook(trx, {
-        eventId,
-        event: name,
-        merchantId: after.merchantId,
-        url,
-        payload: {
-          eventId,
-          event: name,
-          createdAt: event.recordedAt.toISOString(),
-          data: { invoice: invoicePayload(after) },
-        },
-      });
-    }
+    for (const name of names)
+      await enqueue(trx, event, name, after.merchantId, url, { invoice: invoicePayload(after) });
   },
 };
+
+/** The webhook `name` that `event` causes, in the outbox; its id follows from the event's. */
+function enqueue(trx: Kysely<any>, event: RecordedEvent, name: string, merchantId: string, url: string, data: unknown) {
+  const eventId = webhookEventId(event.id, name);
+  return enqueueWebhook(trx, {
+    eventId,
+    event: name,
+    merchantId,
+    url,
+    payload: { eventId, event: name, createdAt: event.recordedAt.toISOString(), data },
+  });
+}
+
+/** `settlement.failed` (operations.md §3): the Settlement, as it stands after the failure, as `data`. */
+async function enqueueSettlementFailed(
+  trx: Kysely<any>,
+  event: RecordedEvent,
+  settlements: Histories['settlements'],
+  invoices: Histories['invoices'],
+  merchants: Histories['merchants'],
+) {
+  const settlement = (settlements.get(event.streamId) ?? [])
+    .filter((e) => e.revision <= event.revision)
+    .reduce(
+      (state, e) => settlementDecider.evolve(state, { type: e.type, data: e.data } as SettlementEvent),
+      settlementDecider.initialState,
+    );
+  if (!settlement) return;
+  const invoice = fold(invoices.get(`invoice-${settlement.invoiceId}`) ?? [], Infinity);
+  const url = invoice?.webhookUrl ?? merchants.get(settlement.merchantId)?.webhookUrl ?? null;
+  if (!url) return;
+  await enqueue(
+    trx,
+    event,
+    'settlement.failed',
+    settlement.merchantId,
+    url,
+    settlementView(settlementRowOf(settlement)),
+  );
+}

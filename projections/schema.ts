@@ -117,7 +117,14 @@ export interface SettlementsTable {
   status: string;
   attempt: number;
   transaction_hash: string | null;
+  /** The last failure in words (the node's or the adapter's message). */
   failure_reason: string | null;
+  /** Why it is not going on, as operations.md §3 names it (`failureReason` in the API). */
+  failure_code: string | null;
+  /** Attempts that reached the chain or failed trying. */
+  attempts: number;
+  /** The newest change a person must look at (payment_reversed, received_after_payout), when there is one. */
+  attention: string | null;
   next_attempt_at: Date | null;
   initiated_at: Date | null;
   completed_at: Date | null;
@@ -400,6 +407,23 @@ readModelMigrations['0004_subscriptions'] = {
       .on('invoices')
       .columns(['subscriber_id', 'created_at'])
       .where(sql.ref('subscriber_id'), 'is not', null)
+      .execute();
+  },
+};
+
+readModelMigrations['0005_settlement_failures'] = {
+  async up(db) {
+    await db.schema
+      .alterTable('settlements')
+      .addColumn('failure_code', 'text')
+      .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
+      .addColumn('attention', 'text')
+      .execute();
+    // The operator's views: failed settlements of every merchant, and what needs a person.
+    await db.schema
+      .createIndex('settlements_failure')
+      .on('settlements')
+      .columns(['failure_code', 'updated_at'])
       .execute();
   },
 };

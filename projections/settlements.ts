@@ -6,7 +6,7 @@ import { formatUnits } from '../domain/money.ts';
 import { settlementDecider, type Settlement, type SettlementEvent } from '../domain/settlement.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
-import type { ReadModelTables } from './schema.ts';
+import type { ReadModelTables, SettlementsTable } from './schema.ts';
 
 const isSettlementStream = (streamId: string) => streamId.startsWith('settlement-');
 
@@ -24,7 +24,7 @@ export const settlementsProjector: Projector<Map<string, Settlement | null>> = {
   },
 };
 
-function settlementRowOf(s: Settlement) {
+export function settlementRowOf(s: Settlement): SettlementsTable {
   const shown = (units: bigint) => formatUnits(units, s.tokenDecimals, s.tokenDecimals);
   return {
     id: s.id,
@@ -42,6 +42,9 @@ function settlementRowOf(s: Settlement) {
     attempt: s.attempt,
     transaction_hash: s.txHash ?? s.prepared?.txHash ?? null,
     failure_reason: s.failureReason,
+    failure_code: s.failureCode,
+    attempts: s.attempts,
+    attention: s.attention.at(-1)?.reason ?? null,
     next_attempt_at: dateOrNull(s.retryAt),
     initiated_at: dateOrNull(s.initiatedAt),
     completed_at: dateOrNull(s.completedAt),
@@ -49,4 +52,72 @@ function settlementRowOf(s: Settlement) {
     created_at: new Date(s.createdAt),
     updated_at: new Date(s.updatedAt),
   };
+}
+
+const iso = (value: Date | string | null) => (value === null ? null : new Date(value).toISOString());
+
+/** The Settlement object of interface.md (with operations.md §3's additions), from its row. */
+export function settlementView(row: SettlementsTable) {
+  return {
+    id: row.id,
+    invoiceId: row.invoice_id,
+    amount: row.amount,
+    grossAmount: row.gross_amount,
+    currency: row.currency,
+    chain: row.chain,
+    transactionHash: row.transaction_hash,
+    // A settlement waiting for the merchant to set a wallet shows an empty one.
+    merchantWallet: row.merchant_wallet ?? '',
+    status: row.status,
+    initiatedAt: iso(row.initiated_at),
+    completedAt: iso(row.completed_at),
+    failedAt: iso(row.failed_at),
+    createdAt: iso(row.created_at)!,
+    updatedAt: iso(row.updated_at)!,
+    failureReason: row.failure_code,
+    attempts: row.attempts,
+    nextAttemptAt: row.status === 'failed' ? iso(row.next_attempt_at) : null,
+  };
+}
+
+/** Why a settlement is on the operator's attention list. */
+export type SettlementAttentionKind = 'settlement_failed' | 'settlement_no_wallet' | 'settlement_changed_after_payout';
+
+/**
+ * The settlements that need a person (operations.md §2, GET /admin/v1/attention):
+ * failed, waiting for the merchant's wallet, or whose receipts changed after
+ * the payout was prepared. Oldest first: what has waited longest.
+ */
+export async function settlementsNeedingAttention(db: Kysely<ReadModelTables>, limit = 200) {
+  const rows = await db
+    .selectFrom('settlements')
+    .selectAll()
+    .where((eb) =>
+      eb.or([
+        eb('status', '=', 'failed'),
+        eb.and([eb('status', '=', 'pending'), eb('failure_code', '=', 'no_wallet')]),
+        eb('attention', 'is not', null),
+      ]),
+    )
+    .orderBy('updated_at')
+    .limit(limit)
+    .execute();
+  return rows.map((row) => {
+    const kind: SettlementAttentionKind =
+      row.attention !== null
+        ? 'settlement_changed_after_payout'
+        : row.status === 'failed'
+          ? 'settlement_failed'
+          : 'settlement_no_wallet';
+    return {
+      kind,
+      merchantId: row.merchant_id,
+      subject: row.id,
+      chain: row.chain,
+      reason: kind === 'settlement_changed_after_payout' ? row.attention! : (row.failure_code ?? 'unknown'),
+      detail: kind === 'settlement_failed' ? row.failure_reason : null,
+      since: new Date(row.updated_at).toISOString(),
+      settlement: settlementView(row),
+    };
+  });
 }

@@ -11,15 +11,15 @@ import {
 } from '../adapters/chains/port.ts';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
-import { SettlementSweeper } from '../commands/settlements.ts';
+import { SettlementPayouts } from '../commands/settlements.ts';
+import { merchantDecider, merchantStream } from '../domain/merchant.ts';
 import { handleCommand, loadState } from '../commands/handle.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { settlementDecider, settlementStreamName } from '../domain/settlement.ts';
-import type { ReadModelTables } from '../projections/schema.ts';
-import type { Kysely } from 'kysely';
 
 const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
 const SETTLEMENT_ID = '6f1c9a8e-2b7d-4c1e-9a53-0d2e8f4b7c11';
+const MERCHANT_ID = '3c9d2e1f-4a5b-4c6d-8e7f-9a0b1c2d3e4f';
 const clock = { now: () => new Date('2026-11-22T10:00:00.000Z') };
 
 /** The ledger, with broadcasts that fail in a chosen way a chosen number of times. */
@@ -43,11 +43,19 @@ async function sweeperWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
   const store = new MemoryEventStore();
   const ledger = await SandboxLedger.open(store, 'tron', clock);
   const chain = flakyChain(ledger, failures);
+  // The payout goes to the merchant's wallet as the merchant's stream has it.
+  await handleCommand(store, merchantDecider, merchantStream(MERCHANT_ID), {
+    type: 'RegisterMerchant',
+    merchantId: MERCHANT_ID,
+    profile: { name: 'Shop', tier: 'free', webhookUrl: null, settlementWallets: { tron: WALLET } },
+    webhookSecret: 'whsec_test',
+    now: clock.now().toISOString(),
+  });
   await handleCommand(store, settlementDecider, settlementStreamName(SETTLEMENT_ID), {
     type: 'RequestSettlement',
     settlementId: SETTLEMENT_ID,
     invoiceId: '0b7e1f3a-5c2d-4e8f-9a61-7d3c2b1e0f4a',
-    merchantId: '3c9d2e1f-4a5b-4c6d-8e7f-9a0b1c2d3e4f',
+    merchantId: MERCHANT_ID,
     chain: 'tron',
     token: 'USDT',
     tokenDecimals: 6,
@@ -66,12 +74,11 @@ async function sweeperWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
     platformFeeBps: 100,
     requiredConfirmations: { tron: 1 } as Record<ChainName, number>,
   };
-  const noReadModels = undefined as unknown as Kysely<ReadModelTables>; // advance() reads only the event store
-  const sweeper = new SettlementSweeper(deps, noReadModels);
+  const sweeper = new SettlementPayouts(deps);
   // A clock a day further on at every reading: each retry is due when asked.
   let day = 0;
   const later = { now: () => new Date(Date.parse('2026-11-30T10:00:00.000Z') + day++ * 86_400_000) };
-  const retrying = new SettlementSweeper({ ...deps, clock: later }, noReadModels);
+  const retrying = new SettlementPayouts({ ...deps, clock: later });
   const state = () => loadState(store, settlementDecider, settlementStreamName(SETTLEMENT_ID));
   const payouts = () => ledger.transfersTo(WALLET);
   return { sweeper, retrying, state, payouts, ledger, deps };
@@ -141,14 +148,14 @@ describe('two sweepers on one settlement', () => {
         broadcast: (transaction: PreparedTransaction) => ledger.broadcast(transaction),
         transactionStatus: (txHash: string) => ledger.transactionStatus(txHash),
       });
-    const other = new SettlementSweeper(
-      { ...deps, chains: new Map<ChainName, ChainAdapter>([['tron', ownSigner('b')]]) },
-      undefined as unknown as Kysely<ReadModelTables>,
-    );
-    const first = new SettlementSweeper(
-      { ...deps, chains: new Map<ChainName, ChainAdapter>([['tron', ownSigner('a')]]) },
-      undefined as unknown as Kysely<ReadModelTables>,
-    );
+    const other = new SettlementPayouts({
+      ...deps,
+      chains: new Map<ChainName, ChainAdapter>([['tron', ownSigner('b')]]),
+    });
+    const first = new SettlementPayouts({
+      ...deps,
+      chains: new Map<ChainName, ChainAdapter>([['tron', ownSigner('a')]]),
+    });
     await Promise.all([first.advance(SETTLEMENT_ID), other.advance(SETTLEMENT_ID)]);
     waiting = [];
     await sweeper.advance(SETTLEMENT_ID);

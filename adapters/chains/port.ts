@@ -87,6 +87,22 @@ export class TransactionRejectedError extends Error {
   override name = 'TransactionRejectedError';
 }
 
+/**
+ * The adapter will not prepare a payout, for a reason no node call can
+ * change by itself: too little left after the chain's own costs (below its
+ * dust limit), or a fee wallet too low to pay gas or energy. The payout is
+ * failed with `reason`, visibly, instead of tried again in silence.
+ */
+export class PayoutRefusedError extends Error {
+  override name = 'PayoutRefusedError';
+  constructor(
+    readonly reason: 'fees_exceed_amount' | 'fee_wallet_empty',
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
 export interface ChainAdapter {
   readonly chain: ChainName;
   head(): Promise<ChainHead>;

@@ -9,7 +9,12 @@ import { merchantStatuses, merchantTiers, type Merchant, type MerchantChanges } 
 import type { RouteContext } from '../app.ts';
 import { badRequest, HttpError } from '../errors.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
-import { Nullable, data } from './schemas.ts';
+import { Nullable, Pagination, data } from './schemas.ts';
+import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
+import { newestFirst } from '../../projections/paging.ts';
+import { settlementsNeedingAttention, settlementView } from '../../projections/settlements.ts';
+import { SettlementSchema } from './settlements.ts';
+import { pageOf } from './query.ts';
 
 /** A string from a fixed list, with one message for any other value. */
 const OneOf = <T extends string>(values: readonly T[], errorMessage: string) =>
@@ -114,12 +119,112 @@ const WalletView = Type.Object({
 
 const security = [{ adminToken: [] }];
 
+/** How a chain's watcher sees its node (GET /admin/v1/attention lists those not `ok`). */
+export interface ChainCondition {
+  chain: string;
+  state: 'ok' | 'behind' | 'stale' | 'silent';
+  since: string | null;
+  detail: string | null;
+}
+
+const AttentionItem = Type.Object({
+  kind: Type.String({
+    description:
+      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, webhook_failing or chain_behind',
+  }),
+  merchantId: Nullable(Type.String()),
+  /** The settlement id, the webhook URL or the chain. */
+  subject: Type.String(),
+  chain: Nullable(Type.String()),
+  reason: Type.String(),
+  detail: Nullable(Type.String()),
+  since: Nullable(Type.String()),
+});
+
 export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const { auth, merchants, settle, db, config } = ctx;
   app.addHook('onRequest', async (request) => {
     if (request.url.startsWith('/admin/')) await auth.admin(request);
   });
+
+  app.get(
+    '/admin/v1/settlements',
+    {
+      schema: {
+        tags: ['operator'],
+        summary: "Every merchant's settlements, newest first; status=failed for those that need a person",
+        security,
+        querystring: Type.Object({
+          status: Type.Optional(
+            OneOf(
+              ['pending', 'submitted', 'completed', 'failed'] as const,
+              'Status must be one of pending, submitted, completed, failed',
+            ),
+          ),
+          merchantId: Type.Optional(Uuid),
+          limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
+          page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+        }),
+        response: { 200: Type.Object({ data: Type.Array(SettlementSchema), pagination: Pagination }) },
+      },
+    },
+    async (request) => {
+      const q = request.query;
+      const { limit, page } = pageOf(q);
+      let query = db.selectFrom('settlements');
+      if (q.status) query = query.where('status', '=', q.status);
+      if (q.merchantId) query = query.where('merchant_id', '=', q.merchantId);
+      const { rows, total } = await newestFirst(query, { limit, page });
+      return {
+        data: rows.map(settlementView),
+        pagination: { total, page, limit, totalPages: Math.ceil(total / limit) },
+      };
+    },
+  );
+
+  app.get(
+    '/admin/v1/attention',
+    {
+      schema: {
+        tags: ['operator'],
+        summary:
+          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, webhook URLs failing, chains whose node is behind or silent',
+        security,
+        response: { 200: data(Type.Array(AttentionItem)) },
+      },
+    },
+    async () => {
+      const [settlements, webhooks] = await Promise.all([
+        settlementsNeedingAttention(db),
+        failingWebhookTargets(ctx.database.db),
+      ]);
+      const chains = (ctx.chainConditions?.() ?? []).filter((c) => c.state !== 'ok');
+      return {
+        data: [
+          ...chains.map((c) => ({
+            kind: 'chain_behind',
+            merchantId: null,
+            subject: c.chain,
+            chain: c.chain,
+            reason: c.state,
+            detail: c.detail,
+            since: c.since,
+          })),
+          ...settlements.map(({ settlement: _, ...item }) => item),
+          ...webhooks.map((w) => ({
+            kind: 'webhook_failing',
+            merchantId: w.merchantId,
+            subject: w.url,
+            chain: null,
+            reason: `${w.failing} deliveries failing`,
+            detail: w.lastStatusCode !== null ? `HTTP ${w.lastStatusCode}` : w.lastError,
+            since: w.since,
+          })),
+        ],
+      };
+    },
+  );
 
   app.get(
     '/admin/v1/wallets',

@@ -2,14 +2,14 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import type { SettlementsTable } from '../../projections/schema.ts';
+import { settlementView } from '../../projections/settlements.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import type { RouteContext } from '../app.ts';
 import { forbidden, notFound } from '../errors.ts';
 import { pageOf, timeOf, UUID } from './query.ts';
 import { Nullable, Pagination } from './schemas.ts';
 
-const SettlementSchema = Type.Object({
+export const SettlementSchema = Type.Object({
   id: Type.String(),
   invoiceId: Type.String(),
   amount: Type.String(),
@@ -24,6 +24,14 @@ const SettlementSchema = Type.Object({
   failedAt: Nullable(Type.String()),
   createdAt: Type.String(),
   updatedAt: Type.String(),
+  failureReason: Nullable(
+    Type.String({
+      description:
+        'Why it is not going on: no_wallet, fees_exceed_amount, payment_reversed, rejected_by_network, node_unavailable, fee_wallet_empty',
+    }),
+  ),
+  attempts: Type.Integer({ description: 'attempts that reached the chain or failed trying' }),
+  nextAttemptAt: Nullable(Type.String({ description: 'when a failed settlement is tried again; null when final' })),
 });
 const ListQuery = Type.Object({
   status: Type.Optional(
@@ -39,28 +47,6 @@ const ListQuery = Type.Object({
   page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
 });
 const IdParams = Type.Object({ id: Type.String() });
-const iso = (value: Date | string | null) => (value === null ? null : new Date(value).toISOString());
-
-export function settlementView(row: SettlementsTable) {
-  return {
-    id: row.id,
-    invoiceId: row.invoice_id,
-    amount: row.amount,
-    grossAmount: row.gross_amount,
-    currency: row.currency,
-    chain: row.chain,
-    transactionHash: row.transaction_hash,
-    // A settlement waiting for the merchant to set a wallet shows an empty one.
-    merchantWallet: row.merchant_wallet ?? '',
-    status: row.status,
-    initiatedAt: iso(row.initiated_at),
-    completedAt: iso(row.completed_at),
-    failedAt: iso(row.failed_at),
-    createdAt: iso(row.created_at)!,
-    updatedAt: iso(row.updated_at)!,
-  };
-}
-
 export async function settlementRoutes(scope: FastifyInstance, { auth, db, readInvoice }: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const security = [{ apiKey: [] }];

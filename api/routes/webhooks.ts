@@ -25,6 +25,7 @@ export const WEBHOOK_EVENT_TYPES = [
   'invoice.overpaid',
   'invoice.underpaid',
   'invoice.expired',
+  'settlement.failed',
   'subscriber.enrolled',
   'subscriber.activated',
   'subscriber.renewal_invoice_created',
@@ -229,9 +230,12 @@ export function sampleWebhookEvent(event: WebhookEventType, eventId: string, mer
   const createdAt = now.toISOString();
   const subscriber = event.startsWith('subscriber.') ? sampleSubscriber(event, merchantId, now) : undefined;
   // Subscriber events carry externalId and metadata beside the subscriber, as the real ones do.
-  const data = subscriber
-    ? { subscriber, externalId: subscriber.externalId, metadata: subscriber.metadata }
-    : { invoice: sampleInvoice(event, merchantId, now) };
+  const data =
+    event === 'settlement.failed'
+      ? sampleFailedSettlement(now)
+      : subscriber
+        ? { subscriber, externalId: subscriber.externalId, metadata: subscriber.metadata }
+        : { invoice: sampleInvoice(event, merchantId, now) };
   return { eventId, event, createdAt, test: true, data };
 }
 
@@ -270,6 +274,29 @@ function sampleInvoice(event: WebhookEventType, merchantId: string, now: Date) {
     paymentIssueType: event === 'invoice.overpaid' ? 'overpaid' : event === 'invoice.underpaid' ? 'underpaid' : null,
     txHash: paid ? `test_${randomUUID().replace(/-/g, '')}` : null,
     settledAmount: event === 'invoice.settled' ? '24.75000000' : null,
+  };
+}
+
+/** A Settlement that failed, as `settlement.failed` carries it. */
+function sampleFailedSettlement(now: Date) {
+  return {
+    id: randomUUID(),
+    invoiceId: randomUUID(),
+    amount: '24.75000000',
+    grossAmount: '25.00000000',
+    currency: 'USDT',
+    chain: 'tron',
+    transactionHash: null,
+    merchantWallet: 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH',
+    status: 'failed',
+    initiatedAt: null,
+    completedAt: null,
+    failedAt: now.toISOString(),
+    createdAt: new Date(now.getTime() - 60_000).toISOString(),
+    updatedAt: now.toISOString(),
+    failureReason: 'node_unavailable',
+    attempts: 1,
+    nextAttemptAt: new Date(now.getTime() + 10_000).toISOString(),
   };
 }
 

@@ -205,6 +205,53 @@ describe('Bitcoin payouts', () => {
     }
   });
 
+  it('fifty payouts of mixed shapes, with the fee moving between quote and sweep, each paid once, at the first broadcast or after a bump', async () => {
+    const runs = Array.from({ length: 50 }, (_, i) => {
+      const from = deposit();
+      const shape = (['one output', 'two outputs', 'a dust top-up', 'a P2TR wallet', 'a P2PKH wallet'] as const)[i % 5]!;
+      const to = shape === 'a P2TR wallet' ? randomAddress('p2tr') : shape === 'a P2PKH wallet' ? randomAddress('p2pkh') : randomAddress('p2wpkh');
+      const base = 1_000_000n + BigInt(i) * 10_000n;
+      const amounts = shape === 'two outputs' ? [base / 2n, base - base / 2n] : shape === 'a dust top-up' ? [base, 350n] : [base];
+      return { i, shape, from, to, sources: pay(from.address, ...amounts), quoted: chain.networkFee('BTC') };
+    });
+    node.mine(1);
+    const attempts: { run: (typeof runs)[number]; transfer: OutgoingTransfer; txHashes: string[] }[] = [];
+    try {
+      for (const run of runs) {
+        // Every third sweep meets a market at 15 sat/vB where 2 were quoted.
+        node.feeRate = run.i % 3 === 0 ? 15_000n : 2_000n;
+        const transfer = payout(run.from, run.to, run.sources, run.quoted, `fifty/${run.i}/1`);
+        const prepared = await chain.prepareTransfer(transfer);
+        await chain.broadcast(prepared);
+        attempts.push({ run, transfer, txHashes: [prepared.txHash] });
+      }
+      // The miners want 10 sat/vB: the sweeps at the quoted 2 wait, and are bumped at the market's 12.
+      node.miningFloor = 10n;
+      node.mine(1);
+      node.feeRate = 12_000n;
+      for (const attempt of attempts) {
+        if (!node.inMempool(attempt.txHashes[0]!)) continue;
+        const bump = await chain.prepareTransfer({ ...attempt.transfer, reference: `fifty/${attempt.run.i}/2` });
+        await chain.broadcast(bump);
+        attempt.txHashes.push(bump.txHash);
+      }
+      node.miningFloor = 0n;
+      node.mine(1);
+    } finally {
+      node.feeRate = 2_000n;
+      node.miningFloor = 0n;
+    }
+    for (const { run, transfer, txHashes } of attempts) {
+      const paid = node.received(run.to);
+      assert.equal(paid.length, 1, `payout ${run.i} (${run.shape}) paid once`);
+      assert.deepEqual(paid[0], { txid: txHashes.at(-1), sats: transfer.amount }, `payout ${run.i} (${run.shape}): the net, by its last attempt`);
+      assert.ok(await chain.transactionStatus(txHashes.at(-1)!));
+      if (txHashes.length === 2) assert.equal(await chain.transactionStatus(txHashes[0]!), undefined);
+    }
+    const bumped = attempts.filter((a) => a.txHashes.length === 2).length;
+    assert.ok(bumped > 0 && bumped < 50, `${bumped} bumped, the rest relayed and mined at the first broadcast`);
+  });
+
   it('4. reads the cookie again when the node restarted and wrote a new one', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'bitcoin-cookie-'));
     const cookieNode = await new BitcoinTestNode().start();

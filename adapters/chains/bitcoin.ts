@@ -607,6 +607,9 @@ export class BitcoinChain implements ChainAdapter {
     const lookback = this.options.payoutLookbackBlocks ?? PAYOUT_LOOKBACK_BLOCKS;
     if (!this.payouts.has(txHash)) this.trackPayout(txHash, Math.max(0, tip - lookback + 1));
     const track = this.payouts.get(txHash)!;
+    // A pruned node has no blocks below its prune height to ask. A payout mined
+    // there is not found; its coins are spent, so no new attempt is made either.
+    if (track.scanned < this.pruneHeight - 1) track.scanned = this.pruneHeight - 1;
     if (track.found) {
       if ((await this.rpc<string>('getblockhash', [track.found.height]).catch(() => undefined)) === track.found.hash) {
         return { blockNumber: track.found.height, confirmations: tip - track.found.height + 1 };
@@ -619,6 +622,8 @@ export class BitcoinChain implements ChainAdapter {
     for (let start = track.scanned + 1; start <= tip; start += SCAN_BATCH) {
       const heights = Array.from({ length: Math.min(SCAN_BATCH, tip - start + 1) }, (_, i) => start + i);
       const hashes = await this.post<string>(heights.map((h) => ({ method: 'getblockhash', params: [h] })));
+      const missing = hashes.find((h) => h.error);
+      if (missing) throw new BitcoinRpcError(missing.error!.code, `getblockhash: ${missing.error!.message}`); // the chain got shorter: ask again
       const answers = await this.post<{ txid: string }>(hashes.map((h) => ({ method: 'getrawtransaction', params: [txHash, true, h.result] })));
       for (const [i, answer] of answers.entries()) {
         if (answer.result) {

@@ -1,14 +1,19 @@
 // The Bitcoin adapter against the test node, and the test node against what
-// Bitcoin Core refuses: missing or spent inputs, bad signatures, outputs over
-// inputs, dust, a fee under the relay minimum, conflicts without RBF, and a
-// replacement that does not pay more.
+// Bitcoin Core refuses: missing or spent inputs (and -27 only while a mined
+// transaction's output is unspent), bad signatures, outputs over inputs, dust
+// by script type, a fee under the relay or the mempool's minimum, immature
+// coinbases, conflicts without RBF, a replacement that does not pay for what
+// it evicts, a second UTXO-set scan, pruned blocks and a rotated cookie.
 import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as bitcoin from 'bitcoinjs-lib';
 import { BitcoinChain, parseCoreJson, satoshis } from '../adapters/chains/bitcoin.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
-import { BitcoinTestNode, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
+import { BitcoinTestNode, randomAddress, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
 
 describe('Bitcoin amounts', () => {
   it('are read from Core\'s decimal text to the satoshi, never through a double', () => {
@@ -27,14 +32,14 @@ describe('the Bitcoin test node refuses what Bitcoin Core refuses', () => {
   before(async () => {
     node = await new BitcoinTestNode().start();
     payer = randomBitcoinKey();
-    for (let i = 0; i < 10; i++) node.fund(payer.address, 10_000_000n);
+    for (let i = 0; i < 40; i++) node.fund(payer.address, 20_000_000n);
   });
   after(() => node.stop());
 
-  const rpc = async (method: string, params: unknown[], password = node.password): Promise<any> => {
+  const rpc = async (method: string, params: unknown[], password = node.password, user = node.user): Promise<any> => {
     const response = await fetch(node.url, {
       method: 'POST',
-      headers: { authorization: 'Basic ' + Buffer.from(`${node.user}:${password}`).toString('base64') },
+      headers: { authorization: 'Basic ' + Buffer.from(`${user}:${password}`).toString('base64') },
       body: JSON.stringify({ jsonrpc: '1.0', id: 1, method, params }),
     });
     if (response.status === 401) return { status: 401 };
@@ -67,16 +72,39 @@ describe('the Bitcoin test node refuses what Bitcoin Core refuses', () => {
   };
   const to = () => randomBitcoinKey().address;
 
-  it('takes a valid spend once; a repeat is already known, and once mined, already in the chain', async () => {
+  it('takes a valid spend once; a repeat is answered with its id; mined, -27 while an output is unspent, then -25', async () => {
     const c = coin();
-    const hex = spend(c, [{ address: to(), value: 9_990_000n }]);
+    const owner = randomBitcoinKey();
+    const hex = spend(c, [{ address: owner.address, value: 9_990_000n }]);
     const sent = await rpc('sendrawtransaction', [hex]);
     assert.equal(sent.error, null);
     assert.match(sent.result, /^[0-9a-f]{64}$/);
-    assert.equal((await rpc('sendrawtransaction', [hex])).error?.message, 'txn-already-in-mempool');
+    assert.deepEqual(await rpc('sendrawtransaction', [hex]), { status: 200, result: sent.result, error: null, id: 1 });
+    assert.equal((await rpc('testmempoolaccept', [[hex]])).result[0]['reject-reason'], 'txn-already-in-mempool');
     node.mine(1);
-    assert.equal((await rpc('sendrawtransaction', [hex])).error?.code, -27);
+    assert.deepEqual((await rpc('sendrawtransaction', [hex])).error, { code: -27, message: 'Transaction outputs already in utxo set' });
+    // Its only output spent: Core no longer knows it as a whole, only that its inputs are gone.
+    node.spendOutput(owner, sent.result, 0, to());
+    node.mine(1);
+    assert.deepEqual((await rpc('sendrawtransaction', [hex])).error, { code: -25, message: 'bad-txns-inputs-missingorspent' });
+    assert.equal((await rpc('testmempoolaccept', [[hex]])).result[0]['reject-reason'], 'missing-inputs');
     assert.equal((await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 9_000_000n }])])).error?.code, -25);
+  });
+
+  it('finds a mined transaction only in a named block, without txindex', async () => {
+    const c = coin();
+    const hex = spend(c, [{ address: to(), value: 9_990_000n }]);
+    const txid = (await rpc('sendrawtransaction', [hex])).result;
+    assert.equal((await rpc('getrawtransaction', [txid, true])).result.txid, txid, 'in the mempool');
+    const [hash] = node.mine(1);
+    assert.equal((await rpc('getrawtransaction', [txid, true])).error?.code, -5);
+    const found = (await rpc('getrawtransaction', [txid, true, hash])).result;
+    assert.deepEqual([found.txid, found.in_active_chain, found.confirmations, found.blockhash], [txid, true, 1, hash]);
+    const [other] = node.mine(1);
+    assert.deepEqual((await rpc('getrawtransaction', [txid, true, other])).error, {
+      code: -5,
+      message: 'No such transaction found in the provided block. Use gettransaction for wallet transactions.',
+    });
   });
 
   it('refuses a signature by another key, outputs over inputs, dust and a fee under the relay minimum', async () => {
@@ -90,10 +118,118 @@ describe('the Bitcoin test node refuses what Bitcoin Core refuses', () => {
       (await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 9_000_000n }, { address: to(), value: 293n }])])).error?.message,
       'dust',
     );
-    assert.match((await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 9_999_950n }])])).error!.message, /min relay fee not met/);
+    assert.match((await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 9_999_950n }])])).error!.message, /^min relay fee not met, 50 < 110$/);
     const tested = await rpc('testmempoolaccept', [[spend(c, [{ address: to(), value: 10_000_001n }])]]);
     assert.deepEqual([tested.result[0].allowed, tested.result[0]['reject-reason']], [false, 'bad-txns-in-belowout']);
     assert.equal((await rpc('getblockcount', [], 'wrong')).status, 401);
+  });
+
+  it('has a dust limit per output type, as GetDustThreshold computes it', async () => {
+    for (const [type, limit] of [['p2pkh', 546n], ['p2sh', 540n], ['p2wsh', 330n], ['p2tr', 330n], ['p2wpkh', 294n]] as const) {
+      const c = coin();
+      const under = await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 9_000_000n }, { address: randomAddress(type), value: limit - 1n }])]);
+      assert.equal(under.error?.message, 'dust', `${type} under ${limit}`);
+      const at = await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 9_000_000n }, { address: randomAddress(type), value: limit }])]);
+      assert.equal(at.error, null, `${type} at ${limit}`);
+    }
+  });
+
+  it('asks the mempool\'s minimum fee on the real size once it is above the relay minimum', async () => {
+    const c = coin();
+    node.mempoolMinFee = 5_000n;
+    try {
+      assert.equal((await rpc('getmempoolinfo', [])).result.mempoolminfee, 0.00005);
+      assert.equal(
+        (await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 10_000_000n - 500n }])])).error?.message,
+        'mempool min fee not met, 500 < 550',
+      );
+      assert.equal((await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 10_000_000n - 550n }])])).error, null);
+    } finally {
+      node.mempoolMinFee = 0n;
+    }
+  });
+
+  it('has a coinbase in every block, spendable at 100 confirmations', async () => {
+    const miner = randomBitcoinKey();
+    node.mine(1); // an empty mempool: the reward is the subsidy alone
+    const [hash] = node.mine(1, { coinbaseTo: miner.address });
+    const block = (await rpc('getblock', [hash, 2])).result;
+    assert.ok(block.tx[0].vin[0].coinbase, 'the first transaction is the coinbase');
+    const reward = { key: miner, txid: block.tx[0].txid as string, vout: 0, value: 5_000_000_000n };
+    assert.equal((await rpc('gettxout', [reward.txid, 0])).result.coinbase, true);
+    node.mine(98);
+    assert.equal(
+      (await rpc('sendrawtransaction', [spend(reward, [{ address: to(), value: 4_999_990_000n }])])).error?.message,
+      'bad-txns-premature-spend-of-coinbase, tried to spend coinbase at depth 99',
+    );
+    node.mine(1);
+    assert.equal((await rpc('sendrawtransaction', [spend(reward, [{ address: to(), value: 4_999_990_000n }])])).error, null);
+  });
+
+  it('scans the UTXO set slowly and refuses a second scan meanwhile', async () => {
+    node.scanMs = 300;
+    try {
+      const first = rpc('scantxoutset', ['start', [`addr(${payer.address})`]]);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+      assert.deepEqual((await rpc('scantxoutset', ['start', [`addr(${payer.address})`]])).error, {
+        code: -8,
+        message: 'Scan already in progress, use action "abort" or "status"',
+      });
+      assert.equal((await first).result.success, true);
+    } finally {
+      node.scanMs = 0;
+    }
+  });
+
+  it('serves no block below its prune height', async () => {
+    node.mine(2);
+    const old = (await rpc('getblockhash', [1])).result;
+    node.pruneHeight = 2;
+    try {
+      const info = (await rpc('getblockchaininfo', [])).result;
+      assert.deepEqual([info.pruned, info.pruneheight], [true, 2]);
+      assert.deepEqual((await rpc('getblock', [old, 2])).error, { code: -1, message: 'Block not available (pruned data)' });
+    } finally {
+      node.pruneHeight = 0;
+    }
+  });
+
+  it('writes a new cookie at every restart and refuses the old one', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'bitcoin-cookie-'));
+    const cookieNode = await new BitcoinTestNode().start();
+    try {
+      cookieNode.useCookie(join(dir, '.cookie'));
+      const call = (user: string, password: string) =>
+        fetch(cookieNode.url, {
+          method: 'POST',
+          headers: { authorization: 'Basic ' + Buffer.from(`${user}:${password}`).toString('base64') },
+          body: JSON.stringify({ jsonrpc: '1.0', id: 1, method: 'getblockcount', params: [] }),
+        });
+      const before = cookieNode.password;
+      assert.equal(cookieNode.user, '__cookie__');
+      assert.equal((await call('__cookie__', before)).status, 200);
+      cookieNode.rotateCookie();
+      assert.equal((await call('__cookie__', before)).status, 401);
+      assert.equal((await call('__cookie__', cookieNode.password)).status, 200);
+    } finally {
+      await cookieNode.stop();
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('makes a replacement pay for the descendants it evicts (BIP125)', async () => {
+    const c = coin();
+    const owner = randomBitcoinKey();
+    const parent = (await rpc('sendrawtransaction', [spend(c, [{ address: owner.address, value: 9_990_000n }])])).result;
+    node.spendOutput(owner, parent, 0, to(), 50_000n); // a child paying 50,000 sats
+    const entry = (await rpc('getmempoolentry', [parent])).result;
+    assert.deepEqual([entry.descendantcount, entry.fees.base, entry.fees.descendant], [2, 0.0001, 0.0006]);
+    // More than the parent's 10,000, less than parent and child together.
+    assert.match(
+      (await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 9_970_000n }])])).error!.message,
+      /^insufficient fee, rejecting replacement [0-9a-f]{64}, less fees than conflicting txs; 30000 < 60000$/,
+    );
+    assert.equal((await rpc('sendrawtransaction', [spend(c, [{ address: to(), value: 9_930_000n }])])).error, null);
   });
 
   it('replaces a mempool transaction only when it signals RBF and the new one pays more', async () => {
@@ -128,10 +264,16 @@ describe('the Bitcoin adapter', () => {
 
   it('prepares the same transaction for the same reference and sends it once however often it is broadcast', async () => {
     const from = { address: keyring.deriveDepositKey('bitcoin', 3).address, derivationIndex: 3 };
-    node.fund(from.address, 600_000n);
-    node.fund(from.address, 400_000n);
+    const payer = randomBitcoinKey();
+    node.fund(payer.address, 2_000_000n);
+    const paid = node.pay(payer, [{ address: from.address, sats: 600_000n }, { address: from.address, sats: 400_000n }]);
+    node.mine(1);
+    const sources = [
+      { txHash: paid.getId(), index: 0, amount: 600_000n },
+      { txHash: paid.getId(), index: 1, amount: 400_000n },
+    ];
     const merchant = randomBitcoinKey().address;
-    const transfer = { from, to: merchant, token: 'BTC', amount: 980_000n, reference: 's/1', fees: { platform: 10_000n, network: 2_000n } };
+    const transfer = { from, to: merchant, token: 'BTC', amount: 980_000n, reference: 's/1', fees: { platform: 10_000n, network: 2_000n }, sources };
     const prepared = await chain.prepareTransfer(transfer);
     assert.deepEqual(await chain.prepareTransfer(transfer), prepared);
     await chain.broadcast(prepared);
@@ -142,7 +284,7 @@ describe('the Bitcoin adapter', () => {
     assert.deepEqual(node.received(chain.treasury), [{ txid: prepared.txHash, sats: 18_000n }]);
     assert.equal(node.minedFee(prepared.txHash), 2_000n);
     assert.deepEqual(await chain.transactionStatus(prepared.txHash), { blockNumber: node.tip.height, confirmations: 1 });
-    // A second attempt finds nothing left to spend.
-    await assert.rejects(chain.prepareTransfer({ ...transfer, reference: 's/2' }), /holds 0 sats/);
+    // A second attempt finds its coins spent.
+    await assert.rejects(chain.prepareTransfer({ ...transfer, reference: 's/2' }), /spent or not in the chain/);
   });
 });

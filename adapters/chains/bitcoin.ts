@@ -1,5 +1,5 @@
 // Bitcoin behind the chain port, through Bitcoin Core's JSON-RPC (no wallet,
-// no txindex needed).
+// no txindex needed; docs/bitcoin.md says what a mainnet operator runs).
 //
 // Detection: every output of a block's transactions that pays an address is
 // a transfer (index = the output's n), so several outputs to one deposit
@@ -7,15 +7,23 @@
 // the mempool's transactions from `getrawmempool` and `getrawtransaction`
 // (in JSON-RPC batches), so a payment is seen at 0 confirmations seconds
 // after its broadcast. Amounts are read from Core's JSON text as decimal
-// strings, never as floating-point numbers.
+// strings, never as floating-point numbers. On a pruned node a block below
+// the prune height is an error that says so.
 //
-// Settlement: one transaction spends every confirmed output of the deposit
-// address (found with `scantxoutset`) to the merchant (the net amount) and the
-// treasury (the rest after the network fee recorded at request time), signed
-// with the deposit key from WALLET_MNEMONIC. Its inputs are taken in a fixed
-// order and its signatures are deterministic (RFC 6979), so the same
-// settlement attempt always gives the same txid; it is recorded before it is
-// sent and sent again after a crash. Every input signals RBF.
+// Settlement: one transaction spends exactly the recorded payments the payout
+// names (`sources`, each checked with `gettxout`; never a scan of the UTXO
+// set) to the merchant (the net amount, untouched) and the treasury (the
+// rest after the network fee), signed with the deposit key from
+// WALLET_MNEMONIC. The fee is the quoted one or, when the real size at the
+// current rate asks more (or BIP125 does, to replace an earlier attempt), the
+// more, out of the treasury's share; `testmempoolaccept` checks it before it
+// is handed back. Its inputs are taken in a fixed order and its signatures
+// are deterministic (RFC 6979), so the same settlement attempt always gives
+// the same txid; it is recorded before it is sent and sent again after a
+// crash. Every input signals RBF, and every later attempt spends the same
+// coins, so at most one attempt can ever be mined. A payout is found in the
+// chain by its txid (the blocks since it was prepared), never by whether its
+// outputs are still unspent: a merchant may spend them at once.
 import { readFile } from 'node:fs/promises';
 import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
@@ -40,12 +48,14 @@ const bitcoinjsNetwork: Record<BitcoinCoreChain, bitcoin.Network> = {
   regtest: bitcoin.networks.regtest,
 };
 
-/** vbytes of a P2WPKH input, and of a transaction's fixed part with two P2WPKH outputs (10.5 + 2 × 31, rounded up). */
-const INPUT_VBYTES = 68n;
-const TWO_OUTPUT_VBYTES = 73n;
-/** Bitcoin Core's dust limit for a P2WPKH output. */
-const DUST = 294n;
+/** vbytes of the quoted sweep: one P2WPKH input and two P2WPKH outputs (10.5 + 68 + 2 × 31, rounded up). */
+const QUOTED_VBYTES = 141n;
 const RBF_SEQUENCE = 0xfffffffd;
+const COINBASE_MATURITY = 100;
+/** Blocks looked through for a payout this process knows nothing of (after a restart): a week. */
+const PAYOUT_LOOKBACK_BLOCKS = 1008;
+/** Blocks asked about a payout in one JSON-RPC batch. */
+const SCAN_BATCH = 50;
 /** Blocks a sweep may wait in the mempool below the market's fee rate before it is replaced. */
 const STUCK_BLOCKS = 3;
 const RPC_TIMEOUT_MS = 30_000;
@@ -61,6 +71,44 @@ export interface BitcoinChainOptions {
   feeRate?: { floor: bigint; cap: bigint };
   pollMs?: number;
   retry?: RetryPolicy;
+  /** Blocks looked through for a payout this process neither prepared nor sent since it started (default a week, 1008). */
+  payoutLookbackBlocks?: number;
+  /** Where start-up notes go (a pruned node: how far back it serves). */
+  log?: (line: string) => void;
+}
+
+interface SweepCoin {
+  txid: string;
+  vout: number;
+  value: bigint;
+  script: Buffer;
+}
+type Signer = Parameters<bitcoin.Psbt['signAllInputs']>[0];
+
+const ceilDiv = (a: bigint, b: bigint) => (a + b - 1n) / b;
+
+/**
+ * Bitcoin Core's dust limit for an output paying `script`, at the default
+ * dust relay fee of 3 sat/vB (policy/policy.cpp, GetDustThreshold): the
+ * output's size plus that of an input spending it (67 vbytes for a witness
+ * program, 148 bytes otherwise), times 3. P2PKH 546, P2SH 540, P2WSH and
+ * P2TR 330, P2WPKH 294; an OP_RETURN output is never dust.
+ */
+export function dustThreshold(script: Uint8Array): bigint {
+  if (script[0] === bitcoin.opcodes.OP_RETURN) return 0n;
+  const outputSize = 8 + 1 + script.length;
+  const version = script[0]!;
+  const witnessProgram =
+    script.length >= 4 && script.length <= 42 && (version === 0 || (version >= 0x51 && version <= 0x60)) && script[1]! + 2 === script.length;
+  const spendSize = witnessProgram ? 32 + 4 + 1 + Math.floor(107 / 4) + 4 : 32 + 4 + 1 + 107 + 4;
+  return BigInt((outputSize + spendSize) * 3);
+}
+
+/** A prepared sweep's raw form: its bytes, and the tip when it was prepared (where to look for it in the chain). Older records are bare hex. */
+function preparedSweep(raw: string): { hex: string; since?: number } {
+  if (!raw.startsWith('{')) return { hex: raw };
+  const parsed = JSON.parse(raw) as { hex: string; since: number };
+  return { hex: parsed.hex, since: parsed.since };
 }
 
 interface RpcTx {
@@ -97,7 +145,7 @@ export function satoshis(btc: string): bigint {
 
 /** Core's JSON with its amounts kept as the decimal text it printed (JSON.parse would make them doubles). */
 export function parseCoreJson<T>(text: string): T {
-  return JSON.parse(text.replace(/"(value|amount|feerate|total_amount|fee|base|modified|ancestor|descendant)":\s*(-?\d+(?:\.\d+)?)/g, '"$1":"$2"')) as T;
+  return JSON.parse(text.replace(/"(value|amount|feerate|total_amount|fee|base|modified|ancestor|descendant|mempoolminfee|minrelaytxfee|incrementalrelayfee)":\s*(-?\d+(?:\.\d+)?)/g, '"$1":"$2"')) as T;
 }
 
 /** The transfers of a block: one per output that pays an address. */
@@ -129,6 +177,10 @@ export class BitcoinChain implements ChainAdapter {
   private rpcId = 0;
   /** The mempool's transactions already read, by txid (a transaction's content never changes). */
   private mempoolTransfers = new Map<string, ChainTransfer[]>();
+  /** Payouts being looked for in the chain: from which height, how far looked, and where found. */
+  private readonly payouts = new Map<string, { from: number; scanned: number; scannedHash?: string; found?: { height: number; hash: string } }>();
+  /** The lowest height whose block the node still has (a pruned node), or 0. */
+  pruneHeight = 0;
 
   private constructor(private readonly options: BitcoinChainOptions) {
     const url = new URL(options.rpcUrl);
@@ -148,11 +200,15 @@ export class BitcoinChain implements ChainAdapter {
     const adapter = new BitcoinChain(options);
     let chain: string;
     try {
-      if (options.cookieFile) {
-        const cookie = (await readFile(options.cookieFile, 'utf8')).trim();
-        adapter.authorization = 'Basic ' + Buffer.from(cookie).toString('base64');
+      if (options.cookieFile) await adapter.readCookie();
+      const info = await adapter.rpc<{ chain: string; pruned: boolean; pruneheight?: number }>('getblockchaininfo', []);
+      chain = info.chain;
+      if (info.pruned) {
+        adapter.pruneHeight = info.pruneheight ?? 0;
+        (options.log ?? console.log)(
+          `bitcoin: the node is pruned and serves blocks from height ${adapter.pruneHeight} on; the watcher cannot go back further, nor find payouts mined below it`,
+        );
       }
-      chain = (await adapter.rpc<{ chain: string }>('getblockchaininfo', [])).chain;
       await adapter.head(); // also the first fee rate
     } catch (error) {
       adapter.close();
@@ -191,15 +247,28 @@ export class BitcoinChain implements ChainAdapter {
     return body!.result;
   }
 
+  /** bitcoind writes a new cookie at every start: it is read at open and again whenever the node answers 401. */
+  private async readCookie() {
+    const cookie = (await readFile(this.options.cookieFile!, 'utf8')).trim();
+    this.authorization = 'Basic ' + Buffer.from(cookie).toString('base64');
+  }
+
   /** One HTTP request; several calls go as one JSON-RPC batch, answered in order. */
   private async post<T>(calls: { method: string; params: unknown[] }[]) {
     const requests = calls.map((c) => ({ jsonrpc: '1.0', id: ++this.rpcId, ...c }));
-    const response = await fetch(this.endpoint, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...(this.authorization && { authorization: this.authorization }) },
-      body: JSON.stringify(requests.length === 1 ? requests[0] : requests),
-      signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
-    });
+    const send = () =>
+      fetch(this.endpoint, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(this.authorization && { authorization: this.authorization }) },
+        body: JSON.stringify(requests.length === 1 ? requests[0] : requests),
+        signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
+      });
+    let response = await send();
+    if (response.status === 401 && this.options.cookieFile) {
+      await response.body?.cancel();
+      await this.readCookie(); // the node restarted and wrote a new cookie
+      response = await send();
+    }
     if (response.status === 401) throw new Error('the node refused the RPC credentials (HTTP 401)');
     const text = await response.text();
     type Answer = { id: number; result: T; error: { code: number; message: string } | null };
@@ -234,7 +303,18 @@ export class BitcoinChain implements ChainAdapter {
     }
     const known = this.recentBlocks.get(hash);
     if (known) return known;
-    const block = await this.rpc<RpcBlock>('getblock', [hash, 2]);
+    let block: RpcBlock;
+    try {
+      block = await this.rpc<RpcBlock>('getblock', [hash, 2]);
+    } catch (error) {
+      // rpc/blockchain.cpp GetBlockChecked: -1 "Block not available (pruned data)".
+      if (error instanceof BitcoinRpcError && /pruned/.test(error.message)) {
+        const info = await this.rpc<{ pruneheight?: number }>('getblockchaininfo', []);
+        this.pruneHeight = info.pruneheight ?? this.pruneHeight;
+        throw new Error(`bitcoin: block ${height} is pruned; the node serves blocks from height ${this.pruneHeight} on`);
+      }
+      throw error;
+    }
     const parsed: ChainBlock = {
       height: block.height,
       hash: block.hash,
@@ -283,16 +363,97 @@ export class BitcoinChain implements ChainAdapter {
     }
   }
 
-  /** A sweep of one deposit output to the merchant and the treasury at the current fee rate. */
+  /** A quote: a sweep of one deposit output to the merchant and the treasury at the current fee rate (the real sweep may cost more; the platform's share pays the difference). */
   networkFee(token: string): bigint {
     if (token !== 'BTC') return 0n;
     if (this.satsPerVbyte === undefined) throw new Error('bitcoin: no fee rate yet');
-    return (TWO_OUTPUT_VBYTES + INPUT_VBYTES) * this.satsPerVbyte;
+    return QUOTED_VBYTES * this.satsPerVbyte;
+  }
+
+  /**
+   * What a sweep must pay now, in sat/kvB: the market's rate (estimatesmartfee,
+   * within the configured floor and cap), never under what the mempool
+   * currently takes (mempoolminfee, which rises when it is full) nor the relay
+   * minimum (minrelaytxfee); and what a replacement adds per vbyte
+   * (incrementalrelayfee).
+   */
+  private async sweepRates(): Promise<{ rate: bigint; incremental: bigint }> {
+    await this.refreshFeeRate();
+    const info = await this.rpc<{ mempoolminfee: string; minrelaytxfee: string; incrementalrelayfee: string }>('getmempoolinfo', []);
+    const market = this.satsPerVbyte! * 1000n;
+    const rate = [market, satoshis(info.mempoolminfee), satoshis(info.minrelaytxfee)].reduce((a, b) => (a > b ? a : b));
+    return { rate, incremental: satoshis(info.incrementalrelayfee) };
+  }
+
+  /**
+   * What BIP125 asks of a sweep that replaces earlier attempts still in the
+   * mempool (policy/rbf.cpp): at least the fees of everything it evicts, the
+   * earlier attempts' descendants included (a merchant may already spend an
+   * unconfirmed payout), plus its own size at the incremental rate; and a
+   * higher feerate than each attempt it replaces.
+   */
+  private async replacementFloor(coins: SweepCoin[]): Promise<(vsize: bigint, incremental: bigint) => bigint> {
+    const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [coins.map(({ txid, vout }) => ({ txid, vout }))]);
+    const earlier = [...new Set(spending.map((s) => s.spendingtxid).filter((id): id is string => id !== undefined))];
+    const entries = await Promise.all(
+      earlier.map((id) => this.rpc<{ vsize: number; fees: { base: string; descendant: string } }>('getmempoolentry', [id])),
+    );
+    const evicted = entries.reduce((sum, e) => sum + satoshis(e.fees.descendant), 0n);
+    return (vsize, incremental) => {
+      let floor = entries.length > 0 ? evicted + ceilDiv(incremental * vsize, 1000n) : 0n;
+      for (const e of entries) {
+        const higherRate = (satoshis(e.fees.base) * vsize) / BigInt(e.vsize) + 1n;
+        if (higherRate > floor) floor = higherRate;
+      }
+      return floor;
+    };
   }
 
   // -------------------------------------------------------------------------
   // Settlement
 
+  /**
+   * The coins a payout spends: exactly the recorded payments it names, each
+   * checked with `gettxout` against the chain (not the mempool, where an
+   * earlier attempt of this payout may spend them and is to be replaced).
+   * No UTXO-set scan: on mainnet `scantxoutset` takes minutes and runs one
+   * at a time.
+   */
+  private async sourceCoins(transfer: OutgoingTransfer): Promise<SweepCoin[]> {
+    if (!transfer.sources || transfer.sources.length === 0) {
+      throw new Error(
+        `bitcoin: the payout from ${transfer.from.address} names no recorded payments (sources); the deposit's coins are only ever taken from those, never from a scan of the UTXO set`,
+      );
+    }
+    const coins: SweepCoin[] = [];
+    for (const source of transfer.sources) {
+      const out = await this.rpc<{ confirmations: number; value: string; coinbase: boolean; scriptPubKey: { hex: string; address?: string } } | null>(
+        'gettxout',
+        [source.txHash, source.index, false],
+      );
+      const name = `${source.txHash}:${source.index}`;
+      // Only the deposit key can spend it: spent means an earlier attempt of this payout is in the chain.
+      if (!out) throw new Error(`bitcoin: the payment ${name} is spent or not in the chain: an earlier payout of it may be mined`);
+      if (out.scriptPubKey.address !== transfer.from.address || satoshis(out.value) !== source.amount) {
+        throw new Error(`bitcoin: ${name} is not a payment of ${source.amount} sats to ${transfer.from.address}`);
+      }
+      // consensus/tx_verify.cpp CheckTxInputs: a coinbase output is spendable in the 100th block after its own.
+      if (out.coinbase && out.confirmations < COINBASE_MATURITY) {
+        throw new Error(`bitcoin: ${name} is a coinbase output with ${out.confirmations} confirmations; it can be spent at ${COINBASE_MATURITY}`);
+      }
+      coins.push({ txid: source.txHash, vout: source.index, value: source.amount, script: Buffer.from(out.scriptPubKey.hex, 'hex') });
+    }
+    // A fixed order: the same coins always make the same transaction.
+    return coins.sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
+  }
+
+  /**
+   * One transaction spends the payout's coins to the merchant (`amount`,
+   * untouched) and the treasury (the rest). The fee is the quoted one, or
+   * more when the real size at the current rate, or replacing an earlier
+   * attempt, asks more: the difference comes out of the treasury's share.
+   * The node's `testmempoolaccept` checks it before it is handed back.
+   */
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
     const earlier = this.preparedByReference.get(transfer.reference);
     if (earlier) return earlier;
@@ -300,65 +461,68 @@ export class BitcoinChain implements ChainAdapter {
     if (key.address !== transfer.from.address) {
       throw new TransactionRejectedError(`derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`);
     }
-    const scan = await this.rpc<{ unspents: { txid: string; vout: number; scriptPubKey: string; amount: string }[] }>(
-      'scantxoutset',
-      ['start', [`addr(${transfer.from.address})`]],
-    );
-    // A fixed order: the same outputs always make the same transaction.
-    const coins = [...scan.unspents].sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
-    const inputs = coins.reduce((sum, c) => sum + satoshis(c.amount), 0n);
-    const fee = await this.sweepFee(coins, transfer.fees?.network ?? this.networkFee('BTC'));
-    const rest = inputs - transfer.amount - fee;
-    if (coins.length === 0 || rest < 0n) {
-      throw new TransactionRejectedError(
-        `${transfer.from.address} holds ${inputs} sats, less than the payout of ${transfer.amount} and its fee of ${fee}`,
-      );
+    const merchantScript = this.outputScript(transfer.to);
+    if (transfer.amount < dustThreshold(merchantScript)) {
+      throw new TransactionRejectedError(`a payout of ${transfer.amount} sats to ${transfer.to} is dust (under ${dustThreshold(merchantScript)})`);
     }
-    if (transfer.amount < DUST) throw new TransactionRejectedError(`a payout of ${transfer.amount} sats is dust`);
-    const psbt = new bitcoin.Psbt({ network: this.network });
-    for (const c of coins) {
-      psbt.addInput({
-        hash: c.txid,
-        index: c.vout,
-        sequence: RBF_SEQUENCE,
-        witnessUtxo: { script: Buffer.from(c.scriptPubKey, 'hex'), value: satoshis(c.amount) },
-      });
+    const coins = await this.sourceCoins(transfer);
+    const inputs = coins.reduce((sum, c) => sum + c.value, 0n);
+    const since = await this.rpc<number>('getblockcount', []);
+    const { rate, incremental } = await this.sweepRates();
+    const replacing = await this.replacementFloor(coins);
+    const treasuryScript = this.outputScript(this.treasury);
+    let fee = transfer.fees?.network ?? this.networkFee('BTC');
+    let tx: bitcoin.Transaction | undefined;
+    // The size depends on the signatures and on whether the treasury output is there: a few rounds settle it.
+    for (let round = 0; round < 4; round++) {
+      const rest = inputs - transfer.amount - fee;
+      if (rest < 0n) {
+        throw new Error(
+          `bitcoin: the network fee of ${fee} sats (${rate} sat/kvB) is more than the platform's share can pay: ${transfer.from.address} holds ${inputs} sats for a payout of ${transfer.amount}`,
+        );
+      }
+      tx = this.signSweep(key.keyPair, coins, [
+        { script: merchantScript, value: transfer.amount },
+        // Below its dust limit the treasury's rest is left to the miners.
+        ...(rest >= dustThreshold(treasuryScript) ? [{ script: treasuryScript, value: rest }] : []),
+      ]);
+      const paid = inputs - tx.outs.reduce((sum, o) => sum + BigInt(o.value), 0n);
+      const vsize = BigInt(tx.virtualSize());
+      const needed = [ceilDiv(rate * vsize, 1000n), replacing(vsize, incremental)].reduce((a, b) => (a > b ? a : b));
+      if (paid >= needed) break;
+      fee = needed;
+      tx = undefined;
     }
-    psbt.addOutput({ address: transfer.to, value: transfer.amount });
-    // The treasury takes the platform fee and anything else the address holds; below dust it is left to the miners.
-    if (rest >= DUST) psbt.addOutput({ address: this.treasury, value: rest });
-    psbt.signAllInputs(key.keyPair);
-    psbt.finalizeAllInputs();
-    const tx = psbt.extractTransaction();
-    const prepared = { txHash: tx.getId(), raw: tx.toHex() };
+    if (!tx) throw new Error(`bitcoin: no fee settled for the payout from ${transfer.from.address}`);
+    const [tested] = await this.rpc<{ allowed: boolean; 'reject-reason'?: string }[]>('testmempoolaccept', [[tx.toHex()]]);
+    if (!tested!.allowed && tested!['reject-reason'] !== 'txn-already-in-mempool') {
+      throw new Error(`bitcoin: the node would refuse the payout from ${transfer.from.address}: ${tested!['reject-reason']}`);
+    }
+    const prepared = { txHash: tx.getId(), raw: JSON.stringify({ hex: tx.toHex(), since }) };
+    this.trackPayout(prepared.txHash, since);
     if (this.preparedByReference.size > 1000) this.preparedByReference.clear();
     this.preparedByReference.set(transfer.reference, prepared);
     return prepared;
   }
 
-  /**
-   * The fee of a sweep of `coins`: the one recorded, unless an earlier sweep
-   * of the same coins waits in the mempool (it got stuck and is being
-   * replaced): then at least the current rate, and more than the earlier one
-   * by the relay minimum of 1 sat/vB, as BIP125 requires. The difference comes
-   * out of the treasury's share; the merchant's amount never changes.
-   */
-  private async sweepFee(coins: { txid: string; vout: number }[], recorded: bigint): Promise<bigint> {
-    if (coins.length === 0) return recorded;
-    const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
-      coins.map(({ txid, vout }) => ({ txid, vout })),
-    ]);
-    const earlier = [...new Set(spending.map((s) => s.spendingtxid).filter((id): id is string => id !== undefined))];
-    if (earlier.length === 0) return recorded;
-    const vsize = TWO_OUTPUT_VBYTES + INPUT_VBYTES * BigInt(coins.length);
-    let fee = recorded;
-    for (const id of earlier) {
-      const entry = await this.rpc<{ fees: { base: string } }>('getmempoolentry', [id]);
-      const over = satoshis(entry.fees.base) + vsize;
-      if (over > fee) fee = over;
+  private outputScript(address: string): Buffer {
+    try {
+      return Buffer.from(bitcoin.address.toOutputScript(address, this.network));
+    } catch {
+      throw new TransactionRejectedError(`${address} is not a Bitcoin address of this network`);
     }
-    const market = vsize * (this.satsPerVbyte ?? 1n);
-    return market > fee ? market : fee;
+  }
+
+  /** Every input signals RBF; RFC 6979 signatures make the same coins and outputs the same txid. */
+  private signSweep(keyPair: Signer, coins: SweepCoin[], outputs: { script: Buffer; value: bigint }[]): bitcoin.Transaction {
+    const psbt = new bitcoin.Psbt({ network: this.network });
+    for (const c of coins) {
+      psbt.addInput({ hash: c.txid, index: c.vout, sequence: RBF_SEQUENCE, witnessUtxo: { script: c.script, value: c.value } });
+    }
+    for (const o of outputs) psbt.addOutput(o);
+    psbt.signAllInputs(keyPair);
+    psbt.finalizeAllInputs();
+    return psbt.extractTransaction();
   }
 
   /**
@@ -386,18 +550,25 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   async broadcast(transaction: PreparedTransaction): Promise<void> {
+    const { hex, since } = preparedSweep(transaction.raw);
+    if (since !== undefined) this.trackPayout(transaction.txHash, since);
     if (await this.transactionStatus(transaction.txHash)) return;
     await this.refuseIfStuck(transaction.txHash);
     try {
-      await this.rpc<string>('sendrawtransaction', [transaction.raw]);
+      await this.rpc<string>('sendrawtransaction', [hex]);
     } catch (error) {
       if (!(error instanceof BitcoinRpcError)) throw withoutRpcUrl(error, this.options.rpcUrl);
       const { code, message } = error;
+      // node/transaction.cpp BroadcastTransaction: -27 while one of its outputs is unspent in the chain.
       if (code === -27 || /txn-already-in-mempool|txn-already-known/.test(message)) return;
       // Spent by another transaction pending in the mempool (an earlier attempt): the outcome is open.
       if (/txn-mempool-conflict|insufficient fee|replacement/.test(message)) throw new Error(`${transaction.txHash}: ${message}`);
+      // -25, missing or spent inputs, is also what Core answers for this very
+      // transaction once it is mined and its outputs spent: only its absence
+      // from the blocks since it was prepared makes it a refusal.
+      if (code === -25 && (await this.transactionStatus(transaction.txHash))) return;
       // Its inputs are gone (spent by a mined transaction: only an earlier attempt can, and the
-      // sweeper adopts that one), or the transaction is invalid: this one can never be mined.
+      // engine adopts that one), or the transaction is invalid: this one can never be mined.
       if (code === -25 || code === -26 || code === -22) {
         throw new TransactionRejectedError(`${transaction.txHash} refused: ${message}`.slice(0, 300));
       }
@@ -405,17 +576,64 @@ export class BitcoinChain implements ChainAdapter {
     }
   }
 
+  /** Looks for `txHash` in the blocks from `since` on (the tip when it was prepared or first sent). */
+  private trackPayout(txHash: string, since: number) {
+    const known = this.payouts.get(txHash);
+    if (known && known.from <= since) return;
+    if (this.payouts.size > 10_000) this.payouts.clear();
+    this.payouts.set(txHash, { from: since, scanned: since - 1 });
+  }
+
   /**
-   * Where a payout stands. Without txindex, Core finds a mined transaction
-   * through its unspent outputs (`gettxout`); the payout's are the merchant's
-   * and the treasury's, unspent until they move them.
+   * Where a payout stands, found by its txid whatever became of its outputs
+   * (a merchant may spend them at once). With -txindex, or while it waits in
+   * the mempool, `getrawtransaction` answers directly; otherwise each block
+   * since the payout was prepared is asked for it (`getrawtransaction` with
+   * the block's hash), each block once, and a found block is checked to be
+   * still on the best chain. A payout this process never prepared nor sent
+   * (after a restart, until `broadcast` names its start) is looked for in the
+   * last `payoutLookbackBlocks`.
    */
   async transactionStatus(txHash: string): Promise<TransactionStatus | undefined> {
-    for (const n of [0, 1]) {
-      const out = await this.rpc<{ confirmations: number } | null>('gettxout', [txHash, n, false]);
-      if (out && out.confirmations > 0) {
-        const tip = await this.rpc<number>('getblockcount', []);
-        return { blockNumber: tip - out.confirmations + 1, confirmations: out.confirmations };
+    try {
+      const tx = await this.rpc<{ blockhash?: string; confirmations?: number }>('getrawtransaction', [txHash, true]);
+      if (!tx.blockhash || !tx.confirmations) return undefined; // in the mempool
+      const tip = await this.rpc<number>('getblockcount', []);
+      return { blockNumber: tip - tx.confirmations + 1, confirmations: tx.confirmations };
+    } catch (error) {
+      if (!(error instanceof BitcoinRpcError && error.code === -5)) throw error; // -5: neither in the mempool nor indexed
+    }
+    const tip = await this.rpc<number>('getblockcount', []);
+    const lookback = this.options.payoutLookbackBlocks ?? PAYOUT_LOOKBACK_BLOCKS;
+    if (!this.payouts.has(txHash)) this.trackPayout(txHash, Math.max(0, tip - lookback + 1));
+    const track = this.payouts.get(txHash)!;
+    // A pruned node has no blocks below its prune height to ask. A payout mined
+    // there is not found; its coins are spent, so no new attempt is made either.
+    if (track.scanned < this.pruneHeight - 1) track.scanned = this.pruneHeight - 1;
+    if (track.found) {
+      if ((await this.rpc<string>('getblockhash', [track.found.height]).catch(() => undefined)) === track.found.hash) {
+        return { blockNumber: track.found.height, confirmations: tip - track.found.height + 1 };
+      }
+      track.found = undefined; // reorganised away: look again from the start
+      track.scanned = track.from - 1;
+    } else if (track.scannedHash && (await this.rpc<string>('getblockhash', [track.scanned]).catch(() => undefined)) !== track.scannedHash) {
+      track.scanned = track.from - 1; // the blocks looked at were replaced
+    }
+    for (let start = track.scanned + 1; start <= tip; start += SCAN_BATCH) {
+      const heights = Array.from({ length: Math.min(SCAN_BATCH, tip - start + 1) }, (_, i) => start + i);
+      const hashes = await this.post<string>(heights.map((h) => ({ method: 'getblockhash', params: [h] })));
+      const missing = hashes.find((h) => h.error);
+      if (missing) throw new BitcoinRpcError(missing.error!.code, `getblockhash: ${missing.error!.message}`); // the chain got shorter: ask again
+      const answers = await this.post<{ txid: string }>(hashes.map((h) => ({ method: 'getrawtransaction', params: [txHash, true, h.result] })));
+      for (const [i, answer] of answers.entries()) {
+        if (answer.result) {
+          track.found = { height: heights[i]!, hash: hashes[i]!.result };
+          return { blockNumber: heights[i]!, confirmations: tip - heights[i]! + 1 };
+        }
+        // -5: not in that block. Anything else (a pruned block, a node in trouble) leaves the question open.
+        if (answer.error?.code !== -5) throw new BitcoinRpcError(answer.error?.code ?? -1, `getrawtransaction in block ${heights[i]}: ${answer.error?.message}`);
+        track.scanned = heights[i]!;
+        track.scannedHash = hashes[i]!.result;
       }
     }
     return undefined;

@@ -2,42 +2,75 @@
 // adapters/chains/bitcoin.ts uses, over a regtest chain it runs itself.
 // Debian has no bitcoind and npm none that runs, so this one keeps a UTXO
 // set and validates every transaction it accepts with bitcoinjs-lib and
-// tiny-secp256k1, with Bitcoin Core's rules and error codes:
-//   - inputs must exist and be unspent (-25 bad-txns-inputs-missingorspent);
-//     a transaction already mined answers -27;
+// tiny-secp256k1, with Bitcoin Core's (28+) rules, codes and texts. Where a
+// rule comes from, in Core's source:
+//   - sendrawtransaction (src/node/transaction.cpp, BroadcastTransaction): a
+//     transaction already in the mempool is not an error; one with an output
+//     still in the UTXO set is -27 "Transaction outputs already in utxo set";
+//     anything else goes through mempool acceptance, so a mined transaction
+//     whose outputs are all spent gets -25 bad-txns-inputs-missingorspent,
+//     like any transaction whose inputs are gone (src/rpc/util.cpp,
+//     JSONRPCTransactionError: MISSING_INPUTS is RPC_TRANSACTION_ERROR);
+//   - inputs may be confirmed or in the mempool (chains of unconfirmed
+//     transactions); a coinbase output is spent at 100 confirmations at the
+//     earliest (src/consensus/tx_verify.cpp, CheckTxInputs:
+//     bad-txns-premature-spend-of-coinbase);
 //   - every P2WPKH input's witness must hold the key of the spent output and a
 //     signature that verifies against the BIP143 sighash
 //     (-26 mandatory-script-verify-flag-failed);
-//   - outputs may not exceed inputs (-26 bad-txns-in-belowout), outputs below
-//     the dust limit are refused (-26 dust), and the fee must meet 1 sat/vB
-//     (-26 min relay fee not met);
+//   - outputs may not exceed inputs (-26 bad-txns-in-belowout); an output
+//     under its script type's dust limit is refused (src/policy/policy.cpp,
+//     GetDustThreshold at the 3 sat/vB dust relay fee: P2PKH 546, P2SH 540,
+//     P2WSH and P2TR 330, P2WPKH 294; -26 dust);
+//   - the fee on the real virtual size must meet the mempool's minimum, then
+//     the relay minimum (src/validation.cpp, CheckFeeRate: -26 "mempool min
+//     fee not met", "min relay fee not met");
 //   - a transaction spending what a mempool one spends replaces it only when
-//     the old one signals RBF (BIP125) and the new one pays more
-//     (-26 txn-mempool-conflict, insufficient fee);
-//   - blocks are mined on demand; `invalidateblock` drops a block and those
-//     after it, putting their transactions back in the mempool.
+//     the old one signals RBF and BIP125's fee rules hold, counting every
+//     descendant it evicts (src/policy/rbf.cpp, PaysMoreThanConflicts and
+//     PaysForRBF: -26 "insufficient fee, ...", or txn-mempool-conflict);
+//   - every block has a coinbase (the genesis one is not in the UTXO set);
+//     `invalidateblock` drops a block and those after it, putting their
+//     transactions but the coinbases back in the mempool;
+//   - `scantxoutset` takes `scanMs` and refuses a second scan meanwhile
+//     (src/rpc/blockchain.cpp, scantxoutset: -8 "Scan already in progress");
+//   - a pruned node has no data below `pruneHeight` (src/rpc/blockchain.cpp,
+//     GetBlockChecked: -1 "Block not available (pruned data)");
+//   - with a cookie file, the credentials are `__cookie__` and a password
+//     rewritten at every restart (src/rpc/request.cpp, GenerateAuthCookie).
 // Answer shapes follow Bitcoin Core's RPC documentation
-// (developer.bitcoin.org/reference/rpc: getblockchaininfo, getblock
-// verbosity 2, getrawmempool, getrawtransaction, estimatesmartfee,
-// sendrawtransaction, testmempoolaccept, gettxout, scantxoutset); amounts
-// are JSON numbers of BTC with eight decimals, as Core prints them.
+// (developer.bitcoin.org/reference/rpc); amounts are JSON numbers of BTC
+// with eight decimals, as Core prints them.
 import { createHash, randomBytes } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import * as bitcoin from 'bitcoinjs-lib';
 import { ECPairFactory, type ECPairInterface } from 'ecpair';
 import * as ecc from 'tiny-secp256k1';
 
+bitcoin.initEccLib(ecc); // Taproot addresses
 const ecPair = ECPairFactory(ecc);
 const network = bitcoin.networks.regtest;
 /** Bitcoin Core's dust limit for a P2WPKH output at the default 3 sat/vB dust relay fee. */
 export const P2WPKH_DUST = 294n;
-const MIN_RELAY_SATS_PER_VBYTE = 1n;
+/** Dust limits by Core's script type name (policy.cpp GetDustThreshold: (output size + spending input size) × 3 sat/vB). */
+const DUST_BY_TYPE: Record<string, bigint> = {
+  pubkeyhash: 546n,
+  scripthash: 540n,
+  witness_v0_keyhash: 294n,
+  witness_v0_scripthash: 330n,
+  witness_v1_taproot: 330n,
+  nulldata: 0n,
+};
+const COINBASE_MATURITY = 100;
+const SUBSIDY = 5_000_000_000n;
 
 interface Utxo {
   value: bigint;
   script: Buffer;
   height: number | null;
+  coinbase?: boolean;
 }
 interface MinedBlock {
   hash: string;
@@ -57,8 +90,13 @@ export class RpcError extends Error {
 
 const sha256d = (b: Buffer) => createHash('sha256').update(createHash('sha256').update(b).digest()).digest();
 const outpoint = (txid: string, vout: number) => `${txid}:${vout}`;
+const spentBy = (x: bitcoin.Transaction['ins'][number]) => outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index);
 /** Satoshis as Bitcoin Core prints them: a JSON number of BTC with eight decimals (written into the text as is). */
 const btc = (sats: bigint) => `@@${sats < 0n ? '-' : ''}${(sats < 0n ? -sats : sats) / 100_000_000n}.${((sats < 0n ? -sats : sats) % 100_000_000n).toString().padStart(8, '0')}@@`;
+/** sat/kvB for `fee` over `vsize`, as CFeeRate(fee, vsize) does. */
+const rateOf = (fee: bigint, vsize: number) => (fee * 1000n) / BigInt(vsize);
+/** The fee a rate in sat/kvB asks of `vsize` vbytes (CFeeRate::GetFee, rounded up). */
+const feeAt = (satsPerKvB: bigint, vsize: number) => (satsPerKvB * BigInt(vsize) + 999n) / 1000n;
 
 export interface BitcoinKey {
   address: string;
@@ -70,24 +108,61 @@ export function randomBitcoinKey(): BitcoinKey {
   return { address: bitcoin.payments.p2wpkh({ pubkey: keyPair.publicKey, network }).address!, keyPair };
 }
 
+/** Merchant addresses of other script types (their keys are thrown away: only receiving is tested). */
+export function randomAddress(type: 'p2wpkh' | 'p2tr' | 'p2pkh' | 'p2sh' | 'p2wsh'): string {
+  const pubkey = ecPair.makeRandom({ network }).publicKey;
+  switch (type) {
+    case 'p2wpkh':
+      return bitcoin.payments.p2wpkh({ pubkey, network }).address!;
+    case 'p2tr':
+      return bitcoin.payments.p2tr({ internalPubkey: Buffer.from(pubkey.subarray(1)), network }).address!;
+    case 'p2pkh':
+      return bitcoin.payments.p2pkh({ pubkey, network }).address!;
+    case 'p2sh':
+      return bitcoin.payments.p2sh({ redeem: bitcoin.payments.p2wpkh({ pubkey, network }), network }).address!;
+    case 'p2wsh':
+      return bitcoin.payments.p2wsh({ redeem: bitcoin.payments.p2pk({ pubkey, network }), network }).address!;
+  }
+}
+
 export class BitcoinTestNode {
   url = '';
-  readonly user = 'rpcuser';
-  readonly password = randomBytes(8).toString('hex');
+  user = 'rpcuser';
+  password = randomBytes(8).toString('hex');
   private server?: Server;
   private readonly blocks: MinedBlock[] = [];
+  /** Every block ever mined, stale ones included (getblock still answers for them, as Core does while it has their data). */
+  private readonly known = new Map<string, MinedBlock>();
   /** The UTXO set of the best chain's tip (mempool spends are not applied here). */
   private utxos = new Map<string, Utxo>();
   private mempool = new Map<string, bitcoin.Transaction>();
   /** sat/kvB answered by estimatesmartfee. */
   feeRate = 2_000n;
+  /** sat/kvB: the relay minimum (minrelaytxfee). */
+  minRelayFee = 1_000n;
+  /** sat/kvB: the mempool's rolling minimum, 0 until it is full (txmempool.cpp GetMinFee); getmempoolinfo's mempoolminfee is the higher of the two. */
+  mempoolMinFee = 0n;
+  /** sat/kvB: what a replacement must add per vbyte of its own (incrementalrelayfee). */
+  incrementalRelayFee = 1_000n;
   /** sat/vB below which `mine` leaves a transaction in the mempool (a fee market that passes it by). */
   miningFloor = 0n;
+  /** How long a `scantxoutset` takes (Core walks the whole UTXO set: minutes on mainnet). */
+  scanMs = 0;
+  private scanning = false;
+  /** Blocks below this height have no data any more (a pruned node). */
+  pruneHeight = 0;
+  /** Calls answered, by method (what the adapter asked). */
+  readonly calls = new Map<string, number>();
   /** The tip's height when each mempool transaction came in (getmempoolentry's `height`). */
   private readonly enteredAt = new Map<string, number>();
+  private readonly miner = randomBitcoinKey();
+  private cookieFile?: string;
 
   constructor(readonly chain: 'regtest' | 'main' | 'test' = 'regtest') {
-    this.blocks.push({ hash: randomBytes(32).toString('hex'), height: 0, time: Math.floor(Date.now() / 1000) - 3600, txs: [] });
+    const genesis = this.coinbase(0, this.miner.address, SUBSIDY);
+    const block = { hash: randomBytes(32).toString('hex'), height: 0, time: Math.floor(Date.now() / 1000) - 3600, txs: [genesis] };
+    this.blocks.push(block);
+    this.known.set(block.hash, block);
   }
 
   get rpcUrl(): string {
@@ -95,6 +170,23 @@ export class BitcoinTestNode {
     u.username = this.user;
     u.password = this.password;
     return u.toString();
+  }
+
+  /**
+   * Authentication by cookie from now on: Core writes `__cookie__:<random>`
+   * to the file at every start, and then takes only those credentials.
+   */
+  useCookie(file: string): void {
+    this.cookieFile = file;
+    this.rotateCookie();
+  }
+
+  /** What a restart of bitcoind does to the cookie: a new password, the old one refused. */
+  rotateCookie(): void {
+    if (!this.cookieFile) throw new Error('the node has no cookie file');
+    this.user = '__cookie__';
+    this.password = randomBytes(32).toString('hex');
+    writeFileSync(this.cookieFile, `${this.user}:${this.password}`);
   }
 
   async start(): Promise<this> {
@@ -106,7 +198,7 @@ export class BitcoinTestNode {
       }
       let body = '';
       req.on('data', (c) => (body += c));
-      req.on('end', () => {
+      req.on('end', async () => {
         let request: any;
         try {
           request = JSON.parse(body);
@@ -114,7 +206,7 @@ export class BitcoinTestNode {
           res.writeHead(500).end(JSON.stringify({ result: null, error: { code: -32700, message: 'Parse error' }, id: null }));
           return;
         }
-        const answer = Array.isArray(request) ? request.map((r) => this.handle(r)) : this.handle(request);
+        const answer = Array.isArray(request) ? await Promise.all(request.map((r) => this.handle(r))) : await this.handle(request);
         const status = !Array.isArray(answer) && answer.error ? (answer.error.code === -32601 ? 404 : 500) : 200;
         // Amounts are written as JSON numbers with eight decimals, as Core does.
         const text = coreJsonText(answer);
@@ -131,9 +223,11 @@ export class BitcoinTestNode {
     await new Promise((resolve) => this.server?.close(resolve));
   }
 
-  private handle(request: { method: string; params?: unknown[]; id: unknown }) {
+  private async handle(request: { method: string; params?: unknown[]; id: unknown }) {
+    this.calls.set(request.method, (this.calls.get(request.method) ?? 0) + 1);
     try {
-      return { result: this.call(request.method, request.params ?? []), error: null, id: request.id };
+      const result = request.method === 'scantxoutset' ? await this.scan(request.params ?? []) : this.call(request.method, request.params ?? []);
+      return { result, error: null, id: request.id };
     } catch (error) {
       if (!(error instanceof RpcError)) throw error;
       return { result: null, error: { code: error.code, message: error.message }, id: request.id };
@@ -150,7 +244,8 @@ export class BitcoinTestNode {
           bestblockhash: this.tip.hash,
           mediantime: this.tip.time,
           initialblockdownload: false,
-          pruned: false,
+          pruned: this.pruneHeight > 0,
+          ...(this.pruneHeight > 0 && { pruneheight: this.pruneHeight, automatic_pruning: true, prune_target_size: 576_716_800 }),
         };
       case 'getblockcount':
         return this.tip.height;
@@ -160,86 +255,139 @@ export class BitcoinTestNode {
         return block.hash;
       }
       case 'getblock': {
-        const block = this.blocks.find((b) => b.hash === params[0]);
+        const block = this.known.get(String(params[0]));
         if (!block) throw new RpcError(-5, 'Block not found');
-        return this.blockJson(block);
+        if (block.height < this.pruneHeight) throw new RpcError(-1, 'Block not available (pruned data)');
+        const json = this.blockJson(block);
+        return params[1] === 1 ? { ...json, tx: block.txs.map((t) => t.getId()) } : json;
       }
       case 'getrawmempool':
         return [...this.mempool.keys()];
+      case 'getmempoolinfo':
+        return {
+          loaded: true,
+          size: this.mempool.size,
+          mempoolminfee: btc(this.mempoolMinFee > this.minRelayFee ? this.mempoolMinFee : this.minRelayFee),
+          minrelaytxfee: btc(this.minRelayFee),
+          incrementalrelayfee: btc(this.incrementalRelayFee),
+          fullrbf: false,
+        };
       case 'getmempoolentry': {
         const tx = this.mempool.get(String(params[0]));
         if (!tx) throw new RpcError(-5, 'Transaction not in mempool');
+        const family = this.withDescendants([tx.getId()]);
         return {
           vsize: tx.virtualSize(),
           weight: tx.weight(),
           time: this.tip.time,
           height: this.enteredAt.get(tx.getId()) ?? this.tip.height,
-          fees: { base: btc(this.feeOf(tx)), modified: btc(this.feeOf(tx)) },
+          descendantcount: family.length,
+          descendantsize: family.reduce((s, t) => s + t.virtualSize(), 0),
+          fees: {
+            base: btc(this.feeOf(tx)),
+            modified: btc(this.feeOf(tx)),
+            descendant: btc(family.reduce((s, t) => s + this.feeOf(t), 0n)),
+          },
           'bip125-replaceable': tx.ins.some((x) => x.sequence < 0xfffffffe),
         };
       }
       case 'gettxspendingprevout':
         return (params[0] as { txid: string; vout: number }[]).map(({ txid, vout }) => {
-          const spender = [...this.mempool.values()].find((m) =>
-            m.ins.some((x) => outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index) === outpoint(txid, vout)),
-          );
+          const spender = [...this.mempool.values()].find((m) => m.ins.some((x) => spentBy(x) === outpoint(txid, vout)));
           return { txid, vout, ...(spender && { spendingtxid: spender.getId() }) };
         });
-      case 'getrawtransaction': {
-        const tx = this.mempool.get(String(params[0]));
-        if (!tx) {
-          throw new RpcError(
-            -5,
-            'No such mempool transaction. Use -txindex or provide a block hash to enable blockchain transaction queries. Use gettransaction for wallet transactions.',
-          );
-        }
-        return params[1] ? this.txJson(tx) : tx.toHex();
-      }
+      case 'getrawtransaction':
+        return this.rawTransaction(String(params[0]), Boolean(params[1]), params[2] as string | undefined);
       case 'estimatesmartfee':
         return { feerate: btc(this.feeRate), blocks: Number(params[0] ?? 6) };
       case 'testmempoolaccept':
         return (params[0] as string[]).map((hex) => {
           const tx = bitcoin.Transaction.fromHex(hex);
+          const ids = { txid: tx.getId(), wtxid: Buffer.from(tx.getHash(true)).reverse().toString('hex') };
+          if (this.mempool.has(tx.getId())) return { ...ids, allowed: false, 'reject-reason': 'txn-already-in-mempool' };
           try {
             const fee = this.validate(tx);
-            return { txid: tx.getId(), wtxid: Buffer.from(tx.getHash(true)).reverse().toString('hex'), allowed: true, vsize: tx.virtualSize(), fees: { base: btc(fee) } };
+            return { ...ids, allowed: true, vsize: tx.virtualSize(), fees: { base: btc(fee) } };
           } catch (error) {
             if (!(error instanceof RpcError)) throw error;
-            return { txid: tx.getId(), wtxid: Buffer.from(tx.getHash(true)).reverse().toString('hex'), allowed: false, 'reject-reason': error.message };
+            // rpc/mempool.cpp testmempoolaccept: missing inputs are "missing-inputs"; other reasons without their detail.
+            const reason = error.code === -25 ? 'missing-inputs' : error.message.split(',')[0]!;
+            return { ...ids, allowed: false, 'reject-reason': reason };
           }
         });
       case 'sendrawtransaction':
         return this.accept(String(params[0]));
       case 'gettxout': {
-        const utxo = this.utxos.get(outpoint(String(params[0]), Number(params[1])));
+        const key = outpoint(String(params[0]), Number(params[1]));
+        const includeMempool = params[2] !== false;
+        const utxo = this.utxos.get(key) ?? (includeMempool ? this.mempoolOutput(key) : undefined);
         if (!utxo) return null;
+        if (includeMempool && [...this.mempool.values()].some((m) => m.ins.some((x) => spentBy(x) === key))) return null;
         return {
           bestblock: this.tip.hash,
           confirmations: utxo.height === null ? 0 : this.tip.height - utxo.height + 1,
           value: btc(utxo.value),
-          scriptPubKey: { hex: utxo.script.toString('hex'), address: addressOf(utxo.script), type: 'witness_v0_keyhash' },
-          coinbase: false,
+          scriptPubKey: { hex: utxo.script.toString('hex'), address: addressOf(utxo.script), type: scriptType(utxo.script) },
+          coinbase: utxo.coinbase === true,
         };
-      }
-      case 'scantxoutset': {
-        if (params[0] !== 'start') throw new RpcError(-8, 'Invalid action');
-        const wanted = new Set((params[1] as string[]).map((d) => /^addr\((.+)\)$/.exec(d)?.[1]));
-        const unspents = [...this.utxos]
-          .filter(([, u]) => u.height !== null && wanted.has(addressOf(u.script)))
-          .map(([key, u]) => {
-            const [txid, vout] = key.split(':');
-            return { txid, vout: Number(vout), scriptPubKey: u.script.toString('hex'), desc: `addr(${addressOf(u.script)})`, amount: btc(u.value), coinbase: false, height: u.height };
-          });
-        const total = [...this.utxos.values()]
-          .filter((u) => u.height !== null && wanted.has(addressOf(u.script)))
-          .reduce((s, u) => s + u.value, 0n);
-        return { success: true, txouts: this.utxos.size, height: this.tip.height, bestblock: this.tip.hash, unspents, total_amount: btc(total) };
       }
       case 'invalidateblock':
         this.invalidate(String(params[0]));
         return null;
       default:
         throw new RpcError(-32601, 'Method not found');
+    }
+  }
+
+  /** getrawtransaction (src/rpc/rawtransaction.cpp): without txindex, the mempool's, or a given block's. */
+  private rawTransaction(txid: string, verbose: boolean, blockhash?: string) {
+    if (blockhash === undefined || blockhash === null) {
+      const tx = this.mempool.get(txid);
+      if (!tx) {
+        throw new RpcError(
+          -5,
+          'No such mempool transaction. Use -txindex or provide a block hash to enable blockchain transaction queries. Use gettransaction for wallet transactions.',
+        );
+      }
+      return verbose ? this.txJson(tx) : tx.toHex();
+    }
+    const block = this.known.get(blockhash);
+    if (!block) throw new RpcError(-5, 'Block hash not found');
+    if (block.height < this.pruneHeight) throw new RpcError(-1, 'Block not available');
+    const tx = block.txs.find((t) => t.getId() === txid);
+    if (!tx) throw new RpcError(-5, 'No such transaction found in the provided block. Use gettransaction for wallet transactions.');
+    if (!verbose) return tx.toHex();
+    const active = this.blocks[block.height]?.hash === block.hash;
+    return {
+      in_active_chain: active,
+      ...this.txJson(tx),
+      blockhash,
+      confirmations: active ? this.tip.height - block.height + 1 : 0,
+      time: block.time,
+      blocktime: block.time,
+    };
+  }
+
+  /** scantxoutset: one scan at a time, and it takes a while. */
+  private async scan(params: any[]) {
+    if (params[0] !== 'start') throw new RpcError(-8, 'Invalid action');
+    if (this.scanning) throw new RpcError(-8, 'Scan already in progress, use action "abort" or "status"');
+    this.scanning = true;
+    try {
+      if (this.scanMs > 0) await new Promise((resolve) => setTimeout(resolve, this.scanMs));
+      const wanted = new Set((params[1] as string[]).map((d) => /^addr\((.+)\)$/.exec(d)?.[1]));
+      const unspents = [...this.utxos]
+        .filter(([, u]) => u.height !== null && wanted.has(addressOf(u.script)))
+        .map(([key, u]) => {
+          const [txid, vout] = key.split(':');
+          return { txid, vout: Number(vout), scriptPubKey: u.script.toString('hex'), desc: `addr(${addressOf(u.script)})`, amount: btc(u.value), coinbase: u.coinbase === true, height: u.height };
+        });
+      const total = [...this.utxos.values()]
+        .filter((u) => u.height !== null && wanted.has(addressOf(u.script)))
+        .reduce((s, u) => s + u.value, 0n);
+      return { success: true, txouts: this.utxos.size, height: this.tip.height, bestblock: this.tip.hash, unspents, total_amount: btc(total) };
+    } finally {
+      this.scanning = false;
     }
   }
 
@@ -270,20 +418,36 @@ export class BitcoinTestNode {
   // -------------------------------------------------------------------------
   // Validation
 
-  /** Bitcoin Core's checks of a transaction against the chain's UTXO set and the mempool; the fee on success. */
+  /** An output of a mempool transaction (a chain of unconfirmed transactions), unconfirmed. */
+  private mempoolOutput(key: string): Utxo | undefined {
+    const [txid, vout] = key.split(':');
+    const out = this.mempool.get(txid!)?.outs[Number(vout)];
+    return out && { value: BigInt(out.value), script: Buffer.from(out.script), height: null };
+  }
+
+  /** `ids` and every mempool transaction that spends their outputs, transitively. */
+  private withDescendants(ids: string[]): bitcoin.Transaction[] {
+    const family = new Set(ids);
+    for (const tx of this.mempool.values()) {
+      if (tx.ins.some((x) => family.has(Buffer.from(x.hash).reverse().toString('hex')))) family.add(tx.getId());
+    }
+    return [...family].map((id) => this.mempool.get(id)).filter((t): t is bitcoin.Transaction => t !== undefined);
+  }
+
+  /** Bitcoin Core's mempool acceptance (src/validation.cpp, MemPoolAccept): the fee on success; `replacing` gets what it evicts. */
   private validate(tx: bitcoin.Transaction, replacing = new Set<string>()): bigint {
     const txid = tx.getId();
-    if (this.blocks.some((b) => b.txs.some((t) => t.getId() === txid))) {
-      throw new RpcError(-27, 'Transaction already in block chain');
-    }
-    if (this.mempool.has(txid)) throw new RpcError(-26, 'txn-already-in-mempool');
     let inputs = 0n;
+    const conflicts = new Set<string>();
     for (const [i, input] of tx.ins.entries()) {
-      const key = outpoint(Buffer.from(input.hash).reverse().toString('hex'), input.index);
-      const utxo = this.utxos.get(key);
+      const key = spentBy(input);
+      const utxo = this.utxos.get(key) ?? this.mempoolOutput(key);
       if (!utxo) throw new RpcError(-25, 'bad-txns-inputs-missingorspent');
-      const conflict = [...this.mempool.values()].find((m) => m.ins.some((x) => outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index) === key));
-      if (conflict && !replacing.has(conflict.getId())) replacing.add(conflict.getId());
+      if (utxo.coinbase && this.tip.height + 1 - utxo.height! < COINBASE_MATURITY) {
+        throw new RpcError(-26, `bad-txns-premature-spend-of-coinbase, tried to spend coinbase at depth ${this.tip.height + 1 - utxo.height!}`);
+      }
+      const conflict = [...this.mempool.values()].find((m) => m.ins.some((x) => spentBy(x) === key));
+      if (conflict) conflicts.add(conflict.getId());
       // P2WPKH: the witness is [signature, public key]; the key must hash to the output's program.
       const program = utxo.script.subarray(2);
       const [signature, pubkey] = input.witness;
@@ -303,68 +467,110 @@ export class BitcoinTestNode {
     }
     const outputs = tx.outs.reduce((sum, out) => sum + BigInt(out.value), 0n);
     if (outputs > inputs) throw new RpcError(-26, 'bad-txns-in-belowout');
-    if (tx.outs.some((out) => BigInt(out.value) < P2WPKH_DUST)) throw new RpcError(-26, 'dust');
+    // policy.cpp IsStandardTx: each output against its own type's dust limit.
+    if (tx.outs.some((out) => BigInt(out.value) < (DUST_BY_TYPE[scriptType(out.script)] ?? 546n))) throw new RpcError(-26, 'dust');
     const fee = inputs - outputs;
-    const vsize = BigInt(tx.virtualSize());
-    if (fee < vsize * MIN_RELAY_SATS_PER_VBYTE) {
-      throw new RpcError(-26, `min relay fee not met, ${fee} < ${vsize * MIN_RELAY_SATS_PER_VBYTE}`);
-    }
-    for (const id of replacing) {
-      const old = this.mempool.get(id)!;
-      // BIP125: the replaced transaction signals replaceability, and the new one pays more.
-      if (!old.ins.some((x) => x.sequence < 0xfffffffe)) throw new RpcError(-26, 'txn-mempool-conflict');
-      if (fee <= this.feeOf(old)) throw new RpcError(-26, `insufficient fee, rejecting replacement ${txid}; new feerate too low`);
+    const vsize = tx.virtualSize();
+    // validation.cpp CheckFeeRate: the mempool's minimum first, then the relay minimum, both on the real size.
+    if (this.mempoolMinFee > 0n && fee < feeAt(this.mempoolMinFee, vsize)) throw new RpcError(-26, `mempool min fee not met, ${fee} < ${feeAt(this.mempoolMinFee, vsize)}`);
+    if (fee < feeAt(this.minRelayFee, vsize)) throw new RpcError(-26, `min relay fee not met, ${fee} < ${feeAt(this.minRelayFee, vsize)}`);
+    if (conflicts.size > 0) {
+      for (const id of conflicts) {
+        const old = this.mempool.get(id)!;
+        // Without full RBF the replaced transaction must signal replaceability (BIP125 rule 1).
+        if (!old.ins.some((x) => x.sequence < 0xfffffffe)) throw new RpcError(-26, 'txn-mempool-conflict');
+        // rbf.cpp PaysMoreThanConflicts: a higher feerate than each transaction it replaces directly.
+        if (rateOf(fee, vsize) <= rateOf(this.feeOf(old), old.virtualSize())) {
+          throw new RpcError(-26, `insufficient fee, rejecting replacement ${txid}; new feerate ${rateOf(fee, vsize)} <= old feerate ${rateOf(this.feeOf(old), old.virtualSize())}`);
+        }
+      }
+      // rbf.cpp PaysForRBF: at least the fees of everything evicted (descendants too), plus its own relay at the incremental rate.
+      const evicted = this.withDescendants([...conflicts]);
+      const evictedFees = evicted.reduce((s, t) => s + this.feeOf(t), 0n);
+      if (fee < evictedFees) throw new RpcError(-26, `insufficient fee, rejecting replacement ${txid}, less fees than conflicting txs; ${fee} < ${evictedFees}`);
+      if (fee - evictedFees < feeAt(this.incrementalRelayFee, vsize)) {
+        throw new RpcError(-26, `insufficient fee, rejecting replacement ${txid}, not enough additional fees to relay; ${fee - evictedFees} < ${feeAt(this.incrementalRelayFee, vsize)}`);
+      }
+      for (const t of evicted) replacing.add(t.getId());
     }
     return fee;
   }
 
   private feeOf(tx: bitcoin.Transaction): bigint {
-    const inputs = tx.ins.reduce((sum, x) => sum + (this.utxos.get(outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index))?.value ?? 0n), 0n);
+    const inputs = tx.ins.reduce((sum, x) => sum + ((this.utxos.get(spentBy(x)) ?? this.mempoolOutput(spentBy(x)))?.value ?? 0n), 0n);
     return inputs - tx.outs.reduce((sum, out) => sum + BigInt(out.value), 0n);
   }
 
-  /** sendrawtransaction: validates, replaces what it conflicts with (RBF), keeps it in the mempool. */
+  /** sendrawtransaction (BroadcastTransaction): validates, replaces what it conflicts with (RBF), keeps it in the mempool. */
   accept(hex: string): string {
     let tx: bitcoin.Transaction;
     try {
       tx = bitcoin.Transaction.fromHex(hex);
     } catch {
-      throw new RpcError(-22, 'TX decode failed');
+      throw new RpcError(-22, 'TX decode failed. Make sure the tx has at least one input.');
     }
+    const txid = tx.getId();
+    if (this.mempool.has(txid)) return txid; // already there: Core relays it again and answers its id
+    // Only an output still unspent shows a transaction is in the chain; once all are spent it is just missing inputs.
+    if (tx.outs.some((_, n) => this.utxos.has(outpoint(txid, n)))) throw new RpcError(-27, 'Transaction outputs already in utxo set');
     const replacing = new Set<string>();
     this.validate(tx, replacing);
     for (const id of replacing) this.mempool.delete(id);
-    this.mempool.set(tx.getId(), tx);
-    this.enteredAt.set(tx.getId(), this.tip.height);
-    return tx.getId();
+    this.mempool.set(txid, tx);
+    this.enteredAt.set(txid, this.tip.height);
+    return txid;
   }
 
   // -------------------------------------------------------------------------
   // Driving the chain
 
-  /** Mines `count` blocks; the first takes the whole mempool. */
-  mine(count = 1): string[] {
+  /** A coinbase at `height` (BIP34: the height in its script, so every one has its own txid). */
+  private coinbase(height: number, to: string, sats: bigint): bitcoin.Transaction {
+    const tx = new bitcoin.Transaction();
+    tx.version = 2;
+    tx.addInput(Buffer.alloc(32), 0xffffffff, 0xffffffff, Buffer.from(bitcoin.script.compile([bitcoin.script.number.encode(height), randomBytes(4)])));
+    tx.addOutput(Buffer.from(bitcoin.address.toOutputScript(to, network)), sats);
+    return tx;
+  }
+
+  /** Mines `count` blocks; the first takes the mempool above the mining floor. `coinbaseTo` gets the first block's reward. */
+  mine(count = 1, { coinbaseTo }: { coinbaseTo?: string } = {}): string[] {
     const hashes: string[] = [];
     for (let i = 0; i < count; i++) {
-      const txs = [...this.mempool.values()].filter(
-        (tx) => this.feeOf(tx) >= this.miningFloor * BigInt(tx.virtualSize()),
-      );
-      for (const tx of txs) this.mempool.delete(tx.getId());
+      const taken = new Set<string>();
+      const txs: bitcoin.Transaction[] = [];
+      for (const tx of this.mempool.values()) {
+        // A child only with its parents (mempool order puts parents first).
+        const parentsIn = tx.ins.every((x) => {
+          const parent = Buffer.from(x.hash).reverse().toString('hex');
+          return !this.mempool.has(parent) || taken.has(parent);
+        });
+        if (parentsIn && this.feeOf(tx) >= this.miningFloor * BigInt(tx.virtualSize())) {
+          taken.add(tx.getId());
+          txs.push(tx);
+        }
+      }
+      const fees = txs.reduce((s, t) => s + this.feeOf(t), 0n);
       const height = this.tip.height + 1;
+      const coinbase = this.coinbase(height, (i === 0 && coinbaseTo) || this.miner.address, SUBSIDY + fees);
+      for (const tx of txs) this.mempool.delete(tx.getId());
+      this.apply(coinbase, height, true);
       for (const tx of txs) this.apply(tx, height);
       const hash = sha256d(Buffer.from(`${this.tip.hash}:${height}:${txs.map((t) => t.getId()).join(',')}:${randomBytes(4).toString('hex')}`)).toString('hex');
-      this.blocks.push({ hash, height, time: Math.max(this.tip.time + 1, Math.floor(Date.now() / 1000)), txs });
+      const block = { hash, height, time: Math.max(this.tip.time + 1, Math.floor(Date.now() / 1000)), txs: [coinbase, ...txs] };
+      this.blocks.push(block);
+      this.known.set(hash, block);
       hashes.push(hash);
     }
     return hashes;
   }
 
-  private apply(tx: bitcoin.Transaction, height: number) {
-    for (const x of tx.ins) this.utxos.delete(outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index));
-    tx.outs.forEach((out, n) => this.utxos.set(outpoint(tx.getId(), n), { value: BigInt(out.value), script: Buffer.from(out.script), height }));
+  private apply(tx: bitcoin.Transaction, height: number, coinbase = false) {
+    if (!coinbase) for (const x of tx.ins) this.utxos.delete(spentBy(x));
+    tx.outs.forEach((out, n) => this.utxos.set(outpoint(tx.getId(), n), { value: BigInt(out.value), script: Buffer.from(out.script), height, coinbase }));
   }
 
-  /** Drops the block and every later one; their transactions go back to the mempool, as Core's invalidateblock does. */
+  /** Drops the block and every later one; their transactions but the coinbases go back to the mempool, as Core's invalidateblock does. */
   invalidate(hash: string): void {
     const at = this.blocks.findIndex((b) => b.hash === hash);
     if (at <= 0) throw new RpcError(-5, 'Block not found');
@@ -372,14 +578,15 @@ export class BitcoinTestNode {
     for (const block of dropped.reverse()) {
       for (const tx of [...block.txs].reverse()) {
         tx.outs.forEach((_, n) => this.utxos.delete(outpoint(tx.getId(), n)));
+        if (tx.isCoinbase()) continue;
         for (const x of tx.ins) {
-          const key = outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index);
+          const key = spentBy(x);
           const parent = this.funding.get(key) ?? this.findOutput(key);
           if (parent) this.utxos.set(key, parent);
         }
       }
     }
-    for (const block of dropped.reverse()) for (const tx of block.txs) this.mempool.set(tx.getId(), tx);
+    for (const block of dropped.reverse()) for (const tx of block.txs.slice(1)) this.mempool.set(tx.getId(), tx);
   }
 
   /** Outputs created by `fund`, which no block holds. */
@@ -391,7 +598,7 @@ export class BitcoinTestNode {
       const tx = block.txs.find((t) => t.getId() === txid);
       if (tx) {
         const out = tx.outs[Number(vout)]!;
-        return { value: BigInt(out.value), script: Buffer.from(out.script), height: block.height };
+        return { value: BigInt(out.value), script: Buffer.from(out.script), height: block.height, coinbase: tx.isCoinbase() };
       }
     }
     return undefined;
@@ -412,20 +619,25 @@ export class BitcoinTestNode {
     { satsPerVbyte = 5n, rbf = true, exclude = [] as string[] } = {},
   ): bitcoin.Transaction {
     const script = Buffer.from(bitcoin.address.toOutputScript(from.address, network));
-    const spentInMempool = new Set(
-      [...this.mempool.values()].flatMap((t) => t.ins.map((x) => outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index))),
+    const spentInMempool = new Set([...this.mempool.values()].flatMap((t) => t.ins.map(spentBy)));
+    const coins = [...this.utxos].filter(
+      ([k, u]) => Buffer.from(script).equals(u.script) && !spentInMempool.has(k) && !exclude.includes(k) && !(u.coinbase && this.tip.height + 1 - u.height! < COINBASE_MATURITY),
     );
-    const coins = [...this.utxos].filter(([k, u]) => Buffer.from(script).equals(u.script) && !spentInMempool.has(k) && !exclude.includes(k));
     return this.signAndSend(from, coins, outputs, satsPerVbyte, rbf);
   }
 
   /** Spends the same coins as `original` again with `outputs` at a higher rate (an RBF replacement). */
   replace(from: BitcoinKey, original: bitcoin.Transaction, outputs: { address: string; sats: bigint }[], satsPerVbyte: bigint) {
-    const coins = original.ins.map((x) => {
-      const key = outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index);
-      return [key, this.utxos.get(key)!] as [string, Utxo];
-    });
+    const coins = original.ins.map((x) => [spentBy(x), this.utxos.get(spentBy(x))!] as [string, Utxo]);
     return this.signAndSend(from, coins, outputs, satsPerVbyte, true);
+  }
+
+  /** Spends one output (confirmed or still in the mempool) of `from`'s to `to`, less `fee`: the merchant moving a payout on. */
+  spendOutput(from: BitcoinKey, txid: string, vout: number, to: string, fee = 1_000n): bitcoin.Transaction {
+    const key = outpoint(txid, vout);
+    const utxo = this.utxos.get(key) ?? this.mempoolOutput(key);
+    if (!utxo) throw new Error(`${key} is not unspent`);
+    return this.signAndSend(from, [[key, utxo]], [{ address: to, sats: utxo.value - fee }], 0n, true, false);
   }
 
   private signAndSend(
@@ -434,6 +646,7 @@ export class BitcoinTestNode {
     outputs: { address: string; sats: bigint }[],
     satsPerVbyte: bigint,
     rbf: boolean,
+    change = true,
   ) {
     const want = outputs.reduce((s, o) => s + o.sats, 0n);
     const psbt = new bitcoin.Psbt({ network });
@@ -447,12 +660,17 @@ export class BitcoinTestNode {
     for (const o of outputs) psbt.addOutput({ address: o.address, value: o.sats });
     const fee = BigInt(11 + psbt.inputCount * 68 + (outputs.length + 1) * 31) * satsPerVbyte;
     if (have < want + fee) throw new Error(`the payer holds ${have} sats, not ${want + fee}`);
-    if (have - want - fee >= P2WPKH_DUST) psbt.addOutput({ address: from.address, value: have - want - fee });
+    if (change && have - want - fee >= P2WPKH_DUST) psbt.addOutput({ address: from.address, value: have - want - fee });
     psbt.signAllInputs(from.keyPair);
     psbt.finalizeAllInputs();
     const tx = psbt.extractTransaction();
     this.accept(tx.toHex());
     return tx;
+  }
+
+  /** Whether an output is unspent in the chain (what the mempool spends aside). */
+  isUnspent(txid: string, vout: number): boolean {
+    return this.utxos.has(outpoint(txid, vout));
   }
 
   inMempool(txid: string): boolean {
@@ -472,10 +690,7 @@ export class BitcoinTestNode {
     for (const block of this.blocks) {
       const tx = block.txs.find((t) => t.getId() === txid);
       if (!tx) continue;
-      const inputs = tx.ins.reduce((sum, x) => {
-        const key = outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index);
-        return sum + (this.funding.get(key) ?? this.findOutput(key))!.value;
-      }, 0n);
+      const inputs = tx.ins.reduce((sum, x) => sum + (this.funding.get(spentBy(x)) ?? this.findOutput(spentBy(x)))!.value, 0n);
       return inputs - tx.outs.reduce((s, o) => s + BigInt(o.value), 0n);
     }
     throw new Error(`${txid} is not mined`);
@@ -497,6 +712,7 @@ function scriptType(script: Uint8Array): string {
     ['pubkeyhash', bitcoin.payments.p2pkh],
     ['scripthash', bitcoin.payments.p2sh],
     ['witness_v0_scripthash', bitcoin.payments.p2wsh],
+    ['witness_v1_taproot', bitcoin.payments.p2tr],
     ['pubkey', bitcoin.payments.p2pk],
     ['nulldata', bitcoin.payments.embed],
   ] as const;

@@ -127,7 +127,7 @@ async function rebuildProjections(names: string[]) {
   const embedded = !config.databaseUrl && config.dataDir !== 'memory://';
   let unlock = () => {};
   try {
-    if (embedded) unlock = lockDataDir(config.dataDir);
+    if (embedded) unlock = await lockDataDir(config.dataDir);
   } catch (error) {
     fail((error as Error).message);
   }

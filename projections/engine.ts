@@ -142,7 +142,7 @@ export class ProjectionEngine {
       }
       if (!behind) return;
       const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`read models did not reach position ${position} in ${timeoutMs} ms`);
+      if (left <= 0) throw new ReadModelsBehindError(position, timeoutMs);
       // Woken by local progress; polled when another process projects.
       await new Promise<void>((resolve) => {
         const done = () => {
@@ -386,6 +386,14 @@ export class ProjectionEngine {
       .where('name', '=', name)
       .executeTakeFirst();
     return row?.position;
+  }
+}
+
+/** The read models had not reached a position when the wait for it ended. */
+export class ReadModelsBehindError extends Error {
+  constructor(position: string, timeoutMs: number) {
+    super(`read models did not reach position ${position} in ${timeoutMs} ms`);
+    this.name = 'ReadModelsBehindError';
   }
 }
 

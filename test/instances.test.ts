@@ -6,7 +6,8 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
-import { startNpmStart, startProcess, type ServiceProcess } from './support/process.ts';
+import { freshPostgres } from './support/postgres.ts';
+import { runCli, startNpmStart, startProcess, type ServiceProcess } from './support/process.ts';
 
 /** Whether the process came up (startProcess returns once it answers or has exited). */
 async function isUp(service: ServiceProcess): Promise<boolean> {
@@ -53,6 +54,30 @@ describe('service processes on one machine', () => {
     assert.equal(await loser.exited, 1);
     assert.match(loser.output(), new RegExp(`DATA_DIR .* is in use by process ${winner.child.pid}`));
     assert.equal(await winner.stop(), 0);
+  });
+
+  it('refuses a projections rebuild while a service projects into the same PostgreSQL database, naming it', async (t) => {
+    const postgres = await freshPostgres();
+    if (!postgres) return t.skip('TEST_DATABASE_URL is not set');
+    try {
+      const env = { DATABASE_URL: postgres.url, DATA_DIR: await newDataDir() };
+      const service = await startProcess(env);
+      try {
+        assert.ok(await isUp(service), service.output());
+        const refused = await runCli(['projections', 'rebuild'], env);
+        assert.equal(refused.code, 1, refused.output);
+        assert.match(
+          refused.output,
+          new RegExp(`projection \\w+ is being projected by invoicing service pid ${service.child.pid} port \\d+ host `),
+        );
+      } finally {
+        assert.equal(await service.stop(), 0);
+      }
+      const rebuilt = await runCli(['projections', 'rebuild'], env);
+      assert.equal(rebuilt.code, 0, rebuilt.output);
+    } finally {
+      await postgres.drop();
+    }
   });
 
   it('runs two `npm start` in one checkout, started together, each on its own port and DATA_DIR', async () => {

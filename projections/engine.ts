@@ -241,7 +241,8 @@ export class ProjectionEngine {
     let next = this.store.readAll(undefined, limit);
     for (;;) {
       const read = await next;
-      if (lockLost.aborted) throw new Error('the rebuild lost its projector locks (its connection dropped); run it again');
+      if (lockLost.aborted)
+        throw new Error('the rebuild lost its projector locks (its connection dropped); run it again');
       if (read.length === 0) break;
       const batch = read.length >= limit ? await this.withLastAppendWhole(read) : read;
       next = this.store.readAll(batch.at(-1)!.position, limit);

@@ -2,10 +2,12 @@
 // who gets DATA_DIR, `npm start` beside another, and a rebuild beside a
 // running instance.
 import assert from 'node:assert/strict';
+import { readdirSync, realpathSync, statSync } from 'node:fs';
 import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
+import { buildBundle, bundleDir } from '../api/build.ts';
 import { freshPostgres } from './support/postgres.ts';
 import { runCli, startNpmStart, startProcess, type ServiceProcess } from './support/process.ts';
 
@@ -68,7 +70,9 @@ describe('service processes on one machine', () => {
         assert.equal(refused.code, 1, refused.output);
         assert.match(
           refused.output,
-          new RegExp(`projection \\w+ is being projected by invoicing service pid ${service.child.pid} port \\d+ host `),
+          new RegExp(
+            `projection \\w+ is being projected by invoicing service pid ${service.child.pid} port \\d+ host `,
+          ),
         );
       } finally {
         assert.equal(await service.stop(), 0);
@@ -77,6 +81,26 @@ describe('service processes on one machine', () => {
       assert.equal(rebuilt.code, 0, rebuilt.output);
     } finally {
       await postgres.drop();
+    }
+  });
+
+  it('leaves the bundle a running service was started from untouched when the checkout builds again', async () => {
+    const service = await startProcess({ DATA_DIR: await newDataDir() });
+    try {
+      assert.ok(await isUp(service), service.output());
+      // The folder it runs from, whatever api/dist points to after the build.
+      const folder = realpathSync(bundleDir);
+      const files = () =>
+        readdirSync(folder).map((name) => {
+          const { ino, mtimeMs } = statSync(join(folder, name));
+          return { name, ino, mtimeMs };
+        });
+      const before = files();
+      await buildBundle(); // what `npm start` beside it does first (prestart)
+      assert.deepEqual(files(), before);
+      assert.ok(await isUp(service), service.output());
+    } finally {
+      await service.stop();
     }
   });
 

@@ -78,7 +78,10 @@ export interface PostgresOptions {
   applicationName?: string;
 }
 
-export async function openPostgres(url: string, { poolSize = 10, applicationName }: PostgresOptions = {}): Promise<SqlDatabase> {
+export async function openPostgres(
+  url: string,
+  { poolSize = 10, applicationName }: PostgresOptions = {},
+): Promise<SqlDatabase> {
   const connection = { connectionString: url, ...(applicationName && { application_name: applicationName }) };
   const pool = new pg.Pool({ ...connection, max: poolSize });
   pool.on('error', () => {

@@ -138,7 +138,7 @@ export async function openPostgres(
     async advisoryLockHolder(key) {
       // pg_locks shows a one-bigint advisory lock as its high and low 32 bits.
       const { rows } = await pool.query<{ application_name: string; pid: number; client_addr: string | null }>(
-        `select a.application_name, a.pid, a.client_addr::text as client_addr
+        `select a.application_name, a.pid, host(a.client_addr) as client_addr
            from pg_locks l join pg_stat_activity a on a.pid = l.pid
           where l.locktype = 'advisory' and l.granted and l.objsubid = 1
             and l.database = (select oid from pg_database where datname = current_database())

@@ -4,8 +4,11 @@
 // decides: binding is atomic (of two processes started together exactly one
 // binds), and the kernel unbinds it as soon as the owner's descriptors close,
 // however it died, before it is even a zombie. On Linux the socket lives in
-// the abstract namespace (no file to go stale); elsewhere it is a file in
-// DATA_DIR, and one nobody answers on is a dead owner's, taken over.
+// the abstract namespace (no file to go stale), which is per network
+// namespace: two containers given one DATA_DIR volume must share the host's
+// or one network namespace to see each other's lock. Elsewhere it is a file
+// in DATA_DIR, and one nobody answers on is a dead owner's, taken over (two
+// processes taking over the same stale file at once could both bind).
 // The pid file only names the owner in the refusal; it decides nothing.
 import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, realpathSync, rmSync, writeFileSync } from 'node:fs';

@@ -10,11 +10,11 @@ import type { Kysely } from 'kysely';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { merchantCommands } from '../commands/merchants.ts';
-import type { ProjectionEngine } from '../projections/engine.ts';
+import { ReadModelsBehindError, type ProjectionEngine } from '../projections/engine.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { authentication } from './auth.ts';
 import type { Config } from './config.ts';
-import { errorBody, handleError, sendError } from './errors.ts';
+import { catchingUp, errorBody, handleError, sendError } from './errors.ts';
 import type { Metrics } from './metrics.ts';
 import type { RateLimiter } from './rate-limit.ts';
 import { adminRoutes, type ChainCondition, type OperatorWallet } from './routes/admin.ts';
@@ -132,18 +132,25 @@ export async function buildApp(deps: AppDeps) {
   const auth = authentication({ database: deps.database, rateLimiter: deps.rateLimiter, adminToken: deps.adminToken });
   /**
    * Lets the answer to a write wait until the read models show it, so a
-   * GET right after it sees what it wrote. Only the read models: the
+   * GET right after it sees what it wrote; and a read wait until they show
+   * what it must (readInvoice, caughtUp). Only the read models: the
    * process managers and webhook outboxes that also follow the log add
    * nothing a read needs, and waiting for the slowest of them cost a
-   * payment creation most of its time. The write has committed either way,
-   * so a read model slower than the wait is logged, never turned into an
-   * error the client would retry.
+   * payment creation most of its time. Read models further behind than the
+   * wait give a 503: answering from them would deny what was written (a
+   * fresh invoice's 404, a fresh key's 401), which a client must not take
+   * for the truth. A write has committed by then; its claim on an
+   * Idempotency-Key is held as for any 5xx (api/idempotency.ts).
    */
   const settle = async (position: string | undefined) => {
     if (!position) return;
-    await deps.projections
-      .waitFor(position, 10_000, deps.readModels)
-      .catch((error: unknown) => app.log.warn({ err: error }, 'read models lag'));
+    try {
+      await deps.projections.waitFor(position, 10_000, deps.readModels);
+    } catch (error) {
+      if (!(error instanceof ReadModelsBehindError)) throw error;
+      app.log.warn({ err: error }, 'read models lag');
+      throw catchingUp();
+    }
   };
   const context = {
     ...deps,

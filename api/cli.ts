@@ -19,7 +19,7 @@ const usage = `Usage: npm run cli -- <command> [options]
   mine CHAIN [COUNT]                                  (sandbox blocks)
   events INVOICE_ID [--key API_KEY] [--export FILE]   (the invoice's history; --export writes it hash-chained, one event a line)
   audit verify FILE [--key API_KEY]                   (checks an exported history's chain, replays it, and with a key compares with the service)
-  projections rebuild [NAME ...]     (with the service stopped when the store is embedded)
+  projections rebuild [NAME ...]     (refused, naming it, while a service projects into the same database)
 
 Options: --url (default http://localhost:3000); the admin token comes from ADMIN_TOKEN or DATA_DIR.`;
 
@@ -127,11 +127,11 @@ async function rebuildProjections(names: string[]) {
   const embedded = !config.databaseUrl && config.dataDir !== 'memory://';
   let unlock = () => {};
   try {
-    if (embedded) unlock = lockDataDir(config.dataDir);
+    if (embedded) unlock = await lockDataDir(config.dataDir);
   } catch (error) {
     fail((error as Error).message);
   }
-  const database = await openDatabase(config);
+  const database = await openDatabase(config, `invoicing cli pid ${process.pid}`);
   try {
     const store = await openEventStore(config, database);
     await ProjectionEngine.migrate(database, readModelMigrations);

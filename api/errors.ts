@@ -20,6 +20,8 @@ export const badRequest = (message: string) => new HttpError(400, message);
 export const unauthorized = (message: string) => new HttpError(401, message);
 export const forbidden = (message: string) => new HttpError(403, message);
 export const notFound = (message: string) => new HttpError(404, message);
+/** The read models are behind what a request must see (a write, or a read of one). */
+export const catchingUp = () => new HttpError(503, 'The service is catching up; try again shortly');
 
 const domainStatus = { bad_request: 400, forbidden: 403, not_found: 404, conflict: 409 } as const;
 

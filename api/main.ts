@@ -28,7 +28,7 @@ async function main() {
   let service: Service;
   let unlockDataDir = () => {};
   try {
-    if (!config.databaseUrl && config.dataDir !== 'memory://') unlockDataDir = lockDataDir(config.dataDir);
+    if (!config.databaseUrl && config.dataDir !== 'memory://') unlockDataDir = await lockDataDir(config.dataDir);
     service = await startService(config, secrets, logger);
   } catch (error) {
     console.error(`start-up failed: ${(error as Error).message}`);

@@ -1,6 +1,7 @@
 // The composition root: opens the stores, starts the projectors, process
 // managers, chain watchers and timers, and builds the HTTP application.
 // main.ts runs it as a process; tests run it in-process.
+import { hostname } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import type { EvmChain } from '../adapters/chains/evm.ts';
@@ -72,9 +73,19 @@ export interface Service {
   close(): Promise<void>;
 }
 
-export async function openDatabase(config: Pick<Config, 'databaseUrl' | 'dataDir'>): Promise<SqlDatabase> {
-  return config.databaseUrl ? openPostgres(config.databaseUrl) : openPglite(config.dataDir);
+/**
+ * `applicationName` names this process on PostgreSQL (pg_stat_activity), so
+ * that a refused rebuild can say which instance projects.
+ */
+export async function openDatabase(
+  config: Pick<Config, 'databaseUrl' | 'dataDir'>,
+  applicationName?: string,
+): Promise<SqlDatabase> {
+  return config.databaseUrl ? openPostgres(config.databaseUrl, { applicationName }) : openPglite(config.dataDir);
 }
+
+/** How a service process is named to PostgreSQL: the host last, where PostgreSQL's 63 bytes may cut it. */
+export const instanceName = (port: number) => `invoicing service pid ${process.pid} port ${port} host ${hostname()}`;
 
 export async function startService(
   config: Config,
@@ -113,7 +124,7 @@ export async function startService(
     for (const chain of nodeChains.values()) chain.close();
     throw error;
   }
-  const database = await openDatabase(config);
+  const database = await openDatabase(config, instanceName(config.port));
   const metrics = createMetrics();
   const store = withAppendCounter(await openEventStore(config, database), () => metrics.appends.inc());
   await ProjectionEngine.migrate(database, readModelMigrations);

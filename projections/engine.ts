@@ -75,6 +75,9 @@ export interface EngineOptions {
 
 const LAG_CAP = 100_000;
 
+/** The advisory lock of a consumer: one instance at a time runs it, and a rebuild holds it. */
+const lockKey = (name: string) => `projector:${name}`;
+
 export class ProjectionEngine {
   private readonly db: Kysely<CheckpointTables>;
   private readonly checkpoints = new Map<string, string | undefined>();
@@ -142,7 +145,7 @@ export class ProjectionEngine {
       }
       if (!behind) return;
       const left = deadline - Date.now();
-      if (left <= 0) throw new Error(`read models did not reach position ${position} in ${timeoutMs} ms`);
+      if (left <= 0) throw new ReadModelsBehindError(position, timeoutMs);
       // Woken by local progress; polled when another process projects.
       await new Promise<void>((resolve) => {
         const done = () => {
@@ -192,12 +195,37 @@ export class ProjectionEngine {
    * Empties the read models of the named projectors (all when none is named),
    * resets their checkpoints and replays the whole log into them: read once,
    * each batch written for all of them in one transaction. Returns the events
-   * replayed. For the embedded store, run it with the service stopped.
+   * replayed. It holds their projector locks throughout, so it refuses,
+   * naming the holder, while any instance projects into them (emptied under
+   * a running service, its chain watchers would find no address to match
+   * and its API no key nor invoice), and no instance starts to meanwhile.
    */
   async rebuild(names?: readonly string[]): Promise<{ events: number; ms: number }> {
     const chosen = this.projectors.filter((p) => !names || names.length === 0 || names.includes(p.name));
     const unknown = (names ?? []).filter((n) => !this.projectors.some((p) => p.name === n));
     if (unknown.length > 0) throw new Error(`unknown projection: ${unknown.join(', ')}`);
+    return this.holdingLocks(chosen, new AbortController().signal, (lost) => this.replay(chosen, lost));
+  }
+
+  /** Runs `work` holding the lock of each of `projectors`, or throws naming who holds one. */
+  private async holdingLocks<T>(
+    projectors: readonly Projector[],
+    lost: AbortSignal,
+    work: (lost: AbortSignal) => Promise<T>,
+  ): Promise<T> {
+    const [first, ...rest] = projectors;
+    if (!first) return work(lost);
+    let result: T | undefined;
+    const key = lockKey(first.name);
+    const ran = await this.database.withAdvisoryLock(key, async (lostThis) => {
+      result = await this.holdingLocks(rest, AbortSignal.any([lost, lostThis]), work);
+    });
+    if (ran) return result as T;
+    const holder = (await this.database.advisoryLockHolder(key)) ?? 'another instance';
+    throw new Error(`projection ${first.name} is being projected by ${holder}: stop that instance first`);
+  }
+
+  private async replay(chosen: readonly Projector[], lockLost: AbortSignal): Promise<{ events: number; ms: number }> {
     const started = Date.now();
     await this.database.db.transaction().execute(async (trx) => {
       for (const projector of chosen) {
@@ -213,6 +241,8 @@ export class ProjectionEngine {
     let next = this.store.readAll(undefined, limit);
     for (;;) {
       const read = await next;
+      if (lockLost.aborted)
+        throw new Error('the rebuild lost its projector locks (its connection dropped); run it again');
       if (read.length === 0) break;
       const batch = read.length >= limit ? await this.withLastAppendWhole(read) : read;
       next = this.store.readAll(batch.at(-1)!.position, limit);
@@ -229,7 +259,7 @@ export class ProjectionEngine {
     const pollMs = this.options.pollMs ?? 1000;
     while (!signal.aborted) {
       try {
-        const ran = await this.database.withAdvisoryLock(`projector:${projector.name}`, (lost) =>
+        const ran = await this.database.withAdvisoryLock(lockKey(projector.name), (lost) =>
           this.run(projector, signal, lost),
         );
         if (!ran) await sleep(pollMs * 2, signal); // another process is active; try later
@@ -386,6 +416,14 @@ export class ProjectionEngine {
       .where('name', '=', name)
       .executeTakeFirst();
     return row?.position;
+  }
+}
+
+/** The read models had not reached a position when the wait for it ended. */
+export class ReadModelsBehindError extends Error {
+  constructor(position: string, timeoutMs: number) {
+    super(`read models did not reach position ${position} in ${timeoutMs} ms`);
+    this.name = 'ReadModelsBehindError';
   }
 }
 

@@ -144,6 +144,17 @@ function engineSuite(
       await assert.rejects(engine.rebuild(['nope']), /unknown projection: nope/);
     });
 
+    it('refuses to rebuild a projection while an instance projects it, naming who', async () => {
+      // `engine` runs: it holds the merchants projector's lock, and keeps its rows.
+      const rowsBefore = await dump(subject.database);
+      const rebuilding = new ProjectionEngine(subject.database, store, [merchantsProjector]);
+      await assert.rejects(
+        rebuilding.rebuild(),
+        /^Error: projection merchants is being projected by (this process \(\d+\)|.+ \(PostgreSQL backend \d+( from [^)]+)?\)): stop that instance first$/,
+      );
+      assert.deepEqual(await dump(subject.database), rowsBefore);
+    });
+
     if (name === 'postgresql') {
       it('runs one active instance of a projector across processes; the other takes over when it stops', async () => {
         const second = await subject.reopen!();

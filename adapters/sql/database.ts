@@ -18,6 +18,12 @@ export interface SqlDatabase {
    */
   withAdvisoryLock(key: string, work: (signal: AbortSignal) => Promise<void>): Promise<boolean>;
   /**
+   * Who holds the advisory lock `key` now, in words (on PostgreSQL the
+   * holder's application_name, which names a service instance, and its
+   * backend pid), or undefined when nobody does.
+   */
+  advisoryLockHolder(key: string): Promise<string | undefined>;
+  /**
    * A query of fixed text that PostgreSQL parses and plans once per
    * connection (a named prepared statement) instead of on every call: for
    * the few hot reads, such as the public status, where planning the join
@@ -52,7 +58,7 @@ export async function openPglite(dataDir: string): Promise<SqlDatabase> {
     },
     // One process owns an embedded database, so the lock is only a guard
     // against the same projector being started twice in this process.
-    withAdvisoryLock: inProcessLock(),
+    ...inProcessLock(),
     async prepared<Row>(name: string, build: (parameter: string) => Compilable<Row>, value: string) {
       const { sql, values } = statements.bind(name, build, value);
       return (await db.executeQuery(CompiledQuery.raw(sql, values) as CompiledQuery<Row>)).rows;
@@ -63,8 +69,21 @@ export async function openPglite(dataDir: string): Promise<SqlDatabase> {
   };
 }
 
-export async function openPostgres(url: string, poolSize = 10): Promise<SqlDatabase> {
-  const pool = new pg.Pool({ connectionString: url, max: poolSize });
+export interface PostgresOptions {
+  poolSize?: number;
+  /**
+   * Names this process on each of its connections (pg_stat_activity), so
+   * that another process can tell who holds a lock; PostgreSQL keeps 63 bytes.
+   */
+  applicationName?: string;
+}
+
+export async function openPostgres(
+  url: string,
+  { poolSize = 10, applicationName }: PostgresOptions = {},
+): Promise<SqlDatabase> {
+  const connection = { connectionString: url, ...(applicationName && { application_name: applicationName }) };
+  const pool = new pg.Pool({ ...connection, max: poolSize });
   pool.on('error', () => {
     // An idle client lost its connection; the pool replaces it on next use.
   });
@@ -79,7 +98,7 @@ export async function openPostgres(url: string, poolSize = 10): Promise<SqlDatab
       let closed = false;
       const connect = async () => {
         if (closed) return;
-        const next = new pg.Client({ connectionString: url });
+        const next = new pg.Client(connection);
         next.on('notification', (message) => onNotify(message.payload ?? ''));
         next.on('error', () => {
           listeners.delete(next);
@@ -102,7 +121,7 @@ export async function openPostgres(url: string, poolSize = 10): Promise<SqlDatab
       };
     },
     async withAdvisoryLock(key, work) {
-      const client = new pg.Client({ connectionString: url });
+      const client = new pg.Client(connection);
       await client.connect();
       const controller = new AbortController();
       client.on('error', () => controller.abort());
@@ -115,6 +134,22 @@ export async function openPostgres(url: string, poolSize = 10): Promise<SqlDatab
         // Ending the session releases the lock.
         await client.end().catch(() => undefined);
       }
+    },
+    async advisoryLockHolder(key) {
+      // pg_locks shows a one-bigint advisory lock as its high and low 32 bits.
+      const { rows } = await pool.query<{ application_name: string; pid: number; client_addr: string | null }>(
+        `select a.application_name, a.pid, host(a.client_addr) as client_addr
+           from pg_locks l join pg_stat_activity a on a.pid = l.pid
+          where l.locktype = 'advisory' and l.granted and l.objsubid = 1
+            and l.database = (select oid from pg_database where datname = current_database())
+            and l.classid::bigint = (hashtextextended($1, 0) >> 32) & 4294967295
+            and l.objid::bigint = hashtextextended($1, 0) & 4294967295`,
+        [key],
+      );
+      const holder = rows[0];
+      if (!holder) return undefined;
+      const from = holder.client_addr ? ` from ${holder.client_addr}` : '';
+      return `${holder.application_name || 'a client without an application_name'} (PostgreSQL backend ${holder.pid}${from})`;
     },
     async prepared(name, build, value) {
       const { sql, values } = statements.bind(name, build, value);
@@ -151,16 +186,19 @@ class CompiledStatements {
   }
 }
 
-function inProcessLock(): SqlDatabase['withAdvisoryLock'] {
+function inProcessLock(): Pick<SqlDatabase, 'withAdvisoryLock' | 'advisoryLockHolder'> {
   const held = new Set<string>();
-  return async (key, work) => {
-    if (held.has(key)) return false;
-    held.add(key);
-    try {
-      await work(new AbortController().signal);
-      return true;
-    } finally {
-      held.delete(key);
-    }
+  return {
+    async withAdvisoryLock(key, work) {
+      if (held.has(key)) return false;
+      held.add(key);
+      try {
+        await work(new AbortController().signal);
+        return true;
+      } finally {
+        held.delete(key);
+      }
+    },
+    advisoryLockHolder: async (key) => (held.has(key) ? `this process (${process.pid})` : undefined),
   };
 }

@@ -7,7 +7,7 @@ import type { WebSocket } from 'ws';
 import { invoiceStatus, type InvoiceStatusView } from '../../projections/invoice-queries.ts';
 import type { LiveInvoiceStatus } from '../../projections/live-status.ts';
 import type { RouteContext } from '../app.ts';
-import { sendError } from '../errors.ts';
+import { HttpError, sendError } from '../errors.ts';
 import { UUID } from './query.ts';
 
 /** Close codes, documented in the README and the OpenAPI document. */
@@ -17,6 +17,8 @@ export const closeCodes = {
   notFound: 4404,
   /** The server is shutting down; reconnect or poll the status endpoint. */
   goingAway: 1001,
+  /** The read models are behind a fresh invoice (a 503 over HTTP); reconnect shortly. */
+  tryAgainLater: 1013,
 } as const;
 
 const isFinal = (status: InvoiceStatusView) => status.status === 'settled' || status.status === 'expired';
@@ -113,7 +115,14 @@ export async function liveRoutes(
       const unwatch = live.watch(id, send);
       socket.on('close', unwatch);
       await live.caughtUp();
-      const initial = await readInvoice(id, () => invoiceStatus(database, id));
+      let initial: InvoiceStatusView | undefined;
+      try {
+        initial = await readInvoice(id, () => invoiceStatus(database, id));
+      } catch (error) {
+        if (!(error instanceof HttpError && error.statusCode === 503)) throw error;
+        unwatch();
+        return socket.close(closeCodes.tryAgainLater, error.message);
+      }
       if (!initial) {
         unwatch();
         return socket.close(closeCodes.notFound, 'Invoice not found');

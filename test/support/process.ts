@@ -30,11 +30,29 @@ let built: Promise<void> | undefined;
 /** `nodeOptions`: node's own options before the bundle's path (`--import` of a test preload). */
 export async function startProcess(env: Record<string, string>, nodeOptions: string[] = []): Promise<ServiceProcess> {
   await (built ??= buildBundle());
+  return startService(process.execPath, [...nodeOptions, '--enable-source-maps', bundleMain], env);
+}
+
+/**
+ * `npm start` itself, prestart's build included, in its own process group
+ * (npm, its shell and the service), which `stop` ends with SIGTERM.
+ */
+export function startNpmStart(env: Record<string, string>): Promise<ServiceProcess> {
+  return startService('npm', ['start', '--silent'], env, true);
+}
+
+async function startService(
+  command: string,
+  args: string[],
+  env: Record<string, string>,
+  group = false,
+): Promise<ServiceProcess> {
   const port = env.PORT ?? String(await freePort());
-  const child = spawn(process.execPath, [...nodeOptions, '--enable-source-maps', bundleMain], {
+  const child = spawn(command, args, {
     cwd: root,
     env: { ...process.env, APP_ENV: 'development', PORT: port, LOG_LEVEL: 'info', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
+    detached: group,
   });
   let output = '';
   child.stdout!.on('data', (d) => (output += d));
@@ -44,6 +62,14 @@ export async function startProcess(env: Record<string, string>, nodeOptions: str
     child.on('exit', (code) => resolve(code));
     child.on('error', () => resolve(null));
   });
+  const signal = (name: NodeJS.Signals) => {
+    if (!group) return child.kill(name);
+    try {
+      process.kill(-child.pid!, name);
+    } catch {
+      // the group has ended already
+    }
+  };
   const url = `http://127.0.0.1:${port}`;
   // Generous: on a loaded 2-core machine a cold start with PGlite can take tens of seconds.
   const deadline = Date.now() + 120_000;
@@ -59,7 +85,7 @@ export async function startProcess(env: Record<string, string>, nodeOptions: str
       // not listening yet
     }
     if (Date.now() > deadline) {
-      child.kill('SIGKILL');
+      signal('SIGKILL');
       throw new Error(`service did not start:\n${output}`);
     }
   }
@@ -69,7 +95,7 @@ export async function startProcess(env: Record<string, string>, nodeOptions: str
     output: () => output,
     exited,
     async stop() {
-      child.kill('SIGTERM');
+      signal('SIGTERM');
       return exited;
     },
   };

@@ -200,6 +200,7 @@ export class SettlementPayouts implements PayoutKind {
     if (await this.broadcast(settlement, prepared)) {
       failpoint('settlement:after-broadcast');
       await this.act(settlementId, { type: 'MarkSubmitted', txHash: prepared.txHash, now: this.now() });
+      failpoint('payout:after-submitted');
     }
     return { lookAgainInMs: CONFIRMATION_LOOK_MS };
   }
@@ -219,10 +220,12 @@ export class SettlementPayouts implements PayoutKind {
     let state = settlement;
     if (wallet !== state.merchantWallet) {
       state = (await this.act(state.id, { type: 'SetWallet', merchantWallet: wallet, now: this.now() })).state!;
+      failpoint('payout:after-wallet');
     }
     state = (
       await this.act(state.id, { type: 'PriceNetworkFee', networkFee: chain.networkFee(state.token), now: this.now() })
     ).state!;
+    failpoint('payout:after-price');
     // The fees took everything: failed for good, visibly (the decider recorded why).
     if (state.status !== 'pending' || state.prepared) return { waitMs: 0 };
     return { settlement: state };

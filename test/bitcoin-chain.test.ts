@@ -12,10 +12,10 @@ import { eventually, eventuallyMining, merchantWithKey } from './support/merchan
 import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits, SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import { BitcoinTestNode, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
+import { settlementAmounts } from './support/settlement.ts';
 
 // The sweep spends only the recorded payments a payout names (its sources):
 // the settlement path passes them once the lead's payout engine lands.
-const SWEEP_NEEDS_SOURCES = { skip: 'the payout engine (lead) passes the payout\'s sources; until then the sweep refuses a payout without them (issue 25)' };
 
 describe('payments and settlement on the Bitcoin test node', () => {
   let node: BitcoinTestNode;
@@ -66,7 +66,7 @@ describe('payments and settlement on the Bitcoin test node', () => {
     assert.match((await invoice(key)).address, /^bcrt1q/);
   });
 
-  it('a payment confirms after 2 blocks and settles exact to the satoshi', SWEEP_NEEDS_SOURCES, async () => {
+  it('a payment confirms after 2 blocks and settles exact to the satoshi', async () => {
     const { key, wallet } = await merchant();
     const [{ treasury }] = (await admin('GET', '/admin/v1/wallets')).body.data;
     const p = await invoice(key);
@@ -76,7 +76,7 @@ describe('payments and settlement on the Bitcoin test node', () => {
     const seen = await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
     assert.notEqual(seen.status, 'confirmed', 'one block is not two confirmations');
     const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
-    const d = (await events(p.paymentId, key)).find((e) => e.type === 'SettlementRequested').data;
+    const d = settlementAmounts(await events(p.paymentId, key));
     const gross = BigInt(d.grossAmount);
     const platformFee = BigInt(d.platformFee);
     const networkFee = BigInt(d.networkFee);
@@ -174,7 +174,7 @@ describe('payments and settlement on the Bitcoin test node', () => {
     assert.ok(types.includes('PaymentMined') && types.includes('PaymentConfirmed'), types.join(','));
   });
 
-  it('a sweep stuck below the market rate is replaced by RBF from the same coins, and pays once', SWEEP_NEEDS_SOURCES, async () => {
+  it('a sweep stuck below the market rate is replaced by RBF from the same coins, and pays once', async () => {
     const { key, wallet } = await merchant();
     node.feeRate = 1_000n; // 1 sat/vB: the sweep's fee is recorded at this rate
     node.miningFloor = 5n; // and the miners want 5
@@ -198,7 +198,7 @@ describe('payments and settlement on the Bitcoin test node', () => {
       );
       assert.equal(node.inMempool(stuck.transactionHash), false, 'the replacement evicted the stuck sweep');
       const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
-      const d = (await events(p.paymentId, key)).find((e) => e.type === 'SettlementRequested').data;
+      const d = settlementAmounts(await events(p.paymentId, key));
       assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: BigInt(d.netAmount) }], 'paid once, exactly');
       assert.ok(node.minedFee(settled.txHash) > BigInt(d.networkFee), 'the replacement paid more, from the treasury share');
     } finally {

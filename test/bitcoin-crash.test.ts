@@ -13,11 +13,11 @@ import { baseUnits, SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
 import { eventually, eventuallyMining } from './support/merchant.ts';
 import { BitcoinTestNode, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
+import { settlementAmounts } from './support/settlement.ts';
 
 const ADMIN = 'bitcoin-crash-test-admin-token';
 // The sweep spends only the recorded payments a payout names (its sources):
 // the settlement path passes them once the lead's payout engine lands.
-const SWEEP_NEEDS_SOURCES = { skip: 'the payout engine (lead) passes the payout\'s sources; until then the sweep refuses a payout without them (issue 25)' };
 
 describe('crashes on the Bitcoin test node', () => {
   let node: BitcoinTestNode;
@@ -98,7 +98,7 @@ describe('crashes on the Bitcoin test node', () => {
     });
   });
 
-  it('a payout mined and spent on while the service is down is found by its txid, and a second payment is not paid out with it', SWEEP_NEEDS_SOURCES, async () => {
+  it('a payout mined and spent on while the service is down is found by its txid, and a second payment is not paid out with it', async () => {
     await withDataDir(async () => {
       const merchantKey = randomBitcoinKey();
       const treasuryKey = randomBitcoinKey();
@@ -127,7 +127,7 @@ describe('crashes on the Bitcoin test node', () => {
   });
 
   for (const failpoint of ['settlement:after-prepare', 'settlement:after-broadcast']) {
-    it(`a kill at ${failpoint} and a restart send exactly one payout`, SWEEP_NEEDS_SOURCES, async () => {
+    it(`a kill at ${failpoint} and a restart send exactly one payout`, async () => {
       await withDataDir(async () => {
         let url = await start({ FAILPOINTS: failpoint });
         const wallet = randomBitcoinKey().address;
@@ -140,7 +140,7 @@ describe('crashes on the Bitcoin test node', () => {
         url = await start();
         const settled = await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => s.status === 'settled');
         const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
-        const net = BigInt(events.find((e) => e.type === 'SettlementRequested').data.netAmount);
+        const net = BigInt(settlementAmounts(events).netAmount);
         assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: net }], 'paid once, exactly');
         assert.equal(events.filter((e) => e.type === 'SettlementTransactionPrepared').length, 1, 'one attempt');
       });

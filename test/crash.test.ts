@@ -13,7 +13,15 @@ import { startWebhookReceiver } from './support/webhook-receiver.ts';
 const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
 
 describe('crashes during a payout', () => {
-  for (const failpoint of ['settlement:after-prepare', 'settlement:after-broadcast']) {
+  // Every step of a payout: the merchant's wallet taken, the fee priced, the
+  // transaction recorded, broadcast, and marked submitted.
+  for (const failpoint of [
+    'payout:after-wallet',
+    'payout:after-price',
+    'settlement:after-prepare',
+    'settlement:after-broadcast',
+    'payout:after-submitted',
+  ]) {
     it(`a kill at ${failpoint} and a restart send exactly one payout`, async () => {
       const dir = await mkdtemp(join(tmpdir(), 'invoicing-crash-'));
       const env = { DATA_DIR: dir, CHAIN_TRON_CONFIRMATIONS: '3', ADMIN_TOKEN: 'crash-test-admin-token' };

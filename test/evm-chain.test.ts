@@ -10,6 +10,7 @@ import { eventually, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 import { startHardhat, type LocalNode } from './support/hardhat.ts';
 import { baseUnits, evmFixture, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
+import { settlementAmounts } from './support/settlement.ts';
 
 const started = await startHardhat();
 const skip = 'skip' in started ? started.skip : false;
@@ -33,10 +34,10 @@ describe('payments and settlement on a local EVM node', { skip }, () => {
   const status = async (id: string) => (await svc.call('GET', `/api/v1/invoices/${id}/status`)).body.data;
   const settlementOf = async (id: string, key: string) =>
     (await svc.call('GET', `/api/v1/invoices/${id}/settlement`, { token: key })).body.data;
-  /** The settlement's amounts in base units, from SettlementRequested in the invoice's history. */
+  /** The settlement's amounts in base units, as the invoice's history last priced them. */
   const requested = async (id: string, key: string) => {
     const events = (await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data;
-    const d = events.find((e: any) => e.type === 'SettlementRequested').data;
+    const d = settlementAmounts(events);
     return {
       gross: BigInt(d.grossAmount),
       platformFee: BigInt(d.platformFee),

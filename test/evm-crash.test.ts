@@ -13,6 +13,7 @@ import { startHardhat, type LocalNode } from './support/hardhat.ts';
 import { baseUnits, evmFixture, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
 import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
 import { eventually as until } from './support/merchant.ts';
+import { settlementAmounts } from './support/settlement.ts';
 
 const ADMIN = 'evm-crash-test-admin-token';
 
@@ -141,7 +142,7 @@ describe('crashes on a local EVM node', { skip }, () => {
           (s) => s.status === 'settled',
         );
         const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
-        const requested = events.find((e) => e.type === 'SettlementRequested').data;
+        const requested = settlementAmounts(events);
         const net = BigInt(requested.netAmount);
         if (token) {
           assert.equal(await tokenBalance(fx.usdt, wallet), net, 'paid once, exactly');

@@ -14,6 +14,7 @@ import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
 import { solanaEnv, startSolanaNode } from './support/solana-flow.ts';
+import { settlementAmounts } from './support/settlement.ts';
 
 describe('payments and settlement on the Solana test node', () => {
   let node: SolanaTestNode;
@@ -38,7 +39,7 @@ describe('payments and settlement on the Solana test node', () => {
   const events = async (id: string, key: string) =>
     (await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data as any[];
   const requested = async (id: string, key: string) => {
-    const d = (await events(id, key)).find((e) => e.type === 'SettlementRequested').data;
+    const d = settlementAmounts(await events(id, key));
     return {
       gross: BigInt(d.grossAmount),
       platformFee: BigInt(d.platformFee),

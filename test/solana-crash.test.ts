@@ -16,6 +16,7 @@ import { callService as call, startProcess, type ServiceProcess } from './suppor
 import { eventually as until } from './support/merchant.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
 import { solanaEnv, startSolanaNode } from './support/solana-flow.ts';
+import { settlementAmounts } from './support/settlement.ts';
 
 const ADMIN = 'solana-crash-test-admin-token';
 
@@ -108,7 +109,7 @@ describe('crashes on the Solana test node', () => {
   async function paidOnce(url: string, p: { paymentId: string }, key: string, wallet: string, token?: string) {
     const settled = await mineUntil(url, p.paymentId, (s) => s.status === 'settled');
     const history = await events(url, p.paymentId, key);
-    const net = BigInt(history.find((e) => e.type === 'SettlementRequested').data.netAmount);
+    const net = BigInt(settlementAmounts(history).netAmount);
     assert.deepEqual(
       node.paymentsTo(wallet, token),
       [{ signature: settled.txHash, amount: net }],

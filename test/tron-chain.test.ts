@@ -11,6 +11,7 @@ import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { startTronNode, TEST_ROUTER, TEST_USDT, tronEnv } from './support/tron-flow.ts';
+import { settlementAmounts } from './support/settlement.ts';
 
 describe('payments and settlement on the Tron test node', () => {
   let node: TronTestNode;
@@ -34,7 +35,7 @@ describe('payments and settlement on the Tron test node', () => {
   const events = async (id: string, key: string) =>
     (await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data as any[];
   const requested = async (id: string, key: string) => {
-    const d = (await events(id, key)).find((e) => e.type === 'SettlementRequested').data;
+    const d = settlementAmounts(await events(id, key));
     return { gross: BigInt(d.grossAmount), platformFee: BigInt(d.platformFee), networkFee: BigInt(d.networkFee), net: BigInt(d.netAmount) };
   };
   const wallets = async () => (await admin('GET', '/admin/v1/wallets')).body.data as any[];

@@ -13,6 +13,7 @@ import { callService as call, startProcess, type ServiceProcess } from './suppor
 import { eventually as until } from './support/merchant.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { startTronNode, TEST_USDT, tronEnv } from './support/tron-flow.ts';
+import { settlementAmounts } from './support/settlement.ts';
 
 const ADMIN = 'tron-crash-test-admin-token';
 
@@ -142,7 +143,7 @@ describe('crashes on the Tron test node', () => {
         url = await start();
         const settled = await mineUntil(url, p.paymentId, (s) => s.status === 'settled');
         const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
-        const net = BigInt(events.find((e) => e.type === 'SettlementRequested').data.netAmount);
+        const net = BigInt(settlementAmounts(events).netAmount);
         if (token) {
           assert.deepEqual(node.tokenTransfersTo(TEST_USDT, wallet), [{ txid: settled.txHash, amount: net }], 'paid once, exactly');
         } else {

@@ -117,6 +117,7 @@ export const payoutQueueProjector: Projector = {
         return;
       }
       case 'SettlementAttentionRaised':
+      case 'SettlementAttentionResolved':
         return; // for a person; it changes nothing the worker could do
       default:
         // Anything else moved the payout on (re-priced, a wallet, a transaction, a retry): look now.

@@ -288,3 +288,12 @@ export class SettlementPayouts implements PayoutKind {
     });
   }
 }
+
+/** An operator's word that a settlement raised for attention was dealt with (GET /admin/v1/attention drops it). */
+export function resolveSettlementAttention(store: EventStore, settlementId: string, note: string, clock: Clock) {
+  return handleCommand(store, settlementDecider, settlementStreamName(settlementId), {
+    type: 'ResolveAttention',
+    note,
+    now: clock.now().toISOString(),
+  });
+}

@@ -95,6 +95,11 @@ export type SettlementAttentionRaised = DomainEvent<
     raisedAt: string;
   }
 >;
+/** An operator looked at what was raised and settled it outside the service (a refund, a manual payout, nothing). */
+export type SettlementAttentionResolved = DomainEvent<
+  'SettlementAttentionResolved',
+  { note: string; resolvedAt: string }
+>;
 export type SettlementWalletSet = DomainEvent<'SettlementWalletSet', { merchantWallet: string; setAt: string }>;
 /** The intent: the transaction of this attempt, named before it is sent. */
 export type SettlementTransactionPrepared = DomainEvent<
@@ -150,7 +155,8 @@ export type SettlementEvent =
   | SettlementFailed
   | SettlementRetried
   | SettlementRepriced
-  | SettlementAttentionRaised;
+  | SettlementAttentionRaised
+  | SettlementAttentionResolved;
 
 export type SettlementCommand =
   | (SettlementSource & {
@@ -182,7 +188,8 @@ export type SettlementCommand =
       retryAt: string | null;
       now: string;
     }
-  | { type: 'Retry'; now: string };
+  | { type: 'Retry'; now: string }
+  | { type: 'ResolveAttention'; note: string; now: string };
 
 export interface Settlement extends SettlementSource {
   id: string;
@@ -360,7 +367,9 @@ function priceNetworkFee(
   command: Extract<SettlementCommand, { type: 'PriceNetworkFee' }>,
   state: Settlement,
 ): SettlementEvent[] {
-  if (state.status !== 'pending' || state.prepared !== null || command.networkFee === state.networkFee) return [];
+  // Priced once, for the first transaction: a replacement's extra cost (a fee bump) is the platform's, never the merchant's.
+  if (state.status !== 'pending' || state.preparedHashes.length > 0 || command.networkFee === state.networkFee)
+    return [];
   if (command.networkFee < 0n) throw new DomainError('bad_request', 'A network fee cannot be negative');
   const repriced = repricedTo(state, state.grossAmount, command.networkFee, 'network_fee', command.now);
   return withFeesFailure(state, repriced, command.now);
@@ -430,6 +439,10 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
           command.rejected,
         ),
       ];
+    case 'ResolveAttention':
+      if (state.attention.length === 0)
+        throw new DomainError('conflict', 'Nothing about this settlement needs attention');
+      return [{ type: 'SettlementAttentionResolved', data: { note: command.note, resolvedAt: command.now } }];
     case 'Retry':
       if (state.status !== 'failed' || state.retryAt === null) return [];
       return [{ type: 'SettlementRetried', data: { attempt: state.attempt + 1, retriedAt: command.now } }];
@@ -496,6 +509,8 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
     }
     case 'SettlementAttentionRaised':
       return { ...state, attention: [...state.attention, event.data], updatedAt: event.data.raisedAt };
+    case 'SettlementAttentionResolved':
+      return { ...state, attention: [], updatedAt: event.data.resolvedAt };
     case 'SettlementWalletSet':
       return {
         ...state,

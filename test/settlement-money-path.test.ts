@@ -202,5 +202,17 @@ describe('the money path on the sandbox chains', () => {
     const item = attention.find((a: { subject: string }) => a.subject === settlement.id);
     assert.equal(item?.reason, 'payment_reversed');
     assert.equal((await status(p.paymentId)).status, 'settled', 'only an operator takes it out of settled');
+
+    // The operator deals with it and says how; it leaves the list, and the history keeps the note.
+    const resolved = await admin('POST', `/admin/v1/settlements/${settlement.id}/resolve`, {
+      note: 'customer refunded by hand',
+    });
+    assert.equal(resolved.status, 200);
+    const after = (await admin('GET', '/admin/v1/attention')).body.data;
+    assert.ok(!after.some((a: { subject: string }) => a.subject === settlement.id));
+    const again = await admin('POST', `/admin/v1/settlements/${settlement.id}/resolve`, { note: 'again' });
+    assert.equal(again.status, 409);
+    assert.equal(again.body.message, 'Nothing about this settlement needs attention');
+    assert.ok((await historyOf(p.paymentId, key)).includes('SettlementAttentionResolved'));
   });
 });

@@ -153,7 +153,10 @@ describe('settlement decider', () => {
       given(settlementDecider, [requested('TWallet')]).state,
     );
     assert.deepEqual(eaten[1], failedFor('fees_exceed_amount', FEES, T1));
-    // Once a transaction is prepared its fee is what it is.
+    // Once a transaction is prepared its fee is what it is, for its replacements too.
+    given(settlementDecider, [requested('TWallet'), prepared(), rejected, retried])
+      .when({ type: 'PriceNetworkFee', networkFee: 5n, now: T1 })
+      .then([]);
     given(settlementDecider, [requested('TWallet'), prepared()])
       .when({ type: 'PriceNetworkFee', networkFee: 5n, now: T1 })
       .then([]);
@@ -196,6 +199,20 @@ describe('settlement decider', () => {
     assert.equal(back.status, 'pending');
     assert.equal(back.failureCode, null);
     assert.equal(back.netAmount, 99_000_000n);
+  });
+
+  it('is taken off the attention list by an operator who says what was done, and only when on it', () => {
+    const raised: SettlementEvent = {
+      type: 'SettlementAttentionRaised',
+      data: { reason: 'payment_reversed', grossAmount: '0', raisedAt: T1 },
+    };
+    const history = [requested('TWallet'), prepared(), submitted(), raised];
+    given(settlementDecider, history)
+      .when({ type: 'ResolveAttention', note: 'refunded by hand', now: T1 })
+      .then([{ type: 'SettlementAttentionResolved', data: { note: 'refunded by hand', resolvedAt: T1 } }]);
+    given(settlementDecider, [requested('TWallet')])
+      .when({ type: 'ResolveAttention', note: 'x', now: T1 })
+      .thenError('conflict', 'Nothing about this settlement needs attention');
   });
 
   it('raises a change of receipts after the payout was prepared for a person, once', () => {

@@ -7,12 +7,13 @@ import { isChainName, type ChainName } from '../../domain/catalogue.ts';
 import { withDeadline } from '../../adapters/deadline.ts';
 import { merchantStatuses, merchantTiers, type Merchant, type MerchantChanges } from '../../domain/merchant.ts';
 import type { RouteContext } from '../app.ts';
-import { badRequest, HttpError } from '../errors.ts';
+import { badRequest, HttpError, notFound } from '../errors.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
 import { Nullable, Pagination, data } from './schemas.ts';
 import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import { settlementsNeedingAttention, settlementView } from '../../projections/settlements.ts';
+import { resolveSettlementAttention } from '../../commands/settlements.ts';
 import { SettlementSchema } from './settlements.ts';
 import { pageOf } from './query.ts';
 
@@ -180,6 +181,36 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
         data: rows.map(settlementView),
         pagination: { total, page, limit, totalPages: Math.ceil(total / limit) },
       };
+    },
+  );
+
+  app.post(
+    '/admin/v1/settlements/:id/resolve',
+    {
+      schema: {
+        tags: ['operator'],
+        summary: 'Take a settlement changed after its payout off the attention list, saying what was done',
+        security,
+        params: Type.Object({ id: Uuid }),
+        body: Type.Object(
+          {
+            note: Type.String({
+              minLength: 1,
+              maxLength: 500,
+              errorMessage: 'note is required (1 to 500 characters): say what was done',
+            }),
+          },
+          { additionalProperties: false },
+        ),
+        response: { 200: data(SettlementSchema) },
+      },
+    },
+    async (request) => {
+      const { position } = await resolveSettlementAttention(ctx.store, request.params.id, request.body.note, ctx.clock);
+      await settle(position);
+      const row = await db.selectFrom('settlements').selectAll().where('id', '=', request.params.id).executeTakeFirst();
+      if (!row) throw notFound('Settlement not found');
+      return { data: settlementView(row) };
     },
   );
 

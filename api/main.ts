@@ -39,7 +39,7 @@ async function main() {
     if (firstStart && config.appEnv !== 'production') await printWelcome(service, config, secrets.adminToken);
     await service.app.listen({ port: config.port, host: config.host });
   } catch (error) {
-    // The workers are running by now (watchers, sweeper, webhooks): they are
+    // The workers are running by now (watchers, payout engine, webhooks): they are
     // stopped, and the data directory released, before the process goes.
     console.error(`start-up failed: ${(error as Error).message}`);
     const force = setTimeout(() => process.exit(1), 15_000).unref();

@@ -178,7 +178,7 @@ export async function startService(
     onError: (error) => log?.error({ err: error }, 'webhook delivery failed'),
   });
   // Started once the watchers are: it pays out what the log says is due.
-  const sweeper = new PayoutEngine(
+  const payouts = new PayoutEngine(
     database,
     [new SettlementPayouts(settlementDeps)],
     [...settlementDeps.chains.keys()],
@@ -203,7 +203,7 @@ export async function startService(
         // The outbox has new rows: send them now rather than at the next poll.
         if (name === webhookEvents.name || name === subscriberHooks.name) webhooks.poke();
         // Payouts became due: look at them now rather than at the next poll.
-        if (name === payoutQueueProjector.name) sweeper.poke();
+        if (name === payoutQueueProjector.name) payouts.poke();
       },
       onError: (name, error) => log?.error({ err: error, projection: name }, 'projection failed'),
     },
@@ -233,12 +233,12 @@ export async function startService(
     },
   });
   expiry.start();
-  sweeper.start();
+  payouts.start();
   const renewals = new RenewalScheduler(database.db, subscriptions, clock, {
     onError: (error) => log?.error({ err: error }, 'subscription renewal failed'),
   });
   renewals.start();
-  for (const chain of settlementDeps.chains.values()) chain.onNewBlock(() => sweeper.poke());
+  for (const chain of settlementDeps.chains.values()) chain.onNewBlock(() => payouts.poke());
   // GET /admin/v1/wallets: the fee wallet and treasury of each chain with a node.
   const wallets = async (): Promise<OperatorWallet[]> => {
     // The first index of the next block a process will reserve (commands/derivation-indexes.ts).
@@ -319,7 +319,7 @@ export async function startService(
       await live.stop();
       await expiry.stop();
       await renewals.stop();
-      await sweeper.stop();
+      await payouts.stop();
       await webhooks.stop();
       await Promise.all(watchers.map((w) => w.stop()));
       await projections.stop();

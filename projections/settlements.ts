@@ -1,5 +1,5 @@
 // Projects settlements into `settlements`, which the settlement endpoints and
-// the sweeper read.
+// the operator's attention list read.
 import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { formatUnits } from '../domain/money.ts';

@@ -1,4 +1,4 @@
-// The sweeper against a chain whose broadcast fails: a failure of unknown
+// A settlement payout against a chain whose broadcast fails: a failure of unknown
 // outcome is retried with the same transaction, a rejection with a new one,
 // and in neither case does the merchant get two payouts.
 import assert from 'node:assert/strict';
@@ -39,7 +39,7 @@ function flakyChain(ledger: SandboxLedger, failures: ('lost-reply' | 'timeout' |
   });
 }
 
-async function sweeperWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) {
+async function payoutsWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) {
   const store = new MemoryEventStore();
   const ledger = await SandboxLedger.open(store, 'tron', clock);
   const chain = flakyChain(ledger, failures);
@@ -84,9 +84,9 @@ async function sweeperWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
   return { sweeper, retrying, state, payouts, ledger, deps };
 }
 
-describe('settlement sweeper with a failing broadcast', () => {
+describe('settlement payouts with a failing broadcast', () => {
   it('sends the same transaction again after an unknown outcome, and pays once', async () => {
-    const { sweeper, retrying, state, payouts } = await sweeperWith(['lost-reply', 'timeout']);
+    const { sweeper, retrying, state, payouts } = await payoutsWith(['lost-reply', 'timeout']);
     await sweeper.advance(SETTLEMENT_ID);
     const first = await state();
     assert.equal(first!.status, 'failed');
@@ -103,7 +103,7 @@ describe('settlement sweeper with a failing broadcast', () => {
   });
 
   it('retries a timed-out broadcast with the same transaction', async () => {
-    const { sweeper, retrying, state, payouts } = await sweeperWith(['timeout', 'timeout']);
+    const { sweeper, retrying, state, payouts } = await payoutsWith(['timeout', 'timeout']);
     await sweeper.advance(SETTLEMENT_ID);
     const txHash = (await state())!.prepared!.txHash;
     await retrying.advance(SETTLEMENT_ID);
@@ -116,7 +116,7 @@ describe('settlement sweeper with a failing broadcast', () => {
   });
 
   it('prepares a new transaction only after the chain rejected the first', async () => {
-    const { sweeper, retrying, state, payouts } = await sweeperWith(['rejected']);
+    const { sweeper, retrying, state, payouts } = await payoutsWith(['rejected']);
     await sweeper.advance(SETTLEMENT_ID);
     const first = await state();
     assert.equal(first!.rejected, true);
@@ -129,9 +129,9 @@ describe('settlement sweeper with a failing broadcast', () => {
   });
 });
 
-describe('two sweepers on one settlement', () => {
+describe('two processes paying one settlement', () => {
   it('send only the transaction the stream recorded, so the merchant is paid once', async () => {
-    const { sweeper, state, payouts, ledger, deps } = await sweeperWith([]);
+    const { sweeper, state, payouts, ledger, deps } = await payoutsWith([]);
     // Each process signs its own transaction (say, with its own fee quote),
     // and both have signed before either records.
     let waiting: (() => void)[] = [];

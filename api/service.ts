@@ -162,12 +162,13 @@ export async function startService(
     ...(config.webhookRetryDelaysMs && { schedule: config.webhookRetryDelaysMs }),
     onError: (error) => log?.error({ err: error }, 'webhook delivery failed'),
   });
+  const carryPayments = paymentsToInvoices(store);
   const projections = new ProjectionEngine(
     database,
     store,
     [
       ...projectors,
-      paymentsToInvoices(store),
+      carryPayments,
       settlementManager(settlementDeps, database.db),
       webhookEvents,
       subscriptionManager(store, subscriptions),
@@ -193,7 +194,9 @@ export async function startService(
         requiredConfirmations: config.requiredConfirmations[ledger.chain],
         monitoringWindowMs: MONITORING_WINDOW_MS,
         pollMs: 1000,
-        caughtUp: () => projections.caughtUp(30_000),
+        // The read models it reads: deposit addresses, invoices and payments.
+        caughtUp: () => projections.caughtUp(30_000, [invoicesProjector.name]),
+        paymentsApplied: () => projections.caughtUp(30_000, [carryPayments.name]),
         onError: (error) => log?.error({ err: error, chain: ledger.chain }, 'chain watcher step failed'),
       }),
   );

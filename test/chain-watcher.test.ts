@@ -3,7 +3,7 @@
 // demand; and the race with expiry, on the sandbox ledger.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { ChainAdapter, ChainBlock, ChainHead } from '../adapters/chains/port.ts';
+import { staleTip, type ChainAdapter, type ChainBlock, type ChainHead } from '../adapters/chains/port.ts';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { systemClock, type Clock } from '../adapters/clock.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
@@ -402,5 +402,13 @@ describe('chain watcher: only positive evidence', () => {
     } finally {
       await svc.close();
     }
+  });
+});
+
+describe('the chain port', () => {
+  it('takes an account chain node whose newest block is over 10 minutes old for stale', () => {
+    const now = Date.parse('2026-01-01T12:00:00Z');
+    assert.equal(staleTip(new Date(now - 10 * 60_000), now), undefined);
+    assert.equal(staleTip(new Date(now - 10 * 60_000 - 1000), now), 'its newest block is 601 s old');
   });
 });

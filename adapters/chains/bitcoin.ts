@@ -211,17 +211,31 @@ export class BitcoinChain implements ChainAdapter {
       throw new Error(`${calls[0]!.method}: HTTP ${response.status}, not JSON`);
     }
     const byId = new Map(answers.map((a) => [a.id, a]));
-    return requests.map((r) => byId.get(r.id) ?? { id: r.id, result: null as T, error: { code: -32603, message: 'no answer' } });
+    return requests.map(
+      (r) => byId.get(r.id) ?? { id: r.id, result: null as T, error: { code: -32603, message: 'no answer' } },
+    );
   }
 
   // -------------------------------------------------------------------------
   // Reading the chain
 
   async head(): Promise<ChainHead> {
-    const height = await this.rpc<number>('getblockcount', []);
-    const hash = await this.rpc<string>('getblockhash', [height]);
+    // The tip and whether it is the chain's present, in one call (Bitcoin
+    // Core's getblockchaininfo, src/rpc/blockchain.cpp): a node in its
+    // initial block download, or with headers whose blocks it lacks, is behind.
+    const info = await this.rpc<{
+      blocks: number;
+      headers: number;
+      bestblockhash: string;
+      initialblockdownload: boolean;
+    }>('getblockchaininfo', []);
     await this.refreshFeeRate();
-    return { height, hash };
+    const stale = info.initialblockdownload
+      ? 'it is in its initial block download'
+      : info.headers > info.blocks
+        ? `it has headers up to ${info.headers} but blocks only up to ${info.blocks}`
+        : undefined;
+    return { height: info.blocks, hash: info.bestblockhash, ...(stale && { stale }) };
   }
 
   async block(height: number): Promise<ChainBlock | undefined> {
@@ -234,7 +248,14 @@ export class BitcoinChain implements ChainAdapter {
     }
     const known = this.recentBlocks.get(hash);
     if (known) return known;
-    const block = await this.rpc<RpcBlock>('getblock', [hash, 2]);
+    let block: RpcBlock;
+    try {
+      block = await this.rpc<RpcBlock>('getblock', [hash, 2]);
+    } catch (error) {
+      // -5: asked of a load-balanced backend that has not got it yet.
+      if (error instanceof BitcoinRpcError && error.code === -5) return undefined;
+      throw error;
+    }
     const parsed: ChainBlock = {
       height: block.height,
       hash: block.hash,

@@ -83,6 +83,13 @@ export class BitcoinTestNode {
   feeRate = 2_000n;
   /** sat/vB below which `mine` leaves a transaction in the mempool (a fee market that passes it by). */
   miningFloor = 0n;
+  /**
+   * A node behind the chain, as getblockchaininfo shows it (Bitcoin Core
+   * src/rpc/blockchain.cpp getblockchaininfo: `headers` is the best header
+   * it knows, `initialblockdownload` is ChainstateManager::IsInitialBlockDownload).
+   */
+  headersAhead = 0;
+  initialBlockDownload = false;
   /** The tip's height when each mempool transaction came in (getmempoolentry's `height`). */
   private readonly enteredAt = new Map<string, number>();
 
@@ -146,10 +153,10 @@ export class BitcoinTestNode {
         return {
           chain: this.chain,
           blocks: this.tip.height,
-          headers: this.tip.height,
+          headers: this.tip.height + this.headersAhead,
           bestblockhash: this.tip.hash,
           mediantime: this.tip.time,
-          initialblockdownload: false,
+          initialblockdownload: this.initialBlockDownload,
           pruned: false,
         };
       case 'getblockcount':

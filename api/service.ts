@@ -26,7 +26,7 @@ import { FixedRateProvider } from '../adapters/rates/fixed.ts';
 import type { RateProvider } from '../adapters/rates/port.ts';
 import { SandboxClock } from '../adapters/sandbox-clock.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
-import { ChainWatcher } from '../commands/chain-watcher.ts';
+import { ChainWatcher, type WatcherCondition } from '../commands/chain-watcher.ts';
 import { ExpiryScheduler } from '../commands/expiry.ts';
 import { SettlementSweeper, settlementManager } from '../commands/settlements.ts';
 import type { ChainAdapter } from '../adapters/chains/port.ts';
@@ -67,6 +67,8 @@ export interface Service {
   projections: ProjectionEngine;
   database: SqlDatabase;
   sandbox: Sandbox | undefined;
+  /** How each watched chain stands (ok, behind, stale, silent), for GET /admin/v1/attention. */
+  chainConditions(): WatcherCondition[];
   /** Stops accepting requests, lets the running ones finish, stops the workers, then closes the stores. */
   close(): Promise<void>;
 }
@@ -294,6 +296,7 @@ export async function startService(
     projections,
     database,
     sandbox,
+    chainConditions: () => watchers.map((w) => w.condition()),
     async close() {
       await app.close();
       await live.stop();

@@ -194,7 +194,7 @@ export class ChainWatcher {
     }
     const forkPoint = await this.undoReorg(last);
     if (!forkPoint) {
-      this.note('behind', `the node does not serve block ${last.height}, already read, at the moment`);
+      this.note('behind', `the node does not serve a block it served before (at or below ${last.height})`);
       return false;
     }
     last = forkPoint;

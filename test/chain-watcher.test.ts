@@ -271,10 +271,12 @@ function laggingTron(clock: Clock) {
   };
   mine();
   mine();
-  const node = { lag: 0, blockLag: 0, stale: undefined as string | undefined, mine };
+  const node = { lag: 0, blockLag: 0, stale: undefined as string | undefined, down: false, mine };
   const adapter: ChainAdapter = {
     chain: 'tron',
     head: async (): Promise<ChainHead> => {
+      // What the adapters' retried RPC throws once its attempts are spent (adapters/chains/retry.ts).
+      if (node.down) throw new Error('tron: fetch failed (connect ECONNREFUSED)');
       const top = blocks[blocks.length - 1 - node.lag]!;
       return { height: top.height, hash: top.hash, ...(node.stale && { stale: node.stale }) };
     },
@@ -350,6 +352,14 @@ describe('chain watcher: only positive evidence', () => {
         detail: 'its newest block is 7200 s old',
       });
       assert.equal(await svc.expiry.expireDue(), 0, 'the invoice is not expired on the word of a stale node');
+
+      node.down = true;
+      await svc.steps();
+      assert.equal(svc.watcher.condition().state, 'silent');
+      assert.match(svc.watcher.condition().detail ?? '', /ECONNREFUSED/);
+      assert.deepEqual(svc.watcher.caughtUpAt, watchedAt);
+      node.down = false;
+      svc.errors.length = 0;
 
       // Back with the chain, and the payment made in time (minute 14) in a block it had not had.
       node.stale = undefined;

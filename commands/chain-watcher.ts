@@ -238,7 +238,10 @@ export class ChainWatcher {
     // Every transfer made before `startedAt` is now recorded, and once the
     // reactor has applied them, on its invoice.
     await this.options.caughtUp();
-    await this.options.paymentsApplied();
+    await this.options.paymentsApplied().catch((error: unknown) => {
+      this.note('behind', 'the payments it recorded are not on their invoices yet');
+      throw error;
+    });
     this.caughtUpAt = startedAt;
     this.note('ok');
     return false;

@@ -394,6 +394,7 @@ describe('chain watcher: only positive evidence', () => {
       await svc.steps(); // detected in time
       clock.set(16);
       await svc.steps();
+      assert.deepEqual(svc.watcher.condition().detail, 'the payments it recorded are not on their invoices yet');
       await svc.expiry.expireDue();
       release();
 

@@ -27,7 +27,7 @@ import { FixedRateProvider } from '../adapters/rates/fixed.ts';
 import type { RateProvider } from '../adapters/rates/port.ts';
 import { SandboxClock } from '../adapters/sandbox-clock.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
-import { ChainWatcher } from '../commands/chain-watcher.ts';
+import { ChainWatcher, type WatcherCondition } from '../commands/chain-watcher.ts';
 import { ExpiryScheduler } from '../commands/expiry.ts';
 import { SettlementPayouts, settlementManager } from '../commands/settlements.ts';
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
@@ -69,6 +69,8 @@ export interface Service {
   projections: ProjectionEngine;
   database: SqlDatabase;
   sandbox: Sandbox | undefined;
+  /** How each watched chain stands (ok, behind, stale, silent), for GET /admin/v1/attention. */
+  chainConditions(): WatcherCondition[];
   /** Stops accepting requests, lets the running ones finish, stops the workers, then closes the stores. */
   close(): Promise<void>;
 }
@@ -185,12 +187,13 @@ export async function startService(
     clock,
     { onError: (error) => log?.error({ err: error }, 'payout step failed') },
   );
+  const carryPayments = paymentsToInvoices(store);
   const projections = new ProjectionEngine(
     database,
     store,
     [
       ...projectors,
-      paymentsToInvoices(store),
+      carryPayments,
       settlementManager(settlementDeps),
       payoutQueueProjector,
       webhookEvents,
@@ -219,7 +222,9 @@ export async function startService(
         requiredConfirmations: config.requiredConfirmations[ledger.chain],
         monitoringWindowMs: MONITORING_WINDOW_MS,
         pollMs: 1000,
-        caughtUp: () => projections.caughtUp(30_000),
+        // The read models it reads: deposit addresses, invoices and payments.
+        caughtUp: () => projections.caughtUp(30_000, [invoicesProjector.name]),
+        paymentsApplied: () => projections.caughtUp(30_000, [carryPayments.name]),
         onError: (error) => log?.error({ err: error, chain: ledger.chain }, 'chain watcher step failed'),
       }),
   );
@@ -289,6 +294,12 @@ export async function startService(
     ? await createRateLimiter({ publicLimit: config.publicRateLimit, redisUrl: config.redisUrl })
     : undefined;
   const app = await buildApp({
+    // GET /admin/v1/attention: the chains whose node is behind, stale or silent.
+    chainConditions: () =>
+      watchers.map((w) => {
+        const c = w.condition();
+        return { chain: c.chain, state: c.state, since: c.since.toISOString(), detail: c.detail };
+      }),
     wallets,
     settlementWalletProblem,
     config,
@@ -314,6 +325,7 @@ export async function startService(
     projections,
     database,
     sandbox,
+    chainConditions: () => watchers.map((w) => w.condition()),
     async close() {
       await app.close();
       await live.stop();

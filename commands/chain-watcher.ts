@@ -1,6 +1,9 @@
 // Follows one chain: new blocks become payments to watched deposit addresses,
-// confirmations are counted from the head, and a reorg (a stored block hash
-// that the chain no longer has) takes the payments of dropped blocks back.
+// confirmations are counted from the head, and a reorg (another hash at a
+// stored block's height) takes the payments of dropped blocks back. It trusts
+// only positive evidence: a node that does not serve a block (a lagging
+// backend behind a load balancer) or says it is stale is waited for, never
+// taken for a reorg or for "nothing new on the chain".
 // What it has processed is kept in `watched_blocks`, so a restart resumes
 // where it stopped and backfills what it missed.
 import { sql, type Kysely, type Migration } from 'kysely';
@@ -42,15 +45,36 @@ export interface WatcherOptions {
   reorgDepth?: number;
   pollMs?: number;
   /**
-   * Waits until the read models show every event committed so far. The
-   * watcher reads deposit addresses and payments from them: it must never
-   * miss a payment to an address handed out before the block was read (the
-   * API answers before the read models show a new address), nor count
+   * Waits until the read models it reads (invoice addresses, invoices,
+   * payments) show every event committed so far. It must never miss a
+   * payment to an address handed out before the block was read (the API
+   * answers before the read models show a new address), nor count
    * confirmations for, or miss the reorg of, a payment it recorded but the
    * read models do not show yet.
    */
   caughtUp: () => Promise<void>;
+  /**
+   * Waits until every payment event committed so far is carried onto its
+   * invoice (the payments-to-invoices reactor has passed it). "Watched
+   * through" moves only after it: expiry must not expire an invoice whose
+   * payment, seen in time, is not on it yet.
+   */
+  paymentsApplied: () => Promise<void>;
   onError?: (error: unknown) => void;
+}
+
+/**
+ * How the watcher's chain stands, for operators: ok (at the node's head),
+ * behind (blocks still to read, or the node does not serve them yet), stale
+ * (the node says it is not at the chain's present), silent (it does not
+ * answer). Anything but ok holds expiry on this chain.
+ */
+export interface WatcherCondition {
+  chain: ChainName;
+  state: 'ok' | 'behind' | 'stale' | 'silent';
+  /** Business time since which it has been in this state. */
+  since: Date;
+  detail: string | null;
 }
 
 export class ChainWatcher {
@@ -69,6 +93,8 @@ export class ChainWatcher {
    */
   caughtUpAt: Date | undefined;
 
+  private current: WatcherCondition;
+
   constructor(
     readonly chain: ChainAdapter,
     database: SqlDatabase,
@@ -77,6 +103,27 @@ export class ChainWatcher {
     private readonly options: WatcherOptions,
   ) {
     this.db = database.db as Kysely<WatcherTables>;
+    this.current = { chain: chain.chain, state: 'behind', since: clock.now(), detail: 'not caught up since start' };
+  }
+
+  /** The watcher's view of its chain as of its last step: cheap, read as often as wanted. */
+  condition(): WatcherCondition {
+    return { ...this.current };
+  }
+
+  private note(state: WatcherCondition['state'], detail: string | null = null): void {
+    const since = state === this.current.state ? this.current.since : this.clock.now();
+    this.current = { chain: this.name, state, since, detail };
+  }
+
+  /** A question to the node; one it does not answer makes the chain silent. */
+  private async ask<T>(question: () => Promise<T>): Promise<T> {
+    try {
+      return await question();
+    } catch (error) {
+      this.note('silent', error instanceof Error ? error.message.slice(0, 200) : 'no answer');
+      throw error;
+    }
   }
 
   static migrate(database: SqlDatabase) {
@@ -134,22 +181,36 @@ export class ChainWatcher {
     // Whatever was mined before this moment is at or below the head read next.
     const startedAt = this.clock.now();
     await this.options.caughtUp();
-    const head = await this.chain.head();
+    const head = await this.ask(() => this.chain.head());
     let last = await this.lastProcessed();
     if (last === undefined) {
       // A chain seen for the first time: no deposit address can have been
       // paid before it was watched, so start at its head, which is read next
       // (an address handed out while the first step ran may be paid in it).
-      const headBlock = await this.chain.block(head.height);
+      const headBlock = await this.ask(() => this.chain.block(head.height));
       if (!headBlock || head.height === 0) await this.remember({ height: head.height, hash: head.hash });
       else await this.remember({ height: head.height - 1, hash: headBlock.parentHash });
       return true;
     }
-    last = await this.undoReorg(last);
+    const forkPoint = await this.undoReorg(last);
+    if (!forkPoint) {
+      this.note('behind', `the node does not serve a block it served before (at or below ${last.height})`);
+      return false;
+    }
+    last = forkPoint;
+    if (head.height < last.height) {
+      // A lagging backend answered the head: what it has not seen yet is not gone.
+      this.note('behind', `the node's head ${head.height} is below block ${last.height}, already read`);
+      return false;
+    }
     const to = Math.min(head.height, last.height + (this.options.batchBlocks ?? 100));
+    let unserved: number | undefined;
     for (let height = last.height + 1; height <= to; height++) {
-      const block = await this.chain.block(height);
-      if (!block) break;
+      const block = await this.ask(() => this.chain.block(height));
+      if (!block) {
+        unserved = height;
+        break;
+      }
       if (block.parentHash !== last.hash) {
         // The chain moved under us between reads; the next step sees the reorg.
         return true;
@@ -159,13 +220,31 @@ export class ChainWatcher {
       last = block;
     }
     await this.countConfirmations(head);
-    if (last.height >= head.height && this.chain.mempool) await this.watchMempool(head);
-    if (last.height >= head.height) {
-      // Every transfer made before `startedAt` is now on its invoice.
-      await this.options.caughtUp();
-      this.caughtUpAt = startedAt;
+    if (last.height < head.height) {
+      this.note(
+        'behind',
+        unserved === undefined
+          ? `at block ${last.height} of ${head.height}`
+          : `the node does not serve block ${unserved} (head ${head.height}) yet`,
+      );
+      return unserved === undefined;
     }
-    return to < head.height;
+    if (this.chain.mempool) await this.watchMempool(head);
+    if (head.stale) {
+      // Its head is not the chain's: a payment made since may be in a block it lacks.
+      this.note('stale', head.stale);
+      return false;
+    }
+    // Every transfer made before `startedAt` is now recorded, and once the
+    // reactor has applied them, on its invoice.
+    await this.options.caughtUp();
+    await this.options.paymentsApplied().catch((error: unknown) => {
+      this.note('behind', 'the payments it recorded are not on their invoices yet');
+      throw error;
+    });
+    this.caughtUpAt = startedAt;
+    this.note('ok');
+    return false;
   }
 
   private async lastProcessed(): Promise<{ height: number; hash: string } | undefined> {
@@ -192,7 +271,12 @@ export class ChainWatcher {
       .execute();
   }
 
-  /** Walks back to the last stored block the chain still has; payments in the blocks after it are withdrawn. */
+  /**
+   * Walks back to the last stored block the node still serves with the same
+   * hash; payments in the blocks after it are withdrawn. Undefined, and
+   * nothing withdrawn, when the node does not serve a block it walks past:
+   * only another hash is evidence of a reorg.
+   */
   private async undoReorg(last: { height: number; hash: string }) {
     const stored = await this.db
       .selectFrom('watched_blocks')
@@ -202,8 +286,9 @@ export class ChainWatcher {
       .execute();
     let forkPoint: { height: number; hash: string } | undefined;
     for (const block of stored) {
-      const current = await this.chain.block(block.height);
-      if (current?.hash === block.hash) {
+      const current = await this.ask(() => this.chain.block(block.height));
+      if (!current) return undefined;
+      if (current.hash === block.hash) {
         forkPoint = block;
         break;
       }
@@ -270,7 +355,7 @@ export class ChainWatcher {
    * found in its block, not taken for gone.
    */
   private async watchMempool(head: ChainHead) {
-    const transfers = await this.chain.mempool!();
+    const transfers = await this.ask(() => this.chain.mempool!());
     const pending: ChainBlock = {
       height: -1,
       hash: MEMPOOL_BLOCK_HASH,
@@ -289,7 +374,7 @@ export class ChainWatcher {
       .execute();
     const gone = waiting.filter((p) => !seen.has(`${p.tx_hash}:${p.output_index}`));
     // A block found since the head was read may hold them: the next step reads it first.
-    if (gone.length === 0 || (await this.chain.head()).hash !== head.hash) return;
+    if (gone.length === 0 || (await this.ask(() => this.chain.head())).hash !== head.hash) return;
     for (const p of gone) {
       await this.payments.recordReorg(this.name, p.tx_hash, p.output_index, MEMPOOL_BLOCK_HASH);
     }

@@ -129,18 +129,17 @@ export class ProjectionEngine {
   }
 
   /**
-   * Resolves once every projector (or the named ones) has passed `position`,
-   * so that a read after a write sees it. Rejects after `timeoutMs`.
+   * Resolves once every projector (or the named consumers: projectors, or
+   * reactors whose reactions must have happened) has passed `position`, so
+   * that a read after a write sees it. Rejects after `timeoutMs`.
    */
   async waitFor(position: string, timeoutMs = 10_000, names?: readonly string[]): Promise<void> {
-    const wanted = this.projectors.filter((p) => !names || names.includes(p.name));
+    const wanted = this.named(names);
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       let behind = false;
-      for (const projector of wanted) {
-        const checkpoint = this.active.has(projector.name)
-          ? this.checkpoints.get(projector.name)
-          : await this.readCheckpoint(this.db, projector.name);
+      for (const consumer of wanted) {
+        const checkpoint = await this.checkpointOf(consumer.name);
         if (checkpoint === undefined || this.store.comparePositions(checkpoint, position) < 0) behind = true;
       }
       if (!behind) return;
@@ -160,13 +159,21 @@ export class ProjectionEngine {
   }
 
   /**
-   * Resolves once every projector (or the named ones) shows every event
+   * Resolves once every projector (or the named consumers) has seen every event
    * committed before the call, including one an older transaction still
    * holds back from readers.
    */
   async caughtUp(timeoutMs = 10_000, names?: readonly string[]): Promise<void> {
     const head = await this.store.headPosition();
     if (head !== undefined) await this.waitFor(head, timeoutMs, names);
+  }
+
+  /** Every projector, or the named consumers; a name that is none of them is an error, not a wait for nothing. */
+  private named(names: readonly string[] | undefined): readonly Consumer[] {
+    if (!names) return this.projectors;
+    const unknown = names.filter((name) => !this.consumers.some((c) => c.name === name));
+    if (unknown.length > 0) throw new Error(`no consumer of the event log is named ${unknown.join(', ')}`);
+    return this.consumers.filter((c) => names.includes(c.name));
   }
 
   /** Where a consumer has read to, as its checkpoint says. */

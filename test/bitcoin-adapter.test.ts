@@ -262,6 +262,18 @@ describe('the Bitcoin adapter', () => {
     await node.stop();
   });
 
+  it('reports a node that is behind the chain as stale: in its initial block download, or with headers ahead of its blocks', async () => {
+    assert.equal((await chain.head()).stale, undefined);
+    node.headersAhead = 2;
+    const head = await chain.head();
+    assert.match(head.stale ?? '', /headers up to \d+ but blocks only up to \d+/);
+    node.headersAhead = 0;
+    node.initialBlockDownload = true;
+    assert.match((await chain.head()).stale ?? '', /initial block download/);
+    node.initialBlockDownload = false;
+    assert.equal((await chain.head()).stale, undefined);
+  });
+
   it('prepares the same transaction for the same reference and sends it once however often it is broadcast', async () => {
     const from = { address: keyring.deriveDepositKey('bitcoin', 3).address, derivationIndex: 3 };
     const payer = randomBitcoinKey();

@@ -156,6 +156,12 @@ describe('payments and settlement on the Bitcoin test node', () => {
     const [mined] = node.mine(1);
     await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment && s.confirmations === 1);
     node.invalidate(mined!); // its transaction goes back to the mempool
+    // A competing block without it takes the height: another hash there is
+    // the evidence of the reorg (a shorter chain alone may be a lagging node).
+    const floor = node.miningFloor;
+    node.miningFloor = 1_000_000n;
+    node.mine(1);
+    node.miningFloor = floor;
     await eventually(
       async () => (await events(p.paymentId, key)).map((e) => e.type),
       (types) => types.includes('PaymentWithdrawn') && types.filter((t) => t === 'PaymentApplied').length === 2,

@@ -6,7 +6,7 @@ import { after, before, describe, it } from 'node:test';
 import type { Kysely } from 'kysely';
 import { ExpiryScheduler } from '../commands/expiry.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
-import { merchantWithKey } from './support/merchant.ts';
+import { eventually, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 describe('expiry and the chain watchers', () => {
@@ -52,5 +52,14 @@ describe('expiry and the chain watchers', () => {
     watched.set('tron', deadline);
     await scheduler.expireDue();
     assert.ok(expired.includes(onTron.paymentId), 'tron is watched up to the deadline');
+  });
+
+  it('shows how each watched chain stands: the sandbox chains, once watched, are ok', async () => {
+    const conditions = await eventually(
+      async () => svc.service.chainConditions(),
+      (list) => list.length > 0 && list.every((c) => c.state === 'ok'),
+    );
+    assert.ok(conditions.some((c) => c.chain === 'tron'));
+    for (const c of conditions) assert.equal(c.detail, null);
   });
 });

@@ -240,6 +240,38 @@ describe('projection checkpoints', () => {
     await store.close();
     await database.close();
   });
+
+  it("are waited for by name, a reactor's too; a name no consumer has is an error, not a wait for nothing", async () => {
+    const database = await openPglite('memory://');
+    const store = await SqlEventStore.open(database);
+    await ProjectionEngine.migrate(database, readModelMigrations);
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const reactor = { name: 'held-reactor', react: () => held };
+    const engine = new ProjectionEngine(database, store, [merchantsProjector, reactor], { pollMs: 50 });
+    engine.start();
+    try {
+      const a = await merchantCommands(store).register({
+        name: 'A',
+        tier: 'free',
+        webhookUrl: null,
+        settlementWallets: {},
+      });
+      await engine.waitFor(a.position!, 10_000, [merchantsProjector.name]);
+      await assert.rejects(engine.waitFor(a.position!, 200, [reactor.name]), /did not reach/);
+      release();
+      await engine.waitFor(a.position!, 10_000, [reactor.name]);
+      await assert.rejects(
+        engine.waitFor(a.position!, 200, ['no-such-consumer']),
+        /no consumer .* named no-such-consumer/,
+      );
+    } finally {
+      release();
+      await engine.stop();
+      await store.close();
+      await database.close();
+    }
+  });
 });
 
 describe('projection checkpoints moved by another instance', () => {

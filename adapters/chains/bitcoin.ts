@@ -280,17 +280,31 @@ export class BitcoinChain implements ChainAdapter {
       throw new Error(`${calls[0]!.method}: HTTP ${response.status}, not JSON`);
     }
     const byId = new Map(answers.map((a) => [a.id, a]));
-    return requests.map((r) => byId.get(r.id) ?? { id: r.id, result: null as T, error: { code: -32603, message: 'no answer' } });
+    return requests.map(
+      (r) => byId.get(r.id) ?? { id: r.id, result: null as T, error: { code: -32603, message: 'no answer' } },
+    );
   }
 
   // -------------------------------------------------------------------------
   // Reading the chain
 
   async head(): Promise<ChainHead> {
-    const height = await this.rpc<number>('getblockcount', []);
-    const hash = await this.rpc<string>('getblockhash', [height]);
+    // The tip and whether it is the chain's present, in one call (Bitcoin
+    // Core's getblockchaininfo, src/rpc/blockchain.cpp): a node in its
+    // initial block download, or with headers whose blocks it lacks, is behind.
+    const info = await this.rpc<{
+      blocks: number;
+      headers: number;
+      bestblockhash: string;
+      initialblockdownload: boolean;
+    }>('getblockchaininfo', []);
     await this.refreshFeeRate();
-    return { height, hash };
+    const stale = info.initialblockdownload
+      ? 'it is in its initial block download'
+      : info.headers > info.blocks
+        ? `it has headers up to ${info.headers} but blocks only up to ${info.blocks}`
+        : undefined;
+    return { height: info.blocks, hash: info.bestblockhash, ...(stale && { stale }) };
   }
 
   async block(height: number): Promise<ChainBlock | undefined> {
@@ -313,6 +327,8 @@ export class BitcoinChain implements ChainAdapter {
         this.pruneHeight = info.pruneheight ?? this.pruneHeight;
         throw new Error(`bitcoin: block ${height} is pruned; the node serves blocks from height ${this.pruneHeight} on`);
       }
+      // -5: asked of a load-balanced backend that has not got it yet.
+      if (error instanceof BitcoinRpcError && error.code === -5) return undefined;
       throw error;
     }
     const parsed: ChainBlock = {

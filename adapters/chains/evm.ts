@@ -45,6 +45,7 @@ import { withDeadline } from '../deadline.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
+  staleTip,
   TransactionRejectedError,
   type ChainAdapter,
   type ChainBlock,
@@ -339,7 +340,9 @@ export class EvmChain implements ChainAdapter {
     const height = Number(latest.number);
     this.knownHead = Math.max(this.knownHead, height);
     await this.refreshFee(latest);
-    return { height, hash: latest.hash };
+    // A syncing node's latest block is an old one (eth_syncing is not asked: one call less per step).
+    const stale = staleTip(new Date(Number(latest.timestamp) * 1000));
+    return { height, hash: latest.hash, ...(stale && { stale }) };
   }
 
   async block(height: number): Promise<ChainBlock | undefined> {

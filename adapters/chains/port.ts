@@ -31,6 +31,25 @@ export interface ChainHead {
    * block never counts as confirmed, whatever its depth.
    */
   finalized?: number;
+  /**
+   * Why the node is not at the chain's present, when it shows so itself
+   * (initial block download or syncing, headers ahead of blocks, a tip too
+   * old for the chain's block time). The watcher then reads what the node
+   * has but does not take "nothing newer" to mean there is nothing newer, so
+   * expiry waits on this chain. A node that does not answer at all throws.
+   */
+  stale?: string;
+}
+
+/**
+ * A node of an account chain (EVM, Tron: a block every 2 to 12 s) whose
+ * newest block is over 10 minutes old has stopped following the chain (no
+ * peers, stuck, still syncing), however healthy it answers.
+ */
+export function staleTip(tip: Date, now = Date.now()): string | undefined {
+  const age = now - tip.getTime();
+  if (age <= 10 * 60_000) return undefined;
+  return `its newest block is ${Math.round(age / 1000)} s old`;
 }
 
 /** A payout from a deposit address (a settlement's sweep). */
@@ -106,7 +125,14 @@ export class PayoutRefusedError extends Error {
 export interface ChainAdapter {
   readonly chain: ChainName;
   head(): Promise<ChainHead>;
-  /** The block at `height` on the current best chain; undefined above the head. */
+  /**
+   * The block at `height` on the node's best chain, or undefined when the
+   * node does not serve it now: above its head, or a load-balanced backend
+   * that lags behind one that served it a moment ago. Undefined is never a
+   * sign that a block was dropped: only another hash at that height is (or,
+   * on a chain that skips slots, the node saying a slot was skipped once it
+   * is final, which the adapter reports as a block with another hash).
+   */
   block(height: number): Promise<ChainBlock | undefined>;
   /** Calls `listener` when a new block (or a reorg) may be there; returns a function that stops it. */
   onNewBlock(listener: () => void): () => void;

@@ -67,6 +67,8 @@ export class SandboxLedger implements ChainAdapter {
   private readonly streamId: string;
   private state: SandboxLedgerState;
   private readonly listeners = new Set<() => void>();
+  /** The highest block this ledger ever held: above its head up to it are blocks it dropped. */
+  private highest = 0;
   /** The tail of the calls of this process: each waits for the one before. */
   private queue: Promise<unknown> = Promise.resolve();
 
@@ -131,7 +133,15 @@ export class SandboxLedger implements ChainAdapter {
 
   async block(height: number): Promise<ChainBlock | undefined> {
     const block = blockAt(this.state, height);
-    return block && toChainBlock(block);
+    if (block) return toChainBlock(block);
+    if (height <= ledgerHeight(this.state) || height > this.highest) return undefined;
+    // A height this ledger dropped (a sandbox reorg) and has not mined again.
+    // The ledger is the whole chain and knows the block is gone, as a Solana
+    // node knows a slot was skipped; it says so the same way: an empty block
+    // carrying the hash of the block before it. Undefined would mean "not
+    // served yet", which the watcher waits out.
+    const head = headBlock(this.state);
+    return { height, hash: head.hash, parentHash: head.hash, timestamp: new Date(head.timestamp), transfers: [] };
   }
 
   onNewBlock(listener: () => void): () => void {
@@ -240,7 +250,10 @@ export class SandboxLedger implements ChainAdapter {
 
   private apply(events: readonly SandboxLedgerEvent[]): void {
     if (events.length === 0) return;
-    this.state = events.reduce(this.decider.evolve, this.state);
+    for (const event of events) {
+      this.state = this.decider.evolve(this.state, event);
+      this.highest = Math.max(this.highest, ledgerHeight(this.state));
+    }
     for (const listener of this.listeners) {
       try {
         listener();

@@ -45,6 +45,7 @@ import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
+  staleTip,
   TransactionRejectedError,
   type ChainAdapter,
   type ChainBlock,
@@ -345,10 +346,12 @@ export class TronChain implements ChainAdapter {
     ]);
     if (!latest.blockID || !latest.block_header) throw new Error('tron: the node has no latest block');
     await this.refreshFees();
+    const stale = staleTip(new Date(latest.block_header.raw_data.timestamp ?? 0));
     return {
       height: latest.block_header.raw_data.number ?? 0,
       hash: latest.blockID,
       finalized: solid.block_header?.raw_data.number ?? 0,
+      ...(stale && { stale }),
     };
   }
 

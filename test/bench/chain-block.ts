@@ -113,6 +113,7 @@ async function measureMatch(bench: BlockBench, target: BenchTarget, rows: number
       requiredConfirmations: 1,
       monitoringWindowMs: 24 * 60 * 60 * 1000,
       caughtUp: async () => undefined,
+      paymentsApplied: async () => undefined,
     });
     // The private query the watcher runs once per block (commands/chain-watcher.ts).
     const matching = watcher as unknown as { watchedAmong(addresses: string[]): Promise<Map<string, WatchedAddress>> };

@@ -386,7 +386,8 @@ async function measureBlocks(chain: Chain, target: BenchTarget, report: BlockRep
     const watcher = new ChainWatcher(adapter, database, paymentCommands(store, systemClock), systemClock, {
       requiredConfirmations: 3,
       monitoringWindowMs: MONITORING_WINDOW_MS,
-      caughtUp: () => projections.caughtUp(30_000),
+      caughtUp: () => projections.caughtUp(30_000, ['invoices']),
+      paymentsApplied: () => projections.caughtUp(30_000, ['payments-to-invoices']),
       onError: (error) => errors.push(error),
     });
     // The private query the watcher runs once per block (commands/chain-watcher.ts).

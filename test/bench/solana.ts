@@ -154,7 +154,12 @@ async function detection(node: SolanaTestNode, target: BenchTarget, open: number
         },
       },
       systemClock,
-      { requiredConfirmations: 32, monitoringWindowMs: 24 * 60 * 60 * 1000, caughtUp: async () => undefined },
+      {
+        requiredConfirmations: 32,
+        monitoringWindowMs: 24 * 60 * 60 * 1000,
+        caughtUp: async () => undefined,
+        paymentsApplied: async () => undefined,
+      },
     );
     watcher.start();
     await new Promise((resolve) => setTimeout(resolve, 2_000)); // its first step, at the head

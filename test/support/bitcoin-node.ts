@@ -153,6 +153,13 @@ export class BitcoinTestNode {
   pruneHeight = 0;
   /** Calls answered, by method (what the adapter asked). */
   readonly calls = new Map<string, number>();
+  /**
+   * A node behind the chain, as getblockchaininfo shows it (Bitcoin Core
+   * src/rpc/blockchain.cpp getblockchaininfo: `headers` is the best header
+   * it knows, `initialblockdownload` is ChainstateManager::IsInitialBlockDownload).
+   */
+  headersAhead = 0;
+  initialBlockDownload = false;
   /** The tip's height when each mempool transaction came in (getmempoolentry's `height`). */
   private readonly enteredAt = new Map<string, number>();
   private readonly miner = randomBitcoinKey();
@@ -240,10 +247,10 @@ export class BitcoinTestNode {
         return {
           chain: this.chain,
           blocks: this.tip.height,
-          headers: this.tip.height,
+          headers: this.tip.height + this.headersAhead,
           bestblockhash: this.tip.hash,
           mediantime: this.tip.time,
-          initialblockdownload: false,
+          initialblockdownload: this.initialBlockDownload,
           pruned: this.pruneHeight > 0,
           ...(this.pruneHeight > 0 && { pruneheight: this.pruneHeight, automatic_pruning: true, prune_target_size: 576_716_800 }),
         };

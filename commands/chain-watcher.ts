@@ -337,7 +337,8 @@ export class ChainWatcher {
           transfer,
           address,
           block.hash === MEMPOOL_BLOCK_HASH ? 0 : this.confirmationsOf(block.height, head),
-          this.options.requiredConfirmations,
+          // A payment counts as confirmed no sooner than the chain lets it be paid out.
+          Math.max(this.options.requiredConfirmations, transfer.spendableAfter ?? 0),
         );
       } catch (error) {
         // A refusal is deterministic: retrying the block would refuse again

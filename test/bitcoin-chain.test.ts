@@ -39,7 +39,8 @@ describe('payments and settlement on the Bitcoin test node', () => {
     await node?.stop();
   });
 
-  const admin = (method: string, path: string, body?: unknown) => svc.call(method, path, { token: svc.adminToken, body });
+  const admin = (method: string, path: string, body?: unknown) =>
+    svc.call(method, path, { token: svc.adminToken, body });
   const status = async (id: string) => (await svc.call('GET', `/api/v1/invoices/${id}/status`)).body.data;
   const events = async (id: string, key: string) =>
     (await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data as any[];
@@ -50,7 +51,10 @@ describe('payments and settlement on the Bitcoin test node', () => {
     return { key, wallet };
   }
   async function invoice(key: string, amount = '100') {
-    const res = await svc.call('POST', '/api/v1/payments', { token: key, body: { amount, currency: 'USD', chain: 'bitcoin' } });
+    const res = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount, currency: 'USD', chain: 'bitcoin' },
+    });
     assert.equal(res.status, 201, JSON.stringify(res.body));
     return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
   }
@@ -66,6 +70,25 @@ describe('payments and settlement on the Bitcoin test node', () => {
     assert.match((await invoice(key)).address, /^bcrt1q/);
   });
 
+  it('a payment in a coinbase output confirms only once it can be spent, 100 blocks on', async () => {
+    const { key } = await merchant();
+    const p = await invoice(key, '1');
+    // A miner pays the invoice with its block reward (consensus/tx_verify.cpp: spendable at 100 confirmations).
+    node.mine(1, { coinbaseTo: p.address });
+    await eventually(
+      () => status(p.paymentId),
+      (s) => s.hasDetectedPayment === true,
+    );
+    node.mine(10);
+    await new Promise((r) => setTimeout(r, 1500));
+    assert.notEqual((await status(p.paymentId)).status, 'confirmed', 'not before it can be paid out');
+    node.mine(89);
+    await eventually(
+      () => status(p.paymentId),
+      (s) => s.status === 'confirmed' || s.status === 'settled',
+    );
+  });
+
   it('a payment confirms after 2 blocks and settles exact to the satoshi', async () => {
     const { key, wallet } = await merchant();
     const [{ treasury }] = (await admin('GET', '/admin/v1/wallets')).body.data;
@@ -73,9 +96,15 @@ describe('payments and settlement on the Bitcoin test node', () => {
     const sats = baseUnits(p.cryptoAmount, 8);
     node.pay(payer, [{ address: p.address, sats }]);
     node.mine(1);
-    const seen = await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    const seen = await eventually(
+      () => status(p.paymentId),
+      (s) => s.hasDetectedPayment,
+    );
     assert.notEqual(seen.status, 'confirmed', 'one block is not two confirmations');
-    const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
+    const settled = await mineUntil(
+      () => status(p.paymentId),
+      (s) => s.status === 'settled',
+    );
     const d = settlementAmounts(await events(p.paymentId, key));
     const gross = BigInt(d.grossAmount);
     const platformFee = BigInt(d.platformFee);
@@ -86,9 +115,10 @@ describe('payments and settlement on the Bitcoin test node', () => {
     assert.equal(net, gross - platformFee - networkFee);
     assert.equal(baseUnits(settled.settledAmount, 8), net);
     assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: net }]);
-    assert.deepEqual(node.received(treasury).filter((r) => r.txid === settled.txHash), [
-      { txid: settled.txHash, sats: platformFee },
-    ]);
+    assert.deepEqual(
+      node.received(treasury).filter((r) => r.txid === settled.txHash),
+      [{ txid: settled.txHash, sats: platformFee }],
+    );
     // The fee the network took is exactly inputs − outputs, and is what was recorded.
     assert.equal(node.minedFee(settled.txHash), networkFee);
   });
@@ -102,7 +132,10 @@ describe('payments and settlement on the Bitcoin test node', () => {
       { address: p.address, sats: baseUnits(p.cryptoAmount, 8) - half },
     ]);
     node.mine(1);
-    const seen = await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment && s.paymentStatus !== 'partial');
+    const seen = await eventually(
+      () => status(p.paymentId),
+      (s) => s.hasDetectedPayment && s.paymentStatus !== 'partial',
+    );
     assert.notEqual(seen.paymentStatus, 'partial');
     const detected = (await events(p.paymentId, key)).filter((e) => e.type === 'PaymentApplied');
     assert.equal(detected.length, 2);
@@ -113,18 +146,27 @@ describe('payments and settlement on the Bitcoin test node', () => {
     const { key } = await merchant();
     const p = await invoice(key, '40');
     node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
-    const seen = await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    const seen = await eventually(
+      () => status(p.paymentId),
+      (s) => s.hasDetectedPayment,
+    );
     assert.equal(seen.confirmations, 0);
     assert.equal(seen.paymentStatus, 'detected');
     node.mine(2);
-    await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+    await eventually(
+      () => status(p.paymentId),
+      (s) => ['confirmed', 'settled'].includes(s.status),
+    );
     const types = (await events(p.paymentId, key)).map((e) => e.type);
     assert.deepEqual(
       types.filter((t) => t.startsWith('Payment')),
       ['PaymentDetected', 'PaymentApplied', 'PaymentMined', 'PaymentConfirmed'],
     );
     // Mined in the first of the two blocks.
-    assert.equal((await events(p.paymentId, key)).find((e) => e.type === 'PaymentMined').data.blockNumber, node.tip.height - 1);
+    assert.equal(
+      (await events(p.paymentId, key)).find((e) => e.type === 'PaymentMined').data.blockNumber,
+      node.tip.height - 1,
+    );
   });
 
   it('an RBF replacement withdraws the transaction it replaced and is detected itself', async () => {
@@ -132,12 +174,16 @@ describe('payments and settlement on the Bitcoin test node', () => {
     const p = await invoice(key, '30');
     const sats = baseUnits(p.cryptoAmount, 8);
     const first = node.pay(payer, [{ address: p.address, sats: sats / 2n }], { satsPerVbyte: 2n });
-    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment);
+    await eventually(
+      () => status(p.paymentId),
+      (s) => s.hasDetectedPayment,
+    );
     const second = node.replace(payer, first, [{ address: p.address, sats }], 10n);
     assert.equal(node.inMempool(first.getId()), false, 'the replacement evicted the first');
     const all = await eventually(
       () => events(p.paymentId, key),
-      (list) => list.some((e) => e.type === 'PaymentWithdrawn') && list.filter((e) => e.type === 'PaymentApplied').length === 2,
+      (list) =>
+        list.some((e) => e.type === 'PaymentWithdrawn') && list.filter((e) => e.type === 'PaymentApplied').length === 2,
     );
     assert.deepEqual(
       all.filter((e) => e.type === 'PaymentApplied').map((e) => e.data.txHash),
@@ -145,7 +191,10 @@ describe('payments and settlement on the Bitcoin test node', () => {
     );
     assert.equal(all.filter((e) => e.type === 'PaymentWithdrawn').length, 1, 'the first is withdrawn');
     node.mine(2);
-    const done = await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+    const done = await eventually(
+      () => status(p.paymentId),
+      (s) => ['confirmed', 'settled'].includes(s.status),
+    );
     assert.notEqual(done.paymentStatus, 'partial', 'only the replacement counts');
   });
 
@@ -154,7 +203,10 @@ describe('payments and settlement on the Bitcoin test node', () => {
     const p = await invoice(key, '20');
     node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
     const [mined] = node.mine(1);
-    await eventually(() => status(p.paymentId), (s) => s.hasDetectedPayment && s.confirmations === 1);
+    await eventually(
+      () => status(p.paymentId),
+      (s) => s.hasDetectedPayment && s.confirmations === 1,
+    );
     node.invalidate(mined!); // its transaction goes back to the mempool
     // A competing block without it takes the height: another hash there is
     // the evidence of the reorg (a shorter chain alone may be a lagging node).
@@ -167,7 +219,10 @@ describe('payments and settlement on the Bitcoin test node', () => {
       (types) => types.includes('PaymentWithdrawn') && types.filter((t) => t === 'PaymentApplied').length === 2,
     );
     node.mine(2);
-    await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+    await eventually(
+      () => status(p.paymentId),
+      (s) => ['confirmed', 'settled'].includes(s.status),
+    );
     const types = (await events(p.paymentId, key)).map((e) => e.type).filter((t) => t.startsWith('Payment'));
     assert.deepEqual(types.slice(0, 6), [
       'PaymentDetected',
@@ -188,8 +243,12 @@ describe('payments and settlement on the Bitcoin test node', () => {
       // Large enough that the treasury's share (1%) pays the higher fee.
       const p = await invoice(key, '800');
       node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
-      await mineUntil(() => status(p.paymentId), (s) => s.status === 'confirmed');
-      const settlement = async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/settlement`, { token: key })).body.data;
+      await mineUntil(
+        () => status(p.paymentId),
+        (s) => s.status === 'confirmed',
+      );
+      const settlement = async () =>
+        (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/settlement`, { token: key })).body.data;
       const stuck = await eventually(settlement, (s) => s.status === 'submitted');
       node.mine(3); // the sweep stays in the mempool
       assert.equal(node.inMempool(stuck.transactionHash), true);
@@ -203,10 +262,20 @@ describe('payments and settlement on the Bitcoin test node', () => {
         (s) => s.transactionHash !== stuck.transactionHash && node.inMempool(s.transactionHash ?? ''),
       );
       assert.equal(node.inMempool(stuck.transactionHash), false, 'the replacement evicted the stuck sweep');
-      const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
+      const settled = await mineUntil(
+        () => status(p.paymentId),
+        (s) => s.status === 'settled',
+      );
       const d = settlementAmounts(await events(p.paymentId, key));
-      assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: BigInt(d.netAmount) }], 'paid once, exactly');
-      assert.ok(node.minedFee(settled.txHash) > BigInt(d.networkFee), 'the replacement paid more, from the treasury share');
+      assert.deepEqual(
+        node.received(wallet),
+        [{ txid: settled.txHash, sats: BigInt(d.netAmount) }],
+        'paid once, exactly',
+      );
+      assert.ok(
+        node.minedFee(settled.txHash) > BigInt(d.networkFee),
+        'the replacement paid more, from the treasury share',
+      );
     } finally {
       node.feeRate = 2_000n;
       node.miningFloor = 0n;

@@ -99,7 +99,10 @@ export function dustThreshold(script: Uint8Array): bigint {
   const outputSize = 8 + 1 + script.length;
   const version = script[0]!;
   const witnessProgram =
-    script.length >= 4 && script.length <= 42 && (version === 0 || (version >= 0x51 && version <= 0x60)) && script[1]! + 2 === script.length;
+    script.length >= 4 &&
+    script.length <= 42 &&
+    (version === 0 || (version >= 0x51 && version <= 0x60)) &&
+    script[1]! + 2 === script.length;
   const spendSize = witnessProgram ? 32 + 4 + 1 + Math.floor(107 / 4) + 4 : 32 + 4 + 1 + 107 + 4;
   return BigInt((outputSize + spendSize) * 3);
 }
@@ -134,7 +137,6 @@ export class BitcoinRpcError extends Error {
   }
 }
 
-
 /** "0.00012345" (BTC, as Core prints it) in satoshis. */
 export function satoshis(btc: string): bigint {
   const m = /^(-?)(\d+)(?:\.(\d{1,8}))?$/.exec(btc);
@@ -145,17 +147,31 @@ export function satoshis(btc: string): bigint {
 
 /** Core's JSON with its amounts kept as the decimal text it printed (JSON.parse would make them doubles). */
 export function parseCoreJson<T>(text: string): T {
-  return JSON.parse(text.replace(/"(value|amount|feerate|total_amount|fee|base|modified|ancestor|descendant|mempoolminfee|minrelaytxfee|incrementalrelayfee)":\s*(-?\d+(?:\.\d+)?)/g, '"$1":"$2"')) as T;
+  return JSON.parse(
+    text.replace(
+      /"(value|amount|feerate|total_amount|fee|base|modified|ancestor|descendant|mempoolminfee|minrelaytxfee|incrementalrelayfee)":\s*(-?\d+(?:\.\d+)?)/g,
+      '"$1":"$2"',
+    ),
+  ) as T;
 }
 
 /** The transfers of a block: one per output that pays an address. */
 export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] {
   const transfers: ChainTransfer[] = [];
   for (const tx of block.tx) {
+    // consensus/tx_verify.cpp CheckTxInputs: a coinbase output is spendable in the 100th block after its own.
+    const coinbase = tx.vin?.[0]?.coinbase !== undefined;
     for (const out of tx.vout) {
       const amount = satoshis(String(out.value));
       if (out.scriptPubKey.address && amount > 0n) {
-        transfers.push({ txHash: tx.txid, index: out.n, to: out.scriptPubKey.address, token: 'BTC', amount });
+        transfers.push({
+          txHash: tx.txid,
+          index: out.n,
+          to: out.scriptPubKey.address,
+          token: 'BTC',
+          amount,
+          ...(coinbase && { spendableAfter: COINBASE_MATURITY }),
+        });
       }
     }
   }
@@ -178,14 +194,19 @@ export class BitcoinChain implements ChainAdapter {
   /** The mempool's transactions already read, by txid (a transaction's content never changes). */
   private mempoolTransfers = new Map<string, ChainTransfer[]>();
   /** Payouts being looked for in the chain: from which height, how far looked, and where found. */
-  private readonly payouts = new Map<string, { from: number; scanned: number; scannedHash?: string; found?: { height: number; hash: string } }>();
+  private readonly payouts = new Map<
+    string,
+    { from: number; scanned: number; scannedHash?: string; found?: { height: number; hash: string } }
+  >();
   /** The lowest height whose block the node still has (a pruned node), or 0. */
   pruneHeight = 0;
 
   private constructor(private readonly options: BitcoinChainOptions) {
     const url = new URL(options.rpcUrl);
     if (url.username) {
-      this.authorization = 'Basic ' + Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64');
+      this.authorization =
+        'Basic ' +
+        Buffer.from(`${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}`).toString('base64');
     }
     url.username = '';
     url.password = '';
@@ -259,7 +280,10 @@ export class BitcoinChain implements ChainAdapter {
     const send = () =>
       fetch(this.endpoint, {
         method: 'POST',
-        headers: { 'content-type': 'application/json', ...(this.authorization && { authorization: this.authorization }) },
+        headers: {
+          'content-type': 'application/json',
+          ...(this.authorization && { authorization: this.authorization }),
+        },
         body: JSON.stringify(requests.length === 1 ? requests[0] : requests),
         signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
       });
@@ -325,7 +349,9 @@ export class BitcoinChain implements ChainAdapter {
       if (error instanceof BitcoinRpcError && /pruned/.test(error.message)) {
         const info = await this.rpc<{ pruneheight?: number }>('getblockchaininfo', []);
         this.pruneHeight = info.pruneheight ?? this.pruneHeight;
-        throw new Error(`bitcoin: block ${height} is pruned; the node serves blocks from height ${this.pruneHeight} on`);
+        throw new Error(
+          `bitcoin: block ${height} is pruned; the node serves blocks from height ${this.pruneHeight} on`,
+        );
       }
       // -5: asked of a load-balanced backend that has not got it yet.
       if (error instanceof BitcoinRpcError && error.code === -5) return undefined;
@@ -351,9 +377,13 @@ export class BitcoinChain implements ChainAdapter {
   async mempool(): Promise<ChainTransfer[]> {
     const txids = await this.rpc<string[]>('getrawmempool', []);
     const fresh = txids.filter((id) => !this.mempoolTransfers.has(id));
-    const current = new Map(txids.filter((id) => this.mempoolTransfers.has(id)).map((id) => [id, this.mempoolTransfers.get(id)!]));
+    const current = new Map(
+      txids.filter((id) => this.mempoolTransfers.has(id)).map((id) => [id, this.mempoolTransfers.get(id)!]),
+    );
     for (let i = 0; i < fresh.length; i += 100) {
-      const answers = await this.post<RpcTx>(fresh.slice(i, i + 100).map((id) => ({ method: 'getrawtransaction', params: [id, true] })));
+      const answers = await this.post<RpcTx>(
+        fresh.slice(i, i + 100).map((id) => ({ method: 'getrawtransaction', params: [id, true] })),
+      );
       for (const answer of answers) {
         // Gone since the list was read (mined, replaced): the next look settles it.
         if (answer.error || !answer.result) continue;
@@ -395,7 +425,10 @@ export class BitcoinChain implements ChainAdapter {
    */
   private async sweepRates(): Promise<{ rate: bigint; incremental: bigint }> {
     await this.refreshFeeRate();
-    const info = await this.rpc<{ mempoolminfee: string; minrelaytxfee: string; incrementalrelayfee: string }>('getmempoolinfo', []);
+    const info = await this.rpc<{ mempoolminfee: string; minrelaytxfee: string; incrementalrelayfee: string }>(
+      'getmempoolinfo',
+      [],
+    );
     const market = this.satsPerVbyte! * 1000n;
     const rate = [market, satoshis(info.mempoolminfee), satoshis(info.minrelaytxfee)].reduce((a, b) => (a > b ? a : b));
     return { rate, incremental: satoshis(info.incrementalrelayfee) };
@@ -409,10 +442,14 @@ export class BitcoinChain implements ChainAdapter {
    * higher feerate than each attempt it replaces.
    */
   private async replacementFloor(coins: SweepCoin[]): Promise<(vsize: bigint, incremental: bigint) => bigint> {
-    const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [coins.map(({ txid, vout }) => ({ txid, vout }))]);
+    const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
+      coins.map(({ txid, vout }) => ({ txid, vout })),
+    ]);
     const earlier = [...new Set(spending.map((s) => s.spendingtxid).filter((id): id is string => id !== undefined))];
     const entries = await Promise.all(
-      earlier.map((id) => this.rpc<{ vsize: number; fees: { base: string; descendant: string } }>('getmempoolentry', [id])),
+      earlier.map((id) =>
+        this.rpc<{ vsize: number; fees: { base: string; descendant: string } }>('getmempoolentry', [id]),
+      ),
     );
     const evicted = entries.reduce((sum, e) => sum + satoshis(e.fees.descendant), 0n);
     return (vsize, incremental) => {
@@ -443,21 +480,33 @@ export class BitcoinChain implements ChainAdapter {
     }
     const coins: SweepCoin[] = [];
     for (const source of transfer.sources) {
-      const out = await this.rpc<{ confirmations: number; value: string; coinbase: boolean; scriptPubKey: { hex: string; address?: string } } | null>(
-        'gettxout',
-        [source.txHash, source.index, false],
-      );
+      const out = await this.rpc<{
+        confirmations: number;
+        value: string;
+        coinbase: boolean;
+        scriptPubKey: { hex: string; address?: string };
+      } | null>('gettxout', [source.txHash, source.index, false]);
       const name = `${source.txHash}:${source.index}`;
       // Only the deposit key can spend it: spent means an earlier attempt of this payout is in the chain.
-      if (!out) throw new Error(`bitcoin: the payment ${name} is spent or not in the chain: an earlier payout of it may be mined`);
+      if (!out)
+        throw new Error(
+          `bitcoin: the payment ${name} is spent or not in the chain: an earlier payout of it may be mined`,
+        );
       if (out.scriptPubKey.address !== transfer.from.address || satoshis(out.value) !== source.amount) {
         throw new Error(`bitcoin: ${name} is not a payment of ${source.amount} sats to ${transfer.from.address}`);
       }
       // consensus/tx_verify.cpp CheckTxInputs: a coinbase output is spendable in the 100th block after its own.
       if (out.coinbase && out.confirmations < COINBASE_MATURITY) {
-        throw new Error(`bitcoin: ${name} is a coinbase output with ${out.confirmations} confirmations; it can be spent at ${COINBASE_MATURITY}`);
+        throw new Error(
+          `bitcoin: ${name} is a coinbase output with ${out.confirmations} confirmations; it can be spent at ${COINBASE_MATURITY}`,
+        );
       }
-      coins.push({ txid: source.txHash, vout: source.index, value: source.amount, script: Buffer.from(out.scriptPubKey.hex, 'hex') });
+      coins.push({
+        txid: source.txHash,
+        vout: source.index,
+        value: source.amount,
+        script: Buffer.from(out.scriptPubKey.hex, 'hex'),
+      });
     }
     // A fixed order: the same coins always make the same transaction.
     return coins.sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
@@ -475,11 +524,15 @@ export class BitcoinChain implements ChainAdapter {
     if (earlier) return earlier;
     const key = this.options.keyring.deriveDepositKey('bitcoin', transfer.from.derivationIndex);
     if (key.address !== transfer.from.address) {
-      throw new TransactionRejectedError(`derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`);
+      throw new TransactionRejectedError(
+        `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
+      );
     }
     const merchantScript = this.outputScript(transfer.to);
     if (transfer.amount < dustThreshold(merchantScript)) {
-      throw new TransactionRejectedError(`a payout of ${transfer.amount} sats to ${transfer.to} is dust (under ${dustThreshold(merchantScript)})`);
+      throw new TransactionRejectedError(
+        `a payout of ${transfer.amount} sats to ${transfer.to} is dust (under ${dustThreshold(merchantScript)})`,
+      );
     }
     const coins = await this.sourceCoins(transfer);
     const inputs = coins.reduce((sum, c) => sum + c.value, 0n);
@@ -510,9 +563,13 @@ export class BitcoinChain implements ChainAdapter {
       tx = undefined;
     }
     if (!tx) throw new Error(`bitcoin: no fee settled for the payout from ${transfer.from.address}`);
-    const [tested] = await this.rpc<{ allowed: boolean; 'reject-reason'?: string }[]>('testmempoolaccept', [[tx.toHex()]]);
+    const [tested] = await this.rpc<{ allowed: boolean; 'reject-reason'?: string }[]>('testmempoolaccept', [
+      [tx.toHex()],
+    ]);
     if (!tested!.allowed && tested!['reject-reason'] !== 'txn-already-in-mempool') {
-      throw new Error(`bitcoin: the node would refuse the payout from ${transfer.from.address}: ${tested!['reject-reason']}`);
+      throw new Error(
+        `bitcoin: the node would refuse the payout from ${transfer.from.address}: ${tested!['reject-reason']}`,
+      );
     }
     const prepared = { txHash: tx.getId(), raw: JSON.stringify({ hex: tx.toHex(), since }) };
     this.trackPayout(prepared.txHash, since);
@@ -530,10 +587,19 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   /** Every input signals RBF; RFC 6979 signatures make the same coins and outputs the same txid. */
-  private signSweep(keyPair: Signer, coins: SweepCoin[], outputs: { script: Buffer; value: bigint }[]): bitcoin.Transaction {
+  private signSweep(
+    keyPair: Signer,
+    coins: SweepCoin[],
+    outputs: { script: Buffer; value: bigint }[],
+  ): bitcoin.Transaction {
     const psbt = new bitcoin.Psbt({ network: this.network });
     for (const c of coins) {
-      psbt.addInput({ hash: c.txid, index: c.vout, sequence: RBF_SEQUENCE, witnessUtxo: { script: c.script, value: c.value } });
+      psbt.addInput({
+        hash: c.txid,
+        index: c.vout,
+        sequence: RBF_SEQUENCE,
+        witnessUtxo: { script: c.script, value: c.value },
+      });
     }
     for (const o of outputs) psbt.addOutput(o);
     psbt.signAllInputs(keyPair);
@@ -578,7 +644,8 @@ export class BitcoinChain implements ChainAdapter {
       // node/transaction.cpp BroadcastTransaction: -27 while one of its outputs is unspent in the chain.
       if (code === -27 || /txn-already-in-mempool|txn-already-known/.test(message)) return;
       // Spent by another transaction pending in the mempool (an earlier attempt): the outcome is open.
-      if (/txn-mempool-conflict|insufficient fee|replacement/.test(message)) throw new Error(`${transaction.txHash}: ${message}`);
+      if (/txn-mempool-conflict|insufficient fee|replacement/.test(message))
+        throw new Error(`${transaction.txHash}: ${message}`);
       // -25, missing or spent inputs, is also what Core answers for this very
       // transaction once it is mined and its outputs spent: only its absence
       // from the blocks since it was prepared makes it a refusal.
@@ -632,7 +699,10 @@ export class BitcoinChain implements ChainAdapter {
       }
       track.found = undefined; // reorganised away: look again from the start
       track.scanned = track.from - 1;
-    } else if (track.scannedHash && (await this.rpc<string>('getblockhash', [track.scanned]).catch(() => undefined)) !== track.scannedHash) {
+    } else if (
+      track.scannedHash &&
+      (await this.rpc<string>('getblockhash', [track.scanned]).catch(() => undefined)) !== track.scannedHash
+    ) {
       track.scanned = track.from - 1; // the blocks looked at were replaced
     }
     for (let start = track.scanned + 1; start <= tip; start += SCAN_BATCH) {
@@ -640,14 +710,20 @@ export class BitcoinChain implements ChainAdapter {
       const hashes = await this.post<string>(heights.map((h) => ({ method: 'getblockhash', params: [h] })));
       const missing = hashes.find((h) => h.error);
       if (missing) throw new BitcoinRpcError(missing.error!.code, `getblockhash: ${missing.error!.message}`); // the chain got shorter: ask again
-      const answers = await this.post<{ txid: string }>(hashes.map((h) => ({ method: 'getrawtransaction', params: [txHash, true, h.result] })));
+      const answers = await this.post<{ txid: string }>(
+        hashes.map((h) => ({ method: 'getrawtransaction', params: [txHash, true, h.result] })),
+      );
       for (const [i, answer] of answers.entries()) {
         if (answer.result) {
           track.found = { height: heights[i]!, hash: hashes[i]!.result };
           return { blockNumber: heights[i]!, confirmations: tip - heights[i]! + 1 };
         }
         // -5: not in that block. Anything else (a pruned block, a node in trouble) leaves the question open.
-        if (answer.error?.code !== -5) throw new BitcoinRpcError(answer.error?.code ?? -1, `getrawtransaction in block ${heights[i]}: ${answer.error?.message}`);
+        if (answer.error?.code !== -5)
+          throw new BitcoinRpcError(
+            answer.error?.code ?? -1,
+            `getrawtransaction in block ${heights[i]}: ${answer.error?.message}`,
+          );
         track.scanned = heights[i]!;
         track.scannedHash = hashes[i]!.result;
       }
@@ -665,7 +741,12 @@ export async function openBitcoinChain(
   settings: {
     chains: readonly ChainName[];
     chainRpcUrls: Partial<Record<ChainName, string>>;
-    bitcoin: { network: BitcoinCoreChain; cookieFile: string | undefined; treasury: string | undefined; feeRate: { floor: bigint; cap: bigint } };
+    bitcoin: {
+      network: BitcoinCoreChain;
+      cookieFile: string | undefined;
+      treasury: string | undefined;
+      feeRate: { floor: bigint; cap: bigint };
+    };
   },
   keyring: BitcoinChainOptions['keyring'],
 ): Promise<BitcoinChain | undefined> {

@@ -11,6 +11,12 @@ export interface ChainTransfer {
   token: string;
   /** Base units of `token`. */
   amount: bigint;
+  /**
+   * Confirmations before the chain lets this output be spent, where that is
+   * more than the payment's usual count (a Bitcoin coinbase output matures
+   * at 100): the payment is not confirmed before it could be paid out.
+   */
+  spendableAfter?: number;
 }
 
 export interface ChainBlock {

@@ -91,6 +91,7 @@ describe('payments and settlement on the Tron test node', () => {
     await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
 
     const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
+    node.mine(1); // the platform fee, sent once the payout was final
     const { gross, platformFee, networkFee, net } = await requested(p.paymentId, key);
     assert.equal(gross, sun);
     assert.equal(platformFee, sun / 100n);
@@ -182,6 +183,15 @@ describe('payments and settlement on the Tron test node', () => {
       (await events(p.paymentId, key)).map((e) => e.type),
       ['InvoiceCreated', 'AddressAssigned', 'PaymentDetected', 'PaymentApplied', 'PaymentReorged', 'PaymentWithdrawn'],
     );
+  });
+
+  it('refuses a contract as a Tron settlement wallet, with a 400 naming the chain', async () => {
+    const contract = randomTronKey().address;
+    node.deployContract(contract);
+    const { merchant } = await merchantWithKey(svc);
+    const res = await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, { settlementWallets: { tron: contract } });
+    assert.equal(res.status, 400, JSON.stringify(res.body));
+    assert.match(JSON.stringify(res.body), /tron/);
   });
 
   it('a node of another network stops start-up with one line naming the variable', async () => {

@@ -67,6 +67,44 @@ describe('Tron on mainnet terms', () => {
     assert.equal(node.balance(from.address), 0n);
   });
 
+  it('2: a USDT payout first, then the platform fee, then the TRX its energy did not burn back to the fee wallet', async () => {
+    node.fund(chain.feeWallet, 200_000_000n);
+    const from = { address: keyring.deriveDepositKey('tron', 104).address, derivationIndex: 104 };
+    node.mintToken(TEST_USDT, from.address, 50_000_000n);
+    const to = randomTronKey().address;
+    const platform = 500_000n;
+    const prepared = await chain.prepareTransfer({
+      from,
+      to,
+      token: 'USDT',
+      amount: 50_000_000n - platform,
+      reference: 'm4/1',
+      fees: { platform, network: 0n },
+    });
+    // The top-up must be mined before the payout goes: blocks come while broadcast waits for it.
+    let sending = true;
+    const mining = (async () => {
+      while (sending) {
+        node.mine(1);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })();
+    await chain.broadcast(prepared).finally(() => (sending = false));
+    await mining;
+    node.mine(1);
+    assert.equal(node.tokenBalance(TEST_USDT, to), 50_000_000n - platform);
+    assert.equal(node.tokenBalance(TEST_USDT, chain.treasury), 0n, 'no fee before the payout is final');
+    node.mine(19);
+    assert.equal((await chain.transactionStatus(prepared.txHash))?.confirmations, 18, 'the fee call goes; not final until it is mined');
+    node.mine(1);
+    assert.equal(node.tokenBalance(TEST_USDT, chain.treasury), platform);
+    const confirmations = (await chain.transactionStatus(prepared.txHash))?.confirmations ?? 0;
+    assert.ok(confirmations > 19, `${confirmations}`);
+    node.mine(1);
+    assert.equal(node.balance(from.address), 0n, 'the leftover TRX went back');
+    assert.equal(node.trxTransfers({ from: from.address, to: chain.feeWallet }).length, 1);
+  });
+
   it('1: a contract cannot be a settlement wallet, and a payout to one is never prepared', async () => {
     const contract = randomTronKey().address;
     node.deployContract(contract);

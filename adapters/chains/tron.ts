@@ -296,6 +296,8 @@ export class TronChain implements ChainAdapter {
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
   /** Payouts prepared or sent here whose platform fee is not sent yet, by payout id. */
   private readonly feesOwed = new Map<string, Bundle>();
+  /** Token payouts' platform fee calls sent, by payout id: the deposit's leftover TRX goes back once they are mined. */
+  private readonly feeCalls = new Map<string, string>();
   private treasuryExists = false;
   private topUps: Promise<unknown> = Promise.resolve();
   /** Bytes of a signed TRX transfer with the largest amount (the quote's unit). */
@@ -915,37 +917,66 @@ export class TronChain implements ChainAdapter {
     if (fee.token === 'TRX') {
       const owed = BigInt(fee.platform) + BigInt(fee.network) - BigInt(payoutInfo.fee ?? 0);
       const [deposit, treasury] = await Promise.all([this.account(fee.from), this.treasuryAccount()]);
-      const available = deposit.balance < owed ? deposit.balance : owed;
-      const fees = this.schedule;
-      const sign = async (amount: bigint) =>
-        this.signed(key.privateKey, await this.builder.sendTrx(this.treasury, Number(amount), fee.from, { blockHeader: header }));
-      if (!treasury.exists) {
-        const amount = available - fees.createNewAccountFee - fees.createAccountFee;
-        if (amount > 0n) await this.send(await sign(amount));
-      } else if (available > 0n) {
-        // Free bandwidth first (the whole amount); when the public pool or the allowance is spent, its bytes burnt.
-        if (await this.offer(await sign(available))) {
-          // The amount changes the transfer's size, so the burn is found by trying (a byte or two at most).
-          let amount = available - BigInt(this.transferBytes) * fees.bandwidthPrice;
-          let tx = amount > 0n ? await sign(amount) : undefined;
-          for (let tries = 0; tx && tries < 3; tries++) {
-            const exact = available - BigInt(bandwidthOf(tx)) * fees.bandwidthPrice;
-            if (exact === amount) break;
-            amount = exact;
-            tx = await sign(amount);
-          }
-          if (tx) await this.send(tx);
-        }
-      }
+      await this.sendTrxOut(key.privateKey, fee.from, this.treasury, treasury.exists, deposit.balance < owed ? deposit.balance : owed, header);
     } else {
-      const token = this.tokenOf(fee.token);
-      const held = await this.balanceOf(fee.from, token.symbol);
-      const platform = BigInt(fee.platform);
-      const amount = held < platform ? held : platform;
-      if (amount > 0n) await this.send((await this.tokenCall(key.privateKey, fee.from, token, this.treasury, amount, header)).tx);
+      const feeCall = this.feeCalls.get(bundle.payout.txID);
+      if (!feeCall) {
+        const token = this.tokenOf(fee.token);
+        const held = await this.balanceOf(fee.from, token.symbol);
+        const platform = BigInt(fee.platform);
+        const amount = held < platform ? held : platform;
+        if (amount > 0n) {
+          const call = (await this.tokenCall(key.privateKey, fee.from, token, this.treasury, amount, header)).tx;
+          await this.send(call);
+          this.feeCalls.set(bundle.payout.txID, call.txID);
+          return false;
+        }
+      } else if (!('id' in (await this.info(feeCall)))) {
+        return false;
+      }
+      // What the energy did not burn goes back to the fee wallet, up to what it gave (other TRX there is not ours).
+      const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
+      const deposit = await this.account(fee.from);
+      await this.sendTrxOut(key.privateKey, fee.from, this.feeWallet, true, deposit.balance < given ? deposit.balance : given, header);
+      this.feeCalls.delete(bundle.payout.txID);
     }
     this.feesOwed.delete(bundle.payout.txID);
     return true;
+  }
+
+  /**
+   * Sends `available` sun from a deposit address less what the transfer
+   * costs: nothing while its free bandwidth and the chain's public pool
+   * last, else its bytes burnt; creating the recipient's account when it has
+   * none. Nothing when the cost is more than there is.
+   */
+  private async sendTrxOut(
+    privateKey: Uint8Array,
+    from: string,
+    to: string,
+    toExists: boolean,
+    available: bigint,
+    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+  ): Promise<void> {
+    const fees = this.schedule;
+    const sign = async (amount: bigint) =>
+      this.signed(privateKey, await this.builder.sendTrx(to, Number(amount), from, { blockHeader: header }));
+    if (!toExists) {
+      const amount = available - fees.createNewAccountFee - fees.createAccountFee;
+      if (amount > 0n) await this.send(await sign(amount));
+      return;
+    }
+    if (available <= 0n || !(await this.offer(await sign(available)))) return;
+    // The amount changes the transfer's size, so the burn is found by trying (a byte or two at most).
+    let amount = available - BigInt(this.transferBytes) * fees.bandwidthPrice;
+    let tx = amount > 0n ? await sign(amount) : undefined;
+    for (let tries = 0; tx && tries < 3; tries++) {
+      const exact = available - BigInt(bandwidthOf(tx)) * fees.bandwidthPrice;
+      if (exact === amount) break;
+      amount = exact;
+      tx = await sign(amount);
+    }
+    if (tx) await this.send(tx);
   }
 
   private async treasuryAccount() {

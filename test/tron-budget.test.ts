@@ -5,28 +5,17 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { sleep } from '../adapters/chains/retry.ts';
-import { startTestService, type RunningService } from './support/service.ts';
+import type { RunningService } from './support/service.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
-import { startTronNode, TEST_USDT, tronEnv } from './support/tron-flow.ts';
+import { startTronService, stopTronService, TEST_USDT } from './support/tron-flow.ts';
 
 const WINDOW_MS = 60_000;
 const BLOCK_MS = 3000;
 
 describe('the Tron request budget', () => {
-  let node: TronTestNode;
-  let svc: RunningService;
-  let payer: TronKey;
-  before(async () => {
-    node = await startTronNode();
-    payer = randomTronKey();
-    node.fund(payer.address, 1_000_000_000n);
-    node.mintToken(TEST_USDT, payer.address, 1_000_000_000n);
-    svc = await startTestService(tronEnv(node));
-  });
-  after(async () => {
-    await svc?.close();
-    await node?.stop();
-  });
+  let node: TronTestNode, svc: RunningService, payer: TronKey;
+  before(async () => ({ node, svc, payer } = await startTronService()));
+  after(() => stopTronService(node, svc));
 
   const sent = () => [...node.requests.values()].reduce((sum, n) => sum + n, 0);
 

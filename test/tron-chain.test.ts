@@ -10,23 +10,12 @@ import { eventually, eventuallyMining, merchantWithKey } from './support/merchan
 import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
-import { startTronNode, TEST_ROUTER, TEST_USDT, tronEnv } from './support/tron-flow.ts';
+import { startTronService, stopTronService, TEST_ROUTER, TEST_USDT, tronEnv } from './support/tron-flow.ts';
 
 describe('payments and settlement on the Tron test node', () => {
-  let node: TronTestNode;
-  let svc: RunningService;
-  let payer: TronKey;
-  before(async () => {
-    node = await startTronNode();
-    payer = randomTronKey();
-    node.fund(payer.address, 1_000_000_000_000n);
-    node.mintToken(TEST_USDT, payer.address, 1_000_000_000n);
-    svc = await startTestService(tronEnv(node));
-  });
-  after(async () => {
-    await svc?.close();
-    await node?.stop();
-  });
+  let node: TronTestNode, svc: RunningService, payer: TronKey;
+  before(async () => ({ node, svc, payer } = await startTronService()));
+  after(() => stopTronService(node, svc));
 
   const admin = (method: string, path: string, body?: unknown) =>
     svc.call(method, path, { token: svc.adminToken, body });

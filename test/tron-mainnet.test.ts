@@ -111,6 +111,7 @@ describe('Tron on mainnet terms', () => {
     assert.match((await chain.receivingProblem(contract))!, /contract on tron/);
     assert.equal(await chain.receivingProblem(merchantWallet()), undefined);
     assert.equal(await chain.receivingProblem(randomTronKey().address), undefined, 'an account yet to be created takes TRX');
+    await assert.rejects(open(node, { treasury: contract }), /^Error: CHAIN_TRON_TREASURY: .* is a contract on tron/);
     await assert.rejects(
       chain.prepareTransfer({ from: deposit(102, 5_000_000n), to: contract, token: 'TRX', amount: 1_000_000n, reference: 'm2/1' }),
       TransactionRejectedError,

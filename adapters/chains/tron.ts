@@ -1,43 +1,47 @@
 // Tron (TRX and USDT-TRC20) behind the chain port, through the java-tron HTTP
-// API that a full node and TronGrid both serve (`/wallet/*` for the head
-// view, `/walletsolidity/*` for the solidified one).
+// API: `/wallet/*` for the head view on the full node's HTTP port, and
+// `/walletsolidity/*` for the solidified one on the solidity port (java-tron
+// serves them on two ports, 8090 and 8091; TronGrid on one host).
 //
 // Detection: TRX payments are the successful TransferContract transactions
-// of a block (index 0); token payments are the Transfer event logs of the
-// catalogue's token contracts in the block's transaction results (index = the
-// log's position in its transaction), which also shows transfers made through
-// other contracts. A direct `transfer(address,uint256)` call to a token is
-// cross-checked against those results: a block whose results the node cannot
-// give in full, or gives from another fork, is read again rather than read
-// half. Only a SUCCESS result pays: a reverted or out-of-energy call has no
-// Transfer log.
+// of a block (index 0) and TRX that contracts send on (the internal
+// transactions of a successful result with a call value, not rejected; index
+// after the transaction's logs); token payments are the Transfer event logs
+// of the catalogue's token contracts in the block's transaction results
+// (index = the log's position in its transaction), which also shows transfers
+// made through other contracts. A block is read with every transaction's
+// result or read again: a backend behind the others answers fewer (none for
+// the newest block), and a direct `transfer(address,uint256)` call to a token
+// is cross-checked against its result. Only a SUCCESS result pays.
 //
 // Finality: a block is final once solidified (about 19 blocks behind the
 // head); the head reports the solidified height, so the watcher never counts
 // a payment in a newer block as confirmed.
 //
-// Settlement: a bundle of transactions signed offline with tronweb, every one
-// of them recorded before any is sent:
-//   - TRX: the platform fee to the treasury, then the payout. Bandwidth is
-//     paid by the deposit address (its free daily bandwidth first, then burnt
-//     TRX), and a recipient account that does not exist yet costs the
-//     account-creation fee. The payout is exactly the settlement's net
-//     amount; the fee transfer takes what is left after the chain's charges,
-//     so the deposit address is left empty. The quoted network fee is the
-//     bandwidth of both transfers at the burn price; when the chain charges
-//     less (free bandwidth), the treasury receives the difference, and when it
-//     charges more (a recipient to activate), the treasury's share pays it.
+// Requests: the head is read once a block (3 s), the solidified block every
+// three, the prices every ten minutes, and a block the head links to is not
+// read again; after a 403, 429 or 503 (TronGrid's answer to a key over its
+// rate) the node is left alone for 30 s. Idle, about one request a second.
+//
+// Settlement: the payout is one transaction signed offline with tronweb and
+// recorded before it is sent, alone; the platform fee is built and sent only
+// once the payout is on the solidified chain, from what the deposit address
+// then holds, so a payout refused or waiting leaves the deposit whole.
+//   - TRX: the payout is exactly the settlement's net amount; its bandwidth is
+//     taken as burnt (the free allowance comes from a public pool that runs
+//     out), or the account-creation fee for a merchant account yet to exist.
+//     The treasury gets the quoted fees less what the chain charged.
 //   - USDT: a TRX top-up from the fee wallet (m/44'/195'/1'/0/0) that covers
-//     the energy burn of the token calls and their bandwidth (and creates the
-//     deposit account, which receiving a token does not), then the platform
-//     fee call and the payout call, each with a fee_limit over the node's
-//     energy estimate.
+//     the energy burn of both token calls and their bandwidth (and creates
+//     the deposit account, which receiving a token does not), mined before
+//     the payout call; after the fee call, the TRX the energy did not burn
+//     goes back to the fee wallet.
 // A Tron transaction id is the hash of its content and every transaction
-// carries an expiration: a bundle sent again after a crash is the same
-// transactions, and a payout that expired without being mined is declared
-// refused only once the solidified chain is past its expiration and does not
-// hold it, when no node can ever take it again. Only then does the sweeper
-// prepare a new bundle, so a restart can never pay twice.
+// carries an expiration: a payout sent again after a crash is the same
+// transaction, and one that was not mined is declared refused only once the
+// solidified chain is past its expiration and does not hold it (or the node
+// says its signature or size is wrong), when no node can ever take it. Only
+// then does the sweeper prepare a new one, so a restart can never pay twice.
 import { TronWeb } from 'tronweb';
 import { encodeParams, fromHex as base58FromHex, signTransaction, toHex as hexFromBase58 } from 'tronweb/utils';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
@@ -350,6 +354,11 @@ export class TronChain implements ChainAdapter {
           tronNetworks[network] ? `Tron ${network}` : `the network of genesis block ${expected}`
         }; set CHAIN_TRON_NETWORK=${known ?? genesis} if that network is meant`,
       );
+    }
+    const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
+    if (treasuryProblem) {
+      adapter.close();
+      throw new Error(`CHAIN_TRON_TREASURY: ${treasuryProblem}`);
     }
     return adapter;
   }

@@ -2,7 +2,8 @@
 // contract, the service's environment for it, and amounts in base units.
 import { TronChain, type TronChainOptions } from '../../adapters/chains/tron.ts';
 import { DepositKeyring } from '../../adapters/keys/derivation.ts';
-import { TronTestNode } from './tron-node.ts';
+import { randomTronKey, TronTestNode, type TronKey } from './tron-node.ts';
+import { startTestService, type RunningService } from './service.ts';
 import { SERVICE_MNEMONIC } from './evm-flow.ts';
 
 /** The service's keys (the same mnemonic as the service under test). */
@@ -50,4 +51,18 @@ export function openTestChain(node: TronTestNode, extra: Partial<TronChainOption
     retry: { attempts: 2, baseDelayMs: 10 },
     ...extra,
   });
+}
+
+/** A test node, a payer holding TRX and USDT on it, and the service on the node. */
+export async function startTronService(): Promise<{ node: TronTestNode; svc: RunningService; payer: TronKey }> {
+  const node = await startTronNode();
+  const payer = randomTronKey();
+  node.fund(payer.address, 10_000_000_000_000n);
+  node.mintToken(TEST_USDT, payer.address, 10_000_000_000n);
+  return { node, payer, svc: await startTestService(tronEnv(node)) };
+}
+
+export async function stopTronService(node: TronTestNode | undefined, svc: RunningService | undefined): Promise<void> {
+  await svc?.close();
+  await node?.stop();
 }

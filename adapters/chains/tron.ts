@@ -165,12 +165,6 @@ interface InternalTransactionJson {
   /** Undone by a revert further up the call: it moved nothing. */
   rejected?: boolean;
 }
-interface AccountResourceJson {
-  freeNetUsed?: number;
-  freeNetLimit?: number;
-  NetUsed?: number;
-  NetLimit?: number;
-}
 
 /** The chain's prices, from /wallet/getchainparameters. */
 interface FeeSchedule {

@@ -55,13 +55,15 @@ export interface EvmChainSettings {
   treasury: string | undefined;
 }
 
-/** CHAIN_TRON_NETWORK, CHAIN_TRON_API_KEY, CHAIN_TRON_TOKENS and CHAIN_TRON_TREASURY. */
+/** CHAIN_TRON_NETWORK, CHAIN_TRON_API_KEY, CHAIN_TRON_TOKENS, CHAIN_TRON_TREASURY and CHAIN_TRON_SOLIDITY_URL. */
 export interface TronChainSettings {
   /** `mainnet`, `nile`, `shasta` or a genesis block id: the network the node must be on. */
   network: string;
   apiKey: string | undefined;
   tokens: { symbol: string; contract: string; decimals: number }[] | undefined;
   treasury: string | undefined;
+  /** CHAIN_TRON_SOLIDITY_URL: where `/walletsolidity/*` is served (java-tron's solidity port); undefined: the RPC URL. */
+  solidityUrl: string | undefined;
 }
 
 /** CHAIN_SOLANA_CLUSTER, CHAIN_SOLANA_TOKENS and CHAIN_SOLANA_TREASURY. */
@@ -251,7 +253,11 @@ export function loadConfig(env: Env = process.env): Config {
     }
     const rpc = chainRpcUrls.tron;
     if (rpc && !/^https?:/.test(rpc)) problems.push('CHAIN_TRON_RPC_URL must be an http:// or https:// URL (the node\'s HTTP API)');
-    if (rpc) tron = { network: network.toLowerCase(), apiKey: value('CHAIN_TRON_API_KEY'), tokens, treasury };
+    const solidityUrl = value('CHAIN_TRON_SOLIDITY_URL');
+    if (solidityUrl !== undefined && !/^https?:/.test(solidityUrl)) {
+      problems.push("CHAIN_TRON_SOLIDITY_URL must be an http:// or https:// URL (the node's solidity HTTP API, port 8091 by default)");
+    }
+    if (rpc) tron = { network: network.toLowerCase(), apiKey: value('CHAIN_TRON_API_KEY'), tokens, treasury, solidityUrl };
   }
 
   let solana: SolanaChainSettings | undefined;

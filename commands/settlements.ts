@@ -163,6 +163,10 @@ export class SettlementPayouts implements PayoutKind {
         await this.act(settlementId, { type: 'MarkSubmitted', txHash, now: this.now() });
       }
       if (onChain.confirmations >= requiredConfirmations[settlement.chain as ChainName]) {
+        // Sent once more, which the chain takes as a repeat: what a payout leaves to do once it is
+        // final (Tron's platform fee) is done even by a process that restarted since. Should that
+        // fail, the look fails and is tried again; the settlement completes only after it.
+        if (settlement.prepared?.txHash === txHash) await chain.broadcast(settlement.prepared);
         await this.act(settlementId, {
           type: 'MarkCompleted',
           txHash,

@@ -4,12 +4,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { fromHex, signTransaction } from 'tronweb/utils';
-import { parseTronBlock, TronChain, type TransactionJson } from '../adapters/chains/tron.ts';
+import { parseTronBlock, type TransactionJson, type TronChain } from '../adapters/chains/tron.ts';
 import { TransactionRejectedError } from '../adapters/chains/port.ts';
-import { DepositKeyring } from '../adapters/keys/derivation.ts';
-import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import { randomTronKey, TRON_FEES, type TronKey, type TronTestNode } from './support/tron-node.ts';
-import { startTronNode, TEST_USDT } from './support/tron-flow.ts';
+import { openTestChain, serviceKeyring, startTronNode, TEST_USDT } from './support/tron-flow.ts';
 
 describe('the Tron test node refuses what a real node refuses', () => {
   let node: TronTestNode;
@@ -112,17 +110,10 @@ describe('the Tron test node refuses what a real node refuses', () => {
 describe('the Tron adapter', () => {
   let node: TronTestNode;
   let chain: TronChain;
-  const keyring = DepositKeyring.fromMnemonic(SERVICE_MNEMONIC);
+  const keyring = serviceKeyring;
   before(async () => {
     node = await startTronNode();
-    chain = await TronChain.open({
-      rpcUrl: node.url,
-      network: node.genesisId,
-      tokens: [{ symbol: 'USDT', contract: TEST_USDT, decimals: 6 }],
-      keyring,
-      confirmations: 19,
-      retry: { attempts: 2, baseDelayMs: 10 },
-    });
+    chain = await openTestChain(node);
     node.fund(chain.treasury, 1n);
   });
   after(async () => {
@@ -140,7 +131,7 @@ describe('the Tron adapter', () => {
     const from = deposit(1);
     const to = randomTronKey().address;
     node.fund(to, 1n);
-    const transfer = { from, to, token: 'TRX', amount: 19_000_000n, reference: 's1/1', fees: { platform: 200_000n, network: 0n } };
+    const transfer = { from, to, token: 'TRX', amount: 19_000_000n, reference: 's1/1', fees: { platform: 1_000_000n, network: 0n } };
     const prepared = await chain.prepareTransfer(transfer);
     assert.deepEqual(await chain.prepareTransfer(transfer), prepared);
     await chain.broadcast(prepared);
@@ -148,6 +139,11 @@ describe('the Tron adapter', () => {
     node.mine(1);
     await chain.broadcast(prepared);
     assert.equal(node.balance(to), 19_000_001n);
+    assert.equal(node.balance(from.address), 1_000_000n, 'the fee waits for the payout to be final');
+    node.mine(19);
+    await chain.broadcast(prepared);
+    await chain.broadcast(prepared);
+    node.mine(1);
     assert.equal(node.balance(from.address), 0n);
   });
 
@@ -161,9 +157,11 @@ describe('the Tron adapter', () => {
       token: 'TRX',
       amount: 18_000_000n,
       reference: 's2/1',
-      fees: { platform: 200_000n, network: chain.networkFee('TRX') },
+      fees: { platform: 2_000_000n - chain.networkFee('TRX'), network: chain.networkFee('TRX') },
     });
     await chain.broadcast(prepared);
+    node.mine(20);
+    assert.equal((await chain.transactionStatus(prepared.txHash))?.confirmations, 20);
     node.mine(1);
     assert.equal(node.balance(to), 18_000_000n);
     assert.equal(node.balance(from.address), 0n);
@@ -200,7 +198,7 @@ describe('the Tron adapter', () => {
     assert.equal(node.balance(to), 15_000_001n);
     assert.equal((await chain.transactionStatus(second.txHash))?.blockNumber, node.head.number);
     // The first can never be taken now.
-    const stale = (JSON.parse(first.raw) as { steps: TransactionJson[] }).steps.at(-1)!;
+    const stale = (JSON.parse(first.raw) as { payout: TransactionJson }).payout;
     assert.equal(node.balance(to), 15_000_001n);
     assert.throws(() => node.accept(stale), /expiration/i);
   });

@@ -10,24 +10,13 @@ import { eventually, eventuallyMining, merchantWithKey } from './support/merchan
 import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
-import { startTronNode, TEST_ROUTER, TEST_USDT, tronEnv } from './support/tron-flow.ts';
+import { startTronService, stopTronService, TEST_ROUTER, TEST_USDT, tronEnv } from './support/tron-flow.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
 describe('payments and settlement on the Tron test node', () => {
-  let node: TronTestNode;
-  let svc: RunningService;
-  let payer: TronKey;
-  before(async () => {
-    node = await startTronNode();
-    payer = randomTronKey();
-    node.fund(payer.address, 1_000_000_000_000n);
-    node.mintToken(TEST_USDT, payer.address, 1_000_000_000n);
-    svc = await startTestService(tronEnv(node));
-  });
-  after(async () => {
-    await svc?.close();
-    await node?.stop();
-  });
+  let node: TronTestNode, svc: RunningService, payer: TronKey;
+  before(async () => ({ node, svc, payer } = await startTronService()));
+  after(() => stopTronService(node, svc));
 
   const admin = (method: string, path: string, body?: unknown) =>
     svc.call(method, path, { token: svc.adminToken, body });
@@ -92,6 +81,7 @@ describe('payments and settlement on the Tron test node', () => {
     await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
 
     const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
+    node.mine(1); // the platform fee, sent once the payout was final
     const { gross, platformFee, networkFee, net } = await requested(p.paymentId, key);
     assert.equal(gross, sun);
     assert.equal(platformFee, sun / 100n);
@@ -183,6 +173,15 @@ describe('payments and settlement on the Tron test node', () => {
       (await events(p.paymentId, key)).map((e) => e.type),
       ['InvoiceCreated', 'AddressAssigned', 'PaymentDetected', 'PaymentApplied', 'PaymentReorged', 'PaymentWithdrawn'],
     );
+  });
+
+  it('refuses a contract as a Tron settlement wallet, with a 400 naming the chain', async () => {
+    const contract = randomTronKey().address;
+    node.deployContract(contract);
+    const { merchant } = await merchantWithKey(svc);
+    const res = await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, { settlementWallets: { tron: contract } });
+    assert.equal(res.status, 400, JSON.stringify(res.body));
+    assert.match(JSON.stringify(res.body), /tron/);
   });
 
   it('a node of another network stops start-up with one line naming the variable', async () => {

@@ -163,6 +163,9 @@ export interface ChainAdapter {
   /**
    * Sends a prepared transaction; sending one the chain already has is not an
    * error. Throws TransactionRejectedError when the chain refuses it for good.
+   * Sent again once the payout is final, it does what the payout leaves to do
+   * after it (Tron sends the platform fee only then); the settlement completes
+   * only when that call succeeds.
    */
   broadcast(transaction: PreparedTransaction): Promise<void>;
   /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */

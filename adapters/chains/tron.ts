@@ -1,43 +1,47 @@
 // Tron (TRX and USDT-TRC20) behind the chain port, through the java-tron HTTP
-// API that a full node and TronGrid both serve (`/wallet/*` for the head
-// view, `/walletsolidity/*` for the solidified one).
+// API: `/wallet/*` for the head view on the full node's HTTP port, and
+// `/walletsolidity/*` for the solidified one on the solidity port (java-tron
+// serves them on two ports, 8090 and 8091; TronGrid on one host).
 //
 // Detection: TRX payments are the successful TransferContract transactions
-// of a block (index 0); token payments are the Transfer event logs of the
-// catalogue's token contracts in the block's transaction results (index = the
-// log's position in its transaction), which also shows transfers made through
-// other contracts. A direct `transfer(address,uint256)` call to a token is
-// cross-checked against those results: a block whose results the node cannot
-// give in full, or gives from another fork, is read again rather than read
-// half. Only a SUCCESS result pays: a reverted or out-of-energy call has no
-// Transfer log.
+// of a block (index 0) and TRX that contracts send on (the internal
+// transactions of a successful result with a call value, not rejected; index
+// after the transaction's logs); token payments are the Transfer event logs
+// of the catalogue's token contracts in the block's transaction results
+// (index = the log's position in its transaction), which also shows transfers
+// made through other contracts. A block is read with every transaction's
+// result or read again: a backend behind the others answers fewer (none for
+// the newest block), and a direct `transfer(address,uint256)` call to a token
+// is cross-checked against its result. Only a SUCCESS result pays.
 //
 // Finality: a block is final once solidified (about 19 blocks behind the
 // head); the head reports the solidified height, so the watcher never counts
 // a payment in a newer block as confirmed.
 //
-// Settlement: a bundle of transactions signed offline with tronweb, every one
-// of them recorded before any is sent:
-//   - TRX: the platform fee to the treasury, then the payout. Bandwidth is
-//     paid by the deposit address (its free daily bandwidth first, then burnt
-//     TRX), and a recipient account that does not exist yet costs the
-//     account-creation fee. The payout is exactly the settlement's net
-//     amount; the fee transfer takes what is left after the chain's charges,
-//     so the deposit address is left empty. The quoted network fee is the
-//     bandwidth of both transfers at the burn price; when the chain charges
-//     less (free bandwidth), the treasury receives the difference, and when it
-//     charges more (a recipient to activate), the treasury's share pays it.
+// Requests: the head is read once a block (3 s), the solidified block every
+// three, the prices every ten minutes, and a block the head links to is not
+// read again; after a 403, 429 or 503 (TronGrid's answer to a key over its
+// rate) the node is left alone for 30 s. Idle, about one request a second.
+//
+// Settlement: the payout is one transaction signed offline with tronweb and
+// recorded before it is sent, alone; the platform fee is built and sent only
+// once the payout is on the solidified chain, from what the deposit address
+// then holds, so a payout refused or waiting leaves the deposit whole.
+//   - TRX: the payout is exactly the settlement's net amount; its bandwidth is
+//     taken as burnt (the free allowance comes from a public pool that runs
+//     out), or the account-creation fee for a merchant account yet to exist.
+//     The treasury gets the quoted fees less what the chain charged.
 //   - USDT: a TRX top-up from the fee wallet (m/44'/195'/1'/0/0) that covers
-//     the energy burn of the token calls and their bandwidth (and creates the
-//     deposit account, which receiving a token does not), then the platform
-//     fee call and the payout call, each with a fee_limit over the node's
-//     energy estimate.
+//     the energy burn of both token calls and their bandwidth (and creates
+//     the deposit account, which receiving a token does not), mined before
+//     the payout call; after the fee call, the TRX the energy did not burn
+//     goes back to the fee wallet.
 // A Tron transaction id is the hash of its content and every transaction
-// carries an expiration: a bundle sent again after a crash is the same
-// transactions, and a payout that expired without being mined is declared
-// refused only once the solidified chain is past its expiration and does not
-// hold it, when no node can ever take it again. Only then does the sweeper
-// prepare a new bundle, so a restart can never pay twice.
+// carries an expiration: a payout sent again after a crash is the same
+// transaction, and one that was not mined is declared refused only once the
+// solidified chain is past its expiration and does not hold it (or the node
+// says its signature or size is wrong), when no node can ever take it. Only
+// then does the sweeper prepare a new one, so a restart can never pay twice.
 import { TronWeb } from 'tronweb';
 import { encodeParams, fromHex as base58FromHex, signTransaction, toHex as hexFromBase58 } from 'tronweb/utils';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
@@ -68,6 +72,12 @@ export const tronNetworks: Record<string, string> = {
   shasta: '0000000000000000de1aa88295e1fcf982742f773e0419c5a9c134c994a9059e',
 };
 
+/** Tron's block interval. */
+const BLOCK_MS = 3000;
+/** How long the node is left alone after it answers 403, 429 or 503 (TronGrid suspends a key for 30 s). */
+export const BACKOFF_MS = 30_000;
+/** How long the chain parameters (prices) stand; they change by proposal, a few times a year. */
+const FEES_MS = 10 * 60 * 1000;
 /** How long a settlement's transactions stay valid; the node refuses more than a day. */
 const EXPIRATION_MS = 10 * 60 * 1000;
 /** Room over the node's energy estimate in a call's fee_limit (the energy price or a contract's factor may rise). */
@@ -85,6 +95,12 @@ export interface TronToken {
 
 export interface TronChainOptions {
   rpcUrl: string;
+  /**
+   * Where `/walletsolidity/*` is served: java-tron serves it on its solidity
+   * HTTP port (node.http.solidityPort, 8091), not on the full node's 8090;
+   * TronGrid serves both on one host. Default: `rpcUrl`.
+   */
+  solidityUrl?: string;
   /** Sent as TRON-PRO-API-KEY (TronGrid). */
   apiKey?: string;
   /** `mainnet`, `nile`, `shasta`, or the 64-hex genesis block id of another network. */
@@ -97,6 +113,10 @@ export interface TronChainOptions {
   /** Confirmations a payout needs; a payout above the solidified block is reported one short. */
   confirmations: number;
   pollMs?: number;
+  /** How long a head read stands before the node is asked again (default: one block, 3 s). */
+  headMs?: number;
+  /** How long a solidified-block read stands (default: three blocks; finality lags ~19 blocks anyway). */
+  solidifiedMs?: number;
   retry?: RetryPolicy;
   /** How long a broadcast waits for the fee wallet's top-up to be mined before it gives up (unknown outcome). */
   topUpTimeoutMs?: number;
@@ -133,12 +153,18 @@ export interface TransactionInfoJson {
   resMessage?: string;
   receipt?: { result?: string; net_fee?: number; energy_fee?: number; net_usage?: number; energy_usage_total?: number };
   log?: LogJson[];
+  /** Calls and value transfers made by contracts during the transaction (java-tron's InternalTransaction). */
+  internal_transactions?: InternalTransactionJson[];
 }
-interface AccountResourceJson {
-  freeNetUsed?: number;
-  freeNetLimit?: number;
-  NetUsed?: number;
-  NetLimit?: number;
+interface InternalTransactionJson {
+  caller_address?: string;
+  transferTo_address?: string;
+  /** TRX moved (callValue alone) or a TRC-10 token (with tokenId). */
+  callValueInfo?: { callValue?: number; tokenId?: string }[];
+  /** Hex of "call", "create", "suicide"... */
+  note?: string;
+  /** Undone by a revert further up the call: it moved nothing. */
+  rejected?: boolean;
 }
 
 /** The chain's prices, from /wallet/getchainparameters. */
@@ -155,11 +181,13 @@ interface FeeSchedule {
 
 /** What a prepared settlement carries in `raw`. */
 interface Bundle {
-  v: 1;
-  /** Signed transactions in the order they are sent; the last is the payout. */
-  steps: TransactionJson[];
-  /** Token bundles: the fee wallet's TRX top-up, sent (and mined) first when the deposit address holds less than `need`. */
+  v: 2;
+  /** The merchant's payout, signed; sent alone. */
+  payout: TransactionJson;
+  /** Token payouts: the fee wallet's TRX top-up, sent (and mined) before the payout when the deposit address holds less than `need`. */
   topUp?: { transaction: TransactionJson; need: string };
+  /** The platform fee: built, signed and sent only once the payout is on the solidified chain. */
+  fee: { from: string; derivationIndex: number; token: string; platform: string; network: string };
 }
 
 const toHex = (base58: string) => hexFromBase58(base58).toLowerCase();
@@ -228,6 +256,17 @@ export function parseTronBlock(
       if (amount === 0n) continue;
       transfers.push({ txHash: info.id, index, to: fromHex('41' + topics[2]!.slice(24)), token: token.symbol, amount });
     }
+    // TRX a contract sent on (a wallet contract, an exchange's batch payer): its internal transactions with a call
+    // value, after the logs in index so that each stays unique within the transaction.
+    const after = (info.log ?? []).length;
+    for (const [position, internal] of (info.internal_transactions ?? []).entries()) {
+      if (internal.rejected || !internal.transferTo_address) continue;
+      const amount = (internal.callValueInfo ?? [])
+        .filter((v) => v.tokenId === undefined)
+        .reduce((sum, v) => sum + BigInt(v.callValue ?? 0), 0n);
+      if (amount <= 0n) continue;
+      transfers.push({ txHash: info.id, index: after + position, to: fromHex(internal.transferTo_address), token: 'TRX', amount });
+    }
   }
   return transfers;
 }
@@ -236,13 +275,29 @@ export class TronChain implements ChainAdapter {
   readonly chain: ChainName = 'tron';
   readonly treasury: string;
   readonly feeWallet: string;
+  /** Requests sent to the node, by path: what the request budget is measured by. */
+  readonly requests = new Map<string, number>();
   private readonly tokens: TronToken[];
   private readonly builder: TronWeb['transactionBuilder'];
   private readonly poller: HeadPoller;
+  private readonly solidityUrl: string;
   private closed = false;
   private fees?: FeeSchedule;
-  private readonly recentBlocks = new Map<string, ChainBlock>();
+  private feesReadAt = 0;
+  /** The last head read, and when; a block's time later it is read again. */
+  private latest?: { height: number; hash: string; parentHash: string; timestamp: number; readAt: number };
+  /** The last solidified block read, and when. */
+  private solid?: { height: number; hash: string; timestamp: number; readAt: number };
+  private reading?: Promise<void>;
+  /** No request before this time: the node answered 403, 429 or 503. */
+  private pausedUntil = 0;
+  private readonly blocksByHeight = new Map<number, ChainBlock>();
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
+  /** Payouts prepared or sent here whose platform fee is not sent yet, by payout id. */
+  private readonly feesOwed = new Map<string, Bundle>();
+  /** Token payouts' platform fee calls sent, by payout id: the deposit's leftover TRX goes back once they are mined. */
+  private readonly feeCalls = new Map<string, string>();
+  private treasuryExists = false;
   private topUps: Promise<unknown> = Promise.resolve();
   /** Bytes of a signed TRX transfer with the largest amount (the quote's unit). */
   private transferBytes = 0;
@@ -255,12 +310,11 @@ export class TronChain implements ChainAdapter {
         .map((t) => ({ symbol: t.symbol, contract: t.contractAddress!, decimals: t.decimals }));
     this.feeWallet = options.keyring.deriveTronServiceKey('fee').address;
     this.treasury = options.treasury ?? options.keyring.deriveTronServiceKey('treasury').address;
+    this.solidityUrl = options.solidityUrl ?? options.rpcUrl;
     // Used offline only: transactions are built from a given block header and signed here.
     this.builder = new TronWeb({ fullHost: options.rpcUrl }).transactionBuilder;
-    this.poller = new HeadPoller(
-      async () => (await this.post<BlockJson>('/wallet/getblock', { detail: false })).block_header?.raw_data.number ?? -1,
-      options.pollMs,
-    );
+    // The poller asks every second; the head it gets is read from the node once a block.
+    this.poller = new HeadPoller(async () => (await this.head()).height, options.pollMs);
   }
 
   /**
@@ -283,8 +337,9 @@ export class TronChain implements ChainAdapter {
       await adapter.head(); // also the first fee schedule
     } catch (error) {
       adapter.close();
-      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
-      throw new Error(`CHAIN_TRON_RPC_URL: the node did not answer (${reason.slice(0, 200)})`);
+      const reason = adapter.redacted(error).message.split('\n')[0]!;
+      const solidity = /\/walletsolidity\//.test(reason) ? 'CHAIN_TRON_SOLIDITY_URL' : 'CHAIN_TRON_RPC_URL';
+      throw new Error(`${solidity}: the node did not answer (${reason.slice(0, 200)})`);
     }
     if (genesis !== expected) {
       adapter.close();
@@ -294,6 +349,11 @@ export class TronChain implements ChainAdapter {
           tronNetworks[network] ? `Tron ${network}` : `the network of genesis block ${expected}`
         }; set CHAIN_TRON_NETWORK=${known ?? genesis} if that network is meant`,
       );
+    }
+    const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
+    if (treasuryProblem) {
+      adapter.close();
+      throw new Error(`CHAIN_TRON_TREASURY: ${treasuryProblem}`);
     }
     return adapter;
   }
@@ -307,17 +367,34 @@ export class TronChain implements ChainAdapter {
   // The node's HTTP API
   // -------------------------------------------------------------------------
 
-  /** One POST, retried with growing delays (rate limits, dropped connections, a lagging node). */
+  /** The error without either URL (they may hold an API key). */
+  private redacted(error: unknown): Error {
+    return withoutRpcUrl(withoutRpcUrl(error, this.options.rpcUrl), this.solidityUrl);
+  }
+
+  /**
+   * One POST, retried with growing delays (dropped connections, a lagging
+   * node), except while the node has asked us to slow down.
+   */
   private async call<T>(path: string, body: object): Promise<T> {
     try {
-      return await retried(() => this.post<T>(path, body), this.options.retry ?? DEFAULT_RETRY, () => this.closed);
+      return await retried(
+        () => this.post<T>(path, body),
+        this.options.retry ?? DEFAULT_RETRY,
+        () => this.closed || Date.now() < this.pausedUntil,
+      );
     } catch (error) {
-      throw withoutRpcUrl(error, this.options.rpcUrl);
+      throw this.redacted(error);
     }
   }
 
   private async post<T>(path: string, body: object): Promise<T> {
-    const response = await fetch(this.options.rpcUrl.replace(/\/+$/, '') + path, {
+    if (Date.now() < this.pausedUntil) {
+      throw new Error(`${path}: the node asked for fewer requests; none before ${new Date(this.pausedUntil).toISOString()}`);
+    }
+    const base = path.startsWith('/walletsolidity/') ? this.solidityUrl : this.options.rpcUrl;
+    this.requests.set(path, (this.requests.get(path) ?? 0) + 1);
+    const response = await fetch(base.replace(/\/+$/, '') + path, {
       method: 'POST',
       headers: {
         'content-type': 'application/json',
@@ -326,6 +403,12 @@ export class TronChain implements ChainAdapter {
       body: JSON.stringify(body),
       signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
     });
+    if (response.status === 403 || response.status === 429 || response.status === 503) {
+      // TronGrid's answer to a key over its rate (15 a second, 100,000 a day): it suspends the key for 30 s,
+      // and every request in that time prolongs it.
+      this.pausedUntil = Date.now() + BACKOFF_MS;
+      throw new Error(`${path}: HTTP ${response.status}, rate limited; no request for ${BACKOFF_MS / 1000} s`);
+    }
     if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
     const json = (await response.json()) as T & { Error?: string };
     // java-tron answers a bad request with 200 and {"Error": "..."}.
@@ -340,50 +423,121 @@ export class TronChain implements ChainAdapter {
   // -------------------------------------------------------------------------
 
   async head(): Promise<ChainHead> {
-    const [latest, solid] = await Promise.all([
-      this.call<BlockJson>('/wallet/getblock', { detail: false }),
-      this.call<BlockJson>('/walletsolidity/getblock', { detail: false }),
-    ]);
-    if (!latest.blockID || !latest.block_header) throw new Error('tron: the node has no latest block');
-    await this.refreshFees();
-    const stale = staleTip(new Date(latest.block_header.raw_data.timestamp ?? 0));
+    await this.refreshHead();
+    // A backend whose newest block is minutes old is stale (the watcher then lets no expiry run on tron).
+    const stale = staleTip(new Date(this.latest!.timestamp));
     return {
-      height: latest.block_header.raw_data.number ?? 0,
-      hash: latest.blockID,
-      finalized: solid.block_header?.raw_data.number ?? 0,
+      height: this.latest!.height,
+      hash: this.latest!.hash,
+      finalized: this.solid!.height,
       ...(stale && { stale }),
     };
   }
 
+  /**
+   * How far the node's head is behind the wall clock, in ms: a backend that
+   * stopped following the chain still answers, with an old head. (Mainnet
+   * blocks come every 3 s; a head a minute old is a stale node.)
+   */
+  headAge(now = Date.now()): number | undefined {
+    return this.latest && now - this.latest.timestamp;
+  }
+
+  /**
+   * Reads the head once a block (and the solidified block and the prices
+   * less often): the watcher, the poller, prepared payouts and status checks
+   * all share one read, which keeps an idle service near one request a
+   * second on mainnet (TronGrid allows 100,000 a day).
+   */
+  private refreshHead(): Promise<void> {
+    const now = Date.now();
+    const headDue = !this.latest || now - this.latest.readAt >= (this.options.headMs ?? BLOCK_MS);
+    const solidDue = !this.solid || now - this.solid.readAt >= (this.options.solidifiedMs ?? 3 * BLOCK_MS);
+    if (!headDue && !solidDue) return Promise.resolve();
+    this.reading ??= this.readHead(headDue, solidDue).finally(() => (this.reading = undefined));
+    return this.reading;
+  }
+
+  private async readHead(headDue: boolean, solidDue: boolean): Promise<void> {
+    const [latest, solid] = await Promise.all([
+      headDue ? this.call<BlockJson>('/wallet/getblock', { detail: false }) : undefined,
+      solidDue ? this.call<BlockJson>('/walletsolidity/getblock', { detail: false }) : undefined,
+      Date.now() - this.feesReadAt >= FEES_MS ? this.refreshFees() : undefined,
+    ]);
+    const readAt = Date.now();
+    if (latest) {
+      if (!latest.blockID || !latest.block_header) throw new Error('tron: the node has no latest block');
+      const raw = latest.block_header.raw_data;
+      const height = raw.number ?? 0;
+      // java-tron moves its head to another fork only when that fork is longer (Manager.pushBlock switchFork):
+      // a lower head is a load-balanced backend behind the others, not the chain going back.
+      if (!this.latest || height >= this.latest.height) {
+        this.latest = { height, hash: latest.blockID, parentHash: raw.parentHash, timestamp: raw.timestamp ?? 0, readAt };
+      } else {
+        this.latest.readAt = readAt;
+      }
+    }
+    if (solid) {
+      if (!solid.blockID) throw new Error('tron: the node has no solidified block');
+      const raw = solid.block_header?.raw_data;
+      const height = raw?.number ?? 0;
+      if (!this.solid || height >= this.solid.height) {
+        this.solid = { height, hash: solid.blockID, timestamp: raw?.timestamp ?? 0, readAt };
+      } else {
+        this.solid.readAt = readAt;
+      }
+    }
+  }
+
   async block(height: number): Promise<ChainBlock | undefined> {
-    // The watcher reads its last block again at every step (to find forks):
-    // a block already parsed is known by its id from the header alone.
-    const header = await this.call<BlockJson>('/wallet/getblock', { id_or_num: String(height), detail: false });
-    if (!header.blockID) return undefined;
-    const known = this.recentBlocks.get(header.blockID);
-    if (known) return known;
+    await this.refreshHead();
+    // The watcher reads its last block again at every step (to find forks): a block
+    // the head links to is known without asking.
+    const known = this.blocksByHeight.get(height);
+    if (known && this.onCurrentChain(known)) return known;
     const block = await this.call<BlockJson>('/wallet/getblockbynum', { num: height });
-    if (!block.blockID || !block.block_header) return undefined;
-    if (block.blockID !== header.blockID) throw new Error(`tron block ${height} changed while it was read`);
-    const parsed = await this.parseBlock(block);
-    this.recentBlocks.set(parsed.hash, parsed);
-    if (this.recentBlocks.size > 64) this.recentBlocks.delete(this.recentBlocks.keys().next().value!);
+    if (!block.blockID || !block.block_header) {
+      if (height <= this.latest!.height) {
+        // Another backend gave that head: this one is behind. Not "no such block": read again.
+        throw new Error(`tron block ${height}: the node has none, below its head ${this.latest!.height} (a backend behind)`);
+      }
+      return undefined;
+    }
+    const parsed = known?.hash === block.blockID ? known : await this.parseBlock(block);
+    this.blocksByHeight.set(height, parsed);
+    for (const h of this.blocksByHeight.keys()) if (h < height - 64 || h > this.latest!.height + 64) this.blocksByHeight.delete(h);
     return parsed;
+  }
+
+  /** A block read before is still the chain's when the head, or a block the head links down to, names it as parent. */
+  private onCurrentChain(block: ChainBlock): boolean {
+    const head = this.latest!;
+    if (block.height === head.height) return block.hash === head.hash;
+    if (block.height === head.height - 1) return block.hash === head.parentHash;
+    const child = this.blocksByHeight.get(block.height + 1);
+    return child !== undefined && child.parentHash === block.hash && this.onCurrentChain(child);
   }
 
   private async parseBlock(block: BlockJson): Promise<ChainBlock> {
     const raw = block.block_header!.raw_data;
     const height = raw.number ?? 0;
-    // Any contract call may move a token (through another contract): its results hold the logs.
-    const calls = (block.transactions ?? []).some((t) => t.raw_data.contract[0]?.type === 'TriggerSmartContract');
-    const infos = calls
+    const transactions = block.transactions ?? [];
+    // Any contract call may move a token or TRX (through another contract): its results hold the logs.
+    const calls = transactions.some((t) => t.raw_data.contract[0]?.type === 'TriggerSmartContract');
+    const answer = calls
       ? await this.call<TransactionInfoJson[] | Record<string, never>>('/wallet/gettransactioninfobyblocknum', {
           num: height,
         })
       : [];
+    const infos = Array.isArray(answer) ? answer : [];
+    // java-tron stores one result per transaction of a block (TransactionRetStore); fewer is a
+    // backend that has not stored this block's yet (it answers [] for the newest block).
+    if (calls && infos.length !== transactions.length) {
+      throw new Error(`tron block ${height}: ${infos.length} results for ${transactions.length} transactions; read again`);
+    }
     const transfers = parseTronBlock(
       block,
-      Array.isArray(infos) ? infos : [],
+      infos,
       this.tokens,
       // The fee wallet's top-ups to deposit addresses are ours, not a customer's payment.
       new Set([toHex(this.feeWallet)]),
@@ -401,12 +555,16 @@ export class TronChain implements ChainAdapter {
     return this.poller.onNewBlock(listener);
   }
 
-  private async account(address: string): Promise<{ balance: bigint; exists: boolean }> {
-    const account = await this.call<{ address?: string; balance?: number }>('/wallet/getaccount', {
+  private async account(address: string): Promise<{ balance: bigint; exists: boolean; contract: boolean }> {
+    const account = await this.call<{ address?: string; balance?: number; type?: string }>('/wallet/getaccount', {
       address,
       visible: true,
     });
-    return { balance: BigInt(account.balance ?? 0), exists: account.address !== undefined };
+    return {
+      balance: BigInt(account.balance ?? 0),
+      exists: account.address !== undefined,
+      contract: account.type === 'Contract',
+    };
   }
 
   async balanceOf(address: string, token = 'TRX'): Promise<bigint> {
@@ -436,6 +594,15 @@ export class TronChain implements ChainAdapter {
     return { feeWallet: this.feeWallet, feeWalletBalance, treasury: this.treasury, treasuryBalance };
   }
 
+  /**
+   * A contract account cannot take a TRX payout: java-tron's TransferActuator
+   * refuses it ("Cannot transfer TRX to a smartContract."), at every attempt.
+   */
+  async receivingProblem(address: string): Promise<string | undefined> {
+    if (!(await this.account(address)).contract) return undefined;
+    return `${address} is a contract on tron: Tron refuses TRX transfers to contracts, so payouts go to plain accounts`;
+  }
+
   private tokenOf(symbol: string): TronToken {
     const token = this.tokens.find((t) => t.symbol === symbol);
     if (!token) throw new TransactionRejectedError(`tron has no token ${symbol}`);
@@ -463,6 +630,7 @@ export class TronChain implements ChainAdapter {
         createAccountFee: get('getCreateAccountFee'),
         createNewAccountFee: get('getCreateNewAccountFeeInSystemContract'),
       };
+      this.feesReadAt = Date.now();
       if (this.transferBytes === 0) {
         const key = this.options.keyring.deriveTronServiceKey('fee');
         const sample = await this.signed(
@@ -475,7 +643,7 @@ export class TronChain implements ChainAdapter {
       }
     } catch (error) {
       if (!this.fees) throw error;
-      // Keep the last schedule; the next head refreshes it.
+      // Keep the last schedule; the next head read tries again.
     }
   }
 
@@ -503,17 +671,13 @@ export class TronChain implements ChainAdapter {
     return signTransaction(Buffer.from(privateKey).toString('hex'), tx) as unknown as TransactionJson;
   }
 
-  /** The header every transaction of a bundle shares: a solidified reference block (a fork cannot undo it) and an expiration. */
+  /** The header of a new transaction: a solidified reference block (a fork cannot undo it) and an expiration. */
   private async blockHeader() {
-    const [latest, solid] = await Promise.all([
-      this.call<BlockJson>('/wallet/getblock', { detail: false }),
-      this.call<BlockJson>('/walletsolidity/getblock', { detail: false }),
-    ]);
-    const now = latest.block_header?.raw_data.timestamp ?? 0;
-    const reference = solid.block_header?.raw_data.number ?? 0;
+    await this.refreshHead();
+    const now = this.latest!.timestamp;
     return {
-      ref_block_bytes: (reference & 0xffff).toString(16).padStart(4, '0'),
-      ref_block_hash: solid.blockID!.slice(16, 32),
+      ref_block_bytes: (this.solid!.height & 0xffff).toString(16).padStart(4, '0'),
+      ref_block_hash: this.solid!.hash.slice(16, 32),
       expiration: now + EXPIRATION_MS,
       timestamp: now,
     };
@@ -541,14 +705,6 @@ export class TronChain implements ChainAdapter {
     return prepared;
   }
 
-  private async resources(address: string) {
-    const r = await this.call<AccountResourceJson>('/wallet/getaccountresource', { address, visible: true });
-    return {
-      staked: BigInt((r.NetLimit ?? 0) - (r.NetUsed ?? 0)),
-      free: BigInt((r.freeNetLimit ?? 0) - (r.freeNetUsed ?? 0)),
-    };
-  }
-
   private async prepareTrx(
     privateKey: Uint8Array,
     transfer: OutgoingTransfer,
@@ -556,55 +712,27 @@ export class TronChain implements ChainAdapter {
   ): Promise<PreparedTransaction> {
     const from = transfer.from.address;
     const fees = this.schedule;
-    const [sender, merchant, treasury, bandwidth] = await Promise.all([
-      this.account(from),
-      this.account(transfer.to),
-      this.account(this.treasury),
-      this.resources(from),
-    ]);
-    /** What the chain takes for sending `tx` to `to` (java-tron's bandwidth order: staked, free, burnt). */
-    const left = { ...bandwidth };
-    const charge = (tx: TransactionJson, recipientExists: boolean): bigint => {
-      const bytes = BigInt(bandwidthOf(tx));
-      if (!recipientExists) {
-        // Creating an account: staked bandwidth or the creation fee, never the free allowance; plus the actuator's fee.
-        if (left.staked >= bytes) left.staked -= bytes;
-        else return fees.createNewAccountFee + fees.createAccountFee;
-        return fees.createNewAccountFee;
-      }
-      if (left.staked >= bytes) left.staked -= bytes;
-      else if (left.free >= bytes) left.free -= bytes;
-      else return bytes * fees.bandwidthPrice;
-      return 0n;
-    };
-    const sign = async (to: string, amount: bigint) =>
-      this.signed(privateKey, await this.builder.sendTrx(to, Number(amount), from, { blockHeader: header }));
-
-    const payout = await sign(transfer.to, transfer.amount);
-    // The fee transfer's amount changes its size, so its charge is found by trying (a byte or two at most).
-    let rest = sender.balance - transfer.amount;
-    let feeTx: TransactionJson | undefined;
-    for (let tries = 0; tries < 4 && rest > 0n; tries++) {
-      const probe = { ...left };
-      const attempt = await sign(this.treasury, rest);
-      const cost = charge(attempt, treasury.exists) + charge(payout, merchant.exists);
-      Object.assign(left, probe);
-      const amount = sender.balance - transfer.amount - cost;
-      if (amount === rest) {
-        feeTx = attempt;
-        break;
-      }
-      rest = amount;
+    const [sender, merchant] = await Promise.all([this.account(from), this.account(transfer.to)]);
+    if (merchant.contract) {
+      throw new TransactionRejectedError(`${transfer.to} is a contract: Tron refuses TRX transfers to contracts`);
     }
-    const payoutCost = feeTx ? 0n : charge(payout, merchant.exists);
-    if (!feeTx && sender.balance < transfer.amount + payoutCost) {
+    const payout = await this.signed(
+      privateKey,
+      await this.builder.sendTrx(transfer.to, Number(transfer.amount), from, { blockHeader: header }),
+    );
+    // The most the payout can cost: its bytes burnt (the free allowance is the chain's public pool too,
+    // which runs out: BandwidthProcessor), or creating the merchant's account.
+    const cost = merchant.exists
+      ? BigInt(bandwidthOf(payout)) * fees.bandwidthPrice
+      : fees.createNewAccountFee + fees.createAccountFee;
+    if (sender.balance < transfer.amount + cost) {
       throw new TransactionRejectedError(
-        `${from} holds ${sender.balance} sun, less than the payout of ${transfer.amount} and the chain's charges${
-          merchant.exists ? '' : ` (${transfer.to} does not exist yet: creating it costs ${fees.createNewAccountFee + fees.createAccountFee} sun)`
+        `${from} holds ${sender.balance} sun, less than the payout of ${transfer.amount} and the chain's charges of up to ${cost} sun${
+          merchant.exists ? '' : ` (${transfer.to} does not exist yet: creating it costs ${cost} sun)`
         }`,
       );
     }
-    return this.bundle(feeTx ? [feeTx, payout] : [payout]);
+    return this.bundle(payout, transfer);
   }
 
   private async prepareToken(
@@ -614,7 +742,6 @@ export class TronChain implements ChainAdapter {
   ): Promise<PreparedTransaction> {
     const token = this.tokenOf(transfer.token);
     const from = transfer.from.address;
-    const fees = this.schedule;
     const platform = transfer.fees?.platform ?? 0n;
     const [balance, deposit] = await Promise.all([this.balanceOf(from, token.symbol), this.account(from)]);
     if (balance < transfer.amount) {
@@ -622,76 +749,99 @@ export class TronChain implements ChainAdapter {
         `${from} holds ${balance} ${token.symbol} base units, less than the payout of ${transfer.amount}`,
       );
     }
-    // The platform fee, or what is left of it when an earlier attempt already sent it.
-    const feeAmount = platform < balance - transfer.amount ? platform : balance - transfer.amount;
-    const calls = [
-      ...(feeAmount > 0n ? [{ to: this.treasury, amount: feeAmount }] : []),
-      { to: transfer.to, amount: transfer.amount },
-    ];
-    const steps: TransactionJson[] = [];
-    let need = 0n;
-    for (const call of calls) {
-      const parameter = encodeParams(['address', 'uint256'], [call.to, call.amount]).slice(2);
-      const estimate = await this.call<{ energy_used?: number; result?: { result?: boolean; message?: string } }>(
-        '/wallet/triggerconstantcontract',
-        {
-          owner_address: from,
-          contract_address: token.contract,
-          function_selector: 'transfer(address,uint256)',
-          parameter,
-          visible: true,
-        },
-      );
-      if (!estimate.result?.result || !estimate.energy_used) {
-        throw new TransactionRejectedError(`the token transfer from ${from} would fail: ${estimate.result?.message ?? 'no estimate'}`);
-      }
-      const feeLimit = (BigInt(estimate.energy_used) * fees.energyPrice * ENERGY_MARGIN_PERCENT) / 100n;
-      const built = await this.builder.triggerSmartContract(
-        token.contract,
-        'transfer(address,uint256)',
-        { feeLimit: Number(feeLimit), txLocal: true, blockHeader: header },
-        [
-          { type: 'address', value: call.to },
-          { type: 'uint256', value: call.amount.toString() },
-        ],
-        from,
-      );
-      const tx = await this.signed(privateKey, built.transaction);
-      // Enough TRX for the energy at the limit, and the bandwidth should the free allowance not cover it.
-      need += feeLimit + BigInt(bandwidthOf(tx)) * fees.bandwidthPrice;
-      steps.push(tx);
-    }
-    if (deposit.balance >= need) return this.bundle(steps);
+    const payout = await this.tokenCall(privateKey, from, token, transfer.to, transfer.amount, header);
+    // Enough TRX for both calls (the fee call goes out once the payout is final).
+    let need = payout.need;
+    if (platform > 0n) need += (await this.tokenCall(privateKey, from, token, this.treasury, platform, header)).need;
+    if (deposit.balance >= need) return this.bundle(payout.tx, transfer);
     const feeKey = this.options.keyring.deriveTronServiceKey('fee');
     const topUp = await this.signed(
       feeKey.privateKey,
       await this.builder.sendTrx(from, Number(need - deposit.balance), feeKey.address, { blockHeader: header }),
     );
-    return this.bundle(steps, { transaction: topUp, need: need.toString() });
+    return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString() });
   }
 
-  private bundle(steps: TransactionJson[], topUp?: Bundle['topUp']): PreparedTransaction {
-    const raw: Bundle = { v: 1, steps, ...(topUp && { topUp }) };
-    return { txHash: steps[steps.length - 1]!.txID, raw: JSON.stringify(raw) };
+  /** A signed token transfer() call with a fee_limit over the node's energy estimate, and the TRX it may burn. */
+  private async tokenCall(
+    privateKey: Uint8Array,
+    from: string,
+    token: TronToken,
+    to: string,
+    amount: bigint,
+    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+  ): Promise<{ tx: TransactionJson; need: bigint }> {
+    const fees = this.schedule;
+    const estimate = await this.call<{ energy_used?: number; result?: { result?: boolean; message?: string } }>(
+      '/wallet/triggerconstantcontract',
+      {
+        owner_address: from,
+        contract_address: token.contract,
+        function_selector: 'transfer(address,uint256)',
+        parameter: encodeParams(['address', 'uint256'], [to, amount]).slice(2),
+        visible: true,
+      },
+    );
+    if (!estimate.result?.result || !estimate.energy_used) {
+      throw new TransactionRejectedError(`the token transfer from ${from} would fail: ${estimate.result?.message ?? 'no estimate'}`);
+    }
+    const feeLimit = (BigInt(estimate.energy_used) * fees.energyPrice * ENERGY_MARGIN_PERCENT) / 100n;
+    const built = await this.builder.triggerSmartContract(
+      token.contract,
+      'transfer(address,uint256)',
+      { feeLimit: Number(feeLimit), txLocal: true, blockHeader: header },
+      [
+        { type: 'address', value: to },
+        { type: 'uint256', value: amount.toString() },
+      ],
+      from,
+    );
+    const tx = await this.signed(privateKey, built.transaction);
+    // The energy at the limit, and the bandwidth should the free allowance not cover it.
+    return { tx, need: feeLimit + BigInt(bandwidthOf(tx)) * fees.bandwidthPrice };
+  }
+
+  private bundle(payout: TransactionJson, transfer: OutgoingTransfer, topUp?: Bundle['topUp']): PreparedTransaction {
+    const raw: Bundle = {
+      v: 2,
+      payout,
+      ...(topUp && { topUp }),
+      fee: {
+        from: transfer.from.address,
+        derivationIndex: transfer.from.derivationIndex,
+        token: transfer.token,
+        platform: String(transfer.fees?.platform ?? 0n),
+        network: String(transfer.fees?.network ?? 0n),
+      },
+    };
+    this.feesOwed.set(payout.txID, raw);
+    return { txHash: payout.txID, raw: JSON.stringify(raw) };
   }
 
   private info(txHash: string, view: 'wallet' | 'walletsolidity' = 'wallet'): Promise<TransactionInfoJson | Record<string, never>> {
     return this.call(`/${view}/gettransactioninfobyid`, { value: txHash });
   }
 
+  /**
+   * Sends the payout; once the payout is on the solidified chain, the
+   * platform fee. The fee never goes before the payout: a payout that is
+   * refused, or waits, leaves the deposit address holding all it needs.
+   */
   async broadcast(transaction: PreparedTransaction): Promise<void> {
     const bundle = JSON.parse(transaction.raw) as Bundle;
-    const payout = bundle.steps[bundle.steps.length - 1]!;
+    const payout = bundle.payout;
+    this.feesOwed.set(payout.txID, bundle);
     const landed = await this.info(payout.txID);
     if ('id' in landed) {
       if (landed.receipt?.result !== undefined && landed.receipt.result !== 'SUCCESS') {
         throw new TransactionRejectedError(`payout ${payout.txID} failed: ${landed.receipt.result}`);
       }
+      await this.sendFeeOnceFinal(bundle, landed as TransactionInfoJson);
       return;
     }
     await this.refuseIfExpired(payout);
-    if (bundle.topUp) await this.topUp(bundle.steps[0]!, bundle.topUp);
-    for (const step of bundle.steps) await this.send(step);
+    if (bundle.topUp) await this.topUp(payout, bundle.topUp);
+    await this.send(payout);
   }
 
   /**
@@ -699,37 +849,40 @@ export class TronChain implements ChainAdapter {
    * solidified chain is past it without holding it, it never will be.
    */
   private async refuseIfExpired(tx: TransactionJson): Promise<void> {
-    const solid = await this.call<BlockJson>('/walletsolidity/getblock', { detail: false });
-    if ((solid.block_header?.raw_data.timestamp ?? 0) <= tx.raw_data.expiration) return;
+    await this.refreshHead();
+    if (this.solid!.timestamp <= tx.raw_data.expiration) return;
     if ('id' in (await this.info(tx.txID, 'walletsolidity'))) return;
     throw new TransactionRejectedError(`${tx.txID} expired without being mined`);
   }
 
-  /** Sends one signed transaction; one the node already has is fine. */
-  private async send(tx: TransactionJson): Promise<void> {
+  /** Offers one signed transaction to the node: undefined when taken (or already known), else its refusal. */
+  private async offer(tx: TransactionJson): Promise<{ code: string; reason: string } | undefined> {
     const answer = await this.call<{ result?: boolean; code?: string; message?: string }>(
       '/wallet/broadcasttransaction',
       tx,
     );
-    if (answer.result) return;
+    if (answer.result || answer.code === 'DUP_TRANSACTION_ERROR') return undefined;
+    if ('id' in (await this.info(tx.txID))) return undefined;
     const message = answer.message ? Buffer.from(answer.message, 'hex').toString('utf8') : '';
-    if (answer.code === 'DUP_TRANSACTION_ERROR') return;
-    if ('id' in (await this.info(tx.txID))) return;
-    const reason = `${answer.code ?? 'refused'}: ${message}`.slice(0, 300);
-    // The node refused it for good (bad signature, funds): it cannot be mined. An expired one or one whose
-    // reference block this node lacks is left open: refuseIfExpired settles that from the solidified chain.
-    if (
-      [
-        'SIGERROR',
-        'CONTRACT_VALIDATE_ERROR',
-        'CONTRACT_EXE_ERROR',
-        'BANDWITH_ERROR',
-        'TOO_BIG_TRANSACTION_ERROR',
-      ].includes(answer.code ?? '')
-    ) {
-      throw new TransactionRejectedError(`${tx.txID} refused: ${reason}`);
+    const code = answer.code ?? 'refused';
+    return { code, reason: `${code}: ${message}`.slice(0, 300) };
+  }
+
+  /**
+   * Sends one signed transaction. Only a bad signature and an oversized
+   * transaction are refused for good (Wallet.broadcastTransaction's SIGERROR,
+   * TOO_BIG_TRANSACTION_ERROR): every other refusal depends on the state of
+   * the node that answered (balances, bandwidth, a backend behind the one that
+   * took it earlier), so the transaction is left to its expiration, which
+   * refuseIfExpired settles from the solidified chain.
+   */
+  private async send(tx: TransactionJson): Promise<void> {
+    const refused = await this.offer(tx);
+    if (!refused) return;
+    if (refused.code === 'SIGERROR' || refused.code === 'TOO_BIG_TRANSACTION_ERROR') {
+      throw new TransactionRejectedError(`${tx.txID} refused: ${refused.reason}`);
     }
-    throw new Error(`${tx.txID} not taken: ${reason}`);
+    throw new Error(`${tx.txID} not taken yet: ${refused.reason}`);
   }
 
   /**
@@ -738,28 +891,110 @@ export class TronChain implements ChainAdapter {
    * TRX runs out of energy). One top-up at a time; skipped when the deposit
    * address already holds enough (an earlier attempt's top-up landed).
    */
-  private topUp(first: TransactionJson, topUp: NonNullable<Bundle['topUp']>): Promise<void> {
+  private topUp(payout: TransactionJson, topUp: NonNullable<Bundle['topUp']>): Promise<void> {
     const run = this.topUps.then(async () => {
-      const deposit = fromHex(String(first.raw_data.contract[0]!.parameter.value.owner_address));
-      if ('id' in (await this.info(first.txID))) return; // the calls already went out
+      const deposit = fromHex(String(payout.raw_data.contract[0]!.parameter.value.owner_address));
       if ((await this.account(deposit)).balance >= BigInt(topUp.need)) return;
-      try {
-        await this.send(topUp.transaction);
-      } catch (error) {
-        if (error instanceof TransactionRejectedError && /balance is not sufficient/i.test(error.message)) {
-          throw new TransactionRejectedError(`the fee wallet ${this.feeWallet} cannot pay the energy top-up: fund it`);
-        }
-        throw error;
+      const refused = await this.offer(topUp.transaction);
+      if (refused) {
+        const fund = /balance is not sufficient/i.test(refused.reason) ? `; fund the fee wallet ${this.feeWallet}` : '';
+        throw new Error(`energy top-up ${topUp.transaction.txID} not taken: ${refused.reason}${fund}`);
       }
       const deadline = Date.now() + (this.options.topUpTimeoutMs ?? 120_000);
       for (;;) {
         if ('id' in (await this.info(topUp.transaction.txID))) return;
         if (Date.now() > deadline) throw new Error(`energy top-up ${topUp.transaction.txID} is not mined yet`);
-        await sleep(250);
+        await sleep(1000);
       }
     });
     this.topUps = run.catch(() => undefined);
     return run;
+  }
+
+  /**
+   * The platform fee, from what the deposit address holds once the payout is
+   * solidified. Repeating it is harmless: it is worked out from the balance
+   * each time, and it only ever pays the treasury. (TRX: the platform and
+   * network fees less what the payout burnt, less this transfer's own
+   * charge; a later payment to the address stays there.)
+   */
+  private async sendFeeOnceFinal(bundle: Bundle, payoutInfo: TransactionInfoJson): Promise<boolean> {
+    if (!this.feesOwed.has(bundle.payout.txID)) return true;
+    await this.refreshHead();
+    if (payoutInfo.blockNumber === undefined || payoutInfo.blockNumber > this.solid!.height) return false;
+    const fee = bundle.fee;
+    const key = this.options.keyring.deriveDepositKey('tron', fee.derivationIndex);
+    const header = await this.blockHeader();
+    if (fee.token === 'TRX') {
+      const owed = BigInt(fee.platform) + BigInt(fee.network) - BigInt(payoutInfo.fee ?? 0);
+      const [deposit, treasury] = await Promise.all([this.account(fee.from), this.treasuryAccount()]);
+      await this.sendTrxOut(key.privateKey, fee.from, this.treasury, treasury.exists, deposit.balance < owed ? deposit.balance : owed, header);
+    } else {
+      const feeCall = this.feeCalls.get(bundle.payout.txID);
+      if (!feeCall) {
+        const token = this.tokenOf(fee.token);
+        const held = await this.balanceOf(fee.from, token.symbol);
+        const platform = BigInt(fee.platform);
+        const amount = held < platform ? held : platform;
+        if (amount > 0n) {
+          const call = (await this.tokenCall(key.privateKey, fee.from, token, this.treasury, amount, header)).tx;
+          await this.send(call);
+          this.feeCalls.set(bundle.payout.txID, call.txID);
+          return false;
+        }
+      } else if (!('id' in (await this.info(feeCall)))) {
+        return false;
+      }
+      // What the energy did not burn goes back to the fee wallet, up to what it gave (other TRX there is not ours).
+      const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
+      const deposit = await this.account(fee.from);
+      await this.sendTrxOut(key.privateKey, fee.from, this.feeWallet, true, deposit.balance < given ? deposit.balance : given, header);
+      this.feeCalls.delete(bundle.payout.txID);
+    }
+    this.feesOwed.delete(bundle.payout.txID);
+    return true;
+  }
+
+  /**
+   * Sends `available` sun from a deposit address less what the transfer
+   * costs: nothing while its free bandwidth and the chain's public pool
+   * last, else its bytes burnt; creating the recipient's account when it has
+   * none. Nothing when the cost is more than there is.
+   */
+  private async sendTrxOut(
+    privateKey: Uint8Array,
+    from: string,
+    to: string,
+    toExists: boolean,
+    available: bigint,
+    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+  ): Promise<void> {
+    const fees = this.schedule;
+    const sign = async (amount: bigint) =>
+      this.signed(privateKey, await this.builder.sendTrx(to, Number(amount), from, { blockHeader: header }));
+    if (!toExists) {
+      const amount = available - fees.createNewAccountFee - fees.createAccountFee;
+      if (amount > 0n) await this.send(await sign(amount));
+      return;
+    }
+    if (available <= 0n || !(await this.offer(await sign(available)))) return;
+    // The amount changes the transfer's size, so the burn is found by trying (a byte or two at most).
+    let amount = available - BigInt(this.transferBytes) * fees.bandwidthPrice;
+    let tx = amount > 0n ? await sign(amount) : undefined;
+    for (let tries = 0; tx && tries < 3; tries++) {
+      const exact = available - BigInt(bandwidthOf(tx)) * fees.bandwidthPrice;
+      if (exact === amount) break;
+      amount = exact;
+      tx = await sign(amount);
+    }
+    if (tx) await this.send(tx);
+  }
+
+  private async treasuryAccount() {
+    if (this.treasuryExists) return { exists: true };
+    const treasury = await this.account(this.treasury);
+    this.treasuryExists = treasury.exists;
+    return treasury;
   }
 
   async transactionStatus(txHash: string): Promise<TransactionStatus | undefined> {
@@ -769,7 +1004,11 @@ export class TronChain implements ChainAdapter {
     if (info.receipt?.result !== undefined && info.receipt.result !== 'SUCCESS') return undefined;
     const head = await this.head();
     const depth = head.height - info.blockNumber + 1;
-    const final = info.blockNumber <= (head.finalized ?? 0);
+    let final = info.blockNumber <= (head.finalized ?? 0);
+    // A payout of this process whose fee is still to go: the fee goes now, and the payout counts
+    // as final only once it has (so the settlement engine comes back until it has).
+    const owed = this.feesOwed.get(txHash);
+    if (final && owed) final = await this.sendFeeOnceFinal(owed, info as TransactionInfoJson).catch(() => false);
     return {
       blockNumber: info.blockNumber,
       confirmations: final ? depth : Math.min(depth, Math.max(0, this.options.confirmations - 1)),
@@ -782,7 +1021,15 @@ export async function openTronChain(
   settings: {
     chains: readonly ChainName[];
     chainRpcUrls: Partial<Record<ChainName, string>>;
-    tron: { network: string; apiKey: string | undefined; tokens: TronToken[] | undefined; treasury: string | undefined } | undefined;
+    tron:
+      | {
+          network: string;
+          apiKey: string | undefined;
+          tokens: TronToken[] | undefined;
+          treasury: string | undefined;
+          solidityUrl?: string | undefined;
+        }
+      | undefined;
     requiredConfirmations: Record<ChainName, number>;
   },
   keyring: TronChainOptions['keyring'],
@@ -798,5 +1045,6 @@ export async function openTronChain(
     ...(tron.apiKey && { apiKey: tron.apiKey }),
     ...(tron.tokens && { tokens: tron.tokens }),
     ...(tron.treasury && { treasury: tron.treasury }),
+    ...(tron.solidityUrl && { solidityUrl: tron.solidityUrl }),
   });
 }

@@ -13,7 +13,26 @@
 //     bandwidth; TRC-20 calls burn energy at 100 sun a unit within their
 //     fee_limit, and fail (mined, fee kept) when out of energy or reverted;
 //   - blocks every `mine()`, 3 s apart; the solidified block 19 behind the
-//     head; `fork(depth)` drops the newest blocks and what they did.
+//     head; `fork(depth)` drops the newest blocks and what they did;
+//   - two HTTP ports, as java-tron has: `/wallet/*` on the full node's
+//     (FullNodeHttpApiService, node.http.fullNodePort 8090) and
+//     `/walletsolidity/*` on the solidity one (HttpApiOnSolidityService,
+//     node.http.solidityPort 8091); `sharedPort` serves both on one, as
+//     TronGrid does;
+//   - contract accounts (the token contracts, the routers, `deployContract`),
+//     to which a TransferContract is refused (TransferActuator.validate:
+//     "Cannot transfer TRX to a smartContract.", mainnet's
+//     ForbidTransferToContract);
+//   - the free allowance drawn from the chain's public free-bandwidth pool as
+//     well (BandwidthProcessor.useFreeNet: publicNetLimit), which
+//     `exhaustPublicBandwidth()` spends: then bytes are burnt;
+//   - `lagging`: one read in four is answered by a backend three blocks
+//     behind (an older head, no block above it, an empty result list for
+//     the blocks it lacks), as a load-balanced provider does;
+//   - `rateLimit`: TronGrid's limit per second; over it every request is
+//     answered 403 for 30 s (the key is suspended);
+//   - TRX sent on by a router contract's `forward(address)` (payable),
+//     reported as an internal transaction of the call's result.
 // The answers' shapes follow recorded real answers (see
 // test/fixtures/tron/SOURCES.md) and the java-tron HTTP API reference
 // (developers.tron.network/reference: getblock, getblockbynum,
@@ -52,6 +71,14 @@ export const TRC20_ENERGY = { existingHolder: 31_895, newHolder: 64_895, revert:
 const BLOCK_MS = 3000;
 /** pay(address,address,uint256) of the test routers. */
 export const ROUTER_SELECTOR = 'b3d76188';
+/** forward(address) of the test routers: sends the call's TRX value on. */
+export const FORWARD_SELECTOR = '101e8952';
+/** Energy a router's forward() uses (a plain CALL with value). */
+const FORWARD_ENERGY = 9_500;
+/** Mainnet's public free-bandwidth pool (DynamicPropertiesStore PUBLIC_NET_LIMIT). */
+const PUBLIC_NET_LIMIT = 14_400_000_000;
+/** How long TronGrid suspends a key that went over its rate. */
+const SUSPENSION_MS = 30_000;
 const SOLIDIFIED_DEPTH = 19;
 const DAY_MS = 24 * 60 * 60 * 1000;
 /** The Transaction's maximum fee_limit (15,000 TRX, mainnet's getMaxFeeLimit). */
@@ -61,6 +88,7 @@ interface Account {
   balance: bigint;
   createdAt: number;
   freeNetUsed: number;
+  contract?: boolean;
 }
 interface Token {
   symbol: string;
@@ -70,6 +98,8 @@ interface Token {
 interface State {
   accounts: Map<string, Account>;
   tokens: Map<string, Token>;
+  /** Bytes drawn from the chain's public free-bandwidth pool. */
+  publicNetUsed: number;
 }
 interface Block {
   number: number;
@@ -95,6 +125,7 @@ const sha256 = (hex: string) => createHash('sha256').update(Buffer.from(hex, 'he
 const copyState = (s: State): State => ({
   accounts: new Map([...s.accounts].map(([k, v]) => [k, { ...v }])),
   tokens: new Map([...s.tokens].map(([k, v]) => [k, { ...v, balances: new Map(v.balances) }])),
+  publicNetUsed: s.publicNetUsed,
 });
 const hexOf = (address: string) => (address.startsWith('T') ? toHex(address) : address).toLowerCase();
 
@@ -109,9 +140,25 @@ export function randomTronKey(): TronKey {
 }
 
 export class TronTestNode {
+  /** The full node's HTTP API (`/wallet/*`). */
   url = '';
+  /** The solidity HTTP API (`/walletsolidity/*`): its own port unless `sharedPort`. */
+  solidityUrl = '';
   readonly genesisId: string;
-  private server?: Server;
+  private servers: Server[] = [];
+  private readonly sharedPort: boolean;
+  /** getchainparameters' answer; a test may raise a price. */
+  readonly fees: Record<keyof typeof TRON_FEES, number> = { ...TRON_FEES };
+  /** One read in four comes from a backend three blocks behind. */
+  lagging = false;
+  private lagTick = 0;
+  /** Requests a second before TronGrid's answer (403, then 30 s suspended); undefined: no limit. */
+  rateLimit?: number;
+  private window = { second: 0, count: 0 };
+  private suspendedUntil = 0;
+  /** Requests received, by path, and those answered 403 while suspended. */
+  readonly requests = new Map<string, number>();
+  refusedWhileSuspended = 0;
   private readonly blocks: Block[] = [];
   private pending: Block['transactions'] = [];
   private pendingInfos: TransactionInfoJson[] = [];
@@ -137,12 +184,17 @@ export class TronTestNode {
       genesisSalt?: string;
       tokens?: { contract: string; symbol: string; decimals: number }[];
       routers?: string[];
+      sharedPort?: boolean;
     } = {},
   ) {
-    this.state = { accounts: new Map(), tokens: new Map() };
+    this.state = { accounts: new Map(), tokens: new Map(), publicNetUsed: 0 };
+    this.sharedPort = options.sharedPort ?? false;
     this.routers = new Set((options.routers ?? []).map(hexOf));
     for (const t of options.tokens ?? []) {
       this.state.tokens.set(hexOf(t.contract), { symbol: t.symbol, decimals: t.decimals, balances: new Map() });
+    }
+    for (const contract of [...(options.tokens ?? []).map((t) => t.contract), ...(options.routers ?? [])]) {
+      this.state.accounts.set(hexOf(contract), { balance: 0n, createdAt: 0, freeNetUsed: 0, contract: true });
     }
     const timestamp = Math.floor(Date.now() / BLOCK_MS) * BLOCK_MS - 100 * BLOCK_MS;
     const genesisId = '0'.repeat(16) + sha256(Buffer.from(`genesis ${options.genesisSalt ?? 'test'}`).toString('hex')).slice(16);
@@ -159,11 +211,25 @@ export class TronTestNode {
   }
 
   async start(): Promise<this> {
-    this.server = createServer((req, res) => {
+    const full = await this.listen((path) => this.sharedPort || path.startsWith('/wallet/'));
+    this.url = full.url;
+    this.solidityUrl = this.sharedPort ? full.url : (await this.listen((path) => path.startsWith('/walletsolidity/'))).url;
+    return this;
+  }
+
+  /** One HTTP port serving the paths `serves` accepts (404 for the others, as the other port's are there). */
+  private async listen(serves: (path: string) => boolean): Promise<{ url: string }> {
+    const server = createServer((req, res) => {
       let body = '';
       req.on('data', (chunk) => (body += chunk));
       req.on('end', () => {
         const path = (req.url ?? '').split('?')[0]!;
+        const limited = this.overRate();
+        if (limited) {
+          res.writeHead(403, { 'content-type': 'application/json' }).end(JSON.stringify({ Error: limited }));
+          return;
+        }
+        this.requests.set(path, (this.requests.get(path) ?? 0) + 1);
         let input: any = {};
         try {
           input = body ? JSON.parse(body) : {};
@@ -176,41 +242,79 @@ export class TronTestNode {
           req.socket.destroy();
           return;
         }
-        const answer = this.answer(path, input);
+        const answer = serves(path) ? this.answer(path, input) : undefined;
         if (answer === undefined) res.writeHead(404).end();
         else res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(answer));
       });
     });
-    await new Promise<void>((resolve) => this.server!.listen(0, '127.0.0.1', resolve));
-    this.url = `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
-    return this;
+    this.servers.push(server);
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { url: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+  }
+
+  /**
+   * TronGrid's rate limit: over `rateLimit` requests in a second, the key is
+   * suspended for 30 s and every request in that time is refused with 403
+   * (developers.tron.network/reference/rate-limits). Its message, or undefined.
+   */
+  private overRate(): string | undefined {
+    if (this.rateLimit === undefined) return undefined;
+    const now = Date.now();
+    const message = `The key exceeds the frequency limit(${this.rateLimit}), and the query server will suspend its service for 30s`;
+    if (now < this.suspendedUntil) {
+      this.refusedWhileSuspended++;
+      return message;
+    }
+    const second = Math.floor(now / 1000);
+    if (this.window.second !== second) this.window = { second, count: 0 };
+    if (++this.window.count <= this.rateLimit) return undefined;
+    this.suspendedUntil = now + SUSPENSION_MS;
+    return message;
+  }
+
+  /** Lifts a suspension (the test's shortcut for 30 s passing). */
+  liftSuspension(): void {
+    this.suspendedUntil = 0;
   }
 
   async stop(): Promise<void> {
-    this.server?.closeAllConnections();
-    await new Promise((resolve) => this.server?.close(resolve));
+    for (const server of this.servers) {
+      server.closeAllConnections();
+      await new Promise((resolve) => server.close(resolve));
+    }
   }
 
   // -------------------------------------------------------------------------
   // The HTTP API
   // -------------------------------------------------------------------------
 
+  /** The head of the backend answering this read: while `lagging`, one read in four is three blocks behind. */
+  private answering(): Block {
+    if (!this.lagging || this.lagTick++ % 4 !== 3) return this.head;
+    return this.blocks[Math.max(0, this.head.number - 3)]!;
+  }
+
   private answer(path: string, input: any): unknown {
     switch (path) {
       case '/wallet/getblock':
-        return this.blockJson(this.blockByIdOrNum(input.id_or_num, this.head), input.detail === true);
+        return this.blockJson(this.blockByIdOrNum(input.id_or_num, this.answering()), input.detail === true);
       case '/walletsolidity/getblock':
         return this.blockJson(this.blockByIdOrNum(input.id_or_num, this.solidified), input.detail === true);
       case '/wallet/getnowblock':
         return this.blockJson(this.head, true);
       case '/walletsolidity/getnowblock':
         return this.blockJson(this.solidified, true);
-      case '/wallet/getblockbynum':
-        return this.blockJson(this.blocks[Number(input.num)], true);
-      case '/wallet/gettransactioninfobyblocknum':
-        return this.blocks[Number(input.num)]?.infos ?? [];
+      case '/wallet/getblockbynum': {
+        const num = Number(input.num);
+        return this.blockJson(num <= this.answering().number ? this.blocks[num] : undefined, true);
+      }
+      case '/wallet/gettransactioninfobyblocknum': {
+        // A backend without the block answers an empty list, as java-tron does for a block it lacks.
+        const num = Number(input.num);
+        return num <= this.answering().number ? (this.blocks[num]?.infos ?? []) : [];
+      }
       case '/wallet/gettransactioninfobyid':
-        return this.infoOf(String(input.value), this.head.number);
+        return this.infoOf(String(input.value), this.answering().number);
       case '/walletsolidity/gettransactioninfobyid':
         return this.infoOf(String(input.value), this.solidified.number);
       case '/wallet/getaccount':
@@ -218,7 +322,7 @@ export class TronTestNode {
       case '/wallet/getaccountresource':
         return this.resourceJson(String(input.address));
       case '/wallet/getchainparameters':
-        return { chainParameter: Object.entries(TRON_FEES).map(([key, value]) => ({ key, value })) };
+        return { chainParameter: Object.entries(this.fees).map(([key, value]) => ({ key, value })) };
       case '/wallet/triggerconstantcontract':
         return this.constantCall(input);
       case '/wallet/broadcasttransaction':
@@ -287,6 +391,8 @@ export class TronTestNode {
       ...(account.balance > 0n && { balance: Number(account.balance) }),
       create_time: account.createdAt,
       ...(account.freeNetUsed > 0 && { free_net_usage: account.freeNetUsed, latest_consume_free_time: this.head.timestamp }),
+      // Protobuf's JSON leaves the default type (Normal) out.
+      ...(account.contract && { type: 'Contract' }),
     };
   }
 
@@ -295,7 +401,7 @@ export class TronTestNode {
     if (!account) return {};
     return {
       ...(account.freeNetUsed > 0 && { freeNetUsed: account.freeNetUsed }),
-      freeNetLimit: TRON_FEES.getFreeNetLimit,
+      freeNetLimit: this.fees.getFreeNetLimit,
       TotalNetLimit: 43_200_000_000,
       TotalNetWeight: 26_500_000_000,
       TotalEnergyLimit: 180_000_000_000,
@@ -394,20 +500,15 @@ export class TronTestNode {
       const amount = BigInt(value.amount ?? 0);
       if (amount <= 0n) throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Validate TransferContract error, Amount must be greater than 0.');
       if (to === owner) throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Validate TransferContract error, Cannot transfer TRX to yourself.');
+      // TransferActuator.validate, with mainnet's ForbidTransferToContract proposal in force.
+      if (state.accounts.get(to)?.contract) throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Cannot transfer TRX to a smartContract.');
       const creates = !state.accounts.has(to);
-      const actuatorFee = creates ? BigInt(TRON_FEES.getCreateNewAccountFeeInSystemContract) : 0n;
+      const actuatorFee = creates ? BigInt(this.fees.getCreateNewAccountFeeInSystemContract) : 0n;
       if (sender.balance < amount + actuatorFee) {
         throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Validate TransferContract error, balance is not sufficient.');
       }
       // Bandwidth first (java-tron's BandwidthProcessor runs before the actuator).
-      let netFee = 0n;
-      if (creates) {
-        netFee = BigInt(TRON_FEES.getCreateAccountFee);
-      } else if (sender.freeNetUsed + bytes <= TRON_FEES.getFreeNetLimit) {
-        sender.freeNetUsed += bytes;
-      } else {
-        netFee = BigInt(bytes * TRON_FEES.getTransactionFee);
-      }
+      const netFee = creates ? BigInt(this.fees.getCreateAccountFee) : this.bandwidthFee(state, sender, bytes);
       if (sender.balance < amount + actuatorFee + netFee) {
         throw new NodeRefusal('BANDWITH_ERROR', 'Account resource insufficient error.');
       }
@@ -425,6 +526,9 @@ export class TronTestNode {
     if (type === 'TriggerSmartContract') {
       const called = String(value.contract_address).toLowerCase();
       const data = String(value.data ?? '');
+      if (this.routers.has(called) && data.startsWith(FORWARD_SELECTOR) && data.length === 8 + 64) {
+        return this.forward(state, tx, sender, called, data, value, bytes, info);
+      }
       let tokenAddress = called;
       let call = data;
       if (this.routers.has(called) && data.startsWith(ROUTER_SELECTOR) && data.length === 8 + 192) {
@@ -438,9 +542,7 @@ export class TronTestNode {
       if (feeLimit < 0n || feeLimit > BigInt(MAX_FEE_LIMIT)) {
         throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'feeLimit must be >= 0 and <= 15000000000');
       }
-      let netFee = 0n;
-      if (sender.freeNetUsed + bytes <= TRON_FEES.getFreeNetLimit) sender.freeNetUsed += bytes;
-      else netFee = BigInt(bytes * TRON_FEES.getTransactionFee);
+      const netFee = this.bandwidthFee(state, sender, bytes);
       if (sender.balance < netFee) throw new NodeRefusal('BANDWITH_ERROR', 'Account resource insufficient error.');
       sender.balance -= netFee;
       let outcome: { ok: boolean; energy: number } = { ok: false, energy: TRC20_ENERGY.revert };
@@ -453,7 +555,7 @@ export class TronTestNode {
         outcome = this.tokenTransferOutcome(token, owner, to, amount);
       }
       // The energy a call may burn: its fee_limit and the sender's TRX, whichever is less.
-      const price = BigInt(TRON_FEES.getEnergyFee);
+      const price = BigInt(this.fees.getEnergyFee);
       const affordable = (feeLimit < sender.balance ? feeLimit : sender.balance) / price;
       let result = outcome.ok ? 'SUCCESS' : 'REVERT';
       let energy = BigInt(outcome.energy);
@@ -493,6 +595,76 @@ export class TronTestNode {
       return { contractRet: result, info: clean(info) };
     }
     throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', `${type} is not supported by this test node`);
+  }
+
+  /**
+   * The TRX a transaction's bytes burn: none while the sender's free
+   * allowance and the chain's public pool both have room (both are drawn
+   * on), else every byte at the bandwidth price (BandwidthProcessor.consume:
+   * useFreeNet, then useTransactionFee).
+   */
+  private bandwidthFee(state: State, sender: Account, bytes: number): bigint {
+    const free = sender.freeNetUsed + bytes <= this.fees.getFreeNetLimit;
+    if (free && state.publicNetUsed + bytes <= PUBLIC_NET_LIMIT) {
+      sender.freeNetUsed += bytes;
+      state.publicNetUsed += bytes;
+      return 0n;
+    }
+    return BigInt(bytes * this.fees.getTransactionFee);
+  }
+
+  /**
+   * A router's payable forward(address): the call's TRX value goes on to the
+   * address, reported as an internal transaction of the result
+   * (java-tron's InternalTransaction, note "call").
+   */
+  private forward(
+    state: State,
+    tx: TransactionJson,
+    sender: Account,
+    router: string,
+    data: string,
+    value: Record<string, any>,
+    bytes: number,
+    info: TransactionInfoJson & Record<string, unknown>,
+  ) {
+    const callValue = BigInt(value.call_value ?? 0);
+    const [recipient] = decodeParams([], ['address'], '0x' + data.slice(8)) as unknown as [string];
+    const to = hexOf(recipient);
+    // VMActuator.validate: the caller must hold the call value.
+    if (sender.balance < callValue) throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Validate InternalTransfer error, balance is not sufficient.');
+    const netFee = this.bandwidthFee(state, sender, bytes);
+    const price = BigInt(this.fees.getEnergyFee);
+    const feeLimit = BigInt(tx.raw_data.fee_limit ?? 0);
+    const energyFee = BigInt(FORWARD_ENERGY) * price;
+    if (sender.balance < callValue + netFee + energyFee || feeLimit < energyFee) {
+      throw new NodeRefusal('CONTRACT_VALIDATE_ERROR', 'Validate InternalTransfer error, balance is not sufficient.');
+    }
+    sender.balance -= callValue + netFee + energyFee;
+    const account = state.accounts.get(to) ?? { balance: 0n, createdAt: this.head.timestamp, freeNetUsed: 0 };
+    account.balance += callValue;
+    state.accounts.set(to, account);
+    Object.assign(info, {
+      fee: Number(netFee + energyFee),
+      contractResult: [''],
+      contract_address: router,
+      receipt: {
+        energy_fee: Number(energyFee),
+        energy_usage_total: FORWARD_ENERGY,
+        ...(netFee > 0n ? { net_fee: Number(netFee) } : { net_usage: bytes }),
+        result: 'SUCCESS',
+      },
+      internal_transactions: [
+        {
+          hash: sha256(tx.txID + '00'),
+          caller_address: router,
+          transferTo_address: to,
+          callValueInfo: [{ callValue: Number(callValue) }],
+          note: hex('call'),
+        },
+      ],
+    });
+    return { contractRet: 'SUCCESS', info: clean(info) };
   }
 
   // -------------------------------------------------------------------------
@@ -543,6 +715,17 @@ export class TronTestNode {
     this.pendingInfos = [];
     this.state = copyState(this.head.state);
     this.forks++;
+  }
+
+  /** Makes `address` a contract account (as deploying a contract there would). */
+  deployContract(address: string): void {
+    const hex = hexOf(address);
+    this.state.accounts.set(hex, { ...(this.state.accounts.get(hex) ?? { balance: 0n, createdAt: this.head.timestamp, freeNetUsed: 0 }), contract: true });
+  }
+
+  /** Spends the chain's public free-bandwidth pool: from now on every transaction's bytes are burnt. */
+  exhaustPublicBandwidth(): void {
+    this.state.publicNetUsed = PUBLIC_NET_LIMIT;
   }
 
   /** Credits TRX out of nowhere (a genesis allocation), creating the account. */
@@ -617,6 +800,20 @@ export class TronTestNode {
   async sendTrx(from: TronKey, to: string, sun: bigint): Promise<string> {
     const tx = await this.builder.sendTrx(to, Number(sun), from.address, { blockHeader: this.header() });
     const signed = signTransaction(from.privateKey, tx) as unknown as TransactionJson;
+    this.accept(signed);
+    return signed.txID;
+  }
+
+  /** A payer's TRX sent through a router contract's forward(address): the recipient sees an internal transaction. */
+  async forwardTrx(from: TronKey, router: string, to: string, sun: bigint): Promise<string> {
+    const built = await this.builder.triggerSmartContract(
+      router,
+      'forward(address)',
+      { feeLimit: 100_000_000, callValue: Number(sun), txLocal: true, blockHeader: this.header() },
+      [{ type: 'address', value: to }],
+      from.address,
+    );
+    const signed = signTransaction(from.privateKey, built.transaction) as unknown as TransactionJson;
     this.accept(signed);
     return signed.txID;
   }

@@ -5,8 +5,8 @@
 import assert from 'node:assert/strict';
 import { createPrivateKey, sign } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { Keypair, PublicKey, SystemProgram, Transaction } from '@solana/web3.js';
-import { createCloseAccountInstruction, getAssociatedTokenAddressSync } from '@solana/spl-token';
+import { Keypair, PublicKey, SYSVAR_CLOCK_PUBKEY, SystemProgram, Transaction } from '@solana/web3.js';
+import { TOKEN_PROGRAM_ID, createCloseAccountInstruction, getAssociatedTokenAddressSync } from '@solana/spl-token';
 import bs58 from 'bs58';
 import { derivePath } from 'ed25519-hd-key';
 import { mnemonicToSeedSync } from '@scure/bip39';
@@ -217,6 +217,22 @@ describe('the Solana adapter', () => {
       );
       return true;
     });
+  });
+
+  it('takes as a payout wallet only an address with no account yet or a System-owned one', async () => {
+    assert.equal(await chain.receivingProblem(Keypair.generate().publicKey.toBase58()), undefined, 'no account yet');
+    assert.equal(await chain.receivingProblem(payer.publicKey.toBase58()), undefined, 'a funded wallet');
+    const tokenAccount = node.tokenAccount(payer.publicKey, 'USDT').toBase58();
+    assert.equal(
+      await chain.receivingProblem(tokenAccount),
+      `${tokenAccount} is a token account on solana, not a wallet: give the wallet's own address (the owner of its token accounts)`,
+    );
+    assert.match((await chain.receivingProblem(USDT_MINT))!, /is a token mint on solana, not a wallet/);
+    assert.match((await chain.receivingProblem(TOKEN_PROGRAM_ID.toBase58()))!, /is a program on solana/);
+    assert.match(
+      (await chain.receivingProblem(SYSVAR_CLOCK_PUBKEY.toBase58()))!,
+      /is an account of the program Sysvar1111111111111111111111111111111111111 on solana/,
+    );
   });
 
   it('reads SOL and token payments from balances, whichever program moved them', async () => {

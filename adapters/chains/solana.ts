@@ -42,6 +42,9 @@ import {
   type TransactionInstruction,
 } from '@solana/web3.js';
 import {
+  MINT_SIZE,
+  TOKEN_2022_PROGRAM_ID,
+  TOKEN_PROGRAM_ID,
   createAssociatedTokenAccountIdempotentInstruction,
   createCloseAccountInstruction,
   createTransferCheckedInstruction,
@@ -78,6 +81,8 @@ const RPC_TIMEOUT_MS = 30_000;
 const SLOT_SKIPPED = [-32007, -32009];
 /** getBlock: a slot beyond what the node holds at that commitment. */
 const BLOCK_NOT_AVAILABLE = -32004;
+/** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
+const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
 /** Token-account indexes are offset by this, so that a SOL and a token payment of one transaction never share an index. */
 export const TOKEN_INDEX_OFFSET = 256;
 
@@ -429,6 +434,37 @@ export class SolanaChain implements ChainAdapter {
   // -------------------------------------------------------------------------
   // Settlement
   // -------------------------------------------------------------------------
+
+  /**
+   * Only a wallet that someone signs for can take a payout: an address with
+   * no account yet, or a System-owned one. A token account or a mint entered
+   * as the wallet would get tokens in an associated account derived for it,
+   * which no key can ever move; a program or another program's account
+   * cannot sign either.
+   */
+  async receivingProblem(address: string): Promise<string | undefined> {
+    const { value } = await this.call<{
+      value: { owner: string; executable: boolean; space?: number; data: [string, string] } | null;
+    }>('getAccountInfo', [
+      address,
+      {
+        commitment: 'confirmed',
+        encoding: 'base64',
+        dataSlice: { offset: TOKEN_2022_ACCOUNT_TYPE_OFFSET, length: 1 },
+      },
+    ]);
+    if (!value) return undefined;
+    const owner = new PublicKey(value.owner);
+    if (value.executable) return `${address} is a program on solana, not a wallet: payouts go to a wallet's address`;
+    if (owner.equals(SystemProgram.programId)) return undefined;
+    if (owner.equals(TOKEN_PROGRAM_ID) || owner.equals(TOKEN_2022_PROGRAM_ID)) {
+      const type = Buffer.from(value.data[0], 'base64')[0];
+      const what = value.space === MINT_SIZE || type === 1 ? 'a token mint' : 'a token account';
+      return `${address} is ${what} on solana, not a wallet: give the wallet's own address (the owner of its token accounts)`;
+    }
+    return `${address} is an account of the program ${value.owner} on solana, not a wallet: payouts go to a wallet's address`;
+  }
+
 
   /**
    * A SOL sweep's two signatures at the base fee, taken from the deposit and

@@ -596,17 +596,36 @@ export class SolanaTestNode {
         return { context: this.rpcContext(config(1).commitment), value: Number(await this.balance(address)) };
       }
       case 'getAccountInfo': {
+        // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_account_info: a
+        // missing account (or one with 0 lamports, which the bank does not
+        // keep) is `value: null`; the encoding defaults to binary (a bare
+        // base58 string), and base58 data over 128 bytes is refused
+        // (encode_account, MAX_BASE58_BYTES); dataSlice cuts the data after
+        // the account is read, so `space` stays the account's whole size
+        // (account-decoder's encode_ui_account).
         const address = this.publicKey(params[0]);
         const account = this.account(address);
+        const encoding = (config(1)['encoding'] as string | undefined) ?? 'binary';
+        if (!['binary', 'base58', 'base64'].includes(encoding))
+          throw new RpcFailure(-32602, `this test node does not encode accounts as ${encoding}`);
         const slice = config(1)['dataSlice'] as { offset: number; length: number } | undefined;
         const data = account
           ? Buffer.from(account.data).subarray(slice?.offset ?? 0, slice ? slice.offset + slice.length : undefined)
           : undefined;
+        if (data && encoding !== 'base64' && data.length > 128)
+          throw new RpcFailure(
+            -32600,
+            'Encoded binary (base 58) data should be less than 128 bytes, please use Base64 encoding.',
+          );
+        const encoded =
+          encoding === 'binary'
+            ? bs58.encode(data ?? [])
+            : [encoding === 'base64' ? data?.toString('base64') : bs58.encode(data ?? []), encoding];
         return {
           context: this.rpcContext(config(1).commitment),
           value: account
             ? {
-                data: [data!.toString('base64'), 'base64'],
+                data: encoded,
                 executable: account.executable,
                 lamports: account.lamports,
                 owner: account.owner.toBase58(),

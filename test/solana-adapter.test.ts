@@ -392,6 +392,43 @@ describe('the Solana adapter', () => {
     assert.equal(await node.balance(deposit), 0n, 'the deposit address never held SOL');
   });
 
+  it('sweeps SOL on a fresh deployment: a remainder that would leave the empty treasury under rent stays in the fee wallet', async () => {
+    const treasury = Keypair.generate().publicKey.toBase58(); // never funded
+    const fresh = await SolanaChain.open({ rpcUrl: node.url, keyring, treasury });
+    try {
+      const sweep = async (index: number, reference: string) => {
+        const deposit = keyring.deriveDepositKey('solana', index).address;
+        await node.sendSol(payer, deposit, 5_000_000n);
+        await node.mine();
+        const merchant = Keypair.generate().publicKey.toBase58();
+        const prepared = await fresh.prepareTransfer({
+          from: { address: deposit, derivationIndex: index },
+          to: merchant,
+          token: 'SOL',
+          amount: 4_940_000n,
+          reference,
+          fees: { platform: 50_000n, network: 10_000n },
+        });
+        await fresh.broadcast(prepared);
+        await node.mine();
+        assert.equal(await node.balance(merchant), 4_940_000n);
+        assert.equal(await node.balance(deposit), 0n);
+      };
+      const feeBefore = await node.balance(fresh.feeWallet);
+      await sweep(17, 'fresh-treasury');
+      assert.equal(await node.balance(treasury), 0n, 'under 890,880 lamports the runtime refuses it');
+      assert.equal((await node.balance(fresh.feeWallet)) - feeBefore, 50_000n, 'the fee wallet keeps the platform fee');
+
+      // Once the treasury holds its rent-exempt minimum, the remainder goes to it again.
+      await node.airdrop(treasury, 890_880n);
+      await node.mine();
+      await sweep(18, 'funded-treasury');
+      assert.equal(await node.balance(treasury), 890_880n + 50_000n);
+    } finally {
+      fresh.close();
+    }
+  });
+
   it('declares a sweep refused only once the finalized chain is past its last valid height without it', async () => {
     const index = 15;
     const deposit = keyring.deriveDepositKey('solana', index).address;

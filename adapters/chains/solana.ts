@@ -20,8 +20,9 @@
 // Settlement: one transaction per sweep, signed by the fee wallet (the fee
 // payer: deposit addresses never need SOL for fees) and the deposit key.
 //   - SOL: the payout to the merchant, the quoted network fee back to the fee
-//     wallet that paid it, the rest to the treasury: the deposit address is
-//     left with 0 lamports, and the runtime deletes it.
+//     wallet that paid it, the rest to the treasury (to the fee wallet while
+//     the treasury would stay under the rent-exempt minimum): the deposit
+//     address is left with 0 lamports, and the runtime deletes it.
 //   - SPL: the merchant's and the treasury's associated token accounts created
 //     when missing (rent paid by the fee wallet), the payout and the platform
 //     fee by transferChecked, then the deposit's token account closed, its
@@ -465,7 +466,6 @@ export class SolanaChain implements ChainAdapter {
     return `${address} is an account of the program ${value.owner} on solana, not a wallet: payouts go to a wallet's address`;
   }
 
-
   /**
    * A SOL sweep's two signatures at the base fee, taken from the deposit and
    * returned to the fee wallet that paid them; tokens cost the deposit nothing
@@ -509,9 +509,19 @@ export class SolanaChain implements ChainAdapter {
     return prepared;
   }
 
-  /** Payout, the fee back to the fee wallet, and everything else to the treasury. */
+  /**
+   * Payout, the fee back to the fee wallet, and everything else to the
+   * treasury, or to the fee wallet while the treasury would stay under the
+   * rent-exempt minimum: the runtime refuses to leave an account under it
+   * (a fresh treasury holds nothing, and a 1% fee is often less), and would
+   * refuse every retry the same way.
+   */
   private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
-    const balance = await this.balanceOf(deposit.toBase58());
+    const [balance, treasuryHeld, rentExempt] = await Promise.all([
+      this.balanceOf(deposit.toBase58()),
+      this.balanceOf(this.treasury),
+      this.rentExemptMinimum(),
+    ]);
     const network = transfer.fees?.network ?? this.networkFee('SOL');
     const rest = balance - transfer.amount - network;
     if (rest < 0n) {
@@ -521,9 +531,23 @@ export class SolanaChain implements ChainAdapter {
     }
     const send = (to: string | PublicKey, lamports: bigint) =>
       SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
-    const instructions = [send(transfer.to, transfer.amount), send(this.feePayer.publicKey, network)];
-    if (rest > 0n) instructions.push(send(this.treasury, rest));
+    const toTreasury = rest > 0n && treasuryHeld + rest >= rentExempt ? rest : 0n;
+    const instructions = [
+      send(transfer.to, transfer.amount),
+      send(this.feePayer.publicKey, network + rest - toTreasury),
+    ];
+    if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
     return instructions;
+  }
+
+  /** The least a System account with no data may hold (890,880 lamports on mainnet today), asked once. */
+  private rentExempt?: Promise<bigint>;
+  private rentExemptMinimum(): Promise<bigint> {
+    this.rentExempt ??= this.call<Integer>('getMinimumBalanceForRentExemption', [0]).then(toBigInt, (error) => {
+      this.rentExempt = undefined; // asked again next time
+      throw error;
+    });
+    return this.rentExempt;
   }
 
   /** Token accounts created where missing, payout and fee by transferChecked, the deposit's account closed. */

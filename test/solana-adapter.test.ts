@@ -6,7 +6,14 @@ import assert from 'node:assert/strict';
 import { createPrivateKey, sign } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Keypair, PublicKey, SYSVAR_CLOCK_PUBKEY, SystemProgram, Transaction } from '@solana/web3.js';
-import { TOKEN_PROGRAM_ID, createCloseAccountInstruction, getAssociatedTokenAddressSync } from '@solana/spl-token';
+import {
+  ACCOUNT_SIZE,
+  TOKEN_PROGRAM_ID,
+  createCloseAccountInstruction,
+  createInitializeAccount3Instruction,
+  createTransferCheckedInstruction,
+  getAssociatedTokenAddressSync,
+} from '@solana/spl-token';
 import bs58 from 'bs58';
 import { derivePath } from 'ed25519-hd-key';
 import { mnemonicToSeedSync } from '@scure/bip39';
@@ -174,6 +181,26 @@ describe('the Solana test node refuses what a validator refuses', () => {
     assert.equal(notFinal.error?.code, -32004);
     const finalized = (await rpc(node, 'getSlot', [{ commitment: 'finalized' }])).result;
     assert.ok(finalized <= head - 32);
+  });
+
+  it("answers getTokenAccountsByOwner only for a mint that exists, and getAccountInfo's base58 only under 129 bytes", async () => {
+    const unknown = await rpc(node, 'getTokenAccountsByOwner', [
+      payer.publicKey.toBase58(),
+      { mint: Keypair.generate().publicKey.toBase58() },
+      { encoding: 'base64' },
+    ]);
+    assert.deepEqual(unknown.error, { code: -32602, message: 'Invalid param: could not find mint' });
+    await node.mintTokens(payer.publicKey, 'USDT', 1n);
+    await node.mine();
+    const account = node.tokenAccount(payer.publicKey, 'USDT').toBase58();
+    const tooLong = await rpc(node, 'getAccountInfo', [account, { encoding: 'base58' }]);
+    assert.equal(tooLong.error?.code, -32600);
+    const sliced = await rpc(node, 'getAccountInfo', [
+      account,
+      { encoding: 'base58', dataSlice: { offset: 0, length: 32 } },
+    ]);
+    assert.deepEqual(sliced.result.value.data, [node.mintOf('USDT').toBase58(), 'base58']);
+    assert.equal(sliced.result.value.space, 165);
   });
 });
 
@@ -427,6 +454,60 @@ describe('the Solana adapter', () => {
     } finally {
       fresh.close();
     }
+  });
+
+  it('sweeps every token account the deposit owns, as detection counts them all, and closes them', async () => {
+    const index = 19;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    // 10 USDT to its associated account, 30 to an account a wallet created for it under another address.
+    await node.sendToken(payer, deposit, 'USDT', 10_000_000n);
+    const other = Keypair.generate();
+    const mint = node.mintOf('USDT');
+    await node.send(
+      [
+        SystemProgram.createAccount({
+          fromPubkey: payer.publicKey,
+          newAccountPubkey: other.publicKey,
+          lamports: (await rpc(node, 'getMinimumBalanceForRentExemption', [ACCOUNT_SIZE])).result,
+          space: ACCOUNT_SIZE,
+          programId: TOKEN_PROGRAM_ID,
+        }),
+        createInitializeAccount3Instruction(other.publicKey, mint, new PublicKey(deposit)),
+        createTransferCheckedInstruction(
+          node.tokenAccount(payer.publicKey, 'USDT'),
+          mint,
+          other.publicKey,
+          payer.publicKey,
+          30_000_000n,
+          6,
+        ),
+      ],
+      [payer, other],
+    );
+    await node.mine();
+    const counted = (await chain.block(node.headSlot))!.transfers.filter((t) => t.to === deposit);
+    assert.deepEqual(
+      counted.map((t) => t.amount),
+      [10_000_000n, 30_000_000n],
+      'detection counts both',
+    );
+
+    const merchant = Keypair.generate().publicKey.toBase58();
+    const treasuryTokens = await node.tokenBalance(chain.treasury, 'USDT');
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: merchant,
+      token: 'USDT',
+      amount: 39_600_000n,
+      reference: 'two-token-accounts',
+      fees: { platform: 400_000n, network: 0n },
+    });
+    await chain.broadcast(sweep);
+    await node.mine();
+    assert.equal(await node.tokenBalance(merchant, 'USDT'), 39_600_000n);
+    assert.equal((await node.tokenBalance(chain.treasury, 'USDT')) - treasuryTokens, 400_000n);
+    assert.equal(await node.exists(other.publicKey), false, 'the other account is closed');
+    assert.equal(await node.exists(node.tokenAccount(deposit, 'USDT')), false, 'the associated account is closed');
   });
 
   it('declares a sweep refused only once the finalized chain is past its last valid height without it', async () => {

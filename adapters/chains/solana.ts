@@ -43,6 +43,7 @@ import {
   type TransactionInstruction,
 } from '@solana/web3.js';
 import {
+  AccountLayout,
   MINT_SIZE,
   TOKEN_2022_PROGRAM_ID,
   TOKEN_PROGRAM_ID,
@@ -84,6 +85,8 @@ const SLOT_SKIPPED = [-32007, -32009];
 const BLOCK_NOT_AVAILABLE = -32004;
 /** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
 const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
+/** A sweep's transaction fits the deposit's associated token account and this many others (1,232 bytes). */
+const MAX_SWEPT_TOKEN_ACCOUNTS = 6;
 /** Token-account indexes are offset by this, so that a SOL and a token payment of one transaction never share an index. */
 export const TOKEN_INDEX_OFFSET = 256;
 
@@ -550,27 +553,68 @@ export class SolanaChain implements ChainAdapter {
     return this.rentExempt;
   }
 
-  /** Token accounts created where missing, payout and fee by transferChecked, the deposit's account closed. */
+  /**
+   * Every token account of the mint that the deposit owns, with its balance:
+   * detection counts a payment to any of them, not only the associated one
+   * (a wallet may pay into an account it created for the deposit).
+   */
+  private async depositTokenAccounts(deposit: PublicKey, mint: PublicKey) {
+    const { value } = await this.call<{ value: { pubkey: string; account: { data: [string, string] } }[] }>(
+      'getTokenAccountsByOwner',
+      [deposit.toBase58(), { mint: mint.toBase58() }, { commitment: 'confirmed', encoding: 'base64' }],
+    );
+    return value.map(({ pubkey, account }) => ({
+      address: new PublicKey(pubkey),
+      amount: AccountLayout.decode(Buffer.from(account.data[0], 'base64')).amount,
+    }));
+  }
+
+  /**
+   * The deposit's other token accounts emptied into its associated one (created
+   * where missing) and closed; then the merchant's account created where
+   * missing, payout and fee by transferChecked, the associated account closed.
+   */
   private async tokenSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
     const token = this.tokenOf(transfer.token);
     const mint = new PublicKey(token.mint);
     const payer = this.feePayer.publicKey;
+    const treasury = new PublicKey(this.treasury);
     const source = getAssociatedTokenAddressSync(mint, deposit, true);
-    const held = await this.balanceOf(deposit.toBase58(), token.symbol);
+    const accounts = await this.depositTokenAccounts(deposit, mint);
+    const others = accounts.filter((a) => !a.address.equals(source));
+    if (others.length > MAX_SWEPT_TOKEN_ACCOUNTS) {
+      throw new TransactionRejectedError(
+        `${deposit.toBase58()} owns ${others.length + 1} ${token.symbol} accounts, more than one sweep can empty`,
+      );
+    }
+    const held = accounts.reduce((sum, a) => sum + a.amount, 0n);
     // Whatever the deposit holds beyond the payout (the platform fee, an overpayment) is the treasury's.
     const toTreasury = held - transfer.amount;
     if (toTreasury < 0n)
-      throw new TransactionRejectedError(`${source.toBase58()} holds ${held}, less than ${transfer.amount}`);
+      throw new TransactionRejectedError(
+        `${deposit.toBase58()} holds ${held} ${token.symbol}, less than ${transfer.amount}`,
+      );
     const merchant = new PublicKey(transfer.to);
-    const treasury = new PublicKey(this.treasury);
     const merchantAccount = getAssociatedTokenAddressSync(mint, merchant, true);
     const treasuryAccount = getAssociatedTokenAddressSync(mint, treasury, true);
     const instructions: TransactionInstruction[] = [
-      // Enough compute for two account creations, two transfers and a close, whatever the default.
-      ComputeBudgetProgram.setComputeUnitLimit({ units: 200_000 }),
+      // Enough compute for the account creations, the transfers and the closes, whatever the default.
+      ComputeBudgetProgram.setComputeUnitLimit({ units: 200_000 + others.length * 30_000 }),
+    ];
+    if (others.length > 0) {
+      instructions.push(createAssociatedTokenAccountIdempotentInstruction(payer, source, deposit, mint));
+      for (const other of others) {
+        if (other.amount > 0n)
+          instructions.push(
+            createTransferCheckedInstruction(other.address, mint, source, deposit, other.amount, token.decimals),
+          );
+        instructions.push(createCloseAccountInstruction(other.address, treasury, deposit));
+      }
+    }
+    instructions.push(
       createAssociatedTokenAccountIdempotentInstruction(payer, merchantAccount, merchant, mint),
       createTransferCheckedInstruction(source, mint, merchantAccount, deposit, transfer.amount, token.decimals),
-    ];
+    );
     if (toTreasury > 0n) {
       instructions.push(
         createAssociatedTokenAccountIdempotentInstruction(payer, treasuryAccount, treasury, mint),

@@ -222,6 +222,38 @@ describe('the Solana adapter', () => {
     await node.stop();
   });
 
+  /** Prepares, sends and mines the sweep of a deposit to a new merchant, whose address it answers. */
+  async function sweepToNewMerchant(
+    adapter: SolanaChain,
+    index: number,
+    payout: { token: string; amount: bigint; platform: bigint; network: bigint },
+    reference: string,
+  ) {
+    const merchant = Keypair.generate().publicKey.toBase58();
+    const { token, amount, platform, network } = payout;
+    const from = { address: keyring.deriveDepositKey('solana', index).address, derivationIndex: index };
+    const sweep = await adapter.prepareTransfer({
+      from,
+      to: merchant,
+      token,
+      amount,
+      reference,
+      fees: { platform, network },
+    });
+    await adapter.broadcast(sweep);
+    await node.mine();
+    return merchant;
+  }
+
+  /** Sweeps the 40 USDT a deposit holds: 39.6 to a new merchant, the 0.4 fee to the treasury. */
+  async function sweepFortyUsdt(index: number, reference: string) {
+    const treasuryTokens = await node.tokenBalance(chain.treasury, 'USDT');
+    const payout = { token: 'USDT', amount: 39_600_000n, platform: 400_000n, network: 0n };
+    const merchant = await sweepToNewMerchant(chain, index, payout, reference);
+    assert.equal(await node.tokenBalance(merchant, 'USDT'), 39_600_000n);
+    assert.equal((await node.tokenBalance(chain.treasury, 'USDT')) - treasuryTokens, 400_000n);
+  }
+
   it('derives its fee wallet and treasury at the documented paths', () => {
     const seed = Buffer.from(mnemonicToSeedSync(SERVICE_MNEMONIC)).toString('hex');
     for (const role of ['fee', 'treasury'] as const) {
@@ -396,24 +428,11 @@ describe('the Solana adapter', () => {
     const deposit = keyring.deriveDepositKey('solana', index).address;
     await node.sendToken(payer, deposit, 'USDT', 40_000_000n);
     await node.mine();
-    const merchant = Keypair.generate().publicKey.toBase58();
     const depositAccount = node.tokenAccount(deposit, 'USDT');
     const rent = await node.balance(depositAccount);
     const treasuryBefore = await node.balance(chain.treasury);
-    const treasuryTokens = await node.tokenBalance(chain.treasury, 'USDT');
     assert.equal(chain.networkFee('USDT'), 0n, 'the fee wallet pays in SOL');
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: merchant,
-      token: 'USDT',
-      amount: 39_600_000n,
-      reference: 'usdt-sweep',
-      fees: { platform: 400_000n, network: 0n },
-    });
-    await chain.broadcast(sweep);
-    await node.mine();
-    assert.equal(await node.tokenBalance(merchant, 'USDT'), 39_600_000n);
-    assert.equal((await node.tokenBalance(chain.treasury, 'USDT')) - treasuryTokens, 400_000n);
+    await sweepFortyUsdt(index, 'usdt-sweep');
     assert.equal(await node.exists(depositAccount), false, 'closed');
     assert.equal((await node.balance(chain.treasury)) - treasuryBefore, rent, 'its rent went to the treasury');
     assert.equal(await node.balance(deposit), 0n, 'the deposit address never held SOL');
@@ -427,17 +446,8 @@ describe('the Solana adapter', () => {
         const deposit = keyring.deriveDepositKey('solana', index).address;
         await node.sendSol(payer, deposit, 5_000_000n);
         await node.mine();
-        const merchant = Keypair.generate().publicKey.toBase58();
-        const prepared = await fresh.prepareTransfer({
-          from: { address: deposit, derivationIndex: index },
-          to: merchant,
-          token: 'SOL',
-          amount: 4_940_000n,
-          reference,
-          fees: { platform: 50_000n, network: 10_000n },
-        });
-        await fresh.broadcast(prepared);
-        await node.mine();
+        const payout = { token: 'SOL', amount: 4_940_000n, platform: 50_000n, network: 10_000n };
+        const merchant = await sweepToNewMerchant(fresh, index, payout, reference);
         assert.equal(await node.balance(merchant), 4_940_000n);
         assert.equal(await node.balance(deposit), 0n);
       };
@@ -491,21 +501,7 @@ describe('the Solana adapter', () => {
       [10_000_000n, 30_000_000n],
       'detection counts both',
     );
-
-    const merchant = Keypair.generate().publicKey.toBase58();
-    const treasuryTokens = await node.tokenBalance(chain.treasury, 'USDT');
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: merchant,
-      token: 'USDT',
-      amount: 39_600_000n,
-      reference: 'two-token-accounts',
-      fees: { platform: 400_000n, network: 0n },
-    });
-    await chain.broadcast(sweep);
-    await node.mine();
-    assert.equal(await node.tokenBalance(merchant, 'USDT'), 39_600_000n);
-    assert.equal((await node.tokenBalance(chain.treasury, 'USDT')) - treasuryTokens, 400_000n);
+    await sweepFortyUsdt(index, 'two-token-accounts');
     assert.equal(await node.exists(other.publicKey), false, 'the other account is closed');
     assert.equal(await node.exists(node.tokenAccount(deposit, 'USDT')), false, 'the associated account is closed');
   });

@@ -294,6 +294,12 @@ describe('the Solana adapter', () => {
     );
   });
 
+  it('refuses a token account or a mint as the treasury at start-up, in one line naming the variable', async () => {
+    await assert.rejects(SolanaChain.open({ rpcUrl: node.url, keyring, treasury: USDT_MINT }), {
+      message: `CHAIN_SOLANA_TREASURY: ${USDT_MINT} is a token mint on solana, not a wallet: give the wallet's own address (the owner of its token accounts)`,
+    });
+  });
+
   it('reads SOL and token payments from balances, whichever program moved them', async () => {
     const deposit = keyring.deriveDepositKey('solana', 11).address;
     const sol = await node.sendSol(payer, deposit, 123_456_789n);

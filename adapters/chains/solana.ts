@@ -259,23 +259,34 @@ export class SolanaChain implements ChainAdapter {
   }
 
   /**
-   * Connects and checks the cluster's genesis hash; a mismatch or an RPC that
-   * does not answer stops start-up with one line naming the variable.
+   * Connects and checks the cluster's genesis hash and the configured
+   * treasury; a mismatch, a treasury that cannot receive, or an RPC that does
+   * not answer stops start-up with one line naming the variable.
    */
   static async open(options: SolanaChainOptions): Promise<SolanaChain> {
-    const cluster = options.cluster ?? 'mainnet-beta';
-    const expected = solanaClusters[cluster] ?? cluster;
     const adapter = new SolanaChain(options);
-    let genesis: string;
     try {
-      genesis = await adapter.call<string>('getGenesisHash', []);
+      await adapter.checkCluster(options.cluster ?? 'mainnet-beta');
+      // The treasury takes token fees in an associated account derived for it: a token account or a mint would lose them.
+      const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
+      if (treasuryProblem) throw new Error(`CHAIN_SOLANA_TREASURY: ${treasuryProblem}`);
+      return adapter;
     } catch (error) {
       adapter.close();
-      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
+      throw error;
+    }
+  }
+
+  private async checkCluster(cluster: string): Promise<void> {
+    const expected = solanaClusters[cluster] ?? cluster;
+    let genesis: string;
+    try {
+      genesis = await this.call<string>('getGenesisHash', []);
+    } catch (error) {
+      const reason = withoutRpcUrl(error, this.options.rpcUrl).message.split('\n')[0]!;
       throw new Error(`CHAIN_SOLANA_RPC_URL: the RPC did not answer (${reason.slice(0, 200)})`);
     }
     if (genesis !== expected) {
-      adapter.close();
       const known = Object.entries(solanaClusters).find(([, hash]) => hash === genesis)?.[0];
       throw new Error(
         `CHAIN_SOLANA_RPC_URL is an RPC of ${known ? `Solana ${known}` : `the cluster whose genesis hash is ${genesis}`}, not ${
@@ -283,7 +294,6 @@ export class SolanaChain implements ChainAdapter {
         }; set CHAIN_SOLANA_CLUSTER=${known ?? genesis} if that cluster is meant`,
       );
     }
-    return adapter;
   }
 
   close(): void {

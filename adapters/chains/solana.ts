@@ -399,27 +399,10 @@ export class SolanaChain implements ChainAdapter {
     return this.poller.onNewBlock(listener);
   }
 
-  /** Lamports of an address, or base units of a token held in its associated token account. */
-  async balanceOf(address: string, token = 'SOL'): Promise<bigint> {
-    if (token === 'SOL') {
-      const answer = await this.call<{ value: Integer }>('getBalance', [address, { commitment: 'confirmed' }]);
-      return toBigInt(answer.value);
-    }
-    const account = getAssociatedTokenAddressSync(
-      new PublicKey(this.tokenOf(token).mint),
-      new PublicKey(address),
-      true,
-    );
-    try {
-      const answer = await this.call<{ value: { amount: string } }>('getTokenAccountBalance', [
-        account.toBase58(),
-        { commitment: 'confirmed' },
-      ]);
-      return BigInt(answer.value.amount);
-    } catch (error) {
-      if (error instanceof SolanaRpcError && error.error.code === -32602) return 0n; // no such account
-      throw error;
-    }
+  /** Lamports of an address. */
+  async balanceOf(address: string): Promise<bigint> {
+    const answer = await this.call<{ value: Integer }>('getBalance', [address, { commitment: 'confirmed' }]);
+    return toBigInt(answer.value);
   }
 
   /** The fee wallet and the treasury with their SOL balances (GET /admin/v1/wallets). */
@@ -435,14 +418,6 @@ export class SolanaChain implements ChainAdapter {
     const token = this.tokens.find((t) => t.symbol === symbol);
     if (!token) throw new TransactionRejectedError(`solana has no token ${symbol}`);
     return token;
-  }
-
-  private async exists(address: PublicKey): Promise<boolean> {
-    const answer = await this.call<{ value: unknown }>('getAccountInfo', [
-      address.toBase58(),
-      { commitment: 'confirmed', encoding: 'base64', dataSlice: { offset: 0, length: 0 } },
-    ]);
-    return answer.value !== null;
   }
 
   // -------------------------------------------------------------------------

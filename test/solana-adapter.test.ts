@@ -5,8 +5,15 @@
 import assert from 'node:assert/strict';
 import { createPrivateKey, sign } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import { Keypair, PublicKey, SystemProgram, Transaction } from '@solana/web3.js';
-import { createCloseAccountInstruction, getAssociatedTokenAddressSync } from '@solana/spl-token';
+import { Keypair, PublicKey, SYSVAR_CLOCK_PUBKEY, SystemProgram, Transaction } from '@solana/web3.js';
+import {
+  ACCOUNT_SIZE,
+  TOKEN_PROGRAM_ID,
+  createCloseAccountInstruction,
+  createInitializeAccount3Instruction,
+  createTransferCheckedInstruction,
+  getAssociatedTokenAddressSync,
+} from '@solana/spl-token';
 import bs58 from 'bs58';
 import { derivePath } from 'ed25519-hd-key';
 import { mnemonicToSeedSync } from '@scure/bip39';
@@ -175,6 +182,26 @@ describe('the Solana test node refuses what a validator refuses', () => {
     const finalized = (await rpc(node, 'getSlot', [{ commitment: 'finalized' }])).result;
     assert.ok(finalized <= head - 32);
   });
+
+  it("answers getTokenAccountsByOwner only for a mint that exists, and getAccountInfo's base58 only under 129 bytes", async () => {
+    const unknown = await rpc(node, 'getTokenAccountsByOwner', [
+      payer.publicKey.toBase58(),
+      { mint: Keypair.generate().publicKey.toBase58() },
+      { encoding: 'base64' },
+    ]);
+    assert.deepEqual(unknown.error, { code: -32602, message: 'Invalid param: could not find mint' });
+    await node.mintTokens(payer.publicKey, 'USDT', 1n);
+    await node.mine();
+    const account = node.tokenAccount(payer.publicKey, 'USDT').toBase58();
+    const tooLong = await rpc(node, 'getAccountInfo', [account, { encoding: 'base58' }]);
+    assert.equal(tooLong.error?.code, -32600);
+    const sliced = await rpc(node, 'getAccountInfo', [
+      account,
+      { encoding: 'base58', dataSlice: { offset: 0, length: 32 } },
+    ]);
+    assert.deepEqual(sliced.result.value.data, [node.mintOf('USDT').toBase58(), 'base58']);
+    assert.equal(sliced.result.value.space, 165);
+  });
 });
 
 describe('the Solana adapter', () => {
@@ -194,6 +221,38 @@ describe('the Solana adapter', () => {
     chain.close();
     await node.stop();
   });
+
+  /** Prepares, sends and mines the sweep of a deposit to a new merchant, whose address it answers. */
+  async function sweepToNewMerchant(
+    adapter: SolanaChain,
+    index: number,
+    payout: { token: string; amount: bigint; platform: bigint; network: bigint },
+    reference: string,
+  ) {
+    const merchant = Keypair.generate().publicKey.toBase58();
+    const { token, amount, platform, network } = payout;
+    const from = { address: keyring.deriveDepositKey('solana', index).address, derivationIndex: index };
+    const sweep = await adapter.prepareTransfer({
+      from,
+      to: merchant,
+      token,
+      amount,
+      reference,
+      fees: { platform, network },
+    });
+    await adapter.broadcast(sweep);
+    await node.mine();
+    return merchant;
+  }
+
+  /** Sweeps the 40 USDT a deposit holds: 39.6 to a new merchant, the 0.4 fee to the treasury. */
+  async function sweepFortyUsdt(index: number, reference: string) {
+    const treasuryTokens = await node.tokenBalance(chain.treasury, 'USDT');
+    const payout = { token: 'USDT', amount: 39_600_000n, platform: 400_000n, network: 0n };
+    const merchant = await sweepToNewMerchant(chain, index, payout, reference);
+    assert.equal(await node.tokenBalance(merchant, 'USDT'), 39_600_000n);
+    assert.equal((await node.tokenBalance(chain.treasury, 'USDT')) - treasuryTokens, 400_000n);
+  }
 
   it('derives its fee wallet and treasury at the documented paths', () => {
     const seed = Buffer.from(mnemonicToSeedSync(SERVICE_MNEMONIC)).toString('hex');
@@ -216,6 +275,28 @@ describe('the Solana adapter', () => {
         'CHAIN_SOLANA_RPC_URL is an RPC of Solana mainnet-beta, not Solana devnet; set CHAIN_SOLANA_CLUSTER=mainnet-beta if that cluster is meant',
       );
       return true;
+    });
+  });
+
+  it('takes as a payout wallet only an address with no account yet or a System-owned one', async () => {
+    assert.equal(await chain.receivingProblem(Keypair.generate().publicKey.toBase58()), undefined, 'no account yet');
+    assert.equal(await chain.receivingProblem(payer.publicKey.toBase58()), undefined, 'a funded wallet');
+    const tokenAccount = node.tokenAccount(payer.publicKey, 'USDT').toBase58();
+    assert.equal(
+      await chain.receivingProblem(tokenAccount),
+      `${tokenAccount} is a token account on solana, not a wallet: give the wallet's own address (the owner of its token accounts)`,
+    );
+    assert.match((await chain.receivingProblem(USDT_MINT))!, /is a token mint on solana, not a wallet/);
+    assert.match((await chain.receivingProblem(TOKEN_PROGRAM_ID.toBase58()))!, /is a program on solana/);
+    assert.match(
+      (await chain.receivingProblem(SYSVAR_CLOCK_PUBKEY.toBase58()))!,
+      /is an account of the program Sysvar1111111111111111111111111111111111111 on solana/,
+    );
+  });
+
+  it('refuses a token account or a mint as the treasury at start-up, in one line naming the variable', async () => {
+    await assert.rejects(SolanaChain.open({ rpcUrl: node.url, keyring, treasury: USDT_MINT }), {
+      message: `CHAIN_SOLANA_TREASURY: ${USDT_MINT} is a token mint on solana, not a wallet: give the wallet's own address (the owner of its token accounts)`,
     });
   });
 
@@ -353,27 +434,82 @@ describe('the Solana adapter', () => {
     const deposit = keyring.deriveDepositKey('solana', index).address;
     await node.sendToken(payer, deposit, 'USDT', 40_000_000n);
     await node.mine();
-    const merchant = Keypair.generate().publicKey.toBase58();
     const depositAccount = node.tokenAccount(deposit, 'USDT');
     const rent = await node.balance(depositAccount);
     const treasuryBefore = await node.balance(chain.treasury);
-    const treasuryTokens = await node.tokenBalance(chain.treasury, 'USDT');
     assert.equal(chain.networkFee('USDT'), 0n, 'the fee wallet pays in SOL');
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: merchant,
-      token: 'USDT',
-      amount: 39_600_000n,
-      reference: 'usdt-sweep',
-      fees: { platform: 400_000n, network: 0n },
-    });
-    await chain.broadcast(sweep);
-    await node.mine();
-    assert.equal(await node.tokenBalance(merchant, 'USDT'), 39_600_000n);
-    assert.equal((await node.tokenBalance(chain.treasury, 'USDT')) - treasuryTokens, 400_000n);
+    await sweepFortyUsdt(index, 'usdt-sweep');
     assert.equal(await node.exists(depositAccount), false, 'closed');
     assert.equal((await node.balance(chain.treasury)) - treasuryBefore, rent, 'its rent went to the treasury');
     assert.equal(await node.balance(deposit), 0n, 'the deposit address never held SOL');
+  });
+
+  it('sweeps SOL on a fresh deployment: a remainder that would leave the empty treasury under rent stays in the fee wallet', async () => {
+    const treasury = Keypair.generate().publicKey.toBase58(); // never funded
+    const fresh = await SolanaChain.open({ rpcUrl: node.url, keyring, treasury });
+    try {
+      const sweep = async (index: number, reference: string) => {
+        const deposit = keyring.deriveDepositKey('solana', index).address;
+        await node.sendSol(payer, deposit, 5_000_000n);
+        await node.mine();
+        const payout = { token: 'SOL', amount: 4_940_000n, platform: 50_000n, network: 10_000n };
+        const merchant = await sweepToNewMerchant(fresh, index, payout, reference);
+        assert.equal(await node.balance(merchant), 4_940_000n);
+        assert.equal(await node.balance(deposit), 0n);
+      };
+      const feeBefore = await node.balance(fresh.feeWallet);
+      await sweep(17, 'fresh-treasury');
+      assert.equal(await node.balance(treasury), 0n, 'under 890,880 lamports the runtime refuses it');
+      assert.equal((await node.balance(fresh.feeWallet)) - feeBefore, 50_000n, 'the fee wallet keeps the platform fee');
+
+      // Once the treasury holds its rent-exempt minimum, the remainder goes to it again.
+      await node.airdrop(treasury, 890_880n);
+      await node.mine();
+      await sweep(18, 'funded-treasury');
+      assert.equal(await node.balance(treasury), 890_880n + 50_000n);
+    } finally {
+      fresh.close();
+    }
+  });
+
+  it('sweeps every token account the deposit owns, as detection counts them all, and closes them', async () => {
+    const index = 19;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    // 10 USDT to its associated account, 30 to an account a wallet created for it under another address.
+    await node.sendToken(payer, deposit, 'USDT', 10_000_000n);
+    const other = Keypair.generate();
+    const mint = node.mintOf('USDT');
+    await node.send(
+      [
+        SystemProgram.createAccount({
+          fromPubkey: payer.publicKey,
+          newAccountPubkey: other.publicKey,
+          lamports: (await rpc(node, 'getMinimumBalanceForRentExemption', [ACCOUNT_SIZE])).result,
+          space: ACCOUNT_SIZE,
+          programId: TOKEN_PROGRAM_ID,
+        }),
+        createInitializeAccount3Instruction(other.publicKey, mint, new PublicKey(deposit)),
+        createTransferCheckedInstruction(
+          node.tokenAccount(payer.publicKey, 'USDT'),
+          mint,
+          other.publicKey,
+          payer.publicKey,
+          30_000_000n,
+          6,
+        ),
+      ],
+      [payer, other],
+    );
+    await node.mine();
+    const counted = (await chain.block(node.headSlot))!.transfers.filter((t) => t.to === deposit);
+    assert.deepEqual(
+      counted.map((t) => t.amount),
+      [10_000_000n, 30_000_000n],
+      'detection counts both',
+    );
+    await sweepFortyUsdt(index, 'two-token-accounts');
+    assert.equal(await node.exists(other.publicKey), false, 'the other account is closed');
+    assert.equal(await node.exists(node.tokenAccount(deposit, 'USDT')), false, 'the associated account is closed');
   });
 
   it('declares a sweep refused only once the finalized chain is past its last valid height without it', async () => {

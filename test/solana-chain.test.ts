@@ -82,6 +82,24 @@ describe('payments and settlement on the Solana test node', () => {
     assert.equal((await wallets())[0].feeWalletBalance, '2.000000000');
   });
 
+  it('refuses a token account as a settlement wallet when it is configured, naming solana', async () => {
+    const { merchant } = await merchantWithKey(svc);
+    const tokenAccount = node.tokenAccount(payer.publicKey, 'USDT').toBase58();
+    const res = await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, {
+      settlementWallets: { solana: tokenAccount },
+    });
+    assert.equal(res.status, 400);
+    assert.equal(
+      res.body.message,
+      `settlementWallets.solana: ${tokenAccount} is a token account on solana, not a wallet: give the wallet's own address (the owner of its token accounts)`,
+    );
+    const wallet = payer.publicKey.toBase58();
+    assert.equal(
+      (await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, { settlementWallets: { solana: wallet } })).status,
+      200,
+    );
+  });
+
   it('a SOL payment confirms only once finalized, and settles exact to the lamport', async () => {
     const { key, wallet } = await merchant();
     const [{ feeWallet, treasury }] = await wallets();

@@ -20,8 +20,9 @@
 // Settlement: one transaction per sweep, signed by the fee wallet (the fee
 // payer: deposit addresses never need SOL for fees) and the deposit key.
 //   - SOL: the payout to the merchant, the quoted network fee back to the fee
-//     wallet that paid it, the rest to the treasury: the deposit address is
-//     left with 0 lamports, and the runtime deletes it.
+//     wallet that paid it, the rest to the treasury (to the fee wallet while
+//     the treasury would stay under the rent-exempt minimum): the deposit
+//     address is left with 0 lamports, and the runtime deletes it.
 //   - SPL: the merchant's and the treasury's associated token accounts created
 //     when missing (rent paid by the fee wallet), the payout and the platform
 //     fee by transferChecked, then the deposit's token account closed, its
@@ -42,6 +43,10 @@ import {
   type TransactionInstruction,
 } from '@solana/web3.js';
 import {
+  AccountLayout,
+  MINT_SIZE,
+  TOKEN_2022_PROGRAM_ID,
+  TOKEN_PROGRAM_ID,
   createAssociatedTokenAccountIdempotentInstruction,
   createCloseAccountInstruction,
   createTransferCheckedInstruction,
@@ -78,6 +83,10 @@ const RPC_TIMEOUT_MS = 30_000;
 const SLOT_SKIPPED = [-32007, -32009];
 /** getBlock: a slot beyond what the node holds at that commitment. */
 const BLOCK_NOT_AVAILABLE = -32004;
+/** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
+const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
+/** A sweep's transaction fits the deposit's associated token account and this many others (1,232 bytes). */
+const MAX_SWEPT_TOKEN_ACCOUNTS = 6;
 /** Token-account indexes are offset by this, so that a SOL and a token payment of one transaction never share an index. */
 export const TOKEN_INDEX_OFFSET = 256;
 
@@ -250,23 +259,34 @@ export class SolanaChain implements ChainAdapter {
   }
 
   /**
-   * Connects and checks the cluster's genesis hash; a mismatch or an RPC that
-   * does not answer stops start-up with one line naming the variable.
+   * Connects and checks the cluster's genesis hash and the configured
+   * treasury; a mismatch, a treasury that cannot receive, or an RPC that does
+   * not answer stops start-up with one line naming the variable.
    */
   static async open(options: SolanaChainOptions): Promise<SolanaChain> {
-    const cluster = options.cluster ?? 'mainnet-beta';
-    const expected = solanaClusters[cluster] ?? cluster;
     const adapter = new SolanaChain(options);
-    let genesis: string;
     try {
-      genesis = await adapter.call<string>('getGenesisHash', []);
+      await adapter.checkCluster(options.cluster ?? 'mainnet-beta');
+      // The treasury takes token fees in an associated account derived for it: a token account or a mint would lose them.
+      const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
+      if (treasuryProblem) throw new Error(`CHAIN_SOLANA_TREASURY: ${treasuryProblem}`);
+      return adapter;
     } catch (error) {
       adapter.close();
-      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
+      throw error;
+    }
+  }
+
+  private async checkCluster(cluster: string): Promise<void> {
+    const expected = solanaClusters[cluster] ?? cluster;
+    let genesis: string;
+    try {
+      genesis = await this.call<string>('getGenesisHash', []);
+    } catch (error) {
+      const reason = withoutRpcUrl(error, this.options.rpcUrl).message.split('\n')[0]!;
       throw new Error(`CHAIN_SOLANA_RPC_URL: the RPC did not answer (${reason.slice(0, 200)})`);
     }
     if (genesis !== expected) {
-      adapter.close();
       const known = Object.entries(solanaClusters).find(([, hash]) => hash === genesis)?.[0];
       throw new Error(
         `CHAIN_SOLANA_RPC_URL is an RPC of ${known ? `Solana ${known}` : `the cluster whose genesis hash is ${genesis}`}, not ${
@@ -274,7 +294,6 @@ export class SolanaChain implements ChainAdapter {
         }; set CHAIN_SOLANA_CLUSTER=${known ?? genesis} if that cluster is meant`,
       );
     }
-    return adapter;
   }
 
   close(): void {
@@ -380,27 +399,10 @@ export class SolanaChain implements ChainAdapter {
     return this.poller.onNewBlock(listener);
   }
 
-  /** Lamports of an address, or base units of a token held in its associated token account. */
-  async balanceOf(address: string, token = 'SOL'): Promise<bigint> {
-    if (token === 'SOL') {
-      const answer = await this.call<{ value: Integer }>('getBalance', [address, { commitment: 'confirmed' }]);
-      return toBigInt(answer.value);
-    }
-    const account = getAssociatedTokenAddressSync(
-      new PublicKey(this.tokenOf(token).mint),
-      new PublicKey(address),
-      true,
-    );
-    try {
-      const answer = await this.call<{ value: { amount: string } }>('getTokenAccountBalance', [
-        account.toBase58(),
-        { commitment: 'confirmed' },
-      ]);
-      return BigInt(answer.value.amount);
-    } catch (error) {
-      if (error instanceof SolanaRpcError && error.error.code === -32602) return 0n; // no such account
-      throw error;
-    }
+  /** Lamports of an address. */
+  async balanceOf(address: string): Promise<bigint> {
+    const answer = await this.call<{ value: Integer }>('getBalance', [address, { commitment: 'confirmed' }]);
+    return toBigInt(answer.value);
   }
 
   /** The fee wallet and the treasury with their SOL balances (GET /admin/v1/wallets). */
@@ -418,17 +420,39 @@ export class SolanaChain implements ChainAdapter {
     return token;
   }
 
-  private async exists(address: PublicKey): Promise<boolean> {
-    const answer = await this.call<{ value: unknown }>('getAccountInfo', [
-      address.toBase58(),
-      { commitment: 'confirmed', encoding: 'base64', dataSlice: { offset: 0, length: 0 } },
-    ]);
-    return answer.value !== null;
-  }
-
   // -------------------------------------------------------------------------
   // Settlement
   // -------------------------------------------------------------------------
+
+  /**
+   * Only a wallet that someone signs for can take a payout: an address with
+   * no account yet, or a System-owned one. A token account or a mint entered
+   * as the wallet would get tokens in an associated account derived for it,
+   * which no key can ever move; a program or another program's account
+   * cannot sign either.
+   */
+  async receivingProblem(address: string): Promise<string | undefined> {
+    const { value } = await this.call<{
+      value: { owner: string; executable: boolean; space?: number; data: [string, string] } | null;
+    }>('getAccountInfo', [
+      address,
+      {
+        commitment: 'confirmed',
+        encoding: 'base64',
+        dataSlice: { offset: TOKEN_2022_ACCOUNT_TYPE_OFFSET, length: 1 },
+      },
+    ]);
+    if (!value) return undefined;
+    const owner = new PublicKey(value.owner);
+    if (value.executable) return `${address} is a program on solana, not a wallet: payouts go to a wallet's address`;
+    if (owner.equals(SystemProgram.programId)) return undefined;
+    if (owner.equals(TOKEN_PROGRAM_ID) || owner.equals(TOKEN_2022_PROGRAM_ID)) {
+      const type = Buffer.from(value.data[0], 'base64')[0];
+      const what = value.space === MINT_SIZE || type === 1 ? 'a token mint' : 'a token account';
+      return `${address} is ${what} on solana, not a wallet: give the wallet's own address (the owner of its token accounts)`;
+    }
+    return `${address} is an account of the program ${value.owner} on solana, not a wallet: payouts go to a wallet's address`;
+  }
 
   /**
    * A SOL sweep's two signatures at the base fee, taken from the deposit and
@@ -473,9 +497,19 @@ export class SolanaChain implements ChainAdapter {
     return prepared;
   }
 
-  /** Payout, the fee back to the fee wallet, and everything else to the treasury. */
+  /**
+   * Payout, the fee back to the fee wallet, and everything else to the
+   * treasury, or to the fee wallet while the treasury would stay under the
+   * rent-exempt minimum: the runtime refuses to leave an account under it
+   * (a fresh treasury holds nothing, and a 1% fee is often less), and would
+   * refuse every retry the same way.
+   */
   private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
-    const balance = await this.balanceOf(deposit.toBase58());
+    const [balance, treasuryHeld, rentExempt] = await Promise.all([
+      this.balanceOf(deposit.toBase58()),
+      this.balanceOf(this.treasury),
+      this.rentExemptMinimum(),
+    ]);
     const network = transfer.fees?.network ?? this.networkFee('SOL');
     const rest = balance - transfer.amount - network;
     if (rest < 0n) {
@@ -485,32 +519,87 @@ export class SolanaChain implements ChainAdapter {
     }
     const send = (to: string | PublicKey, lamports: bigint) =>
       SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
-    const instructions = [send(transfer.to, transfer.amount), send(this.feePayer.publicKey, network)];
-    if (rest > 0n) instructions.push(send(this.treasury, rest));
+    const toTreasury = rest > 0n && treasuryHeld + rest >= rentExempt ? rest : 0n;
+    const instructions = [
+      send(transfer.to, transfer.amount),
+      send(this.feePayer.publicKey, network + rest - toTreasury),
+    ];
+    if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
     return instructions;
   }
 
-  /** Token accounts created where missing, payout and fee by transferChecked, the deposit's account closed. */
+  /** The least a System account with no data may hold (890,880 lamports on mainnet today), asked once. */
+  private rentExempt?: Promise<bigint>;
+  private rentExemptMinimum(): Promise<bigint> {
+    this.rentExempt ??= this.call<Integer>('getMinimumBalanceForRentExemption', [0]).then(toBigInt, (error) => {
+      this.rentExempt = undefined; // asked again next time
+      throw error;
+    });
+    return this.rentExempt;
+  }
+
+  /**
+   * Every token account of the mint that the deposit owns, with its balance:
+   * detection counts a payment to any of them, not only the associated one
+   * (a wallet may pay into an account it created for the deposit).
+   */
+  private async depositTokenAccounts(deposit: PublicKey, mint: PublicKey) {
+    const { value } = await this.call<{ value: { pubkey: string; account: { data: [string, string] } }[] }>(
+      'getTokenAccountsByOwner',
+      [deposit.toBase58(), { mint: mint.toBase58() }, { commitment: 'confirmed', encoding: 'base64' }],
+    );
+    return value.map(({ pubkey, account }) => ({
+      address: new PublicKey(pubkey),
+      amount: AccountLayout.decode(Buffer.from(account.data[0], 'base64')).amount,
+    }));
+  }
+
+  /**
+   * The deposit's other token accounts emptied into its associated one (created
+   * where missing) and closed; then the merchant's account created where
+   * missing, payout and fee by transferChecked, the associated account closed.
+   */
   private async tokenSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
     const token = this.tokenOf(transfer.token);
     const mint = new PublicKey(token.mint);
     const payer = this.feePayer.publicKey;
+    const treasury = new PublicKey(this.treasury);
     const source = getAssociatedTokenAddressSync(mint, deposit, true);
-    const held = await this.balanceOf(deposit.toBase58(), token.symbol);
+    const accounts = await this.depositTokenAccounts(deposit, mint);
+    const others = accounts.filter((a) => !a.address.equals(source));
+    if (others.length > MAX_SWEPT_TOKEN_ACCOUNTS) {
+      throw new TransactionRejectedError(
+        `${deposit.toBase58()} owns ${others.length + 1} ${token.symbol} accounts, more than one sweep can empty`,
+      );
+    }
+    const held = accounts.reduce((sum, a) => sum + a.amount, 0n);
     // Whatever the deposit holds beyond the payout (the platform fee, an overpayment) is the treasury's.
     const toTreasury = held - transfer.amount;
     if (toTreasury < 0n)
-      throw new TransactionRejectedError(`${source.toBase58()} holds ${held}, less than ${transfer.amount}`);
+      throw new TransactionRejectedError(
+        `${deposit.toBase58()} holds ${held} ${token.symbol}, less than ${transfer.amount}`,
+      );
     const merchant = new PublicKey(transfer.to);
-    const treasury = new PublicKey(this.treasury);
     const merchantAccount = getAssociatedTokenAddressSync(mint, merchant, true);
     const treasuryAccount = getAssociatedTokenAddressSync(mint, treasury, true);
     const instructions: TransactionInstruction[] = [
-      // Enough compute for two account creations, two transfers and a close, whatever the default.
-      ComputeBudgetProgram.setComputeUnitLimit({ units: 200_000 }),
+      // Enough compute for the account creations, the transfers and the closes, whatever the default.
+      ComputeBudgetProgram.setComputeUnitLimit({ units: 200_000 + others.length * 30_000 }),
+    ];
+    if (others.length > 0) {
+      instructions.push(createAssociatedTokenAccountIdempotentInstruction(payer, source, deposit, mint));
+      for (const other of others) {
+        if (other.amount > 0n)
+          instructions.push(
+            createTransferCheckedInstruction(other.address, mint, source, deposit, other.amount, token.decimals),
+          );
+        instructions.push(createCloseAccountInstruction(other.address, treasury, deposit));
+      }
+    }
+    instructions.push(
       createAssociatedTokenAccountIdempotentInstruction(payer, merchantAccount, merchant, mint),
       createTransferCheckedInstruction(source, mint, merchantAccount, deposit, transfer.amount, token.decimals),
-    ];
+    );
     if (toTreasury > 0n) {
       instructions.push(
         createAssociatedTokenAccountIdempotentInstruction(payer, treasuryAccount, treasury, mint),

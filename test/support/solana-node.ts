@@ -117,6 +117,12 @@ export class SolanaTestNode {
   private readonly blocks: LedgerBlock[] = [];
   private openSlot: LedgerTransaction[] = [];
   private slot = 1;
+  /**
+   * The accounts the Token program has owned, for getTokenAccountsByOwner:
+   * litesvm cannot list accounts, and every token account here is made by a
+   * transaction this node ran.
+   */
+  private readonly tokenProgramAccounts = new Set<string>();
   /** Every request, for tests that count calls. */
   readonly calls: string[] = [];
   /** A queue: the node refuses the next sendTransaction calls with these answers, then works again. */
@@ -444,6 +450,7 @@ export class SolanaTestNode {
       throw preflight(validatorMessage(processed), processed.meta().logs());
     const after = new Map<string, AccountState>();
     for (const key of keys) after.set(key.toBase58(), this.account(key));
+    for (const [key, state] of after) if (state?.owner.equals(TOKEN_PROGRAM_ID)) this.tokenProgramAccounts.add(key);
     // The runtime's fee: every signature at the base fee (no priority fee is ever set here).
     const fee = Number(LAMPORTS_PER_SIGNATURE) * message.header.numRequiredSignatures;
     const lamports = (state: AccountState | undefined) => state?.lamports ?? 0n;
@@ -596,17 +603,36 @@ export class SolanaTestNode {
         return { context: this.rpcContext(config(1).commitment), value: Number(await this.balance(address)) };
       }
       case 'getAccountInfo': {
+        // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_account_info: a
+        // missing account (or one with 0 lamports, which the bank does not
+        // keep) is `value: null`; the encoding defaults to binary (a bare
+        // base58 string), and base58 data over 128 bytes is refused
+        // (encode_account, MAX_BASE58_BYTES); dataSlice cuts the data after
+        // the account is read, so `space` stays the account's whole size
+        // (account-decoder's encode_ui_account).
         const address = this.publicKey(params[0]);
         const account = this.account(address);
+        const encoding = (config(1)['encoding'] as string | undefined) ?? 'binary';
+        if (!['binary', 'base58', 'base64'].includes(encoding))
+          throw new RpcFailure(-32602, `this test node does not encode accounts as ${encoding}`);
         const slice = config(1)['dataSlice'] as { offset: number; length: number } | undefined;
         const data = account
           ? Buffer.from(account.data).subarray(slice?.offset ?? 0, slice ? slice.offset + slice.length : undefined)
           : undefined;
+        if (data && encoding !== 'base64' && data.length > 128)
+          throw new RpcFailure(
+            -32600,
+            'Encoded binary (base 58) data should be less than 128 bytes, please use Base64 encoding.',
+          );
+        const encoded =
+          encoding === 'binary'
+            ? bs58.encode(data ?? [])
+            : [encoding === 'base64' ? data?.toString('base64') : bs58.encode(data ?? []), encoding];
         return {
           context: this.rpcContext(config(1).commitment),
           value: account
             ? {
-                data: [data!.toString('base64'), 'base64'],
+                data: encoded,
                 executable: account.executable,
                 lamports: account.lamports,
                 owner: account.owner.toBase58(),
@@ -624,6 +650,32 @@ export class SolanaTestNode {
         }
         const [balance] = await this.tokenBalances([address], new Map([[address.toBase58(), account]]));
         return { context: this.rpcContext(config(1).commitment), value: balance!.uiTokenAmount };
+      }
+      case 'getTokenAccountsByOwner': {
+        // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_token_accounts_by_owner:
+        // a mint filter names an existing mint of a token program
+        // (get_token_program_id_and_mint: "Invalid param: could not find
+        // mint" otherwise); the answer is every token account of that mint
+        // whose owner is the address, as keyed accounts.
+        const owner = this.publicKey(params[0]);
+        const filter = (params[1] ?? {}) as { mint?: string; programId?: string };
+        if (!filter.mint) throw new RpcFailure(-32602, 'this test node filters token accounts by mint only');
+        const mint = this.publicKey(filter.mint);
+        if (!this.account(mint)?.owner.equals(TOKEN_PROGRAM_ID))
+          throw new RpcFailure(-32602, 'Invalid param: could not find mint');
+        const value = [];
+        for (const key of this.tokenProgramAccounts) {
+          const address = new PublicKey(key);
+          const state = this.account(address);
+          if (!state?.owner.equals(TOKEN_PROGRAM_ID) || state.data.length !== ACCOUNT_SIZE) continue;
+          const account = unpackAccount(address, asAccountInfo(state));
+          if (!account.owner.equals(owner) || !account.mint.equals(mint)) continue;
+          value.push({
+            pubkey: key,
+            account: await this.call('getAccountInfo', [key, config(2)]).then((a) => (a as { value: unknown }).value),
+          });
+        }
+        return { context: this.rpcContext(config(2).commitment), value };
       }
       case 'getSignatureStatuses': {
         const finalizedSlot = this.blockAt('finalized').slot;

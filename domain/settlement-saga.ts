@@ -73,6 +73,7 @@ export function reactToSettlementEvent(input: SettlementSagaEvent, policy: Settl
           command: {
             type: 'RepriceForReceipts',
             grossAmount: totalOf(d.payments),
+            fromAddress: d.address,
             sources: sourcesOf(d.payments),
             now: d.changedAt,
           },

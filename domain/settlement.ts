@@ -172,7 +172,7 @@ export type SettlementCommand =
       now: string;
     })
   /** The invoice's counted, confirmed receipts changed after the settlement was requested. */
-  | { type: 'RepriceForReceipts'; grossAmount: bigint; sources?: PayoutSource[]; now: string }
+  | { type: 'RepriceForReceipts'; grossAmount: bigint; fromAddress?: string; sources?: PayoutSource[]; now: string }
   /** The network fee of the payout, priced when it is prepared. */
   | { type: 'PriceNetworkFee'; networkFee: bigint; now: string }
   | { type: 'SetWallet'; merchantWallet: string; now: string }
@@ -262,7 +262,8 @@ const REVERSED = 'The payments of this settlement were withdrawn by a reorganisa
 const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
 
 function request(command: Extract<SettlementCommand, { type: 'RequestSettlement' }>, state: SettlementState) {
-  // One settlement per invoice: asking again (the invoice confirmed again after a reorg) re-prices it.
+  // One settlement per invoice: asking again (the invoice confirmed again after a reorg) re-prices it,
+  // if it is paid on the same address; amounts of two tokens cannot be added up.
   if (state) return reprice({ ...command, type: 'RepriceForReceipts' }, state);
   const { platformFee, netAmount } = amountsOf(command.grossAmount, command.platformFeeBps, command.networkFee);
   const requested: SettlementRequested = {
@@ -302,6 +303,13 @@ function reprice(
   command: Extract<SettlementCommand, { type: 'RepriceForReceipts' }>,
   state: Settlement,
 ): SettlementEvent[] {
+  // Amounts paid to another address (another token) cannot be added to this settlement's.
+  if (command.fromAddress !== undefined && command.fromAddress !== state.fromAddress) {
+    throw new DomainError(
+      'conflict',
+      `Settlement ${state.id} pays out ${state.token} from ${state.fromAddress}; the invoice is now paid to ${command.fromAddress}`,
+    );
+  }
   if (command.grossAmount === state.grossAmount) return [];
   if (!isUnprepared(state) || state.status === 'completed') {
     const reason = command.grossAmount < state.grossAmount ? 'payment_reversed' : 'received_after_payout';

@@ -73,7 +73,7 @@ describe('settlement saga', () => {
         {
           to: 'settlement',
           settlementId: settlementIdOf(INVOICE_ID),
-          command: { type: 'RepriceForReceipts', grossAmount: 100_000n, sources, now: T },
+          command: { type: 'RepriceForReceipts', grossAmount: 100_000n, fromAddress: 'bc1qdeposit', sources, now: T },
         },
       ],
     );

@@ -104,6 +104,10 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested('TWallet')])
       .when(request('TWallet'))
       .then([]);
+    // Confirmed again on another address (the first payment reorged out, another token paid): not added up.
+    given(settlementDecider, [requested('TWallet')])
+      .when({ ...request('TWallet'), fromAddress: 'TOther' } as SettlementCommand)
+      .thenError('conflict', `Settlement ${id} pays out USDT from TDeposit; the invoice is now paid to TOther`);
     // Asked again with other receipts (the invoice confirmed again after a reorg): re-priced.
     given(settlementDecider, [requested('TWallet')])
       .when(request('TWallet', 50_000_000n))

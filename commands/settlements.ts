@@ -226,9 +226,15 @@ export class SettlementPayouts implements PayoutKind {
       state = (await this.act(state.id, { type: 'SetWallet', merchantWallet: wallet, now: this.now() })).state!;
       failpoint('payout:after-wallet');
     }
-    state = (
-      await this.act(state.id, { type: 'PriceNetworkFee', networkFee: chain.networkFee(state.token), now: this.now() })
-    ).state!;
+    let networkFee: bigint;
+    try {
+      networkFee = chain.networkFee(state.token);
+    } catch (error) {
+      // No fee quote from the node yet: a failure with its reason and a retry time, not a silent wait.
+      await this.recordFailure(state, error);
+      return { waitMs: 0 };
+    }
+    state = (await this.act(state.id, { type: 'PriceNetworkFee', networkFee, now: this.now() })).state!;
     failpoint('payout:after-price');
     // The fees took everything: failed for good, visibly (the decider recorded why).
     if (state.status !== 'pending' || state.prepared) return { waitMs: 0 };

@@ -88,7 +88,8 @@ export type SettlementRepriced = DomainEvent<
 export type SettlementAttentionRaised = DomainEvent<
   'SettlementAttentionRaised',
   {
-    reason: 'payment_reversed' | 'received_after_payout';
+    /** paid_elsewhere: the invoice is now paid on another address (another token) than this settlement pays out from. */
+    reason: 'payment_reversed' | 'received_after_payout' | 'paid_elsewhere';
     /** The invoice's counted, confirmed total now, base units. */
     grossAmount: string;
     sources?: PayoutSource[];
@@ -303,16 +304,15 @@ function reprice(
   command: Extract<SettlementCommand, { type: 'RepriceForReceipts' }>,
   state: Settlement,
 ): SettlementEvent[] {
-  // Amounts paid to another address (another token) cannot be added to this settlement's.
-  if (command.fromAddress !== undefined && command.fromAddress !== state.fromAddress) {
-    throw new DomainError(
-      'conflict',
-      `Settlement ${state.id} pays out ${state.token} from ${state.fromAddress}; the invoice is now paid to ${command.fromAddress}`,
-    );
-  }
-  if (command.grossAmount === state.grossAmount) return [];
-  if (!isUnprepared(state) || state.status === 'completed') {
-    const reason = command.grossAmount < state.grossAmount ? 'payment_reversed' : 'received_after_payout';
+  // Amounts paid to another address (another token) cannot be added to this settlement's: a person decides.
+  const elsewhere = command.fromAddress !== undefined && command.fromAddress !== state.fromAddress;
+  if (command.grossAmount === state.grossAmount && !elsewhere) return [];
+  if (elsewhere || !isUnprepared(state) || state.status === 'completed') {
+    const reason = elsewhere
+      ? 'paid_elsewhere'
+      : command.grossAmount < state.grossAmount
+        ? 'payment_reversed'
+        : 'received_after_payout';
     const last = state.attention.at(-1);
     if (last?.reason === reason && last.grossAmount === command.grossAmount.toString()) return [];
     return [

@@ -104,10 +104,18 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested('TWallet')])
       .when(request('TWallet'))
       .then([]);
-    // Confirmed again on another address (the first payment reorged out, another token paid): not added up.
+    // Confirmed again on another address (the first payment reorged out, another token paid): not
+    // added up in the wrong units, but raised for a person, once.
+    const elsewhere: SettlementEvent = {
+      type: 'SettlementAttentionRaised',
+      data: { reason: 'paid_elsewhere', grossAmount: '100000000', raisedAt: T0 },
+    };
     given(settlementDecider, [requested('TWallet')])
       .when({ ...request('TWallet'), fromAddress: 'TOther' } as SettlementCommand)
-      .thenError('conflict', `Settlement ${id} pays out USDT from TDeposit; the invoice is now paid to TOther`);
+      .then([elsewhere]);
+    given(settlementDecider, [requested('TWallet'), elsewhere])
+      .when({ ...request('TWallet'), fromAddress: 'TOther' } as SettlementCommand)
+      .then([]);
     // Asked again with other receipts (the invoice confirmed again after a reorg): re-priced.
     given(settlementDecider, [requested('TWallet')])
       .when(request('TWallet', 50_000_000n))

@@ -171,6 +171,28 @@ export type InvoiceSettled = DomainEvent<
   }
 >;
 
+/**
+ * A refund's claim on what the invoice received (refunds.md): reserved when
+ * the refund is created, so that refunds of an asset can never add up to
+ * more than it received, whatever requests race; released when the refund
+ * will never be paid (cancelled, expired); refunded once its payout is final.
+ * The invoice stream is the one place all of an invoice's refunds meet its
+ * payments, so the limit holds by its expected revision alone.
+ */
+export type RefundReserved = DomainEvent<
+  'RefundReserved',
+  {
+    refundId: string;
+    chain: string;
+    token: string;
+    /** base units of `token` */
+    amount: string;
+    reservedAt: string;
+  }
+>;
+export type RefundReleased = DomainEvent<'RefundReleased', { refundId: string; releasedAt: string }>;
+export type InvoiceRefunded = DomainEvent<'InvoiceRefunded', { refundId: string; txHash: string; refundedAt: string }>;
+
 export type InvoiceEvent =
   | InvoiceCreated
   | AddressAssigned
@@ -182,7 +204,10 @@ export type InvoiceEvent =
   | PaymentWithdrawn
   | InvoiceConfirmed
   | InvoiceReceiptsChanged
-  | InvoiceSettled;
+  | InvoiceSettled
+  | RefundReserved
+  | RefundReleased
+  | InvoiceRefunded;
 
 // ---------------------------------------------------------------- commands
 
@@ -238,7 +263,10 @@ export type InvoiceCommand =
       settledCurrency: string;
       txHash: string | null;
       settledAt: string;
-    };
+    }
+  | { type: 'ReserveRefund'; refundId: string; chain: string; token: string; amount: bigint; now: string }
+  | { type: 'ReleaseRefund'; refundId: string; now: string }
+  | { type: 'RecordRefund'; refundId: string; txHash: string; now: string };
 
 // ---------------------------------------------------------------- state
 
@@ -299,6 +327,17 @@ export interface Invoice {
   payments: InvoicePayment[];
   confirmedAt: string | null;
   settlement: Settlement | null;
+  /** Every refund's claim on the receipts, in order of reservation (released ones removed). */
+  refunds: RefundClaim[];
+}
+
+export interface RefundClaim {
+  refundId: string;
+  chain: string;
+  token: string;
+  amount: bigint;
+  /** Paid out and final; until then the claim is pending. */
+  refunded: boolean;
 }
 
 /** null until InvoiceCreated. */
@@ -705,6 +744,111 @@ function settle(command: Extract<InvoiceCommand, { type: 'SettleInvoice' }>, inv
   ];
 }
 
+// ---------------------------------------------------------------- refunds
+
+/** What the invoice received of one asset, and how much of it can still be given back (refunds.md). */
+export interface RefundableAsset {
+  chain: string;
+  token: string;
+  tokenDecimals: number;
+  /** Live, confirmed payments of this asset, base units. */
+  received: bigint;
+  /** Refunds paid out. */
+  refunded: bigint;
+  /** Refunds reserved and not yet paid out. */
+  pending: bigint;
+  /** received − refunded − pending. */
+  refundable: bigint;
+  /**
+   * What should not have been paid and is not yet refunded: the part above
+   * the quote, late payments, wrong-token payments. Refunds count against the
+   * excess first, and it never exceeds what is refundable.
+   */
+  excess: bigint;
+}
+
+const sameAsset = (a: { chain: string; token: string }, b: { chain: string; token: string }) =>
+  a.chain === b.chain && a.token === b.token;
+
+/** One entry per asset received (live and confirmed), in order of first payment. */
+export function refundableOf(invoice: Invoice): RefundableAsset[] {
+  const received = invoice.payments.filter((p) => isLive(p) && p.confirmedAt !== null);
+  const quote = paymentQuote(invoice);
+  const assets: RefundableAsset[] = [];
+  for (const payment of received) {
+    if (assets.some((a) => sameAsset(a, payment))) continue;
+    const ofAsset = received.filter((p) => sameAsset(p, payment));
+    const counted = sum(ofAsset.filter(countsTowardTotal));
+    const overpaid =
+      quote !== undefined && sameAsset(quote, payment) && counted > quote.cryptoAmount
+        ? counted - quote.cryptoAmount
+        : 0n;
+    const claims = invoice.refunds.filter((r) => sameAsset(r, payment));
+    const refunded = claims.filter((r) => r.refunded).reduce((t, r) => t + r.amount, 0n);
+    const pending = claims.filter((r) => !r.refunded).reduce((t, r) => t + r.amount, 0n);
+    const total = sum(ofAsset);
+    const refundable = total - refunded - pending;
+    const excess = sum(ofAsset.filter((p) => !countsTowardTotal(p))) + overpaid - refunded - pending;
+    assets.push({
+      chain: payment.chain,
+      token: payment.token,
+      tokenDecimals: payment.tokenDecimals,
+      received: total,
+      refunded,
+      pending,
+      refundable: refundable > 0n ? refundable : 0n,
+      excess: excess <= 0n ? 0n : excess < refundable ? excess : refundable,
+    });
+  }
+  return assets;
+}
+
+/** `none`, `partial`, or `full` once every asset received is refunded whole. */
+export function refundStatusOf(invoice: Invoice): 'none' | 'partial' | 'full' {
+  const assets = refundableOf(invoice);
+  if (!assets.some((a) => a.refunded > 0n)) return 'none';
+  return assets.every((a) => a.refunded >= a.received) ? 'full' : 'partial';
+}
+
+function reserveRefund(command: Extract<InvoiceCommand, { type: 'ReserveRefund' }>, invoice: Invoice): InvoiceEvent[] {
+  if (invoice.refunds.some((r) => r.refundId === command.refundId)) return [];
+  if (command.amount <= 0n) throw new DomainError('bad_request', 'Refund amount must be greater than 0');
+  const asset = refundableOf(invoice).find((a) => sameAsset(a, command));
+  if (asset === undefined) {
+    throw new DomainError('bad_request', `The invoice received no ${command.token} on ${command.chain}`);
+  }
+  if (command.amount > asset.refundable) throw new DomainError('bad_request', 'Refund exceeds the refundable amount');
+  return [
+    {
+      type: 'RefundReserved',
+      data: {
+        refundId: command.refundId,
+        chain: command.chain,
+        token: command.token,
+        amount: command.amount.toString(),
+        reservedAt: command.now,
+      },
+    },
+  ];
+}
+
+function releaseRefund(command: Extract<InvoiceCommand, { type: 'ReleaseRefund' }>, invoice: Invoice): InvoiceEvent[] {
+  const claim = invoice.refunds.find((r) => r.refundId === command.refundId);
+  if (claim === undefined) return [];
+  if (claim.refunded) throw new DomainError('conflict', 'A refund paid out cannot be released');
+  return [{ type: 'RefundReleased', data: { refundId: command.refundId, releasedAt: command.now } }];
+}
+
+function recordRefund(command: Extract<InvoiceCommand, { type: 'RecordRefund' }>, invoice: Invoice): InvoiceEvent[] {
+  const claim = invoice.refunds.find((r) => r.refundId === command.refundId);
+  // Paid out without a claim would break the limit: the refund's process manager reserves first, always.
+  if (claim === undefined) throw new DomainError('conflict', `Refund ${command.refundId} holds no reservation`);
+  if (claim.refunded) return [];
+  return [
+    { type: 'InvoiceRefunded', data: { refundId: command.refundId, txHash: command.txHash, refundedAt: command.now } },
+  ];
+}
+
 function decide(command: InvoiceCommand, state: InvoiceState): InvoiceEvent[] {
   if (command.type === 'CreateInvoice') return create(command, state);
   const invoice = requireInvoice(state);
@@ -725,6 +869,12 @@ function decide(command: InvoiceCommand, state: InvoiceState): InvoiceEvent[] {
       return withdrawPayment(command, invoice);
     case 'SettleInvoice':
       return settle(command, invoice);
+    case 'ReserveRefund':
+      return reserveRefund(command, invoice);
+    case 'ReleaseRefund':
+      return releaseRefund(command, invoice);
+    case 'RecordRefund':
+      return recordRefund(command, invoice);
   }
 }
 
@@ -747,6 +897,7 @@ function evolve(state: InvoiceState, event: InvoiceEvent): InvoiceState {
       payments: [],
       confirmedAt: null,
       settlement: null,
+      refunds: [],
     };
   }
   // Events only exist after InvoiceCreated; a stream that says otherwise is corrupt.
@@ -806,6 +957,23 @@ function evolve(state: InvoiceState, event: InvoiceEvent): InvoiceState {
       return { ...state, updatedAt: event.data.changedAt };
     case 'InvoiceSettled':
       return { ...state, status: 'settled', settlement: { ...event.data }, updatedAt: event.data.settledAt };
+    case 'RefundReserved': {
+      const { refundId, chain, token, amount, reservedAt } = event.data;
+      const claim = { refundId, chain, token, amount: BigInt(amount), refunded: false };
+      return { ...state, refunds: [...state.refunds, claim], updatedAt: reservedAt };
+    }
+    case 'RefundReleased':
+      return {
+        ...state,
+        refunds: state.refunds.filter((r) => r.refundId !== event.data.refundId),
+        updatedAt: event.data.releasedAt,
+      };
+    case 'InvoiceRefunded':
+      return {
+        ...state,
+        refunds: state.refunds.map((r) => (r.refundId === event.data.refundId ? { ...r, refunded: true } : r)),
+        updatedAt: event.data.refundedAt,
+      };
   }
 }
 

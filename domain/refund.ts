@@ -1,0 +1,436 @@
+// The refund aggregate (stream refund-<id>): money given back to a customer
+// for an invoice (shared/spec/refunds.md).
+//
+// A refund's amount is first reserved on the invoice's stream (the invoice's
+// `ReserveRefund`), which alone knows what was received and what other
+// refunds hold: that is where the limit is kept. This stream keeps the rest
+// of its life: the customer's address, the merchant's approval, where the
+// money comes from, and the payout, which follows the settlement's rule: its
+// transaction is prepared (named by its hash) and recorded before it is
+// broadcast, sent again as it is after a crash, and a new one is made only
+// once the chain proves the last can never land.
+import { DomainError, type Decider, type DomainEvent } from './decider.ts';
+import type { SettlementFailureReason } from './settlement.ts';
+
+export const refundStreamName = (refundId: string) => `refund-${refundId}`;
+
+export type RefundStatus =
+  | 'awaiting_destination'
+  | 'awaiting_approval'
+  | 'awaiting_funds'
+  | 'sending'
+  | 'completed'
+  | 'canceled'
+  | 'expired'
+  | 'failed';
+
+/** The deposit address while the settlement is not prepared, else the merchant's refund wallet. */
+export type RefundFunding = 'deposit' | 'refund_wallet';
+
+/** Why a refund payout is not going on, in the settlement's words (operations.md §3). */
+export type RefundFailureReason = Extract<
+  SettlementFailureReason,
+  'rejected_by_network' | 'node_unavailable' | 'fee_wallet_empty' | 'fees_exceed_amount'
+>;
+
+/** The address a refund is paid from, and its derivation index (for the signer). */
+export interface RefundPayer {
+  fundedFrom: RefundFunding;
+  fromAddress: string;
+  derivationIndex: number;
+}
+
+export type RefundCreated = DomainEvent<
+  'RefundCreated',
+  {
+    refundId: string;
+    invoiceId: string;
+    merchantId: string;
+    chain: string;
+    token: string;
+    tokenDecimals: number;
+    /** Base units, integer strings: what the refund takes, the network fee out of it, what the customer receives. */
+    amount: string;
+    networkFee: string;
+    netAmount: string;
+    /** The amount's value at the invoice's rate, decimal string. */
+    fiatAmount: string;
+    fiatCurrency: string;
+    reason: string | null;
+    /** Given by the merchant at creation, or null until the customer gives it. */
+    destination: string | null;
+    /** The claim link's secret (≥ 128 random bits). */
+    claimToken: string;
+    claimExpiresAt: string;
+    createdAt: string;
+  }
+>;
+/** The customer gave (or changed) the address through the claim link. */
+export type RefundClaimed = DomainEvent<'RefundClaimed', { destination: string; claimedAt: string }>;
+export type RefundApproved = DomainEvent<
+  'RefundApproved',
+  RefundPayer & {
+    /** false: the refund wallet holds too little; the refund waits in `awaiting_funds`. */
+    funded: boolean;
+    approvedAt: string;
+  }
+>;
+export type RefundFunded = DomainEvent<'RefundFunded', { fundedAt: string }>;
+export type RefundTransactionPrepared = DomainEvent<
+  'RefundTransactionPrepared',
+  { attempt: number; txHash: string; raw: string; preparedAt: string }
+>;
+export type RefundSubmitted = DomainEvent<'RefundSubmitted', { attempt: number; txHash: string; submittedAt: string }>;
+export type RefundCompleted = DomainEvent<
+  'RefundCompleted',
+  { txHash: string; blockNumber: number; confirmations: number; completedAt: string }
+>;
+/** As SettlementFailed: `rejected` means the chain refused it for good; otherwise the same transaction is sent again. */
+export type RefundFailed = DomainEvent<
+  'RefundFailed',
+  {
+    attempt: number;
+    reason: string;
+    code: RefundFailureReason;
+    rejected?: boolean;
+    /** null: final, no attempt is due. */
+    retryAt: string | null;
+    failedAt: string;
+  }
+>;
+export type RefundRetried = DomainEvent<'RefundRetried', { attempt: number; retriedAt: string }>;
+export type RefundCanceled = DomainEvent<'RefundCanceled', { canceledAt: string }>;
+export type RefundExpired = DomainEvent<'RefundExpired', { expiredAt: string }>;
+
+export type RefundEvent =
+  | RefundCreated
+  | RefundClaimed
+  | RefundApproved
+  | RefundFunded
+  | RefundTransactionPrepared
+  | RefundSubmitted
+  | RefundCompleted
+  | RefundFailed
+  | RefundRetried
+  | RefundCanceled
+  | RefundExpired;
+
+export type RefundCommand =
+  | {
+      type: 'CreateRefund';
+      refundId: string;
+      invoiceId: string;
+      merchantId: string;
+      chain: string;
+      token: string;
+      tokenDecimals: number;
+      amount: bigint;
+      networkFee: bigint;
+      fiatAmount: string;
+      fiatCurrency: string;
+      reason: string | null;
+      destination: string | null;
+      claimToken: string;
+      claimExpiresAt: string;
+      now: string;
+    }
+  | { type: 'GiveDestination'; destination: string; now: string }
+  | { type: 'Approve'; payer: RefundPayer; funded: boolean; now: string }
+  | { type: 'MarkFunded'; now: string }
+  | { type: 'Cancel'; now: string }
+  | { type: 'Expire'; now: string }
+  | { type: 'PrepareTransaction'; txHash: string; raw: string; now: string }
+  | { type: 'MarkSubmitted'; txHash: string; now: string }
+  | { type: 'MarkCompleted'; txHash: string; blockNumber: number; confirmations: number; now: string }
+  | {
+      type: 'MarkFailed';
+      reason: string;
+      code: RefundFailureReason;
+      rejected: boolean;
+      retryAt: string | null;
+      now: string;
+    }
+  | { type: 'Retry'; now: string };
+
+export interface Refund {
+  id: string;
+  invoiceId: string;
+  merchantId: string;
+  chain: string;
+  token: string;
+  tokenDecimals: number;
+  amount: bigint;
+  networkFee: bigint;
+  netAmount: bigint;
+  fiatAmount: string;
+  fiatCurrency: string;
+  reason: string | null;
+  destination: string | null;
+  claimToken: string;
+  claimExpiresAt: string;
+  status: RefundStatus;
+  payer: RefundPayer | null;
+  attempt: number;
+  /** Attempts that reached the chain or failed trying. */
+  attempts: number;
+  /** The transaction of the current attempt, once prepared; kept across a retry unless the chain rejected it. */
+  prepared: { txHash: string; raw: string } | null;
+  rejected: boolean;
+  /** Every transaction ever prepared: any of them that lands is the one payout. */
+  preparedHashes: string[];
+  submitted: boolean;
+  txHash: string | null;
+  failureReason: string | null;
+  failureCode: RefundFailureReason | null;
+  retryAt: string | null;
+  createdAt: string;
+  updatedAt: string;
+  approvedAt: string | null;
+  completedAt: string | null;
+}
+
+export type RefundState = Refund | null;
+
+/** Before the payout: the merchant may still cancel, the customer's link may still expire. */
+const BEFORE_SENDING: readonly RefundStatus[] = ['awaiting_destination', 'awaiting_approval', 'awaiting_funds'];
+
+/** The refund will never be paid, so its reservation on the invoice is given back. */
+export function releasesReservation(event: RefundEvent): boolean {
+  return (
+    event.type === 'RefundCanceled' ||
+    event.type === 'RefundExpired' ||
+    (event.type === 'RefundFailed' && event.data.retryAt === null)
+  );
+}
+
+const isAtOrAfter = (time: string, reference: string) => Date.parse(time) >= Date.parse(reference);
+
+function create(command: Extract<RefundCommand, { type: 'CreateRefund' }>, state: RefundState): RefundEvent[] {
+  if (state) return [];
+  if (command.networkFee < 0n) throw new DomainError('bad_request', 'A network fee cannot be negative');
+  if (command.amount <= command.networkFee) {
+    throw new DomainError('bad_request', 'Refund amount must be above the network fee');
+  }
+  if (isAtOrAfter(command.now, command.claimExpiresAt)) {
+    throw new DomainError('bad_request', 'claimExpiresAt must be in the future');
+  }
+  const { type: _, amount, networkFee, now, ...rest } = command;
+  return [
+    {
+      type: 'RefundCreated',
+      data: {
+        ...rest,
+        amount: amount.toString(),
+        networkFee: networkFee.toString(),
+        netAmount: (amount - networkFee).toString(),
+        createdAt: now,
+      },
+    },
+  ];
+}
+
+function giveDestination(command: Extract<RefundCommand, { type: 'GiveDestination' }>, refund: Refund): RefundEvent[] {
+  // An expired link is as good as none: the customer sees "not found" (refunds.md).
+  if (
+    refund.status === 'expired' ||
+    (refund.status === 'awaiting_destination' && isAtOrAfter(command.now, refund.claimExpiresAt))
+  ) {
+    throw new DomainError('not_found', 'Refund not found');
+  }
+  if (refund.status !== 'awaiting_destination' && refund.status !== 'awaiting_approval') {
+    throw new DomainError('conflict', 'The refund address can no longer be changed');
+  }
+  if (refund.destination === command.destination) return [];
+  return [{ type: 'RefundClaimed', data: { destination: command.destination, claimedAt: command.now } }];
+}
+
+function approve(command: Extract<RefundCommand, { type: 'Approve' }>, refund: Refund): RefundEvent[] {
+  // Approving twice is one payout: a repeat changes nothing.
+  if (refund.approvedAt !== null) return [];
+  if (refund.status === 'awaiting_destination') {
+    throw new DomainError('conflict', 'The customer has not given an address yet');
+  }
+  if (refund.status !== 'awaiting_approval') throw new DomainError('conflict', 'Refund can no longer be approved');
+  return [{ type: 'RefundApproved', data: { ...command.payer, funded: command.funded, approvedAt: command.now } }];
+}
+
+function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
+  if (command.type === 'CreateRefund') return create(command, state);
+  if (!state) throw new DomainError('not_found', 'Refund not found');
+  switch (command.type) {
+    case 'GiveDestination':
+      return giveDestination(command, state);
+    case 'Approve':
+      return approve(command, state);
+    case 'MarkFunded':
+      if (state.status !== 'awaiting_funds') return [];
+      return [{ type: 'RefundFunded', data: { fundedAt: command.now } }];
+    case 'Cancel':
+      if (state.status === 'canceled') return [];
+      if (!BEFORE_SENDING.includes(state.status)) {
+        throw new DomainError('conflict', 'Refund can no longer be canceled');
+      }
+      return [{ type: 'RefundCanceled', data: { canceledAt: command.now } }];
+    case 'Expire':
+      // Only a link never used expires; a refund with an address waits for the merchant.
+      if (state.status !== 'awaiting_destination' || !isAtOrAfter(command.now, state.claimExpiresAt)) return [];
+      return [{ type: 'RefundExpired', data: { expiredAt: command.now } }];
+    case 'PrepareTransaction':
+      if (state.status !== 'sending' || state.prepared !== null) return [];
+      return [
+        {
+          type: 'RefundTransactionPrepared',
+          data: { attempt: state.attempt, txHash: command.txHash, raw: command.raw, preparedAt: command.now },
+        },
+      ];
+    case 'MarkSubmitted':
+      if (state.status !== 'sending' || state.submitted || !state.preparedHashes.includes(command.txHash)) return [];
+      return [
+        { type: 'RefundSubmitted', data: { attempt: state.attempt, txHash: command.txHash, submittedAt: command.now } },
+      ];
+    case 'MarkCompleted':
+      if (state.status === 'completed') return [];
+      // Any attempt's transaction that made it counts: it is the one payout.
+      if (!state.preparedHashes.includes(command.txHash)) {
+        throw new DomainError('conflict', `Transaction ${command.txHash} is not one of this refund's`);
+      }
+      return [
+        {
+          type: 'RefundCompleted',
+          data: {
+            txHash: command.txHash,
+            blockNumber: command.blockNumber,
+            confirmations: command.confirmations,
+            completedAt: command.now,
+          },
+        },
+      ];
+    case 'MarkFailed':
+      if (state.status !== 'sending') return [];
+      return [
+        {
+          type: 'RefundFailed',
+          data: {
+            attempt: state.attempt,
+            reason: command.reason,
+            code: command.code,
+            ...(command.rejected && { rejected: true }),
+            retryAt: command.retryAt,
+            failedAt: command.now,
+          },
+        },
+      ];
+    case 'Retry':
+      if (state.status !== 'failed' || state.retryAt === null) return [];
+      return [{ type: 'RefundRetried', data: { attempt: state.attempt + 1, retriedAt: command.now } }];
+  }
+}
+
+function evolve(state: RefundState, event: RefundEvent): RefundState {
+  if (event.type === 'RefundCreated') {
+    const { refundId, amount, networkFee, netAmount, createdAt, ...d } = event.data;
+    return {
+      ...d,
+      id: refundId,
+      amount: BigInt(amount),
+      networkFee: BigInt(networkFee),
+      netAmount: BigInt(netAmount),
+      status: d.destination === null ? 'awaiting_destination' : 'awaiting_approval',
+      payer: null,
+      attempt: 1,
+      attempts: 0,
+      prepared: null,
+      rejected: false,
+      preparedHashes: [],
+      submitted: false,
+      txHash: null,
+      failureReason: null,
+      failureCode: null,
+      retryAt: null,
+      createdAt,
+      updatedAt: createdAt,
+      approvedAt: null,
+      completedAt: null,
+    };
+  }
+  if (!state) throw new Error(`${event.type} before RefundCreated`);
+  switch (event.type) {
+    case 'RefundClaimed':
+      return {
+        ...state,
+        destination: event.data.destination,
+        status: 'awaiting_approval',
+        updatedAt: event.data.claimedAt,
+      };
+    case 'RefundApproved': {
+      const { funded, approvedAt, ...payer } = event.data;
+      return {
+        ...state,
+        payer,
+        status: funded ? 'sending' : 'awaiting_funds',
+        approvedAt,
+        updatedAt: approvedAt,
+      };
+    }
+    case 'RefundFunded':
+      return { ...state, status: 'sending', updatedAt: event.data.fundedAt };
+    case 'RefundTransactionPrepared':
+      return {
+        ...state,
+        prepared: { txHash: event.data.txHash, raw: event.data.raw },
+        preparedHashes: [...state.preparedHashes, event.data.txHash],
+        updatedAt: event.data.preparedAt,
+      };
+    case 'RefundSubmitted':
+      return {
+        ...state,
+        submitted: true,
+        attempts: state.attempts + 1,
+        txHash: event.data.txHash,
+        failureCode: null,
+        updatedAt: event.data.submittedAt,
+      };
+    case 'RefundCompleted':
+      return {
+        ...state,
+        status: 'completed',
+        txHash: event.data.txHash,
+        failureCode: null,
+        retryAt: null,
+        completedAt: event.data.completedAt,
+        updatedAt: event.data.completedAt,
+      };
+    case 'RefundFailed':
+      return {
+        ...state,
+        status: 'failed',
+        attempts: state.attempts + 1,
+        failureReason: event.data.reason,
+        failureCode: event.data.code,
+        rejected: event.data.rejected === true,
+        retryAt: event.data.retryAt,
+        updatedAt: event.data.failedAt,
+      };
+    case 'RefundRetried':
+      return {
+        ...state,
+        status: 'sending',
+        attempt: event.data.attempt,
+        prepared: state.rejected ? null : state.prepared,
+        submitted: false,
+        rejected: false,
+        retryAt: null,
+        updatedAt: event.data.retriedAt,
+      };
+    case 'RefundCanceled':
+      return { ...state, status: 'canceled', updatedAt: event.data.canceledAt };
+    case 'RefundExpired':
+      return { ...state, status: 'expired', updatedAt: event.data.expiredAt };
+  }
+}
+
+export const refundDecider: Decider<RefundCommand, RefundState, RefundEvent> = {
+  initialState: null,
+  decide,
+  evolve,
+};

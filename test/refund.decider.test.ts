@@ -1,0 +1,395 @@
+// Refunds: the invoice's ledger of refund claims (the limit) and the refund
+// aggregate's life, given events, when a command, then events.
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { fold } from '../domain/decider.ts';
+import {
+  invoiceDecider,
+  refundableOf,
+  refundStatusOf,
+  type Invoice,
+  type InvoiceCommand,
+  type InvoiceEvent,
+} from '../domain/invoice.ts';
+import {
+  refundDecider,
+  releasesReservation,
+  type RefundCommand,
+  type RefundEvent,
+  type RefundPayer,
+} from '../domain/refund.ts';
+import { given } from './support/decider.ts';
+
+const at = (minute: number) => new Date(Date.UTC(2026, 10, 1, 0, minute)).toISOString();
+const INVOICE_ID = '5b0f4a52-6d8e-4e0b-9f1c-2a3b4c5d6e7f';
+const MERCHANT_ID = '0a1b2c3d-4e5f-4a6b-8c7d-8e9f00112233';
+const DEPOSIT = '0x00000000000000000000000000000000000000aa';
+
+/** The invoice's events after these commands, each decided on the state the ones before left. */
+function history(...commands: InvoiceCommand[]): InvoiceEvent[] {
+  const events: InvoiceEvent[] = [];
+  for (const command of commands) events.push(...invoiceDecider.decide(command, fold(invoiceDecider, events)));
+  return events;
+}
+const invoiceOf = (events: InvoiceEvent[]) => fold(invoiceDecider, events) as Invoice;
+
+const create: InvoiceCommand = {
+  type: 'CreateInvoice',
+  id: INVOICE_ID,
+  merchantId: MERCHANT_ID,
+  amount: '100',
+  currency: 'USD',
+  description: null,
+  expiresAt: at(15),
+  webhookUrl: null,
+  metadata: null,
+  createdAt: at(0),
+};
+// 100 USD at 1 USD a USDT: 100 USDT, 100_000_000 base units.
+const assign: InvoiceCommand = {
+  type: 'AssignAddress',
+  chain: 'ethereum',
+  token: 'USDT',
+  tokenDecimals: 6,
+  address: DEPOSIT,
+  derivationIndex: 3,
+  rate: '1',
+  quotedAt: at(1),
+  rateValidUntil: at(16),
+};
+const pay = (n: number, amount: bigint, token = 'USDT', minute = 2): InvoiceCommand[] => [
+  {
+    type: 'ApplyPayment',
+    paymentId: `p${n}`,
+    chain: 'ethereum',
+    token,
+    tokenDecimals: 6,
+    address: DEPOSIT,
+    amount,
+    txHash: `0x${n}`,
+    detectedAt: at(minute),
+  },
+  { type: 'ConfirmInvoicePayment', paymentId: `p${n}`, confirmedAt: at(minute + 1) },
+];
+const reserve = (refundId: string, amount: bigint, token = 'USDT'): InvoiceCommand => ({
+  type: 'ReserveRefund',
+  refundId,
+  chain: 'ethereum',
+  token,
+  amount,
+  now: at(20),
+});
+
+// Paid 120 USDT for a 100 USDT invoice, plus 5 USDC (the wrong token).
+const overpaid = history(create, assign, ...pay(1, 120_000_000n), ...pay(2, 5_000_000n, 'USDC', 4));
+
+describe('the invoice refund ledger', () => {
+  it('reports per asset what was received and what is refundable, the excess being the overpaid part and wrong tokens', () => {
+    assert.deepEqual(refundableOf(invoiceOf(overpaid)), [
+      {
+        chain: 'ethereum',
+        token: 'USDT',
+        tokenDecimals: 6,
+        received: 120_000_000n,
+        refunded: 0n,
+        pending: 0n,
+        refundable: 120_000_000n,
+        excess: 20_000_000n,
+      },
+      {
+        chain: 'ethereum',
+        token: 'USDC',
+        tokenDecimals: 6,
+        received: 5_000_000n,
+        refunded: 0n,
+        pending: 0n,
+        refundable: 5_000_000n,
+        excess: 5_000_000n,
+      },
+    ]);
+  });
+
+  it('counts only confirmed, live payments as received', () => {
+    const unconfirmed = history(create, assign, pay(1, 100_000_000n)[0]!);
+    assert.deepEqual(refundableOf(invoiceOf(unconfirmed)), []);
+    const afterReorg = history(create, assign, ...pay(1, 120_000_000n), ...pay(2, 5_000_000n, 'USDC', 4), {
+      type: 'WithdrawPayment',
+      paymentId: 'p2',
+      withdrawnAt: at(9),
+    });
+    assert.deepEqual(
+      refundableOf(invoiceOf(afterReorg)).map((a) => a.token),
+      ['USDT'],
+    );
+  });
+
+  it('reserves a refund up to what is refundable, and refuses beyond it', () => {
+    given(invoiceDecider, overpaid)
+      .when(reserve('r1', 120_000_000n))
+      .then([
+        {
+          type: 'RefundReserved',
+          data: { refundId: 'r1', chain: 'ethereum', token: 'USDT', amount: '120000000', reservedAt: at(20) },
+        },
+      ]);
+    given(invoiceDecider, overpaid)
+      .when(reserve('r1', 120_000_001n))
+      .thenError('bad_request', 'Refund exceeds the refundable amount');
+  });
+
+  it('counts pending refunds against the limit, so that two refunds never add up to more than was received', () => {
+    const first = [...overpaid, ...invoiceDecider.decide(reserve('r1', 100_000_000n), invoiceOf(overpaid))];
+    given(invoiceDecider, first)
+      .when(reserve('r2', 20_000_001n))
+      .thenError('bad_request', 'Refund exceeds the refundable amount');
+    given(invoiceDecider, first)
+      .when(reserve('r2', 20_000_000n))
+      .then([
+        {
+          type: 'RefundReserved',
+          data: { refundId: 'r2', chain: 'ethereum', token: 'USDT', amount: '20000000', reservedAt: at(20) },
+        },
+      ]);
+    // The same refund reserved again (a retried request) is one reservation.
+    given(invoiceDecider, first).when(reserve('r1', 100_000_000n)).then([]);
+  });
+
+  it('keeps the limit per asset, and refuses an asset never received', () => {
+    given(invoiceDecider, overpaid)
+      .when(reserve('r1', 5_000_001n, 'USDC'))
+      .thenError('bad_request', 'Refund exceeds the refundable amount');
+    given(invoiceDecider, overpaid)
+      .when(reserve('r1', 1n, 'DAI'))
+      .thenError('bad_request', 'The invoice received no DAI on ethereum');
+    given(invoiceDecider, overpaid)
+      .when(reserve('r1', 0n))
+      .thenError('bad_request', 'Refund amount must be greater than 0');
+  });
+
+  it('gives a released reservation back, and counts a refunded one for good', () => {
+    const reserved = history(create, assign, ...pay(1, 120_000_000n), reserve('r1', 30_000_000n));
+    const released = history(create, assign, ...pay(1, 120_000_000n), reserve('r1', 30_000_000n), {
+      type: 'ReleaseRefund',
+      refundId: 'r1',
+      now: at(21),
+    });
+    assert.equal(refundableOf(invoiceOf(reserved))[0]!.refundable, 90_000_000n);
+    assert.equal(refundableOf(invoiceOf(reserved))[0]!.pending, 30_000_000n);
+    assert.equal(refundableOf(invoiceOf(released))[0]!.refundable, 120_000_000n);
+
+    const refunded = history(create, assign, ...pay(1, 120_000_000n), reserve('r1', 30_000_000n), {
+      type: 'RecordRefund',
+      refundId: 'r1',
+      txHash: '0xr1',
+      now: at(22),
+    });
+    const [usdt] = refundableOf(invoiceOf(refunded));
+    assert.deepEqual(
+      { refunded: usdt!.refunded, pending: usdt!.pending, refundable: usdt!.refundable, excess: usdt!.excess },
+      { refunded: 30_000_000n, pending: 0n, refundable: 90_000_000n, excess: 0n },
+    );
+    assert.equal(refundStatusOf(invoiceOf(refunded)), 'partial');
+    given(invoiceDecider, refunded)
+      .when({ type: 'ReleaseRefund', refundId: 'r1', now: at(23) })
+      .thenError('conflict', 'A refund paid out cannot be released');
+    given(invoiceDecider, refunded)
+      .when({ type: 'RecordRefund', refundId: 'r1', txHash: '0xr1', now: at(23) })
+      .then([]);
+    given(invoiceDecider, refunded)
+      .when({ type: 'RecordRefund', refundId: 'r9', txHash: '0xr9', now: at(23) })
+      .thenError('conflict', 'Refund r9 holds no reservation');
+  });
+
+  it('says none, partial or full', () => {
+    assert.equal(refundStatusOf(invoiceOf(overpaid)), 'none');
+    const whole = history(create, assign, ...pay(1, 100_000_000n), reserve('r1', 100_000_000n), {
+      type: 'RecordRefund',
+      refundId: 'r1',
+      txHash: '0xr1',
+      now: at(22),
+    });
+    assert.equal(refundStatusOf(invoiceOf(whole)), 'full');
+  });
+});
+
+const T0 = at(30);
+const T1 = at(31);
+const REFUND_ID = '9e8d7c6b-5a49-4837-a625-141312111009';
+const createRefund = (destination: string | null = null, amount = 20_000_000n): RefundCommand => ({
+  type: 'CreateRefund',
+  refundId: REFUND_ID,
+  invoiceId: INVOICE_ID,
+  merchantId: MERCHANT_ID,
+  chain: 'ethereum',
+  token: 'USDT',
+  tokenDecimals: 6,
+  amount,
+  networkFee: 1_500_000n,
+  fiatAmount: '20.00',
+  fiatCurrency: 'USD',
+  reason: 'Overpaid',
+  destination,
+  claimToken: 'c'.repeat(43),
+  claimExpiresAt: at(60 * 24 * 30),
+  now: T0,
+});
+const created = (destination: string | null = null): RefundEvent => ({
+  type: 'RefundCreated',
+  data: {
+    refundId: REFUND_ID,
+    invoiceId: INVOICE_ID,
+    merchantId: MERCHANT_ID,
+    chain: 'ethereum',
+    token: 'USDT',
+    tokenDecimals: 6,
+    amount: '20000000',
+    networkFee: '1500000',
+    netAmount: '18500000',
+    fiatAmount: '20.00',
+    fiatCurrency: 'USD',
+    reason: 'Overpaid',
+    destination,
+    claimToken: 'c'.repeat(43),
+    claimExpiresAt: at(60 * 24 * 30),
+    createdAt: T0,
+  },
+});
+const CUSTOMER = '0x00000000000000000000000000000000000000cc';
+const claimed: RefundEvent = { type: 'RefundClaimed', data: { destination: CUSTOMER, claimedAt: T1 } };
+const payer: RefundPayer = { fundedFrom: 'refund_wallet', fromAddress: '0xwallet', derivationIndex: 0 };
+const approved = (funded: boolean): RefundEvent => ({
+  type: 'RefundApproved',
+  data: { ...payer, funded, approvedAt: T1 },
+});
+const prepared = (txHash = '0xaa', attempt = 1): RefundEvent => ({
+  type: 'RefundTransactionPrepared',
+  data: { attempt, txHash, raw: '{}', preparedAt: T1 },
+});
+const statusAfter = (events: RefundEvent[]) => fold(refundDecider, events)?.status;
+
+describe('the refund aggregate', () => {
+  it('is created waiting for the customer, or for the merchant when the address is known', () => {
+    given(refundDecider, []).when(createRefund()).then([created()]);
+    assert.equal(statusAfter([created()]), 'awaiting_destination');
+    assert.equal(statusAfter([created(CUSTOMER)]), 'awaiting_approval');
+    given(refundDecider, [created()]).when(createRefund()).then([]);
+  });
+
+  it('is refused when the network fee would take it all', () => {
+    given(refundDecider, [])
+      .when(createRefund(null, 1_500_000n))
+      .thenError('bad_request', 'Refund amount must be above the network fee');
+  });
+
+  it('takes the customer address until approved, and refuses it once the link has expired', () => {
+    given(refundDecider, [created()]).when({ type: 'GiveDestination', destination: CUSTOMER, now: T1 }).then([claimed]);
+    given(refundDecider, [created(), claimed])
+      .when({ type: 'GiveDestination', destination: '0xother', now: T1 })
+      .then([{ type: 'RefundClaimed', data: { destination: '0xother', claimedAt: T1 } }]);
+    given(refundDecider, [created(), claimed, approved(true)])
+      .when({ type: 'GiveDestination', destination: '0xother', now: T1 })
+      .thenError('conflict', 'The refund address can no longer be changed');
+    given(refundDecider, [created()])
+      .when({ type: 'GiveDestination', destination: CUSTOMER, now: at(60 * 24 * 31) })
+      .thenError('not_found', 'Refund not found');
+  });
+
+  it('is approved once: a repeat is harmless, and an unclaimed refund cannot be approved', () => {
+    given(refundDecider, [created(), claimed])
+      .when({ type: 'Approve', payer, funded: false, now: T1 })
+      .then([approved(false)]);
+    assert.equal(statusAfter([created(), claimed, approved(false)]), 'awaiting_funds');
+    assert.equal(statusAfter([created(), claimed, approved(true)]), 'sending');
+    given(refundDecider, [created(), claimed, approved(false)])
+      .when({ type: 'Approve', payer, funded: true, now: T1 })
+      .then([]);
+    given(refundDecider, [created()])
+      .when({ type: 'Approve', payer, funded: true, now: T1 })
+      .thenError('conflict', 'The customer has not given an address yet');
+  });
+
+  it('waits for funds, then goes on by itself', () => {
+    given(refundDecider, [created(), claimed, approved(false)])
+      .when({ type: 'MarkFunded', now: T1 })
+      .then([{ type: 'RefundFunded', data: { fundedAt: T1 } }]);
+    given(refundDecider, [created(), claimed, approved(true)])
+      .when({ type: 'MarkFunded', now: T1 })
+      .then([]);
+  });
+
+  it('can be canceled only before sending, and then gives its reservation back', () => {
+    const canceled: RefundEvent = { type: 'RefundCanceled', data: { canceledAt: T1 } };
+    for (const before of [[created()], [created(), claimed], [created(), claimed, approved(false)]]) {
+      given(refundDecider, before).when({ type: 'Cancel', now: T1 }).then([canceled]);
+    }
+    given(refundDecider, [created(), canceled]).when({ type: 'Cancel', now: T1 }).then([]);
+    given(refundDecider, [created(), claimed, approved(true)])
+      .when({ type: 'Cancel', now: T1 })
+      .thenError('conflict', 'Refund can no longer be canceled');
+    assert.equal(releasesReservation(canceled), true);
+  });
+
+  it('expires only when the link was never used', () => {
+    const late = at(60 * 24 * 30);
+    given(refundDecider, [created()])
+      .when({ type: 'Expire', now: late })
+      .then([{ type: 'RefundExpired', data: { expiredAt: late } }]);
+    given(refundDecider, [created()]).when({ type: 'Expire', now: T1 }).then([]);
+    given(refundDecider, [created(), claimed]).when({ type: 'Expire', now: late }).then([]);
+  });
+
+  it('records its transaction before it is sent, sends the same one again after an unknown outcome, and a new one only after a rejection', () => {
+    const sending = [created(), claimed, approved(true)];
+    given(refundDecider, sending)
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })
+      .then([prepared()]);
+    given(refundDecider, [...sending, prepared()])
+      .when({ type: 'PrepareTransaction', txHash: '0xbb', raw: '{}', now: T1 })
+      .then([]);
+
+    const timedOut: RefundEvent = {
+      type: 'RefundFailed',
+      data: { attempt: 1, reason: 'timeout', code: 'node_unavailable', retryAt: T1, failedAt: T1 },
+    };
+    const retried: RefundEvent = { type: 'RefundRetried', data: { attempt: 2, retriedAt: T1 } };
+    const afterUnknown = fold(refundDecider, [...sending, prepared(), timedOut, retried]);
+    assert.deepEqual(afterUnknown?.prepared, { txHash: '0xaa', raw: '{}' });
+
+    const rejected: RefundEvent = {
+      type: 'RefundFailed',
+      data: {
+        attempt: 1,
+        reason: 'nonce too low',
+        code: 'rejected_by_network',
+        rejected: true,
+        retryAt: T1,
+        failedAt: T1,
+      },
+    };
+    const afterRejection = [...sending, prepared(), rejected, retried];
+    assert.equal(fold(refundDecider, afterRejection)?.prepared, null);
+    given(refundDecider, afterRejection)
+      .when({ type: 'PrepareTransaction', txHash: '0xbb', raw: '{}', now: T1 })
+      .then([prepared('0xbb', 2)]);
+    // Whichever transaction lands is the one payout; one never prepared is not this refund's.
+    given(refundDecider, [...afterRejection, prepared('0xbb', 2)])
+      .when({ type: 'MarkCompleted', txHash: '0xaa', blockNumber: 7, confirmations: 12, now: T1 })
+      .then([
+        { type: 'RefundCompleted', data: { txHash: '0xaa', blockNumber: 7, confirmations: 12, completedAt: T1 } },
+      ]);
+    given(refundDecider, [...afterRejection, prepared('0xbb', 2)])
+      .when({ type: 'MarkCompleted', txHash: '0xcc', blockNumber: 7, confirmations: 12, now: T1 })
+      .thenError('conflict', "Transaction 0xcc is not one of this refund's");
+  });
+
+  it('gives its reservation back only when it can never be paid', () => {
+    const final: RefundEvent = {
+      type: 'RefundFailed',
+      data: { attempt: 1, reason: 'fees', code: 'fees_exceed_amount', retryAt: null, failedAt: T1 },
+    };
+    const retrying: RefundEvent = { ...final, data: { ...final.data, retryAt: T1 } } as RefundEvent;
+    assert.equal(releasesReservation(final), true);
+    assert.equal(releasesReservation(retrying), false);
+    assert.equal(releasesReservation(approved(true)), false);
+  });
+});

@@ -2,7 +2,7 @@
 // ever recorded; the key itself is shown once, when it is issued.
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
 
-/** The permissions of interface.md plus the subscription ones of operations.md. */
+/** The permissions of interface.md plus the subscription ones of operations.md and the refund ones of refunds.md. */
 export const permissions = [
   'invoices:read',
   'invoices:write',
@@ -10,6 +10,9 @@ export const permissions = [
   'webhooks:write',
   'subscriptions:read',
   'subscriptions:write',
+  'refunds:read',
+  'refunds:write',
+  'refunds:approve',
 ] as const;
 export type Permission = (typeof permissions)[number];
 

@@ -19,6 +19,8 @@ export interface InvoiceView {
   expiresAt: string;
   webhookUrl: string | null;
   paymentUrl: string;
+  /** none, partial or full (refunds.md) */
+  refundStatus: string;
   createdAt: string;
   updatedAt: string;
 }
@@ -34,6 +36,7 @@ export function invoiceView(
     | 'description'
     | 'expires_at'
     | 'webhook_url'
+    | 'refund_status'
     | 'created_at'
     | 'updated_at'
   >,
@@ -49,6 +52,7 @@ export function invoiceView(
     expiresAt: iso(row.expires_at),
     webhookUrl: row.webhook_url,
     paymentUrl: `${baseUrl}/checkout/${row.id}`,
+    refundStatus: row.refund_status,
     createdAt: iso(row.created_at),
     updatedAt: iso(row.updated_at),
   };

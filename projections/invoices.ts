@@ -3,7 +3,13 @@
 // status endpoints and the chain watcher read.
 import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
-import { invoiceDecider, invoicePaymentView, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
+import {
+  invoiceDecider,
+  invoicePaymentView,
+  refundStatusOf,
+  type Invoice,
+  type InvoiceEvent,
+} from '../domain/invoice.ts';
 import { paymentDecider, type Payment, type PaymentEvent } from '../domain/payment.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
@@ -79,6 +85,7 @@ function invoiceRowOf(invoice: Invoice) {
     mismatch_payment: view.mismatchPayment,
     tx_hash: view.txHash,
     settled_amount: invoice.settlement?.settledAmount ?? null,
+    refund_status: refundStatusOf(invoice),
     created_at: new Date(invoice.createdAt),
     updated_at: new Date(invoice.updatedAt),
   };

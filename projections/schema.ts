@@ -59,6 +59,8 @@ export interface InvoicesTable {
   mismatch_payment: Record<string, string> | null;
   tx_hash: string | null;
   settled_amount: string | null;
+  /** none, partial, full (refunds.md) */
+  refund_status: string;
   created_at: Date;
   updated_at: Date;
 }
@@ -424,6 +426,16 @@ readModelMigrations['0005_settlement_failures'] = {
       .createIndex('settlements_failure')
       .on('settlements')
       .columns(['failure_code', 'updated_at'])
+      .execute();
+  },
+};
+
+readModelMigrations['0006_refund_status'] = {
+  async up(db) {
+    // Every invoice so far has had no refund.
+    await db.schema
+      .alterTable('invoices')
+      .addColumn('refund_status', 'text', (c) => c.notNull().defaultTo('none'))
       .execute();
   },
 };

@@ -193,6 +193,7 @@ describe('invoice API', () => {
     });
     assert.equal(res.status, 201);
     const inv = res.body.data;
+    // interface.md's Invoice, and refunds.md's refundStatus.
     assert.deepEqual(Object.keys(inv).sort(), [
       'amount',
       'createdAt',
@@ -202,10 +203,12 @@ describe('invoice API', () => {
       'id',
       'merchantId',
       'paymentUrl',
+      'refundStatus',
       'status',
       'updatedAt',
       'webhookUrl',
     ]);
+    assert.equal(inv.refundStatus, 'none');
     assert.equal(inv.status, 'pending');
     assert.equal(inv.amount, '42.50');
     assert.equal(inv.merchantId, merchantId);

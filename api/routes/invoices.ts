@@ -6,8 +6,16 @@ import { Type, type Static } from 'typebox';
 import { paymentRequests } from '../payment-request.ts';
 import type { RecordedEvent } from '../../adapters/event-store/port.ts';
 import { chainAuditTrail } from '../../domain/audit-trail.ts';
+import { loadState } from '../../commands/handle.ts';
 import { settlementIdOf, settlementStreamName } from '../../domain/settlement.ts';
-import { invoiceStreamName, type AssignedAddress, type Invoice } from '../../domain/invoice.ts';
+import {
+  invoiceDecider,
+  invoiceStreamName,
+  refundableOf,
+  refundStatusOf,
+  type AssignedAddress,
+  type Invoice,
+} from '../../domain/invoice.ts';
 import type { ChainName } from '../../domain/catalogue.ts';
 import { formatFiat, formatUnits, parseUnits, FIAT_DECIMALS } from '../../domain/money.ts';
 import { paymentStreamName } from '../../domain/payment.ts';
@@ -57,6 +65,7 @@ export const InvoiceSchema = Type.Object({
   expiresAt: Type.String(),
   webhookUrl: Nullable(Type.String()),
   paymentUrl: Type.String(),
+  refundStatus: Type.String({ description: 'none, partial or full: all received money refunded (refunds.md)' }),
   createdAt: Type.String(),
   updatedAt: Type.String(),
 });
@@ -118,6 +127,15 @@ const StatusSchema = Type.Object({
       txHash: Type.String(),
     }),
   ),
+});
+const RefundableSchema = Type.Object({
+  chain: Type.String(),
+  token: Type.String(),
+  received: Type.String({ description: 'confirmed payments of this token, decimal in token units' }),
+  refunded: Type.String({ description: 'refunds completed' }),
+  pending: Type.String({ description: 'refunds not yet completed' }),
+  refundable: Type.String({ description: 'received − refunded − pending' }),
+  excess: Type.String({ description: 'the overpaid part, late and wrong-token payments, not yet refunded' }),
 });
 const EventSchema = Type.Object({
   eventId: Type.String(),
@@ -250,6 +268,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         description: invoice.description,
         expires_at: new Date(invoice.expiresAt),
         webhook_url: invoice.webhookUrl,
+        refund_status: refundStatusOf(invoice),
         created_at: new Date(invoice.createdAt),
         updated_at: new Date(invoice.updatedAt),
       },
@@ -448,6 +467,36 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       return reply
         .code(value.created ? 201 : 200)
         .send({ data: paymentView(value.invoice, value.address, merchant.name) });
+    },
+  );
+
+  app.get(
+    '/api/v1/invoices/:id/refundable',
+    {
+      onRequest: auth.merchant('refunds:read'),
+      schema: {
+        tags: ['refunds'],
+        summary: 'What the invoice received of each chain and token, and how much of it can still be refunded',
+        security: key,
+        params: IdParams,
+        response: { 200: data(Type.Array(RefundableSchema)) },
+      },
+    },
+    async (request) => {
+      const row = await ownInvoice(request.params.id, request.caller!.merchantId);
+      // The invoice's own stream, not a read model: the refund limit is decided on it.
+      const invoice = await loadState(store, invoiceDecider, invoiceStreamName(row.id));
+      return {
+        data: (invoice ? refundableOf(invoice) : []).map((a) => ({
+          chain: a.chain,
+          token: a.token,
+          received: formatUnits(a.received, a.tokenDecimals),
+          refunded: formatUnits(a.refunded, a.tokenDecimals),
+          pending: formatUnits(a.pending, a.tokenDecimals),
+          refundable: formatUnits(a.refundable, a.tokenDecimals),
+          excess: formatUnits(a.excess, a.tokenDecimals),
+        })),
+      };
     },
   );
 

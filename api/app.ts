@@ -23,6 +23,7 @@ import { healthRoutes } from './routes/health.ts';
 import { invoiceRoutes } from './routes/invoices.ts';
 import { UUID } from './routes/query.ts';
 import { settlementRoutes } from './routes/settlements.ts';
+import { refundRoutes } from './routes/refunds.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { liveRoutes } from './routes/live.ts';
 import { checkoutRoutes } from './routes/checkout.ts';
@@ -35,12 +36,14 @@ import type { ChainName } from '../domain/catalogue.ts';
 import type { InvoiceCommands } from '../commands/invoices.ts';
 import { invoiceStreamName } from '../domain/invoice.ts';
 import type { SubscriptionCommands } from '../commands/subscriptions.ts';
+import type { RefundCommands } from '../commands/refunds.ts';
 
 export interface AppDeps {
   config: Config;
   clock: Clock;
   invoices: InvoiceCommands;
   subscriptions: SubscriptionCommands;
+  refunds: RefundCommands;
   sandbox: Sandbox | undefined;
   live: LiveInvoiceStatus;
   webhooks: WebhookRouteDeps;
@@ -253,6 +256,7 @@ export async function buildApp(deps: AppDeps) {
   await app.register(async (scope) => adminRoutes(scope, context));
   await app.register(async (scope) => invoiceRoutes(scope, context));
   await app.register(async (scope) => settlementRoutes(scope, context));
+  await app.register(async (scope) => refundRoutes(scope, context));
   await app.register(async (scope) => subscriptionRoutes(scope, context));
   await app.register(async (scope) => liveRoutes(scope, context, deps.live));
   await app.register(async (scope) => webhookRoutes(scope, context, deps.webhooks));

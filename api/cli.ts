@@ -85,7 +85,8 @@ async function compareWithService(replayed: ReplayedInvoice, apiKey: string): Pr
   const status = JSON.parse(await fetchText(apiKey, 'GET', `/api/v1/invoices/${id}/status`)).data;
   const mismatches: string[] = [];
   const differ = (what: string, ours: unknown, theirs: unknown, same = (a: unknown, b: unknown) => a === b) => {
-    if (!same(ours, theirs)) mismatches.push(`${what}: the events say ${JSON.stringify(ours)}, the service ${JSON.stringify(theirs)}`);
+    if (!same(ours, theirs))
+      mismatches.push(`${what}: the events say ${JSON.stringify(ours)}, the service ${JSON.stringify(theirs)}`);
   };
   differ('status', replayed.status, status.status);
   differ('amount', replayed.amount, invoice.amount, sameAmount);
@@ -98,6 +99,13 @@ async function compareWithService(replayed: ReplayedInvoice, apiKey: string): Pr
     differ('settlement net amount', replayed.settlement.netAmount, settlement.amount, sameAmount);
     differ('settlement transaction', replayed.settlement.txHash, settlement.transactionHash);
   }
+  differ('refund status', replayed.refundStatus, invoice.refundStatus);
+  for (const refund of replayed.refunds) {
+    const theirs = JSON.parse(await fetchText(apiKey, 'GET', `/api/v1/refunds/${refund.id}`)).data;
+    differ(`refund ${refund.id} status`, refund.status, theirs.status);
+    differ(`refund ${refund.id} amount`, refund.amount, theirs.amount, sameAmount);
+    differ(`refund ${refund.id} transaction`, refund.transactionHash, theirs.transactionHash);
+  }
   return mismatches;
 }
 
@@ -105,7 +113,8 @@ async function auditVerify(file: string, apiKey: string | undefined) {
   const { lines, problems } = parseAuditTrail(await readFile(file, 'utf8'));
   problems.push(...verifyAuditTrail(lines));
   for (const problem of problems) console.log(`${problem.kind}: ${problem.message}`);
-  if (problems.length > 0) fail(`${file}: the history does not verify (${problems.length} problem${problems.length === 1 ? '' : 's'})`);
+  if (problems.length > 0)
+    fail(`${file}: the history does not verify (${problems.length} problem${problems.length === 1 ? '' : 's'})`);
   const replayed = replayAuditTrail(lines);
   console.log(`${file}: ${lines.length} events, hash chain intact`);
   console.log(JSON.stringify(replayed, null, 2));

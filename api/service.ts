@@ -42,6 +42,8 @@ import {
 } from '../commands/subscriptions.ts';
 import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
+import { refundsProjector } from '../projections/refunds.ts';
+import { RefundExpiry, refundCommands, refundManager, refundWebhooks } from '../commands/refunds.ts';
 import { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands, type MerchantCommands } from '../commands/merchants.ts';
@@ -57,7 +59,13 @@ import { createMetrics } from './metrics.ts';
 import { createRateLimiter } from './rate-limit.ts';
 import type { Sandbox } from './routes/sandbox.ts';
 
-export const projectors = [merchantsProjector, invoicesProjector, settlementsProjector, subscriptionsProjector];
+export const projectors = [
+  merchantsProjector,
+  invoicesProjector,
+  settlementsProjector,
+  subscriptionsProjector,
+  refundsProjector,
+];
 
 /** Expired and cancelled invoices' addresses are watched this long for late payments. */
 const MONITORING_WINDOW_MS = 24 * 60 * 60 * 1000;
@@ -163,6 +171,7 @@ export async function startService(
   });
   const subscriptions = subscriptionCommands({ store, clock, invoices });
   const subscriberHooks = subscriberWebhooks(config.publicBaseUrl);
+  const refundHooks = refundWebhooks(config.publicBaseUrl);
 
   const settlementDeps = {
     store,
@@ -199,12 +208,16 @@ export async function startService(
       webhookEvents,
       subscriptionManager(store, subscriptions),
       subscriberHooks,
+      refundHooks,
+      refundManager(store, (error, event) =>
+        log?.warn({ err: error, event: event.type, stream: event.streamId }, 'refund command refused'),
+      ),
     ],
     {
       onBatch: (name, events) => {
         metrics.projected.inc({ projection: name }, events);
         // The outbox has new rows: send them now rather than at the next poll.
-        if (name === webhookEvents.name || name === subscriberHooks.name) webhooks.poke();
+        if ([webhookEvents.name, subscriberHooks.name, refundHooks.name].includes(name)) webhooks.poke();
         // Payouts became due: look at them now rather than at the next poll.
         if (name === payoutQueueProjector.name) payouts.poke();
       },
@@ -274,6 +287,24 @@ export async function startService(
     return node?.receivingProblem?.(address);
   };
 
+  const refunds = refundCommands({
+    store,
+    clock,
+    networkFee: (chain, token) => {
+      try {
+        return settlementDeps.chains.get(chain as ChainName)?.networkFee(token) ?? 0n;
+      } catch {
+        return 0n; // no fee quote yet: the payout prices it again
+      }
+    },
+    // The customer's address must take a payout as a merchant's wallet must (on Solana: a wallet, not a token account).
+    destinationProblem: (chain, address) => settlementWalletProblem(chain as ChainName, address),
+  });
+  const refundExpiry = new RefundExpiry(database.db, refunds, clock, {
+    onError: (error) => log?.error({ err: error }, 'refund expiry failed'),
+  });
+  refundExpiry.start();
+
   const sandbox: Sandbox | undefined = sandboxClock && {
     ledgers,
     clock: sandboxClock,
@@ -281,6 +312,7 @@ export async function startService(
     clockAdvanced: () => {
       expiry.poke();
       renewals.poke();
+      refundExpiry.poke();
       for (const watcher of watchers) watcher.poke();
     },
   };
@@ -306,6 +338,7 @@ export async function startService(
     clock,
     invoices,
     subscriptions,
+    refunds,
     sandbox,
     live,
     webhooks: { worker: webhooks, policy: webhookPolicy },
@@ -331,6 +364,7 @@ export async function startService(
       await live.stop();
       await expiry.stop();
       await renewals.stop();
+      await refundExpiry.stop();
       await payouts.stop();
       await webhooks.stop();
       await Promise.all(watchers.map((w) => w.stop()));

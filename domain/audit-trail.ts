@@ -12,7 +12,8 @@
 import { createHash } from 'node:crypto';
 import canonicalizeModule from 'canonicalize';
 import { fold } from './decider.ts';
-import { invoiceDecider, invoicePaymentView, invoiceStreamName, type InvoiceEvent } from './invoice.ts';
+import { invoiceDecider, invoicePaymentView, invoiceStreamName, refundStatusOf, type InvoiceEvent } from './invoice.ts';
+import { refundDecider, type RefundEvent } from './refund.ts';
 import { formatUnits } from './money.ts';
 import { settlementDecider, settlementIdOf, settlementStreamName, type SettlementEvent } from './settlement.ts';
 
@@ -155,6 +156,10 @@ export interface ReplayedInvoice {
     netAmount: string;
     txHash: string | null;
   } | null;
+  /** none, partial or full (refunds.md). */
+  refundStatus: string;
+  /** Each refund of the invoice, in order of creation. */
+  refunds: { id: string; status: string; amount: string; transactionHash: string | null }[];
 }
 
 export function replayAuditTrail(lines: readonly AuditEvent[]): ReplayedInvoice {
@@ -172,6 +177,17 @@ export function replayAuditTrail(lines: readonly AuditEvent[]): ReplayedInvoice 
     lines
       .filter((l) => l.streamId === settlementStreamName(settlementIdOf(invoice.id)))
       .map((l) => ({ type: l.type, data: l.data }) as SettlementEvent),
+  );
+  const refunds = [...new Set(lines.filter((l) => l.streamId.startsWith('refund-')).map((l) => l.streamId))].flatMap(
+    (streamId) => {
+      const refund = fold(
+        refundDecider,
+        lines.filter((l) => l.streamId === streamId).map((l) => ({ type: l.type, data: l.data }) as RefundEvent),
+      );
+      if (!refund) return [];
+      const amount = formatUnits(refund.amount, refund.tokenDecimals, refund.tokenDecimals);
+      return [{ id: refund.id, status: refund.status, amount, transactionHash: refund.txHash }];
+    },
   );
   const view = invoicePaymentView(invoice);
   const paid = invoice.addresses.find((a) => a.chain === view.chain && a.token === view.token);
@@ -192,5 +208,7 @@ export function replayAuditTrail(lines: readonly AuditEvent[]): ReplayedInvoice 
       netAmount: amountOf(settlement.netAmount),
       txHash: settlement.txHash,
     },
+    refundStatus: refundStatusOf(invoice),
+    refunds,
   };
 }

@@ -136,3 +136,16 @@ export function paymentProgress(received: bigint, quoted: bigint): number {
   const percent = (received * 100n) / quoted;
   return Number(percent > 100n ? 100n : percent);
 }
+
+/**
+ * The fiat value of `units` base units of a token with `tokenDecimals`
+ * decimals at `fiatPerToken`, as a decimal with FIAT_DECIMALS places, rounded
+ * down: a refund's value is never shown above what it gives back.
+ */
+export function fiatValueOf(units: bigint, tokenDecimals: number, fiatPerToken: string): string {
+  assertDecimals(tokenDecimals);
+  const rate = parseExactDecimal(fiatPerToken);
+  if (rate === undefined) throw new RangeError(`Exchange rate must be a decimal, got '${fiatPerToken}'`);
+  const value = (units * rate.digits * pow10(FIAT_DECIMALS)) / pow10(tokenDecimals + rate.scale);
+  return formatUnits(value, FIAT_DECIMALS);
+}

@@ -83,12 +83,13 @@ export type RefundTransactionPrepared = DomainEvent<
 export type RefundSubmitted = DomainEvent<'RefundSubmitted', { attempt: number; txHash: string; submittedAt: string }>;
 export type RefundCompleted = DomainEvent<
   'RefundCompleted',
-  { txHash: string; blockNumber: number; confirmations: number; completedAt: string }
+  { invoiceId: string; txHash: string; blockNumber: number; confirmations: number; completedAt: string }
 >;
 /** As SettlementFailed: `rejected` means the chain refused it for good; otherwise the same transaction is sent again. */
 export type RefundFailed = DomainEvent<
   'RefundFailed',
   {
+    invoiceId: string;
     attempt: number;
     reason: string;
     code: RefundFailureReason;
@@ -99,8 +100,17 @@ export type RefundFailed = DomainEvent<
   }
 >;
 export type RefundRetried = DomainEvent<'RefundRetried', { attempt: number; retriedAt: string }>;
-export type RefundCanceled = DomainEvent<'RefundCanceled', { canceledAt: string }>;
-export type RefundExpired = DomainEvent<'RefundExpired', { expiredAt: string }>;
+// The events that end a refund name its invoice, whose reservation they settle (see refund-saga.ts).
+export type RefundCanceled = DomainEvent<
+  'RefundCanceled',
+  {
+    invoiceId: string;
+    canceledAt: string;
+    /** Why, when the service canceled it: its reservation was refused (another refund took the amount first). */
+    reason?: string;
+  }
+>;
+export type RefundExpired = DomainEvent<'RefundExpired', { invoiceId: string; expiredAt: string }>;
 
 export type RefundEvent =
   | RefundCreated
@@ -137,7 +147,7 @@ export type RefundCommand =
   | { type: 'GiveDestination'; destination: string; now: string }
   | { type: 'Approve'; payer: RefundPayer; funded: boolean; now: string }
   | { type: 'MarkFunded'; now: string }
-  | { type: 'Cancel'; now: string }
+  | { type: 'Cancel'; now: string; reason?: string }
   | { type: 'Expire'; now: string }
   | { type: 'PrepareTransaction'; txHash: string; raw: string; now: string }
   | { type: 'MarkSubmitted'; txHash: string; now: string }
@@ -193,15 +203,6 @@ export type RefundState = Refund | null;
 
 /** Before the payout: the merchant may still cancel, the customer's link may still expire. */
 const BEFORE_SENDING: readonly RefundStatus[] = ['awaiting_destination', 'awaiting_approval', 'awaiting_funds'];
-
-/** The refund will never be paid, so its reservation on the invoice is given back. */
-export function releasesReservation(event: RefundEvent): boolean {
-  return (
-    event.type === 'RefundCanceled' ||
-    event.type === 'RefundExpired' ||
-    (event.type === 'RefundFailed' && event.data.retryAt === null)
-  );
-}
 
 const isAtOrAfter = (time: string, reference: string) => Date.parse(time) >= Date.parse(reference);
 
@@ -270,11 +271,20 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
       if (!BEFORE_SENDING.includes(state.status)) {
         throw new DomainError('conflict', 'Refund can no longer be canceled');
       }
-      return [{ type: 'RefundCanceled', data: { canceledAt: command.now } }];
+      return [
+        {
+          type: 'RefundCanceled',
+          data: {
+            invoiceId: state.invoiceId,
+            canceledAt: command.now,
+            ...(command.reason && { reason: command.reason }),
+          },
+        },
+      ];
     case 'Expire':
       // Only a link never used expires; a refund with an address waits for the merchant.
       if (state.status !== 'awaiting_destination' || !isAtOrAfter(command.now, state.claimExpiresAt)) return [];
-      return [{ type: 'RefundExpired', data: { expiredAt: command.now } }];
+      return [{ type: 'RefundExpired', data: { invoiceId: state.invoiceId, expiredAt: command.now } }];
     case 'PrepareTransaction':
       if (state.status !== 'sending' || state.prepared !== null) return [];
       return [
@@ -298,6 +308,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
         {
           type: 'RefundCompleted',
           data: {
+            invoiceId: state.invoiceId,
             txHash: command.txHash,
             blockNumber: command.blockNumber,
             confirmations: command.confirmations,
@@ -311,6 +322,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
         {
           type: 'RefundFailed',
           data: {
+            invoiceId: state.invoiceId,
             attempt: state.attempt,
             reason: command.reason,
             code: command.code,

@@ -181,7 +181,36 @@ export interface SubscribersTable {
   updated_at: Date;
 }
 
+/** One row per refund (refunds.md); amounts in token units, decimal text. */
+export interface RefundsTable {
+  id: string;
+  invoice_id: string;
+  merchant_id: string;
+  chain: string;
+  token: string;
+  amount: string;
+  network_fee: string;
+  net_amount: string;
+  fiat_amount: string;
+  fiat_currency: string;
+  reason: string | null;
+  destination: string | null;
+  claim_token: string;
+  claim_expires_at: Date;
+  /** awaiting_destination, awaiting_approval, awaiting_funds, sending, completed, canceled, expired, failed */
+  status: string;
+  /** deposit, refund_wallet; null until approved */
+  funded_from: string | null;
+  transaction_hash: string | null;
+  failure_code: string | null;
+  created_at: Date;
+  updated_at: Date;
+  approved_at: Date | null;
+  completed_at: Date | null;
+}
+
 export interface ReadModelTables {
+  refunds: RefundsTable;
   subscription_plans: SubscriptionPlansTable;
   subscribers: SubscribersTable;
   settlements: SettlementsTable;
@@ -437,5 +466,43 @@ readModelMigrations['0006_refund_status'] = {
       .alterTable('invoices')
       .addColumn('refund_status', 'text', (c) => c.notNull().defaultTo('none'))
       .execute();
+  },
+};
+
+readModelMigrations['0007_refunds'] = {
+  async up(db) {
+    await db.schema
+      .createTable('refunds')
+      .addColumn('id', 'uuid', (c) => c.primaryKey())
+      .addColumn('invoice_id', 'uuid', (c) => c.notNull())
+      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+      .addColumn('chain', 'text', (c) => c.notNull())
+      .addColumn('token', 'text', (c) => c.notNull())
+      .addColumn('amount', 'text', (c) => c.notNull())
+      .addColumn('network_fee', 'text', (c) => c.notNull())
+      .addColumn('net_amount', 'text', (c) => c.notNull())
+      .addColumn('fiat_amount', 'text', (c) => c.notNull())
+      .addColumn('fiat_currency', 'text', (c) => c.notNull())
+      .addColumn('reason', 'text')
+      .addColumn('destination', 'text')
+      .addColumn('claim_token', 'text', (c) => c.notNull().unique())
+      .addColumn('claim_expires_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('status', 'text', (c) => c.notNull())
+      .addColumn('funded_from', 'text')
+      .addColumn('transaction_hash', 'text')
+      .addColumn('failure_code', 'text')
+      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('approved_at', 'timestamptz')
+      .addColumn('completed_at', 'timestamptz')
+      .execute();
+    await db.schema
+      .createIndex('refunds_merchant_created')
+      .on('refunds')
+      .columns(['merchant_id', 'created_at'])
+      .execute();
+    await db.schema.createIndex('refunds_invoice').on('refunds').columns(['invoice_id', 'created_at']).execute();
+    // The expiry timer's look: unused claim links, soonest first.
+    await db.schema.createIndex('refunds_claim_expiry').on('refunds').columns(['status', 'claim_expires_at']).execute();
   },
 };

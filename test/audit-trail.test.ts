@@ -5,7 +5,7 @@
 // hashes redone) detected and named.
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -16,7 +16,7 @@ import {
   verifyAuditTrail,
   type AuditLine,
 } from '../domain/audit-trail.ts';
-import { eventuallyMining, merchantWithKey } from './support/merchant.ts';
+import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { root } from './support/process.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
@@ -173,5 +173,33 @@ describe("the auditor's replay of an invoice's history", () => {
     });
     assert.equal(response.status, 404);
     assert.equal(((await response.json()) as { message: string }).message, 'Invoice not found');
+  });
+
+  it("holds the invoice's refunds, and the CLI checks them against the service", async () => {
+    const created = await svc.call('POST', `/api/v1/invoices/${invoiceId}/refunds`, {
+      token: key,
+      body: { amount: '1', reason: 'Goodwill' },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/cancel`, { token: key });
+    // The saga gives the reservation back on the invoice's stream after the cancel.
+    await eventually(
+      async () =>
+        (await svc.call('GET', `/api/v1/invoices/${invoiceId}/refundable`, { token: key })).body.data[0].pending,
+      (pending) => /^0\.0+$/.test(pending),
+    );
+    const file = join(dir, 'refunded.ndjson');
+    assert.equal((await cli('events', invoiceId, '--export', file)).code, 0);
+    const lines = linesOf(await readFile(file, 'utf8'));
+    const types = lines.map((l) => l.type);
+    for (const type of ['RefundCreated', 'RefundReserved', 'RefundCanceled', 'RefundReleased']) {
+      assert.ok(types.includes(type), `${type} in ${types.join(', ')}`);
+    }
+    assert.deepEqual(replayAuditTrail(lines).refunds, [
+      { id: created.body.data.id, status: 'canceled', amount: '1.000000', transactionHash: null },
+    ]);
+    const verified = await cli('audit', 'verify', file);
+    assert.equal(verified.code, 0, verified.out);
+    assert.match(verified.out, /agrees with the events/);
   });
 });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
+  fiatValueOf,
   formatFiat,
   formatUnits,
   isFullPayment,
@@ -173,5 +174,21 @@ describe('paymentProgress', () => {
     assert.equal(paymentProgress(150n, 100n), 100);
     assert.equal(paymentProgress(0n, 100n), 0);
     assert.equal(paymentProgress(5n, 0n), 0);
+  });
+});
+
+describe('fiatValueOf', () => {
+  it('values base units at a rate, rounded down to 8 places', () => {
+    assert.equal(fiatValueOf(20_000_000n, 6, '1'), '20.00000000');
+    // 0.5 ETH at 3,000.12 a whole ETH.
+    assert.equal(fiatValueOf(5n * 10n ** 17n, 18, '3000.12'), '1500.06000000');
+    // One wei is worth less than 10^-8 of a dollar: shown as nothing rather than rounded up.
+    assert.equal(fiatValueOf(1n, 18, '3000'), '0.00000000');
+    // 1 satoshi at 97,123.456789 a BTC: 0.00097123456789, cut to 8 places.
+    assert.equal(fiatValueOf(1n, 8, '97123.456789'), '0.00097123');
+  });
+
+  it('refuses a malformed rate', () => {
+    assert.throws(() => fiatValueOf(1n, 6, '1e3'), RangeError);
   });
 });

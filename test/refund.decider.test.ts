@@ -11,13 +11,8 @@ import {
   type InvoiceCommand,
   type InvoiceEvent,
 } from '../domain/invoice.ts';
-import {
-  refundDecider,
-  releasesReservation,
-  type RefundCommand,
-  type RefundEvent,
-  type RefundPayer,
-} from '../domain/refund.ts';
+import { refundDecider, type RefundCommand, type RefundEvent, type RefundPayer } from '../domain/refund.ts';
+import { reactToRefundEvent } from '../domain/refund-saga.ts';
 import { given } from './support/decider.ts';
 
 const at = (minute: number) => new Date(Date.UTC(2026, 10, 1, 0, minute)).toISOString();
@@ -318,7 +313,7 @@ describe('the refund aggregate', () => {
   });
 
   it('can be canceled only before sending, and then gives its reservation back', () => {
-    const canceled: RefundEvent = { type: 'RefundCanceled', data: { canceledAt: T1 } };
+    const canceled: RefundEvent = { type: 'RefundCanceled', data: { invoiceId: INVOICE_ID, canceledAt: T1 } };
     for (const before of [[created()], [created(), claimed], [created(), claimed, approved(false)]]) {
       given(refundDecider, before).when({ type: 'Cancel', now: T1 }).then([canceled]);
     }
@@ -326,14 +321,13 @@ describe('the refund aggregate', () => {
     given(refundDecider, [created(), claimed, approved(true)])
       .when({ type: 'Cancel', now: T1 })
       .thenError('conflict', 'Refund can no longer be canceled');
-    assert.equal(releasesReservation(canceled), true);
   });
 
   it('expires only when the link was never used', () => {
     const late = at(60 * 24 * 30);
     given(refundDecider, [created()])
       .when({ type: 'Expire', now: late })
-      .then([{ type: 'RefundExpired', data: { expiredAt: late } }]);
+      .then([{ type: 'RefundExpired', data: { invoiceId: INVOICE_ID, expiredAt: late } }]);
     given(refundDecider, [created()]).when({ type: 'Expire', now: T1 }).then([]);
     given(refundDecider, [created(), claimed]).when({ type: 'Expire', now: late }).then([]);
   });
@@ -349,7 +343,14 @@ describe('the refund aggregate', () => {
 
     const timedOut: RefundEvent = {
       type: 'RefundFailed',
-      data: { attempt: 1, reason: 'timeout', code: 'node_unavailable', retryAt: T1, failedAt: T1 },
+      data: {
+        invoiceId: INVOICE_ID,
+        attempt: 1,
+        reason: 'timeout',
+        code: 'node_unavailable',
+        retryAt: T1,
+        failedAt: T1,
+      },
     };
     const retried: RefundEvent = { type: 'RefundRetried', data: { attempt: 2, retriedAt: T1 } };
     const afterUnknown = fold(refundDecider, [...sending, prepared(), timedOut, retried]);
@@ -358,6 +359,7 @@ describe('the refund aggregate', () => {
     const rejected: RefundEvent = {
       type: 'RefundFailed',
       data: {
+        invoiceId: INVOICE_ID,
         attempt: 1,
         reason: 'nonce too low',
         code: 'rejected_by_network',
@@ -375,21 +377,66 @@ describe('the refund aggregate', () => {
     given(refundDecider, [...afterRejection, prepared('0xbb', 2)])
       .when({ type: 'MarkCompleted', txHash: '0xaa', blockNumber: 7, confirmations: 12, now: T1 })
       .then([
-        { type: 'RefundCompleted', data: { txHash: '0xaa', blockNumber: 7, confirmations: 12, completedAt: T1 } },
+        {
+          type: 'RefundCompleted',
+          data: { invoiceId: INVOICE_ID, txHash: '0xaa', blockNumber: 7, confirmations: 12, completedAt: T1 },
+        },
       ]);
     given(refundDecider, [...afterRejection, prepared('0xbb', 2)])
       .when({ type: 'MarkCompleted', txHash: '0xcc', blockNumber: 7, confirmations: 12, now: T1 })
       .thenError('conflict', "Transaction 0xcc is not one of this refund's");
   });
+});
 
-  it('gives its reservation back only when it can never be paid', () => {
-    const final: RefundEvent = {
+describe('the refund saga', () => {
+  const release = (now: string) => [
+    { to: 'invoice', invoiceId: INVOICE_ID, command: { type: 'ReleaseRefund', refundId: REFUND_ID, now } },
+  ];
+
+  it("reserves a new refund's amount on its invoice", () => {
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, created()), [
+      {
+        to: 'invoice',
+        invoiceId: INVOICE_ID,
+        command: {
+          type: 'ReserveRefund',
+          refundId: REFUND_ID,
+          chain: 'ethereum',
+          token: 'USDT',
+          amount: 20_000_000n,
+          now: T0,
+        },
+      },
+    ]);
+  });
+
+  it('gives the reservation back only when the refund can never be paid, and records it once paid', () => {
+    const failed = (retryAt: string | null): RefundEvent => ({
       type: 'RefundFailed',
-      data: { attempt: 1, reason: 'fees', code: 'fees_exceed_amount', retryAt: null, failedAt: T1 },
+      data: { invoiceId: INVOICE_ID, attempt: 1, reason: 'fees', code: 'fees_exceed_amount', retryAt, failedAt: T1 },
+    });
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, failed(null)), release(T1));
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, failed(T1)), []);
+    assert.deepEqual(
+      reactToRefundEvent(REFUND_ID, { type: 'RefundCanceled', data: { invoiceId: INVOICE_ID, canceledAt: T1 } }),
+      release(T1),
+    );
+    assert.deepEqual(
+      reactToRefundEvent(REFUND_ID, { type: 'RefundExpired', data: { invoiceId: INVOICE_ID, expiredAt: T1 } }),
+      release(T1),
+    );
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, approved(true)), []);
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, claimed), []);
+    const completed: RefundEvent = {
+      type: 'RefundCompleted',
+      data: { invoiceId: INVOICE_ID, txHash: '0xaa', blockNumber: 7, confirmations: 12, completedAt: T1 },
     };
-    const retrying: RefundEvent = { ...final, data: { ...final.data, retryAt: T1 } } as RefundEvent;
-    assert.equal(releasesReservation(final), true);
-    assert.equal(releasesReservation(retrying), false);
-    assert.equal(releasesReservation(approved(true)), false);
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, completed), [
+      {
+        to: 'invoice',
+        invoiceId: INVOICE_ID,
+        command: { type: 'RecordRefund', refundId: REFUND_ID, txHash: '0xaa', now: T1 },
+      },
+    ]);
   });
 });

@@ -7,6 +7,7 @@ import { paymentRequests } from '../payment-request.ts';
 import type { RecordedEvent } from '../../adapters/event-store/port.ts';
 import { chainAuditTrail } from '../../domain/audit-trail.ts';
 import { loadState } from '../../commands/handle.ts';
+import { refundStreamName } from '../../domain/refund.ts';
 import { settlementIdOf, settlementStreamName } from '../../domain/settlement.ts';
 import {
   invoiceDecider,
@@ -490,11 +491,11 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         data: (invoice ? refundableOf(invoice) : []).map((a) => ({
           chain: a.chain,
           token: a.token,
-          received: formatUnits(a.received, a.tokenDecimals),
-          refunded: formatUnits(a.refunded, a.tokenDecimals),
-          pending: formatUnits(a.pending, a.tokenDecimals),
-          refundable: formatUnits(a.refundable, a.tokenDecimals),
-          excess: formatUnits(a.excess, a.tokenDecimals),
+          received: formatUnits(a.received, a.tokenDecimals, a.tokenDecimals),
+          refunded: formatUnits(a.refunded, a.tokenDecimals, a.tokenDecimals),
+          pending: formatUnits(a.pending, a.tokenDecimals, a.tokenDecimals),
+          refundable: formatUnits(a.refundable, a.tokenDecimals, a.tokenDecimals),
+          excess: formatUnits(a.excess, a.tokenDecimals, a.tokenDecimals),
         })),
       };
     },
@@ -506,7 +507,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       onRequest: auth.merchant('invoices:read'),
       schema: {
         tags: ['invoices'],
-        summary: "The invoice's whole history: its events and those of its payments and settlement, in order",
+        summary: "The invoice's whole history: its events and those of its payments, settlement and refunds, in order",
         description:
           'With format=ndjson: one JSON line per event with its stream revision, and a SHA-256 hash chain over the lines (previousHash, hash) for `npm run cli -- audit verify`',
         security: key,
@@ -522,10 +523,12 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         .select(['chain', 'tx_hash', 'output_index'])
         .where('invoice_id', '=', row.id)
         .execute();
+      const refunds = await db.selectFrom('refunds').select('id').where('invoice_id', '=', row.id).execute();
       const streams = [
         invoiceStreamName(row.id),
         ...new Set(payments.map((p) => paymentStreamName(p.chain, p.tx_hash, p.output_index))),
         settlementStreamName(settlementIdOf(row.id)),
+        ...refunds.map((r) => refundStreamName(r.id)),
       ];
       const events = (await Promise.all(streams.map((s) => store.readStream(s)))).flat();
       events.sort((a: RecordedEvent, b: RecordedEvent) => store.comparePositions(a.position, b.position));

@@ -34,6 +34,13 @@ export const WEBHOOK_EVENT_TYPES = [
   'subscriber.past_due',
   'subscriber.cancellation_scheduled',
   'subscriber.cancelled',
+  'refund.created',
+  'refund.claimed',
+  'refund.approved',
+  'refund.completed',
+  'refund.failed',
+  'refund.canceled',
+  'refund.expired',
 ] as const;
 export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
 
@@ -233,9 +240,11 @@ export function sampleWebhookEvent(event: WebhookEventType, eventId: string, mer
   const data =
     event === 'settlement.failed'
       ? sampleFailedSettlement(now)
-      : subscriber
-        ? { subscriber, externalId: subscriber.externalId, metadata: subscriber.metadata }
-        : { invoice: sampleInvoice(event, merchantId, now) };
+      : event.startsWith('refund.')
+        ? sampleRefund(event, now)
+        : subscriber
+          ? { subscriber, externalId: subscriber.externalId, metadata: subscriber.metadata }
+          : { invoice: sampleInvoice(event, merchantId, now) };
   return { eventId, event, createdAt, test: true, data };
 }
 
@@ -274,6 +283,45 @@ function sampleInvoice(event: WebhookEventType, merchantId: string, now: Date) {
     paymentIssueType: event === 'invoice.overpaid' ? 'overpaid' : event === 'invoice.underpaid' ? 'underpaid' : null,
     txHash: paid ? `test_${randomUUID().replace(/-/g, '')}` : null,
     settledAmount: event === 'invoice.settled' ? '24.75000000' : null,
+  };
+}
+
+/** A Refund as the `refund.*` webhooks carry it, in the state the event leaves it. */
+function sampleRefund(event: WebhookEventType, now: Date) {
+  const status: Record<string, string> = {
+    'refund.created': 'awaiting_destination',
+    'refund.claimed': 'awaiting_approval',
+    'refund.approved': 'sending',
+    'refund.completed': 'completed',
+    'refund.failed': 'failed',
+    'refund.canceled': 'canceled',
+    'refund.expired': 'expired',
+  };
+  const approved = ['refund.approved', 'refund.completed', 'refund.failed'].includes(event);
+  const claimed = approved || event === 'refund.claimed';
+  const sent = event === 'refund.completed' || event === 'refund.failed';
+  const createdAt = new Date(now.getTime() - 60 * 60_000);
+  return {
+    id: randomUUID(),
+    invoiceId: randomUUID(),
+    status: status[event]!,
+    chain: 'tron',
+    token: 'USDT',
+    amount: '5.000000',
+    networkFee: '0.000000',
+    netAmount: '5.000000',
+    fiatAmount: '5.00000000',
+    fiatCurrency: 'USD',
+    reason: 'Overpaid',
+    destination: claimed ? 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH' : null,
+    claimUrl: approved ? null : `https://pay.example.com/refunds/test_${randomUUID().replace(/-/g, '')}`,
+    claimExpiresAt: new Date(createdAt.getTime() + 30 * 86_400_000).toISOString(),
+    fundedFrom: approved ? 'refund_wallet' : null,
+    transactionHash: sent ? `test_${randomUUID().replace(/-/g, '')}` : null,
+    createdAt: createdAt.toISOString(),
+    updatedAt: now.toISOString(),
+    approvedAt: approved ? now.toISOString() : null,
+    completedAt: event === 'refund.completed' ? now.toISOString() : null,
   };
 }
 

@@ -1,0 +1,124 @@
+// Projects refunds into `refunds`, which the refund endpoints, the customer's
+// claim page and the claim-link expiry read.
+import type { Kysely } from 'kysely';
+import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
+import { formatUnits } from '../domain/money.ts';
+import { refundDecider, type Refund, type RefundEvent } from '../domain/refund.ts';
+import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
+import type { Projector } from './engine.ts';
+import type { ReadModelTables, RefundsTable } from './schema.ts';
+
+const isRefundStream = (streamId: string) => streamId.startsWith('refund-');
+
+const refundFolds = new StreamFolds<Refund | null, RefundEvent>(isRefundStream, refundDecider);
+
+export const refundsProjector: Projector<Map<string, Refund | null>> = {
+  name: 'refunds',
+  tables: ['refunds'],
+
+  prepare: (batch: readonly RecordedEvent[], store: EventStore) => refundFolds.ofBatch(batch, store),
+
+  async applyBatch(trx: Kysely<ReadModelTables>, _batch, refunds: Map<string, Refund | null>) {
+    await upsertRows(trx, 'refunds', ['id'], rowsOf(refunds.values(), refundRowOf));
+  },
+};
+
+export function refundRowOf(r: Refund): RefundsTable {
+  // Exact, in the token's own decimals: a refund is never shown rounded.
+  const shown = (units: bigint) => formatUnits(units, r.tokenDecimals, r.tokenDecimals);
+  return {
+    id: r.id,
+    invoice_id: r.invoiceId,
+    merchant_id: r.merchantId,
+    chain: r.chain,
+    token: r.token,
+    amount: shown(r.amount),
+    network_fee: shown(r.networkFee),
+    net_amount: shown(r.netAmount),
+    fiat_amount: r.fiatAmount,
+    fiat_currency: r.fiatCurrency,
+    reason: r.reason,
+    destination: r.destination,
+    claim_token: r.claimToken,
+    claim_expires_at: new Date(r.claimExpiresAt),
+    status: r.status,
+    funded_from: r.payer?.fundedFrom ?? null,
+    transaction_hash: r.txHash ?? r.prepared?.txHash ?? null,
+    failure_code: r.failureCode,
+    created_at: new Date(r.createdAt),
+    updated_at: new Date(r.updatedAt),
+    approved_at: dateOrNull(r.approvedAt),
+    completed_at: dateOrNull(r.completedAt),
+  };
+}
+
+const iso = (value: Date | string | null) => (value === null ? null : new Date(value).toISOString());
+
+/** The claim link's address: `{PUBLIC_BASE_URL}/refunds/{claimToken}`. */
+export const claimUrlOf = (baseUrl: string, claimToken: string) => `${baseUrl}/refunds/${claimToken}`;
+
+/** The Refund object of refunds.md, from its row. */
+export function refundView(row: RefundsTable, baseUrl: string) {
+  return {
+    id: row.id,
+    invoiceId: row.invoice_id,
+    status: row.status,
+    chain: row.chain,
+    token: row.token,
+    amount: row.amount,
+    networkFee: row.network_fee,
+    netAmount: row.net_amount,
+    fiatAmount: row.fiat_amount,
+    fiatCurrency: row.fiat_currency,
+    reason: row.reason,
+    destination: row.destination,
+    // The link is for giving the address; once the merchant approved, there is nothing left to give.
+    claimUrl: row.approved_at === null ? claimUrlOf(baseUrl, row.claim_token) : null,
+    claimExpiresAt: iso(row.claim_expires_at)!,
+    fundedFrom: row.funded_from,
+    transactionHash: row.transaction_hash,
+    createdAt: iso(row.created_at)!,
+    updatedAt: iso(row.updated_at)!,
+    approvedAt: iso(row.approved_at),
+    completedAt: iso(row.completed_at),
+  };
+}
+
+export type RefundView = ReturnType<typeof refundView>;
+
+/** The customer's view through the claim link: no ids, nothing of the merchant's but its name. */
+export function publicRefundView(row: RefundsTable, merchantName: string) {
+  return {
+    status: row.status,
+    merchantName,
+    chain: row.chain,
+    token: row.token,
+    amount: row.amount,
+    netAmount: row.net_amount,
+    destination: row.destination,
+    claimExpiresAt: iso(row.claim_expires_at)!,
+  };
+}
+
+export const refundById = (db: Kysely<ReadModelTables>, id: string) =>
+  db.selectFrom('refunds').selectAll().where('id', '=', id).executeTakeFirst();
+
+export const refundByClaimToken = (db: Kysely<ReadModelTables>, claimToken: string) =>
+  db
+    .selectFrom('refunds')
+    .innerJoin('merchants', 'merchants.id', 'refunds.merchant_id')
+    .selectAll('refunds')
+    .select('merchants.name as merchant_name')
+    .where('refunds.claim_token', '=', claimToken)
+    .executeTakeFirst();
+
+/** Claim links never used whose time is up: what the expiry timer expires. */
+export const expiredClaims = (db: Kysely<ReadModelTables>, now: Date, limit = 100) =>
+  db
+    .selectFrom('refunds')
+    .select('id')
+    .where('status', '=', 'awaiting_destination')
+    .where('claim_expires_at', '<=', now)
+    .orderBy('claim_expires_at')
+    .limit(limit)
+    .execute();

@@ -24,6 +24,7 @@ import { invoiceRoutes } from './routes/invoices.ts';
 import { UUID } from './routes/query.ts';
 import { settlementRoutes } from './routes/settlements.ts';
 import { refundRoutes } from './routes/refunds.ts';
+import { refundClaimRoutes } from './routes/refund-claim.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { liveRoutes } from './routes/live.ts';
 import { checkoutRoutes } from './routes/checkout.ts';
@@ -257,6 +258,7 @@ export async function buildApp(deps: AppDeps) {
   await app.register(async (scope) => invoiceRoutes(scope, context));
   await app.register(async (scope) => settlementRoutes(scope, context));
   await app.register(async (scope) => refundRoutes(scope, context));
+  await app.register(async (scope) => refundClaimRoutes(scope, context));
   await app.register(async (scope) => subscriptionRoutes(scope, context));
   await app.register(async (scope) => liveRoutes(scope, context, deps.live));
   await app.register(async (scope) => webhookRoutes(scope, context, deps.webhooks));

@@ -67,7 +67,7 @@ const render = (part: Part): string =>
         : escapeHtml(String(part));
 
 /** Template tag: every interpolated value is escaped unless it is itself `markup`. */
-function markup(strings: TemplateStringsArray, ...values: Part[]): SafeHtml {
+export function markup(strings: TemplateStringsArray, ...values: Part[]): SafeHtml {
   return new SafeHtml(strings.reduce((out, s, i) => out + s + (i < values.length ? render(values[i]!) : ''), ''));
 }
 
@@ -92,7 +92,7 @@ export function formatFiatAmount(amount: string, currency: string): string {
   }
 }
 
-function layout(title: string, body: SafeHtml, script: boolean): string {
+export function layout(title: string, body: SafeHtml, script: boolean): string {
   return markup`<!doctype html>
     <html lang="en">
       <head>
@@ -210,7 +210,7 @@ async function clientScript(): Promise<string> {
   }
 }
 
-const pageHeaders = (reply: FastifyReply) =>
+export const pageHeaders = (reply: FastifyReply) =>
   reply
     .header('Content-Security-Policy', CHECKOUT_CSP)
     .header('X-Frame-Options', 'DENY')

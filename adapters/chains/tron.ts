@@ -45,6 +45,8 @@
 import { TronWeb } from 'tronweb';
 import { encodeParams, fromHex as base58FromHex, signTransaction, toHex as hexFromBase58 } from 'tronweb/utils';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
+import { parseUnits } from '../../domain/money.ts';
+import type { RateProvider } from '../rates/port.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
@@ -85,6 +87,10 @@ const ENERGY_MARGIN_PERCENT = 110n;
 /** A transaction's bandwidth counts this many bytes beyond its serialisation (java-tron's MAX_RESULT_SIZE_IN_TX). */
 const RESULT_BYTES = 64;
 const RPC_TIMEOUT_MS = 30_000;
+/** The currency in which TRX's and a token's rates meet: TRX priced in the token is their ratio. */
+const QUOTE_FIAT = 'USD';
+/** Decimals a rate is read to: exact integers for the conversion (rates are decimal strings). */
+const RATE_DECIMALS = 18;
 
 export interface TronToken {
   symbol: string;
@@ -120,6 +126,12 @@ export interface TronChainOptions {
   retry?: RetryPolicy;
   /** How long a broadcast waits for the fee wallet's top-up to be mined before it gives up (unknown outcome). */
   topUpTimeoutMs?: number;
+  /**
+   * The service's exchange rates, which turn the TRX a token settlement burns
+   * into the token (through USD); without them a token settlement cannot be
+   * priced and waits (see quoteNetworkFee).
+   */
+  rates?: Pick<RateProvider, 'rate'>;
 }
 
 interface BlockJson {
@@ -202,6 +214,21 @@ export function bandwidthOf(transaction: Pick<TransactionJson, 'raw_data_hex' | 
   return 1 + varint(raw) + raw + signatures + RESULT_BYTES;
 }
 
+/**
+ * `sun` worth of TRX in base units of a token of `decimals`, at TRX's and the
+ * token's rates in one fiat currency (decimal strings), rounded up to the next
+ * base unit: the platform, which paid the TRX, is never short by the rounding
+ * (at most one base unit, 0.000001 USDT, the merchant's way).
+ */
+export function trxInToken(sun: bigint, trxRate: string, tokenRate: string, decimals: number): bigint {
+  const trx = parseUnits(trxRate, RATE_DECIMALS);
+  const token = parseUnits(tokenRate, RATE_DECIMALS);
+  if (!trx || !token) throw new Error(`tron: unusable rates TRX ${trxRate}, token ${tokenRate}`);
+  const numerator = sun * trx * 10n ** BigInt(decimals);
+  const denominator = 1_000_000n * token; // TRX has 6 decimals: sun
+  return (numerator + denominator - 1n) / denominator;
+}
+
 /** The transfers a block pays: TRX transfers and token Transfer logs, from the block and its transaction results. */
 export function parseTronBlock(
   block: BlockJson,
@@ -265,7 +292,13 @@ export function parseTronBlock(
         .filter((v) => v.tokenId === undefined)
         .reduce((sum, v) => sum + BigInt(v.callValue ?? 0), 0n);
       if (amount <= 0n) continue;
-      transfers.push({ txHash: info.id, index: after + position, to: fromHex(internal.transferTo_address), token: 'TRX', amount });
+      transfers.push({
+        txHash: info.id,
+        index: after + position,
+        to: fromHex(internal.transferTo_address),
+        token: 'TRX',
+        amount,
+      });
     }
   }
   return transfers;
@@ -301,6 +334,9 @@ export class TronChain implements ChainAdapter {
   private topUps: Promise<unknown> = Promise.resolve();
   /** Bytes of a signed TRX transfer with the largest amount (the quote's unit). */
   private transferBytes = 0;
+  /** The last network fee quoted for each token settlement: the estimate shown until a settlement is priced. */
+  private readonly tokenQuotes = new Map<string, bigint>();
+  private rates?: Pick<RateProvider, 'rate'>;
 
   private constructor(private readonly options: TronChainOptions) {
     this.tokens =
@@ -311,6 +347,7 @@ export class TronChain implements ChainAdapter {
     this.feeWallet = options.keyring.deriveTronServiceKey('fee').address;
     this.treasury = options.treasury ?? options.keyring.deriveTronServiceKey('treasury').address;
     this.solidityUrl = options.solidityUrl ?? options.rpcUrl;
+    this.rates = options.rates;
     // Used offline only: transactions are built from a given block header and signed here.
     this.builder = new TronWeb({ fullHost: options.rpcUrl }).transactionBuilder;
     // The poller asks every second; the head it gets is read from the node once a block.
@@ -358,6 +395,11 @@ export class TronChain implements ChainAdapter {
     return adapter;
   }
 
+  /** The service's exchange rates, which price token settlements (they open after the chains). */
+  useRates(rates: Pick<RateProvider, 'rate'>): void {
+    this.rates = rates;
+  }
+
   close(): void {
     this.closed = true;
     this.poller.close();
@@ -390,7 +432,9 @@ export class TronChain implements ChainAdapter {
 
   private async post<T>(path: string, body: object): Promise<T> {
     if (Date.now() < this.pausedUntil) {
-      throw new Error(`${path}: the node asked for fewer requests; none before ${new Date(this.pausedUntil).toISOString()}`);
+      throw new Error(
+        `${path}: the node asked for fewer requests; none before ${new Date(this.pausedUntil).toISOString()}`,
+      );
     }
     const base = path.startsWith('/walletsolidity/') ? this.solidityUrl : this.options.rpcUrl;
     this.requests.set(path, (this.requests.get(path) ?? 0) + 1);
@@ -472,7 +516,13 @@ export class TronChain implements ChainAdapter {
       // java-tron moves its head to another fork only when that fork is longer (Manager.pushBlock switchFork):
       // a lower head is a load-balanced backend behind the others, not the chain going back.
       if (!this.latest || height >= this.latest.height) {
-        this.latest = { height, hash: latest.blockID, parentHash: raw.parentHash, timestamp: raw.timestamp ?? 0, readAt };
+        this.latest = {
+          height,
+          hash: latest.blockID,
+          parentHash: raw.parentHash,
+          timestamp: raw.timestamp ?? 0,
+          readAt,
+        };
       } else {
         this.latest.readAt = readAt;
       }
@@ -499,13 +549,16 @@ export class TronChain implements ChainAdapter {
     if (!block.blockID || !block.block_header) {
       if (height <= this.latest!.height) {
         // Another backend gave that head: this one is behind. Not "no such block": read again.
-        throw new Error(`tron block ${height}: the node has none, below its head ${this.latest!.height} (a backend behind)`);
+        throw new Error(
+          `tron block ${height}: the node has none, below its head ${this.latest!.height} (a backend behind)`,
+        );
       }
       return undefined;
     }
     const parsed = known?.hash === block.blockID ? known : await this.parseBlock(block);
     this.blocksByHeight.set(height, parsed);
-    for (const h of this.blocksByHeight.keys()) if (h < height - 64 || h > this.latest!.height + 64) this.blocksByHeight.delete(h);
+    for (const h of this.blocksByHeight.keys())
+      if (h < height - 64 || h > this.latest!.height + 64) this.blocksByHeight.delete(h);
     return parsed;
   }
 
@@ -533,7 +586,9 @@ export class TronChain implements ChainAdapter {
     // java-tron stores one result per transaction of a block (TransactionRetStore); fewer is a
     // backend that has not stored this block's yet (it answers [] for the newest block).
     if (calls && infos.length !== transactions.length) {
-      throw new Error(`tron block ${height}: ${infos.length} results for ${transactions.length} transactions; read again`);
+      throw new Error(
+        `tron block ${height}: ${infos.length} results for ${transactions.length} transactions; read again`,
+      );
     }
     const transfers = parseTronBlock(
       block,
@@ -636,7 +691,12 @@ export class TronChain implements ChainAdapter {
         const sample = await this.signed(
           key.privateKey,
           await this.builder.sendTrx(this.treasury, Number.MAX_SAFE_INTEGER, key.address, {
-            blockHeader: { ref_block_bytes: 'ffff', ref_block_hash: 'f'.repeat(16), expiration: 2 ** 45, timestamp: 2 ** 45 },
+            blockHeader: {
+              ref_block_bytes: 'ffff',
+              ref_block_hash: 'f'.repeat(16),
+              expiration: 2 ** 45,
+              timestamp: 2 ** 45,
+            },
           }),
         );
         this.transferBytes = bandwidthOf(sample);
@@ -654,12 +714,55 @@ export class TronChain implements ChainAdapter {
 
   /**
    * A TRX settlement's fee: the bandwidth of its two transfers (the payout and
-   * the platform fee) at the burn price. Token settlements' energy and
-   * bandwidth are paid by the fee wallet: 0.
+   * the platform fee) at the burn price. A token settlement's: the last one
+   * quoteNetworkFee gave, as an estimate (it depends on the merchant's address
+   * and the rates; the payout engine quotes each settlement itself).
    */
   networkFee(token: string): bigint {
-    if (token !== 'TRX') return 0n;
-    return 2n * BigInt(this.transferBytes) * this.schedule.bandwidthPrice;
+    if (token === 'TRX') return 2n * BigInt(this.transferBytes) * this.schedule.bandwidthPrice;
+    const quote = this.tokenQuotes.get(token);
+    if (quote === undefined) throw new Error(`tron: no ${token} settlement quoted yet`);
+    return quote;
+  }
+
+  /**
+   * What a settlement costs now, in base units of its token. TRX: networkFee.
+   * A token: all the TRX the fee wallet loses for it, at the chain's current
+   * prices: the energy of both calls (the payout, and the platform fee to the
+   * treasury) as the node estimates it now (more to an address holding none
+   * of the token), their bytes burnt, the top-up's own charge (creating the
+   * deposit account, which receiving a token does not; else its bytes) and
+   * the bytes of the leftover's way back; bandwidth is taken as burnt, the
+   * free allowance coming from a public pool that runs out. Converted into
+   * the token with the service's rates through USD (trxInToken). Without a
+   * rate it throws: the settlement is failed with the reason and tried again,
+   * never sent priced at 0.
+   */
+  async quoteNetworkFee(payout: Pick<OutgoingTransfer, 'from' | 'to' | 'token'>): Promise<bigint> {
+    if (payout.token === 'TRX') return this.networkFee('TRX');
+    const token = this.tokenOf(payout.token);
+    const from = payout.from.address;
+    const key = this.options.keyring.deriveDepositKey('tron', payout.from.derivationIndex);
+    const header = await this.blockHeader();
+    const [toMerchant, toTreasury, deposit, trx, other] = await Promise.all([
+      this.tokenCall(key.privateKey, from, token, payout.to, 1n, header),
+      this.tokenCall(key.privateKey, from, token, this.treasury, 1n, header),
+      this.account(from),
+      this.rates?.rate('TRX', QUOTE_FIAT),
+      this.rates?.rate(token.symbol, QUOTE_FIAT),
+    ]);
+    if (!trx || !other) {
+      throw new Error(
+        `tron: no ${trx ? token.symbol : 'TRX'} rate in ${QUOTE_FIAT} to price the TRX a ${token.symbol} settlement burns; priced again at the next attempt`,
+      );
+    }
+    const fees = this.schedule;
+    const transferCharge = BigInt(this.transferBytes) * fees.bandwidthPrice;
+    const topUpCharge = deposit.exists ? transferCharge : fees.createNewAccountFee + fees.createAccountFee;
+    const sun = toMerchant.burn + toTreasury.burn + topUpCharge + transferCharge;
+    const quote = trxInToken(sun, trx.rate, other.rate, token.decimals);
+    this.tokenQuotes.set(token.symbol, quote);
+    return quote;
   }
 
   // -------------------------------------------------------------------------
@@ -742,7 +845,8 @@ export class TronChain implements ChainAdapter {
   ): Promise<PreparedTransaction> {
     const token = this.tokenOf(transfer.token);
     const from = transfer.from.address;
-    const platform = transfer.fees?.platform ?? 0n;
+    // The treasury's call carries the platform fee and the network fee's tokens, which repay the fee wallet's TRX.
+    const platform = (transfer.fees?.platform ?? 0n) + (transfer.fees?.network ?? 0n);
     const [balance, deposit] = await Promise.all([this.balanceOf(from, token.symbol), this.account(from)]);
     if (balance < transfer.amount) {
       throw new TransactionRejectedError(
@@ -770,7 +874,7 @@ export class TronChain implements ChainAdapter {
     to: string,
     amount: bigint,
     header: Awaited<ReturnType<TronChain['blockHeader']>>,
-  ): Promise<{ tx: TransactionJson; need: bigint }> {
+  ): Promise<{ tx: TransactionJson; need: bigint; burn: bigint }> {
     const fees = this.schedule;
     const estimate = await this.call<{ energy_used?: number; result?: { result?: boolean; message?: string } }>(
       '/wallet/triggerconstantcontract',
@@ -783,7 +887,9 @@ export class TronChain implements ChainAdapter {
       },
     );
     if (!estimate.result?.result || !estimate.energy_used) {
-      throw new TransactionRejectedError(`the token transfer from ${from} would fail: ${estimate.result?.message ?? 'no estimate'}`);
+      throw new TransactionRejectedError(
+        `the token transfer from ${from} would fail: ${estimate.result?.message ?? 'no estimate'}`,
+      );
     }
     const feeLimit = (BigInt(estimate.energy_used) * fees.energyPrice * ENERGY_MARGIN_PERCENT) / 100n;
     const built = await this.builder.triggerSmartContract(
@@ -797,8 +903,9 @@ export class TronChain implements ChainAdapter {
       from,
     );
     const tx = await this.signed(privateKey, built.transaction);
-    // The energy at the limit, and the bandwidth should the free allowance not cover it.
-    return { tx, need: feeLimit + BigInt(bandwidthOf(tx)) * fees.bandwidthPrice };
+    // The energy at the limit, and the bandwidth should the free allowance not cover it; what it burns as estimated.
+    const bandwidth = BigInt(bandwidthOf(tx)) * fees.bandwidthPrice;
+    return { tx, need: feeLimit + bandwidth, burn: BigInt(estimate.energy_used) * fees.energyPrice + bandwidth };
   }
 
   private bundle(payout: TransactionJson, transfer: OutgoingTransfer, topUp?: Bundle['topUp']): PreparedTransaction {
@@ -818,7 +925,10 @@ export class TronChain implements ChainAdapter {
     return { txHash: payout.txID, raw: JSON.stringify(raw) };
   }
 
-  private info(txHash: string, view: 'wallet' | 'walletsolidity' = 'wallet'): Promise<TransactionInfoJson | Record<string, never>> {
+  private info(
+    txHash: string,
+    view: 'wallet' | 'walletsolidity' = 'wallet',
+  ): Promise<TransactionInfoJson | Record<string, never>> {
     return this.call(`/${view}/gettransactioninfobyid`, { value: txHash });
   }
 
@@ -928,14 +1038,21 @@ export class TronChain implements ChainAdapter {
     if (fee.token === 'TRX') {
       const owed = BigInt(fee.platform) + BigInt(fee.network) - BigInt(payoutInfo.fee ?? 0);
       const [deposit, treasury] = await Promise.all([this.account(fee.from), this.treasuryAccount()]);
-      await this.sendTrxOut(key.privateKey, fee.from, this.treasury, treasury.exists, deposit.balance < owed ? deposit.balance : owed, header);
+      await this.sendTrxOut(
+        key.privateKey,
+        fee.from,
+        this.treasury,
+        treasury.exists,
+        deposit.balance < owed ? deposit.balance : owed,
+        header,
+      );
     } else {
       const feeCall = this.feeCalls.get(bundle.payout.txID);
       if (!feeCall) {
         const token = this.tokenOf(fee.token);
         const held = await this.balanceOf(fee.from, token.symbol);
-        const platform = BigInt(fee.platform);
-        const amount = held < platform ? held : platform;
+        const owed = BigInt(fee.platform) + BigInt(fee.network);
+        const amount = held < owed ? held : owed;
         if (amount > 0n) {
           const call = (await this.tokenCall(key.privateKey, fee.from, token, this.treasury, amount, header)).tx;
           await this.send(call);
@@ -948,7 +1065,14 @@ export class TronChain implements ChainAdapter {
       // What the energy did not burn goes back to the fee wallet, up to what it gave (other TRX there is not ours).
       const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
       const deposit = await this.account(fee.from);
-      await this.sendTrxOut(key.privateKey, fee.from, this.feeWallet, true, deposit.balance < given ? deposit.balance : given, header);
+      await this.sendTrxOut(
+        key.privateKey,
+        fee.from,
+        this.feeWallet,
+        true,
+        deposit.balance < given ? deposit.balance : given,
+        header,
+      );
       this.feeCalls.delete(bundle.payout.txID);
     }
     this.feesOwed.delete(bundle.payout.txID);

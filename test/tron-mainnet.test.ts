@@ -120,14 +120,16 @@ describe('Tron on mainnet terms', () => {
     assert.equal(node.trxTransfers({ from: from.address, to: chain.feeWallet }).length, 1);
   });
 
-  /** Mines the payout to final, then its fee call and the leftover's way back. */
+  /** Mines the payout to final, then what follows it (the fee call, an undelegation, the leftover's way back). */
   async function settleToken(chain: TronChain, prepared: PreparedTransaction) {
     await broadcastWhileMining(chain, prepared);
     node.mine(20);
-    await chain.transactionStatus(prepared.txHash); // the fee call goes
-    node.mine(1);
-    await chain.transactionStatus(prepared.txHash); // the leftover goes back
-    node.mine(1);
+    for (let look = 0; look < 5; look++) {
+      const status = await chain.transactionStatus(prepared.txHash);
+      node.mine(1);
+      if ((status?.confirmations ?? 0) > 19) return;
+    }
+    assert.fail('the payout never counted as final');
   }
 
   it("2: a USDT settlement's network fee is the TRX the fee wallet loses for it, in USDT at the service's rates", async () => {
@@ -178,6 +180,92 @@ describe('Tron on mainnet terms', () => {
     } finally {
       priced.close();
     }
+  });
+
+  describe('with the fee wallet staked for energy (CHAIN_TRON_ENERGY_DELEGATION)', () => {
+    const rates = { rate: async (token: string) => ({ rate: token === 'TRX' ? '0.25' : '1', observedAt: new Date() }) };
+    let staked: TronChain;
+    before(async () => {
+      staked = await open(node, { rates, energyDelegation: true });
+      const fee = keyring.deriveTronServiceKey('fee');
+      node.fund(fee.address, 60_000_000_000n);
+      await node.freezeForEnergy(
+        { address: fee.address, privateKey: Buffer.from(fee.privateKey).toString('hex') },
+        50_000_000_000n,
+      );
+      node.mine(1);
+    });
+    after(() => staked.close());
+
+    /** A deposit holding `gross` USDT, and its payout to a new merchant, quoted and prepared. */
+    async function quotedPayout(index: number, gross: bigint) {
+      const from = { address: keyring.deriveDepositKey('tron', index).address, derivationIndex: index };
+      node.mintToken(TEST_USDT, from.address, gross);
+      const to = randomTronKey().address;
+      const platform = gross / 100n;
+      const network = await staked.quoteNetworkFee({ from, to, token: 'USDT' });
+      const net = gross - platform - network;
+      const fees = { platform, network };
+      const prepared = await staked.prepareTransfer({
+        from,
+        to,
+        token: 'USDT',
+        amount: net,
+        reference: `m/${index}`,
+        fees,
+      });
+      return { from, to, platform, network, net, prepared };
+    }
+
+    it('2: a USDT payout uses delegated energy, burns none, is quoted its bandwidth only, and the stake comes back', async () => {
+      node.exhaustPublicBandwidth();
+      const feeWalletBefore = node.balance(staked.feeWallet);
+      const stakeBefore = node.energyOf(staked.feeWallet).limit;
+      const { from, to, platform, network, net, prepared } = await quotedPayout(107, 30_000_000n);
+      await settleToken(staked, prepared);
+      assert.equal(node.tokenBalance(TEST_USDT, to), net);
+      assert.equal(node.tokenBalance(TEST_USDT, staked.treasury) >= platform + network, true);
+      assert.equal(node.delegatedEnergy(staked.feeWallet, from.address), 0n, 'the delegation was taken back');
+      assert.equal(node.energyOf(staked.feeWallet).limit, stakeBefore, "the fee wallet's stake is whole again");
+      assert.ok(
+        node.feeOf(prepared.txHash) < 1_000_000n,
+        `no energy burnt: the payout cost its bytes (${node.feeOf(prepared.txHash)} sun)`,
+      );
+      const lost = feeWalletBefore - node.balance(staked.feeWallet);
+      assert.ok(
+        trxInToken(lost, '0.25', '1', 6) <= network,
+        `the fee wallet lost ${lost} sun, no more than the ${network} charged`,
+      );
+      // The delegation and its undelegation are quoted at the largest amount's and time's size: 20 bytes at most over.
+      assert.ok(
+        network <= trxInToken(lost + 20_000n, '0.25', '1', 6),
+        `${network} is its bytes and the account's creation`,
+      );
+      assert.ok(
+        network < 1_000_000n,
+        `with energy delegated a USDT settlement costs under 4 TRX (${network} USDT base units)`,
+      );
+    });
+
+    it('2: a crash between the delegation and the payout leaves no delegation behind: the next pass pays and takes it back', async () => {
+      const { from, to, net, prepared } = await quotedPayout(108, 20_000_000n);
+      // What a process did before it was killed: the top-up and the delegation are mined, the payout never sent.
+      const bundle = JSON.parse(prepared.raw);
+      node.accept(bundle.topUp.transaction);
+      node.mine(1);
+      node.accept(bundle.delegate.transaction);
+      node.mine(1);
+      assert.ok(node.delegatedEnergy(staked.feeWallet, from.address) > 0n);
+      const restarted = await open(node, { rates, energyDelegation: true });
+      try {
+        await settleToken(restarted, prepared); // the engine sends the recorded payout again
+        assert.equal(node.tokenBalance(TEST_USDT, to), net);
+        assert.equal(node.delegatedEnergy(staked.feeWallet, from.address), 0n, 'taken back on the next pass');
+        assert.equal(node.trxTransfers({ from: staked.feeWallet, to: from.address }).length, 1, 'one top-up');
+      } finally {
+        restarted.close();
+      }
+    });
   });
 
   it('2: a USDT settlement is not priced without a rate: the quote fails, to be tried again', async () => {

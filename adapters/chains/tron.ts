@@ -132,6 +132,12 @@ export interface TronChainOptions {
    * priced and waits (see quoteNetworkFee).
    */
   rates?: Pick<RateProvider, 'rate'>;
+  /**
+   * CHAIN_TRON_ENERGY_DELEGATION: the fee wallet has TRX frozen for energy
+   * (Stake 2.0): a token payout's energy is delegated to the deposit address
+   * for its two calls and taken back after, instead of burnt.
+   */
+  energyDelegation?: boolean;
 }
 
 interface BlockJson {
@@ -198,6 +204,12 @@ interface Bundle {
   payout: TransactionJson;
   /** Token payouts: the fee wallet's TRX top-up, sent (and mined) before the payout when the deposit address holds less than `need`. */
   topUp?: { transaction: TransactionJson; need: string };
+  /**
+   * Token payouts with CHAIN_TRON_ENERGY_DELEGATION: the energy both calls use, delegated from the fee wallet's
+   * stake after the top-up (the receiver must exist) and before the payout; no transaction when the deposit
+   * already has it (an earlier attempt's delegation). Taken back once the fee call is mined.
+   */
+  delegate?: { transaction?: TransactionJson; energy: string };
   /** The platform fee: built, signed and sent only once the payout is on the solidified chain. */
   fee: { from: string; derivationIndex: number; token: string; platform: string; network: string };
 }
@@ -228,6 +240,10 @@ export function trxInToken(sun: bigint, trxRate: string, tokenRate: string, deci
   const denominator = 1_000_000n * token; // TRX has 6 decimals: sun
   return (numerator + denominator - 1n) / denominator;
 }
+
+/** The energy token calls use, with room over the node's estimates (ENERGY_MARGIN_PERCENT). */
+const energyOf = (calls: { energy: bigint }[]) =>
+  (calls.reduce((sum, call) => sum + call.energy, 0n) * ENERGY_MARGIN_PERCENT) / 100n;
 
 /** The transfers a block pays: TRX transfers and token Transfer logs, from the block and its transaction results. */
 export function parseTronBlock(
@@ -334,6 +350,8 @@ export class TronChain implements ChainAdapter {
   private topUps: Promise<unknown> = Promise.resolve();
   /** Bytes of a signed TRX transfer with the largest amount (the quote's unit). */
   private transferBytes = 0;
+  /** Bytes of a signed (un)delegation of energy with the largest amount. */
+  private stakeBytes = 0;
   /** The last network fee quoted for each token settlement: the estimate shown until a settlement is priced. */
   private readonly tokenQuotes = new Map<string, bigint>();
   private rates?: Pick<RateProvider, 'rate'>;
@@ -687,19 +705,20 @@ export class TronChain implements ChainAdapter {
       };
       this.feesReadAt = Date.now();
       if (this.transferBytes === 0) {
+        // The largest a transfer and an undelegation (two bytes longer than a delegation: its type's name) can be.
         const key = this.options.keyring.deriveTronServiceKey('fee');
-        const sample = await this.signed(
-          key.privateKey,
-          await this.builder.sendTrx(this.treasury, Number.MAX_SAFE_INTEGER, key.address, {
-            blockHeader: {
-              ref_block_bytes: 'ffff',
-              ref_block_hash: 'f'.repeat(16),
-              expiration: 2 ** 45,
-              timestamp: 2 ** 45,
-            },
-          }),
+        const blockHeader = {
+          ref_block_bytes: 'ffff',
+          ref_block_hash: 'f'.repeat(16),
+          expiration: 2 ** 45,
+          timestamp: 2 ** 45,
+        };
+        const max = Number.MAX_SAFE_INTEGER;
+        const bytes = async (tx: unknown) => bandwidthOf(await this.signed(key.privateKey, tx));
+        this.transferBytes = await bytes(await this.builder.sendTrx(this.treasury, max, key.address, { blockHeader }));
+        this.stakeBytes = await bytes(
+          await this.builder.undelegateResource(max, this.treasury, 'ENERGY', key.address, { blockHeader }),
         );
-        this.transferBytes = bandwidthOf(sample);
       }
     } catch (error) {
       if (!this.fees) throw error;
@@ -732,8 +751,10 @@ export class TronChain implements ChainAdapter {
    * treasury) as the node estimates it now (more to an address holding none
    * of the token), their bytes burnt, the top-up's own charge (creating the
    * deposit account, which receiving a token does not; else its bytes) and
-   * the bytes of the leftover's way back; bandwidth is taken as burnt, the
-   * free allowance coming from a public pool that runs out. Converted into
+   * the bytes of the leftover's way back (with the fee wallet's stake
+   * delegated: the calls', the delegation's and the undelegation's bytes,
+   * no energy burnt, no leftover); bandwidth is taken as burnt, the free
+   * allowance coming from a public pool that runs out. Converted into
    * the token with the service's rates through USD (trxInToken). Without a
    * rate it throws: the settlement is failed with the reason and tried again,
    * never sent priced at 0.
@@ -759,7 +780,15 @@ export class TronChain implements ChainAdapter {
     const fees = this.schedule;
     const transferCharge = BigInt(this.transferBytes) * fees.bandwidthPrice;
     const topUpCharge = deposit.exists ? transferCharge : fees.createNewAccountFee + fees.createAccountFee;
-    const sun = toMerchant.burn + toTreasury.burn + topUpCharge + transferCharge;
+    // With the fee wallet's stake delegated, the calls burn their bytes only, and the delegation and its
+    // undelegation burn theirs.
+    const delegate = await this.delegation(from, energyOf([toMerchant, toTreasury]), header);
+    const calls = delegate
+      ? toMerchant.bandwidth + toTreasury.bandwidth + 2n * BigInt(this.stakeBytes) * fees.bandwidthPrice
+      : toMerchant.burn + toTreasury.burn;
+    // The leftover pays its own way back: with energy burnt it is the fee_limit's margin, more than its bytes;
+    // with energy delegated the top-up is the calls' bytes only, and a leftover is bytes the free allowance paid.
+    const sun = calls + topUpCharge + (delegate ? 0n : transferCharge);
     const quote = trxInToken(sun, trx.rate, other.rate, token.decimals);
     this.tokenQuotes.set(token.symbol, quote);
     return quote;
@@ -854,16 +883,100 @@ export class TronChain implements ChainAdapter {
       );
     }
     const payout = await this.tokenCall(privateKey, from, token, transfer.to, transfer.amount, header);
-    // Enough TRX for both calls (the fee call goes out once the payout is final).
-    let need = payout.need;
-    if (platform > 0n) need += (await this.tokenCall(privateKey, from, token, this.treasury, platform, header)).need;
-    if (deposit.balance >= need) return this.bundle(payout.tx, transfer);
+    // Enough for both calls (the fee call goes out once the payout is final): with energy delegated their
+    // bytes, else their energy too, up to their fee_limit.
+    const calls = [payout];
+    if (platform > 0n) calls.push(await this.tokenCall(privateKey, from, token, this.treasury, platform, header));
+    const delegate = await this.delegation(from, energyOf(calls), header);
+    const need = calls.reduce((sum, call) => sum + (delegate ? call.bandwidth : call.need), 0n);
+    if (deposit.balance >= need) return this.bundle(payout.tx, transfer, undefined, delegate);
     const feeKey = this.options.keyring.deriveTronServiceKey('fee');
     const topUp = await this.signed(
       feeKey.privateKey,
       await this.builder.sendTrx(from, Number(need - deposit.balance), feeKey.address, { blockHeader: header }),
     );
-    return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString() });
+    return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString() }, delegate);
+  }
+
+  /**
+   * The fee wallet's energy for a deposit's calls, when the operator staked
+   * it (CHAIN_TRON_ENERGY_DELEGATION): the delegateresource transaction that
+   * gives the deposit `energy`, or none when it already has it; undefined
+   * when delegation is off or the stake not delegated yet is too small now
+   * (other payouts hold it), when the energy is burnt instead. java-tron's
+   * DelegateResourceActuator: at least 1 TRX, no more than the owner's
+   * frozen-for-energy balance not delegated, to an existing account that is
+   * no contract; the receiver's energy is its whole TRX of stake times the
+   * chain's TotalEnergyLimit / TotalEnergyWeight
+   * (EnergyProcessor.calculateGlobalEnergyLimit). Not locked (lock=false):
+   * it can be taken back at once (UnDelegateResourceActuator takes only
+   * unlocked balance).
+   */
+  private async delegation(
+    deposit: string,
+    energy: bigint,
+    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+  ): Promise<Bundle['delegate'] | undefined> {
+    if (!this.options.energyDelegation) return undefined;
+    const [staker, chain, receiver] = await Promise.all([
+      this.call<{ frozenV2?: { type?: string; amount?: number }[] }>('/wallet/getaccount', {
+        address: this.feeWallet,
+        visible: true,
+      }),
+      this.resources(this.feeWallet),
+      this.resources(deposit),
+    ]);
+    const left = BigInt(receiver.EnergyLimit ?? 0) - BigInt(receiver.EnergyUsed ?? 0);
+    if (left >= energy) return { energy: energy.toString() };
+    const limit = BigInt(chain.TotalEnergyLimit ?? 0);
+    const weight = BigInt(chain.TotalEnergyWeight ?? 0);
+    if (limit === 0n || weight === 0n) return undefined;
+    const missing = energy - (left > 0n ? left : 0n);
+    const trx = (missing * weight + limit - 1n) / limit;
+    const sun = (trx > 1n ? trx : 1n) * 1_000_000n;
+    const available = BigInt(staker.frozenV2?.find((f) => f.type === 'ENERGY')?.amount ?? 0);
+    if (available < sun) return undefined;
+    const feeKey = this.options.keyring.deriveTronServiceKey('fee');
+    const transaction = await this.signed(
+      feeKey.privateKey,
+      await this.builder.delegateResource(Number(sun), deposit, 'ENERGY', this.feeWallet, false, undefined, {
+        blockHeader: header,
+      }),
+    );
+    return { transaction, energy: energy.toString() };
+  }
+
+  private resources(address: string) {
+    return this.call<{
+      EnergyLimit?: number;
+      EnergyUsed?: number;
+      TotalEnergyLimit?: number;
+      TotalEnergyWeight?: number;
+    }>('/wallet/getaccountresource', { address, visible: true });
+  }
+
+  /**
+   * Takes back the fee wallet's energy delegated to a deposit (all of it,
+   * whichever attempt delegated it): true when there is none left, false
+   * when the undelegation has just been sent (looked at again next time, so
+   * a delegation is never left behind, even one a crash cut short).
+   */
+  private async undelegated(deposit: string, header: Awaited<ReturnType<TronChain['blockHeader']>>): Promise<boolean> {
+    if (!this.options.energyDelegation) return true;
+    const answer = await this.call<{ delegatedResource?: { frozen_balance_for_energy?: number }[] }>(
+      '/wallet/getdelegatedresourcev2',
+      { fromAddress: this.feeWallet, toAddress: deposit, visible: true },
+    );
+    const sun = (answer.delegatedResource ?? []).reduce((sum, d) => sum + BigInt(d.frozen_balance_for_energy ?? 0), 0n);
+    if (sun === 0n) return true;
+    const feeKey = this.options.keyring.deriveTronServiceKey('fee');
+    await this.send(
+      await this.signed(
+        feeKey.privateKey,
+        await this.builder.undelegateResource(Number(sun), deposit, 'ENERGY', this.feeWallet, { blockHeader: header }),
+      ),
+    );
+    return false;
   }
 
   /** A signed token transfer() call with a fee_limit over the node's energy estimate, and the TRX it may burn. */
@@ -874,7 +987,7 @@ export class TronChain implements ChainAdapter {
     to: string,
     amount: bigint,
     header: Awaited<ReturnType<TronChain['blockHeader']>>,
-  ): Promise<{ tx: TransactionJson; need: bigint; burn: bigint }> {
+  ): Promise<{ tx: TransactionJson; need: bigint; burn: bigint; energy: bigint; bandwidth: bigint }> {
     const fees = this.schedule;
     const estimate = await this.call<{ energy_used?: number; result?: { result?: boolean; message?: string } }>(
       '/wallet/triggerconstantcontract',
@@ -905,14 +1018,21 @@ export class TronChain implements ChainAdapter {
     const tx = await this.signed(privateKey, built.transaction);
     // The energy at the limit, and the bandwidth should the free allowance not cover it; what it burns as estimated.
     const bandwidth = BigInt(bandwidthOf(tx)) * fees.bandwidthPrice;
-    return { tx, need: feeLimit + bandwidth, burn: BigInt(estimate.energy_used) * fees.energyPrice + bandwidth };
+    const energy = BigInt(estimate.energy_used);
+    return { tx, need: feeLimit + bandwidth, burn: energy * fees.energyPrice + bandwidth, energy, bandwidth };
   }
 
-  private bundle(payout: TransactionJson, transfer: OutgoingTransfer, topUp?: Bundle['topUp']): PreparedTransaction {
+  private bundle(
+    payout: TransactionJson,
+    transfer: OutgoingTransfer,
+    topUp?: Bundle['topUp'],
+    delegate?: Bundle['delegate'],
+  ): PreparedTransaction {
     const raw: Bundle = {
       v: 2,
       payout,
       ...(topUp && { topUp }),
+      ...(delegate && { delegate }),
       fee: {
         from: transfer.from.address,
         derivationIndex: transfer.from.derivationIndex,
@@ -950,7 +1070,7 @@ export class TronChain implements ChainAdapter {
       return;
     }
     await this.refuseIfExpired(payout);
-    if (bundle.topUp) await this.topUp(payout, bundle.topUp);
+    if (bundle.topUp || bundle.delegate?.transaction) await this.prepareDeposit(payout, bundle);
     await this.send(payout);
   }
 
@@ -996,29 +1116,43 @@ export class TronChain implements ChainAdapter {
   }
 
   /**
-   * Gives the deposit address the TRX its token calls burn, from the fee
-   * wallet, and waits for it to be mined (a call from an account without the
-   * TRX runs out of energy). One top-up at a time; skipped when the deposit
-   * address already holds enough (an earlier attempt's top-up landed).
+   * Readies the deposit address for its token calls, from the fee wallet,
+   * each step mined before the next: the TRX they burn (a call from an
+   * account without it runs out of energy; it also creates the account),
+   * then the energy delegated to it (only an existing account can receive
+   * it). One deposit at a time; each step is skipped when already done (an
+   * earlier attempt's, or one a crash cut short), so a repeat sends nothing.
    */
-  private topUp(payout: TransactionJson, topUp: NonNullable<Bundle['topUp']>): Promise<void> {
+  private prepareDeposit(payout: TransactionJson, bundle: Bundle): Promise<void> {
     const run = this.topUps.then(async () => {
       const deposit = fromHex(String(payout.raw_data.contract[0]!.parameter.value.owner_address));
-      if ((await this.account(deposit)).balance >= BigInt(topUp.need)) return;
-      const refused = await this.offer(topUp.transaction);
-      if (refused) {
-        const fund = /balance is not sufficient/i.test(refused.reason) ? `; fund the fee wallet ${this.feeWallet}` : '';
-        throw new Error(`energy top-up ${topUp.transaction.txID} not taken: ${refused.reason}${fund}`);
+      const { topUp, delegate } = bundle;
+      if (topUp && (await this.account(deposit)).balance < BigInt(topUp.need)) {
+        await this.sendMined(topUp.transaction, 'energy top-up');
       }
-      const deadline = Date.now() + (this.options.topUpTimeoutMs ?? 120_000);
-      for (;;) {
-        if ('id' in (await this.info(topUp.transaction.txID))) return;
-        if (Date.now() > deadline) throw new Error(`energy top-up ${topUp.transaction.txID} is not mined yet`);
-        await sleep(1000);
+      if (delegate?.transaction) {
+        const resources = await this.resources(deposit);
+        const left = BigInt(resources.EnergyLimit ?? 0) - BigInt(resources.EnergyUsed ?? 0);
+        if (left < BigInt(delegate.energy)) await this.sendMined(delegate.transaction, 'energy delegation');
       }
     });
     this.topUps = run.catch(() => undefined);
     return run;
+  }
+
+  /** Sends one of the fee wallet's transactions and waits until it is mined. */
+  private async sendMined(tx: TransactionJson, what: string): Promise<void> {
+    const refused = await this.offer(tx);
+    if (refused) {
+      const fund = /balance is not sufficient/i.test(refused.reason) ? `; fund the fee wallet ${this.feeWallet}` : '';
+      throw new Error(`${what} ${tx.txID} not taken: ${refused.reason}${fund}`);
+    }
+    const deadline = Date.now() + (this.options.topUpTimeoutMs ?? 120_000);
+    for (;;) {
+      if ('id' in (await this.info(tx.txID))) return;
+      if (Date.now() > deadline) throw new Error(`${what} ${tx.txID} is not mined yet`);
+      await sleep(1000);
+    }
   }
 
   /**
@@ -1062,6 +1196,8 @@ export class TronChain implements ChainAdapter {
       } else if (!('id' in (await this.info(feeCall)))) {
         return false;
       }
+      // The delegated energy back to the fee wallet's stake (looked at again until it has gone).
+      if (!(await this.undelegated(fee.from, header))) return false;
       // What the energy did not burn goes back to the fee wallet, up to what it gave (other TRX there is not ours).
       const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
       const deposit = await this.account(fee.from);
@@ -1152,6 +1288,7 @@ export async function openTronChain(
           tokens: TronToken[] | undefined;
           treasury: string | undefined;
           solidityUrl?: string | undefined;
+          energyDelegation?: boolean;
         }
       | undefined;
     requiredConfirmations: Record<ChainName, number>;
@@ -1170,5 +1307,6 @@ export async function openTronChain(
     ...(tron.tokens && { tokens: tron.tokens }),
     ...(tron.treasury && { treasury: tron.treasury }),
     ...(tron.solidityUrl && { solidityUrl: tron.solidityUrl }),
+    ...(tron.energyDelegation && { energyDelegation: true }),
   });
 }

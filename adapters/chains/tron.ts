@@ -35,7 +35,12 @@
 //     the energy burn of both token calls and their bandwidth (and creates
 //     the deposit account, which receiving a token does not), mined before
 //     the payout call; after the fee call, the TRX the energy did not burn
-//     goes back to the fee wallet.
+//     goes back to the fee wallet. With CHAIN_TRON_ENERGY_DELEGATION the
+//     energy is delegated from the fee wallet's Stake 2.0 stake instead
+//     (after the top-up, before the payout) and taken back after the fee
+//     call. The settlement's network fee is all that TRX, quoted in USDT at
+//     the service's rates (quoteNetworkFee) and sent to the treasury with
+//     the platform fee.
 // A Tron transaction id is the hash of its content and every transaction
 // carries an expiration: a payout sent again after a crash is the same
 // transaction, and one that was not mined is declared refused only once the

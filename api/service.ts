@@ -159,6 +159,8 @@ export async function startService(
       apiKey: config.coinGecko.apiKey,
       onError: (error) => log?.warn({ err: error }, 'exchange rates could not be fetched'),
     });
+  // Tron's token settlements burn TRX, charged in the token at these rates.
+  (nodeChains.get('tron') as TronChain | undefined)?.useRates(rates);
 
   // The API side derives addresses watch-only from account public keys; the
   // keyring (the signer's side) is only asked for Solana's hardened paths.

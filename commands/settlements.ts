@@ -228,9 +228,15 @@ export class SettlementPayouts implements PayoutKind {
     }
     let networkFee: bigint;
     try {
-      networkFee = chain.networkFee(state.token);
+      networkFee = chain.quoteNetworkFee
+        ? await chain.quoteNetworkFee({
+            from: { address: state.fromAddress, derivationIndex: state.derivationIndex },
+            to: wallet,
+            token: state.token,
+          })
+        : chain.networkFee(state.token);
     } catch (error) {
-      // No fee quote from the node yet: a failure with its reason and a retry time, not a silent wait.
+      // No fee quote from the node (or no exchange rate) yet: a failure with its reason and a retry time, not a silent wait.
       await this.recordFailure(state, error);
       return { waitMs: 0 };
     }

@@ -83,6 +83,16 @@ describe('configuration', () => {
     ]);
   });
 
+  it('takes CHAIN_TRON_ENERGY_DELEGATION on or off (off by default), naming it otherwise', () => {
+    const tron = (extra: Record<string, string>) =>
+      loadConfig({ CHAIN_TRON_RPC_URL: 'https://tron.example.com', ...extra }).tron;
+    assert.equal(tron({})?.energyDelegation, false);
+    assert.equal(tron({ CHAIN_TRON_ENERGY_DELEGATION: 'on' })?.energyDelegation, true);
+    assert.deepEqual(problems({ CHAIN_TRON_ENERGY_DELEGATION: 'yes' }), [
+      'CHAIN_TRON_ENERGY_DELEGATION must be on or off (got "yes")',
+    ]);
+  });
+
   it('disables chains without a node in production, where there is no sandbox', () => {
     const config = loadConfig({
       APP_ENV: 'production',

@@ -11,6 +11,7 @@ import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { startTronService, stopTronService, TEST_ROUTER, TEST_USDT, tronEnv } from './support/tron-flow.ts';
+import { trxInToken } from '../adapters/chains/tron.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
 describe('payments and settlement on the Tron test node', () => {
@@ -25,7 +26,12 @@ describe('payments and settlement on the Tron test node', () => {
     (await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data as any[];
   const requested = async (id: string, key: string) => {
     const d = settlementAmounts(await events(id, key));
-    return { gross: BigInt(d.grossAmount), platformFee: BigInt(d.platformFee), networkFee: BigInt(d.networkFee), net: BigInt(d.netAmount) };
+    return {
+      gross: BigInt(d.grossAmount),
+      platformFee: BigInt(d.platformFee),
+      networkFee: BigInt(d.networkFee),
+      net: BigInt(d.netAmount),
+    };
   };
   const wallets = async () => (await admin('GET', '/admin/v1/wallets')).body.data as any[];
 
@@ -45,7 +51,11 @@ describe('payments and settlement on the Tron test node', () => {
   }
   const mineUntil = <T>(read: () => Promise<T>, done: (v: T) => boolean) =>
     eventuallyMining(() => node.mine(1), read, done);
-  const detected = (id: string) => eventually(() => status(id), (s) => s.hasDetectedPayment);
+  const detected = (id: string) =>
+    eventually(
+      () => status(id),
+      (s) => s.hasDetectedPayment,
+    );
 
   it('lists the Tron fee wallet and treasury with their TRX balances', async () => {
     const [tron] = await wallets();
@@ -75,12 +85,21 @@ describe('payments and settlement on the Tron test node', () => {
 
     // 19 deep but not yet solidified (the node solidifies 19 behind its head): not confirmed.
     node.mine(18);
-    const deep = await eventually(() => status(p.paymentId), (s) => s.confirmations >= 18);
+    const deep = await eventually(
+      () => status(p.paymentId),
+      (s) => s.confirmations >= 18,
+    );
     assert.notEqual(deep.status, 'confirmed', 'a block above the solidified one is not final');
     node.mine(1);
-    await eventually(() => status(p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+    await eventually(
+      () => status(p.paymentId),
+      (s) => ['confirmed', 'settled'].includes(s.status),
+    );
 
-    const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
+    const settled = await mineUntil(
+      () => status(p.paymentId),
+      (s) => s.status === 'settled',
+    );
     node.mine(1); // the platform fee, sent once the payout was final
     const { gross, platformFee, networkFee, net } = await requested(p.paymentId, key);
     assert.equal(gross, sun);
@@ -113,18 +132,27 @@ describe('payments and settlement on the Tron test node', () => {
     node.mine(1);
     await detected(p.paymentId);
     assert.equal(node.exists(p.address), false, 'receiving a token creates no account');
-    const settled = await mineUntil(() => status(p.paymentId), (s) => s.status === 'settled');
+    const settled = await mineUntil(
+      () => status(p.paymentId),
+      (s) => s.status === 'settled',
+    );
     const { platformFee, networkFee, net } = await requested(p.paymentId, key);
-    assert.equal(networkFee, 0n, 'energy and bandwidth are paid by the fee wallet');
+    assert.ok(networkFee > 0n, 'the TRX the fee wallet burns is charged in USDT');
     assert.equal(platformFee, units / 100n);
-    assert.equal(net, units - platformFee);
+    assert.equal(net, units - platformFee - networkFee);
     assert.equal(node.tokenBalance(TEST_USDT, wallet), net);
     assert.equal(baseUnits(settled.settledAmount, 6), net);
-    assert.equal(node.tokenBalance(TEST_USDT, treasury) - treasuryBefore, platformFee);
+    assert.equal(node.tokenBalance(TEST_USDT, treasury) - treasuryBefore, platformFee + networkFee);
     assert.equal(node.tokenBalance(TEST_USDT, p.address), 0n);
     assert.deepEqual(node.tokenTransfersTo(TEST_USDT, wallet), [{ txid: settled.txHash, amount: net }]);
+    node.mine(1); // the leftover's way back
     const spent = feeBefore - node.balance(feeWallet);
     assert.ok(spent > 0n, 'the fee wallet paid the top-up');
+    // The development rates (RATE_PROVIDER=fixed): TRX at 0.25 USD, USDT at 1.
+    assert.ok(
+      trxInToken(spent, '0.25', '1', 6) <= networkFee,
+      `the fee wallet spent ${spent} sun, no more than it charged`,
+    );
     assert.ok(node.balance(p.address) < spent, 'the deposit address keeps at most what the energy did not burn');
 
     // The top-up (a TRX transfer to the deposit address) is not taken for a payment.
@@ -164,7 +192,10 @@ describe('payments and settlement on the Tron test node', () => {
     await detected(p.paymentId);
     node.fork(1);
     node.mine(2); // a longer chain without the payment
-    const after = await eventually(() => status(p.paymentId), (s) => !s.hasDetectedPayment);
+    const after = await eventually(
+      () => status(p.paymentId),
+      (s) => !s.hasDetectedPayment,
+    );
     assert.equal(after.status, 'pending');
     node.mine(25);
     await new Promise((r) => setTimeout(r, 1500));
@@ -187,7 +218,10 @@ describe('payments and settlement on the Tron test node', () => {
   it('a node of another network stops start-up with one line naming the variable', async () => {
     const { CHAIN_TRON_NETWORK: _, ...mainnet } = tronEnv(node);
     await assert.rejects(startTestService(mainnet), (error: Error) => {
-      assert.match(error.message, /^CHAIN_TRON_RPC_URL is a node of the network whose genesis block is [0-9a-f]{64}, not Tron mainnet/);
+      assert.match(
+        error.message,
+        /^CHAIN_TRON_RPC_URL is a node of the network whose genesis block is [0-9a-f]{64}, not Tron mainnet/,
+      );
       assert.equal(error.message.split('\n').length, 1);
       return true;
     });

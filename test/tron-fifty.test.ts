@@ -64,7 +64,14 @@ describe('fifty Tron invoices on mainnet terms', () => {
       const states = await Promise.all(invoices.map((p) => status(p.id)));
       if (states.every((s) => s.status === 'settled')) break;
       if (Date.now() > deadline) {
-        assert.fail(`not settled: ${JSON.stringify(states.filter((s) => s.status !== 'settled').map((s) => s.status))}`);
+        const stuck = invoices.filter((_, i) => states[i].status !== 'settled');
+        const reasons = await Promise.all(
+          stuck.slice(0, 3).map(async (p) => {
+            const events = (await svc.call('GET', `/api/v1/invoices/${p.id}/events`, { token: p.key })).body.data as any[];
+            return `${p.token}: ${JSON.stringify(events.filter((e) => /Fail/.test(e.type)).at(-1)?.data ?? events.at(-1)?.type)}`;
+          }),
+        );
+        assert.fail(`${stuck.length} not settled; ${reasons.join('; ')}`);
       }
       node.mine(1);
       await new Promise((r) => setTimeout(r, 100));

@@ -158,6 +158,14 @@ export interface ChainAdapter {
 
   /** What the chain charges to send `token`, in base units of `token` (0 where the fee is paid in another coin). */
   networkFee(token: string): bigint;
+  /**
+   * What this payout costs now, in base units of its token, where that
+   * depends on its addresses or on an exchange rate (Tron: a token call's
+   * energy, more to an address holding none, is paid in TRX). The payout
+   * engine prices a settlement with it when the adapter has it, else with
+   * `networkFee`; it throws when it cannot price (the attempt fails, retried).
+   */
+  quoteNetworkFee?(payout: Pick<OutgoingTransfer, 'from' | 'to' | 'token'>): Promise<bigint>;
   /** Builds and signs a payout; preparing the same reference again gives the same transaction. */
   prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction>;
   /**

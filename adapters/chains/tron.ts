@@ -35,7 +35,12 @@
 //     the energy burn of both token calls and their bandwidth (and creates
 //     the deposit account, which receiving a token does not), mined before
 //     the payout call; after the fee call, the TRX the energy did not burn
-//     goes back to the fee wallet.
+//     goes back to the fee wallet. With CHAIN_TRON_ENERGY_DELEGATION the
+//     energy is delegated from the fee wallet's Stake 2.0 stake instead
+//     (after the top-up, before the payout) and taken back after the fee
+//     call. The settlement's network fee is all that TRX, quoted in USDT at
+//     the service's rates (quoteNetworkFee) and sent to the treasury with
+//     the platform fee.
 // A Tron transaction id is the hash of its content and every transaction
 // carries an expiration: a payout sent again after a crash is the same
 // transaction, and one that was not mined is declared refused only once the
@@ -45,6 +50,8 @@
 import { TronWeb } from 'tronweb';
 import { encodeParams, fromHex as base58FromHex, signTransaction, toHex as hexFromBase58 } from 'tronweb/utils';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
+import { parseUnits } from '../../domain/money.ts';
+import type { RateProvider } from '../rates/port.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
@@ -85,6 +92,10 @@ const ENERGY_MARGIN_PERCENT = 110n;
 /** A transaction's bandwidth counts this many bytes beyond its serialisation (java-tron's MAX_RESULT_SIZE_IN_TX). */
 const RESULT_BYTES = 64;
 const RPC_TIMEOUT_MS = 30_000;
+/** The currency in which TRX's and a token's rates meet: TRX priced in the token is their ratio. */
+const QUOTE_FIAT = 'USD';
+/** Decimals a rate is read to: exact integers for the conversion (rates are decimal strings). */
+const RATE_DECIMALS = 18;
 
 export interface TronToken {
   symbol: string;
@@ -120,6 +131,18 @@ export interface TronChainOptions {
   retry?: RetryPolicy;
   /** How long a broadcast waits for the fee wallet's top-up to be mined before it gives up (unknown outcome). */
   topUpTimeoutMs?: number;
+  /**
+   * The service's exchange rates, which turn the TRX a token settlement burns
+   * into the token (through USD); without them a token settlement cannot be
+   * priced and waits (see quoteNetworkFee).
+   */
+  rates?: Pick<RateProvider, 'rate'>;
+  /**
+   * CHAIN_TRON_ENERGY_DELEGATION: the fee wallet has TRX frozen for energy
+   * (Stake 2.0): a token payout's energy is delegated to the deposit address
+   * for its two calls and taken back after, instead of burnt.
+   */
+  energyDelegation?: boolean;
 }
 
 interface BlockJson {
@@ -186,6 +209,12 @@ interface Bundle {
   payout: TransactionJson;
   /** Token payouts: the fee wallet's TRX top-up, sent (and mined) before the payout when the deposit address holds less than `need`. */
   topUp?: { transaction: TransactionJson; need: string };
+  /**
+   * Token payouts with CHAIN_TRON_ENERGY_DELEGATION: the energy both calls use, delegated from the fee wallet's
+   * stake after the top-up (the receiver must exist) and before the payout; no transaction when the deposit
+   * already has it (an earlier attempt's delegation). Taken back once the fee call is mined.
+   */
+  delegate?: { transaction?: TransactionJson; energy: string };
   /** The platform fee: built, signed and sent only once the payout is on the solidified chain. */
   fee: { from: string; derivationIndex: number; token: string; platform: string; network: string };
 }
@@ -201,6 +230,25 @@ export function bandwidthOf(transaction: Pick<TransactionJson, 'raw_data_hex' | 
   const signatures = (transaction.signature ?? []).reduce((sum, s) => sum + 1 + varint(s.length / 2) + s.length / 2, 0);
   return 1 + varint(raw) + raw + signatures + RESULT_BYTES;
 }
+
+/**
+ * `sun` worth of TRX in base units of a token of `decimals`, at TRX's and the
+ * token's rates in one fiat currency (decimal strings), rounded up to the next
+ * base unit: the platform, which paid the TRX, is never short by the rounding
+ * (at most one base unit, 0.000001 USDT, the merchant's way).
+ */
+export function trxInToken(sun: bigint, trxRate: string, tokenRate: string, decimals: number): bigint {
+  const trx = parseUnits(trxRate, RATE_DECIMALS);
+  const token = parseUnits(tokenRate, RATE_DECIMALS);
+  if (!trx || !token) throw new Error(`tron: unusable rates TRX ${trxRate}, token ${tokenRate}`);
+  const numerator = sun * trx * 10n ** BigInt(decimals);
+  const denominator = 1_000_000n * token; // TRX has 6 decimals: sun
+  return (numerator + denominator - 1n) / denominator;
+}
+
+/** The energy token calls use, with room over the node's estimates (ENERGY_MARGIN_PERCENT). */
+const energyOf = (calls: { energy: bigint }[]) =>
+  (calls.reduce((sum, call) => sum + call.energy, 0n) * ENERGY_MARGIN_PERCENT) / 100n;
 
 /** The transfers a block pays: TRX transfers and token Transfer logs, from the block and its transaction results. */
 export function parseTronBlock(
@@ -265,7 +313,13 @@ export function parseTronBlock(
         .filter((v) => v.tokenId === undefined)
         .reduce((sum, v) => sum + BigInt(v.callValue ?? 0), 0n);
       if (amount <= 0n) continue;
-      transfers.push({ txHash: info.id, index: after + position, to: fromHex(internal.transferTo_address), token: 'TRX', amount });
+      transfers.push({
+        txHash: info.id,
+        index: after + position,
+        to: fromHex(internal.transferTo_address),
+        token: 'TRX',
+        amount,
+      });
     }
   }
   return transfers;
@@ -301,6 +355,11 @@ export class TronChain implements ChainAdapter {
   private topUps: Promise<unknown> = Promise.resolve();
   /** Bytes of a signed TRX transfer with the largest amount (the quote's unit). */
   private transferBytes = 0;
+  /** Bytes of a signed (un)delegation of energy with the largest amount. */
+  private stakeBytes = 0;
+  /** The last network fee quoted for each token settlement: the estimate shown until a settlement is priced. */
+  private readonly tokenQuotes = new Map<string, bigint>();
+  private rates?: Pick<RateProvider, 'rate'>;
 
   private constructor(private readonly options: TronChainOptions) {
     this.tokens =
@@ -311,6 +370,7 @@ export class TronChain implements ChainAdapter {
     this.feeWallet = options.keyring.deriveTronServiceKey('fee').address;
     this.treasury = options.treasury ?? options.keyring.deriveTronServiceKey('treasury').address;
     this.solidityUrl = options.solidityUrl ?? options.rpcUrl;
+    this.rates = options.rates;
     // Used offline only: transactions are built from a given block header and signed here.
     this.builder = new TronWeb({ fullHost: options.rpcUrl }).transactionBuilder;
     // The poller asks every second; the head it gets is read from the node once a block.
@@ -358,6 +418,11 @@ export class TronChain implements ChainAdapter {
     return adapter;
   }
 
+  /** The service's exchange rates, which price token settlements (they open after the chains). */
+  useRates(rates: Pick<RateProvider, 'rate'>): void {
+    this.rates = rates;
+  }
+
   close(): void {
     this.closed = true;
     this.poller.close();
@@ -390,7 +455,9 @@ export class TronChain implements ChainAdapter {
 
   private async post<T>(path: string, body: object): Promise<T> {
     if (Date.now() < this.pausedUntil) {
-      throw new Error(`${path}: the node asked for fewer requests; none before ${new Date(this.pausedUntil).toISOString()}`);
+      throw new Error(
+        `${path}: the node asked for fewer requests; none before ${new Date(this.pausedUntil).toISOString()}`,
+      );
     }
     const base = path.startsWith('/walletsolidity/') ? this.solidityUrl : this.options.rpcUrl;
     this.requests.set(path, (this.requests.get(path) ?? 0) + 1);
@@ -472,7 +539,13 @@ export class TronChain implements ChainAdapter {
       // java-tron moves its head to another fork only when that fork is longer (Manager.pushBlock switchFork):
       // a lower head is a load-balanced backend behind the others, not the chain going back.
       if (!this.latest || height >= this.latest.height) {
-        this.latest = { height, hash: latest.blockID, parentHash: raw.parentHash, timestamp: raw.timestamp ?? 0, readAt };
+        this.latest = {
+          height,
+          hash: latest.blockID,
+          parentHash: raw.parentHash,
+          timestamp: raw.timestamp ?? 0,
+          readAt,
+        };
       } else {
         this.latest.readAt = readAt;
       }
@@ -499,13 +572,16 @@ export class TronChain implements ChainAdapter {
     if (!block.blockID || !block.block_header) {
       if (height <= this.latest!.height) {
         // Another backend gave that head: this one is behind. Not "no such block": read again.
-        throw new Error(`tron block ${height}: the node has none, below its head ${this.latest!.height} (a backend behind)`);
+        throw new Error(
+          `tron block ${height}: the node has none, below its head ${this.latest!.height} (a backend behind)`,
+        );
       }
       return undefined;
     }
     const parsed = known?.hash === block.blockID ? known : await this.parseBlock(block);
     this.blocksByHeight.set(height, parsed);
-    for (const h of this.blocksByHeight.keys()) if (h < height - 64 || h > this.latest!.height + 64) this.blocksByHeight.delete(h);
+    for (const h of this.blocksByHeight.keys())
+      if (h < height - 64 || h > this.latest!.height + 64) this.blocksByHeight.delete(h);
     return parsed;
   }
 
@@ -533,7 +609,9 @@ export class TronChain implements ChainAdapter {
     // java-tron stores one result per transaction of a block (TransactionRetStore); fewer is a
     // backend that has not stored this block's yet (it answers [] for the newest block).
     if (calls && infos.length !== transactions.length) {
-      throw new Error(`tron block ${height}: ${infos.length} results for ${transactions.length} transactions; read again`);
+      throw new Error(
+        `tron block ${height}: ${infos.length} results for ${transactions.length} transactions; read again`,
+      );
     }
     const transfers = parseTronBlock(
       block,
@@ -632,14 +710,20 @@ export class TronChain implements ChainAdapter {
       };
       this.feesReadAt = Date.now();
       if (this.transferBytes === 0) {
+        // The largest a transfer and an undelegation (two bytes longer than a delegation: its type's name) can be.
         const key = this.options.keyring.deriveTronServiceKey('fee');
-        const sample = await this.signed(
-          key.privateKey,
-          await this.builder.sendTrx(this.treasury, Number.MAX_SAFE_INTEGER, key.address, {
-            blockHeader: { ref_block_bytes: 'ffff', ref_block_hash: 'f'.repeat(16), expiration: 2 ** 45, timestamp: 2 ** 45 },
-          }),
+        const blockHeader = {
+          ref_block_bytes: 'ffff',
+          ref_block_hash: 'f'.repeat(16),
+          expiration: 2 ** 45,
+          timestamp: 2 ** 45,
+        };
+        const max = Number.MAX_SAFE_INTEGER;
+        const bytes = async (tx: unknown) => bandwidthOf(await this.signed(key.privateKey, tx));
+        this.transferBytes = await bytes(await this.builder.sendTrx(this.treasury, max, key.address, { blockHeader }));
+        this.stakeBytes = await bytes(
+          await this.builder.undelegateResource(max, this.treasury, 'ENERGY', key.address, { blockHeader }),
         );
-        this.transferBytes = bandwidthOf(sample);
       }
     } catch (error) {
       if (!this.fees) throw error;
@@ -654,12 +738,65 @@ export class TronChain implements ChainAdapter {
 
   /**
    * A TRX settlement's fee: the bandwidth of its two transfers (the payout and
-   * the platform fee) at the burn price. Token settlements' energy and
-   * bandwidth are paid by the fee wallet: 0.
+   * the platform fee) at the burn price. A token settlement's: the last one
+   * quoteNetworkFee gave, as an estimate (it depends on the merchant's address
+   * and the rates; the payout engine quotes each settlement itself).
    */
   networkFee(token: string): bigint {
-    if (token !== 'TRX') return 0n;
-    return 2n * BigInt(this.transferBytes) * this.schedule.bandwidthPrice;
+    if (token === 'TRX') return 2n * BigInt(this.transferBytes) * this.schedule.bandwidthPrice;
+    const quote = this.tokenQuotes.get(token);
+    if (quote === undefined) throw new Error(`tron: no ${token} settlement quoted yet`);
+    return quote;
+  }
+
+  /**
+   * What a settlement costs now, in base units of its token. TRX: networkFee.
+   * A token: all the TRX the fee wallet loses for it, at the chain's current
+   * prices: the energy of both calls (the payout, and the platform fee to the
+   * treasury) as the node estimates it now (more to an address holding none
+   * of the token), their bytes burnt, the top-up's own charge (creating the
+   * deposit account, which receiving a token does not; else its bytes) and
+   * the bytes of the leftover's way back (with the fee wallet's stake
+   * delegated: the calls', the delegation's and the undelegation's bytes,
+   * no energy burnt, no leftover); bandwidth is taken as burnt, the free
+   * allowance coming from a public pool that runs out. Converted into
+   * the token with the service's rates through USD (trxInToken). Without a
+   * rate it throws: the settlement is failed with the reason and tried again,
+   * never sent priced at 0.
+   */
+  async quoteNetworkFee(payout: Pick<OutgoingTransfer, 'from' | 'to' | 'token'>): Promise<bigint> {
+    if (payout.token === 'TRX') return this.networkFee('TRX');
+    const token = this.tokenOf(payout.token);
+    const from = payout.from.address;
+    const key = this.options.keyring.deriveDepositKey('tron', payout.from.derivationIndex);
+    const header = await this.blockHeader();
+    const [toMerchant, toTreasury, deposit, trx, other] = await Promise.all([
+      this.tokenCall(key.privateKey, from, token, payout.to, 1n, header),
+      this.tokenCall(key.privateKey, from, token, this.treasury, 1n, header),
+      this.account(from),
+      this.rates?.rate('TRX', QUOTE_FIAT),
+      this.rates?.rate(token.symbol, QUOTE_FIAT),
+    ]);
+    if (!trx || !other) {
+      throw new Error(
+        `tron: no ${trx ? token.symbol : 'TRX'} rate in ${QUOTE_FIAT} to price the TRX a ${token.symbol} settlement burns; priced again at the next attempt`,
+      );
+    }
+    const fees = this.schedule;
+    const transferCharge = BigInt(this.transferBytes) * fees.bandwidthPrice;
+    const topUpCharge = deposit.exists ? transferCharge : fees.createNewAccountFee + fees.createAccountFee;
+    // With the fee wallet's stake delegated, the calls burn their bytes only, and the delegation and its
+    // undelegation burn theirs.
+    const delegate = await this.delegation(from, energyOf([toMerchant, toTreasury]), header);
+    const calls = delegate
+      ? toMerchant.bandwidth + toTreasury.bandwidth + 2n * BigInt(this.stakeBytes) * fees.bandwidthPrice
+      : toMerchant.burn + toTreasury.burn;
+    // The leftover pays its own way back: with energy burnt it is the fee_limit's margin, more than its bytes;
+    // with energy delegated the top-up is the calls' bytes only, and a leftover is bytes the free allowance paid.
+    const sun = calls + topUpCharge + (delegate ? 0n : transferCharge);
+    const quote = trxInToken(sun, trx.rate, other.rate, token.decimals);
+    this.tokenQuotes.set(token.symbol, quote);
+    return quote;
   }
 
   // -------------------------------------------------------------------------
@@ -742,7 +879,8 @@ export class TronChain implements ChainAdapter {
   ): Promise<PreparedTransaction> {
     const token = this.tokenOf(transfer.token);
     const from = transfer.from.address;
-    const platform = transfer.fees?.platform ?? 0n;
+    // The treasury's call carries the platform fee and the network fee's tokens, which repay the fee wallet's TRX.
+    const platform = (transfer.fees?.platform ?? 0n) + (transfer.fees?.network ?? 0n);
     const [balance, deposit] = await Promise.all([this.balanceOf(from, token.symbol), this.account(from)]);
     if (balance < transfer.amount) {
       throw new TransactionRejectedError(
@@ -750,16 +888,100 @@ export class TronChain implements ChainAdapter {
       );
     }
     const payout = await this.tokenCall(privateKey, from, token, transfer.to, transfer.amount, header);
-    // Enough TRX for both calls (the fee call goes out once the payout is final).
-    let need = payout.need;
-    if (platform > 0n) need += (await this.tokenCall(privateKey, from, token, this.treasury, platform, header)).need;
-    if (deposit.balance >= need) return this.bundle(payout.tx, transfer);
+    // Enough for both calls (the fee call goes out once the payout is final): with energy delegated their
+    // bytes, else their energy too, up to their fee_limit.
+    const calls = [payout];
+    if (platform > 0n) calls.push(await this.tokenCall(privateKey, from, token, this.treasury, platform, header));
+    const delegate = await this.delegation(from, energyOf(calls), header);
+    const need = calls.reduce((sum, call) => sum + (delegate ? call.bandwidth : call.need), 0n);
+    if (deposit.balance >= need) return this.bundle(payout.tx, transfer, undefined, delegate);
     const feeKey = this.options.keyring.deriveTronServiceKey('fee');
     const topUp = await this.signed(
       feeKey.privateKey,
       await this.builder.sendTrx(from, Number(need - deposit.balance), feeKey.address, { blockHeader: header }),
     );
-    return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString() });
+    return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString() }, delegate);
+  }
+
+  /**
+   * The fee wallet's energy for a deposit's calls, when the operator staked
+   * it (CHAIN_TRON_ENERGY_DELEGATION): the delegateresource transaction that
+   * gives the deposit `energy`, or none when it already has it; undefined
+   * when delegation is off or the stake not delegated yet is too small now
+   * (other payouts hold it), when the energy is burnt instead. java-tron's
+   * DelegateResourceActuator: at least 1 TRX, no more than the owner's
+   * frozen-for-energy balance not delegated, to an existing account that is
+   * no contract; the receiver's energy is its whole TRX of stake times the
+   * chain's TotalEnergyLimit / TotalEnergyWeight
+   * (EnergyProcessor.calculateGlobalEnergyLimit). Not locked (lock=false):
+   * it can be taken back at once (UnDelegateResourceActuator takes only
+   * unlocked balance).
+   */
+  private async delegation(
+    deposit: string,
+    energy: bigint,
+    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+  ): Promise<Bundle['delegate'] | undefined> {
+    if (!this.options.energyDelegation) return undefined;
+    const [staker, chain, receiver] = await Promise.all([
+      this.call<{ frozenV2?: { type?: string; amount?: number }[] }>('/wallet/getaccount', {
+        address: this.feeWallet,
+        visible: true,
+      }),
+      this.resources(this.feeWallet),
+      this.resources(deposit),
+    ]);
+    const left = BigInt(receiver.EnergyLimit ?? 0) - BigInt(receiver.EnergyUsed ?? 0);
+    if (left >= energy) return { energy: energy.toString() };
+    const limit = BigInt(chain.TotalEnergyLimit ?? 0);
+    const weight = BigInt(chain.TotalEnergyWeight ?? 0);
+    if (limit === 0n || weight === 0n) return undefined;
+    const missing = energy - (left > 0n ? left : 0n);
+    const trx = (missing * weight + limit - 1n) / limit;
+    const sun = (trx > 1n ? trx : 1n) * 1_000_000n;
+    const available = BigInt(staker.frozenV2?.find((f) => f.type === 'ENERGY')?.amount ?? 0);
+    if (available < sun) return undefined;
+    const feeKey = this.options.keyring.deriveTronServiceKey('fee');
+    const transaction = await this.signed(
+      feeKey.privateKey,
+      await this.builder.delegateResource(Number(sun), deposit, 'ENERGY', this.feeWallet, false, undefined, {
+        blockHeader: header,
+      }),
+    );
+    return { transaction, energy: energy.toString() };
+  }
+
+  private resources(address: string) {
+    return this.call<{
+      EnergyLimit?: number;
+      EnergyUsed?: number;
+      TotalEnergyLimit?: number;
+      TotalEnergyWeight?: number;
+    }>('/wallet/getaccountresource', { address, visible: true });
+  }
+
+  /**
+   * Takes back the fee wallet's energy delegated to a deposit (all of it,
+   * whichever attempt delegated it): true when there is none left, false
+   * when the undelegation has just been sent (looked at again next time, so
+   * a delegation is never left behind, even one a crash cut short).
+   */
+  private async undelegated(deposit: string, header: Awaited<ReturnType<TronChain['blockHeader']>>): Promise<boolean> {
+    if (!this.options.energyDelegation) return true;
+    const answer = await this.call<{ delegatedResource?: { frozen_balance_for_energy?: number }[] }>(
+      '/wallet/getdelegatedresourcev2',
+      { fromAddress: this.feeWallet, toAddress: deposit, visible: true },
+    );
+    const sun = (answer.delegatedResource ?? []).reduce((sum, d) => sum + BigInt(d.frozen_balance_for_energy ?? 0), 0n);
+    if (sun === 0n) return true;
+    const feeKey = this.options.keyring.deriveTronServiceKey('fee');
+    await this.send(
+      await this.signed(
+        feeKey.privateKey,
+        await this.builder.undelegateResource(Number(sun), deposit, 'ENERGY', this.feeWallet, { blockHeader: header }),
+      ),
+    );
+    return false;
   }
 
   /** A signed token transfer() call with a fee_limit over the node's energy estimate, and the TRX it may burn. */
@@ -770,7 +992,7 @@ export class TronChain implements ChainAdapter {
     to: string,
     amount: bigint,
     header: Awaited<ReturnType<TronChain['blockHeader']>>,
-  ): Promise<{ tx: TransactionJson; need: bigint }> {
+  ): Promise<{ tx: TransactionJson; need: bigint; burn: bigint; energy: bigint; bandwidth: bigint }> {
     const fees = this.schedule;
     const estimate = await this.call<{ energy_used?: number; result?: { result?: boolean; message?: string } }>(
       '/wallet/triggerconstantcontract',
@@ -783,7 +1005,9 @@ export class TronChain implements ChainAdapter {
       },
     );
     if (!estimate.result?.result || !estimate.energy_used) {
-      throw new TransactionRejectedError(`the token transfer from ${from} would fail: ${estimate.result?.message ?? 'no estimate'}`);
+      throw new TransactionRejectedError(
+        `the token transfer from ${from} would fail: ${estimate.result?.message ?? 'no estimate'}`,
+      );
     }
     const feeLimit = (BigInt(estimate.energy_used) * fees.energyPrice * ENERGY_MARGIN_PERCENT) / 100n;
     const built = await this.builder.triggerSmartContract(
@@ -797,15 +1021,23 @@ export class TronChain implements ChainAdapter {
       from,
     );
     const tx = await this.signed(privateKey, built.transaction);
-    // The energy at the limit, and the bandwidth should the free allowance not cover it.
-    return { tx, need: feeLimit + BigInt(bandwidthOf(tx)) * fees.bandwidthPrice };
+    // The energy at the limit, and the bandwidth should the free allowance not cover it; what it burns as estimated.
+    const bandwidth = BigInt(bandwidthOf(tx)) * fees.bandwidthPrice;
+    const energy = BigInt(estimate.energy_used);
+    return { tx, need: feeLimit + bandwidth, burn: energy * fees.energyPrice + bandwidth, energy, bandwidth };
   }
 
-  private bundle(payout: TransactionJson, transfer: OutgoingTransfer, topUp?: Bundle['topUp']): PreparedTransaction {
+  private bundle(
+    payout: TransactionJson,
+    transfer: OutgoingTransfer,
+    topUp?: Bundle['topUp'],
+    delegate?: Bundle['delegate'],
+  ): PreparedTransaction {
     const raw: Bundle = {
       v: 2,
       payout,
       ...(topUp && { topUp }),
+      ...(delegate && { delegate }),
       fee: {
         from: transfer.from.address,
         derivationIndex: transfer.from.derivationIndex,
@@ -818,7 +1050,10 @@ export class TronChain implements ChainAdapter {
     return { txHash: payout.txID, raw: JSON.stringify(raw) };
   }
 
-  private info(txHash: string, view: 'wallet' | 'walletsolidity' = 'wallet'): Promise<TransactionInfoJson | Record<string, never>> {
+  private info(
+    txHash: string,
+    view: 'wallet' | 'walletsolidity' = 'wallet',
+  ): Promise<TransactionInfoJson | Record<string, never>> {
     return this.call(`/${view}/gettransactioninfobyid`, { value: txHash });
   }
 
@@ -840,7 +1075,7 @@ export class TronChain implements ChainAdapter {
       return;
     }
     await this.refuseIfExpired(payout);
-    if (bundle.topUp) await this.topUp(payout, bundle.topUp);
+    if (bundle.topUp || bundle.delegate?.transaction) await this.prepareDeposit(payout, bundle);
     await this.send(payout);
   }
 
@@ -886,29 +1121,43 @@ export class TronChain implements ChainAdapter {
   }
 
   /**
-   * Gives the deposit address the TRX its token calls burn, from the fee
-   * wallet, and waits for it to be mined (a call from an account without the
-   * TRX runs out of energy). One top-up at a time; skipped when the deposit
-   * address already holds enough (an earlier attempt's top-up landed).
+   * Readies the deposit address for its token calls, from the fee wallet,
+   * each step mined before the next: the TRX they burn (a call from an
+   * account without it runs out of energy; it also creates the account),
+   * then the energy delegated to it (only an existing account can receive
+   * it). One deposit at a time; each step is skipped when already done (an
+   * earlier attempt's, or one a crash cut short), so a repeat sends nothing.
    */
-  private topUp(payout: TransactionJson, topUp: NonNullable<Bundle['topUp']>): Promise<void> {
+  private prepareDeposit(payout: TransactionJson, bundle: Bundle): Promise<void> {
     const run = this.topUps.then(async () => {
       const deposit = fromHex(String(payout.raw_data.contract[0]!.parameter.value.owner_address));
-      if ((await this.account(deposit)).balance >= BigInt(topUp.need)) return;
-      const refused = await this.offer(topUp.transaction);
-      if (refused) {
-        const fund = /balance is not sufficient/i.test(refused.reason) ? `; fund the fee wallet ${this.feeWallet}` : '';
-        throw new Error(`energy top-up ${topUp.transaction.txID} not taken: ${refused.reason}${fund}`);
+      const { topUp, delegate } = bundle;
+      if (topUp && (await this.account(deposit)).balance < BigInt(topUp.need)) {
+        await this.sendMined(topUp.transaction, 'energy top-up');
       }
-      const deadline = Date.now() + (this.options.topUpTimeoutMs ?? 120_000);
-      for (;;) {
-        if ('id' in (await this.info(topUp.transaction.txID))) return;
-        if (Date.now() > deadline) throw new Error(`energy top-up ${topUp.transaction.txID} is not mined yet`);
-        await sleep(1000);
+      if (delegate?.transaction) {
+        const resources = await this.resources(deposit);
+        const left = BigInt(resources.EnergyLimit ?? 0) - BigInt(resources.EnergyUsed ?? 0);
+        if (left < BigInt(delegate.energy)) await this.sendMined(delegate.transaction, 'energy delegation');
       }
     });
     this.topUps = run.catch(() => undefined);
     return run;
+  }
+
+  /** Sends one of the fee wallet's transactions and waits until it is mined. */
+  private async sendMined(tx: TransactionJson, what: string): Promise<void> {
+    const refused = await this.offer(tx);
+    if (refused) {
+      const fund = /balance is not sufficient/i.test(refused.reason) ? `; fund the fee wallet ${this.feeWallet}` : '';
+      throw new Error(`${what} ${tx.txID} not taken: ${refused.reason}${fund}`);
+    }
+    const deadline = Date.now() + (this.options.topUpTimeoutMs ?? 120_000);
+    for (;;) {
+      if ('id' in (await this.info(tx.txID))) return;
+      if (Date.now() > deadline) throw new Error(`${what} ${tx.txID} is not mined yet`);
+      await sleep(1000);
+    }
   }
 
   /**
@@ -928,14 +1177,21 @@ export class TronChain implements ChainAdapter {
     if (fee.token === 'TRX') {
       const owed = BigInt(fee.platform) + BigInt(fee.network) - BigInt(payoutInfo.fee ?? 0);
       const [deposit, treasury] = await Promise.all([this.account(fee.from), this.treasuryAccount()]);
-      await this.sendTrxOut(key.privateKey, fee.from, this.treasury, treasury.exists, deposit.balance < owed ? deposit.balance : owed, header);
+      await this.sendTrxOut(
+        key.privateKey,
+        fee.from,
+        this.treasury,
+        treasury.exists,
+        deposit.balance < owed ? deposit.balance : owed,
+        header,
+      );
     } else {
       const feeCall = this.feeCalls.get(bundle.payout.txID);
       if (!feeCall) {
         const token = this.tokenOf(fee.token);
         const held = await this.balanceOf(fee.from, token.symbol);
-        const platform = BigInt(fee.platform);
-        const amount = held < platform ? held : platform;
+        const owed = BigInt(fee.platform) + BigInt(fee.network);
+        const amount = held < owed ? held : owed;
         if (amount > 0n) {
           const call = (await this.tokenCall(key.privateKey, fee.from, token, this.treasury, amount, header)).tx;
           await this.send(call);
@@ -945,10 +1201,19 @@ export class TronChain implements ChainAdapter {
       } else if (!('id' in (await this.info(feeCall)))) {
         return false;
       }
+      // The delegated energy back to the fee wallet's stake (looked at again until it has gone).
+      if (!(await this.undelegated(fee.from, header))) return false;
       // What the energy did not burn goes back to the fee wallet, up to what it gave (other TRX there is not ours).
       const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
       const deposit = await this.account(fee.from);
-      await this.sendTrxOut(key.privateKey, fee.from, this.feeWallet, true, deposit.balance < given ? deposit.balance : given, header);
+      await this.sendTrxOut(
+        key.privateKey,
+        fee.from,
+        this.feeWallet,
+        true,
+        deposit.balance < given ? deposit.balance : given,
+        header,
+      );
       this.feeCalls.delete(bundle.payout.txID);
     }
     this.feesOwed.delete(bundle.payout.txID);
@@ -1028,6 +1293,7 @@ export async function openTronChain(
           tokens: TronToken[] | undefined;
           treasury: string | undefined;
           solidityUrl?: string | undefined;
+          energyDelegation?: boolean;
         }
       | undefined;
     requiredConfirmations: Record<ChainName, number>;
@@ -1046,5 +1312,6 @@ export async function openTronChain(
     ...(tron.tokens && { tokens: tron.tokens }),
     ...(tron.treasury && { treasury: tron.treasury }),
     ...(tron.solidityUrl && { solidityUrl: tron.solidityUrl }),
+    ...(tron.energyDelegation && { energyDelegation: true }),
   });
 }

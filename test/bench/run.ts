@@ -5,7 +5,7 @@ import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { eventStoreSuite } from './event-store.ts';
 import { evmSuite } from './evm.ts';
-import { tronSuite } from './tron.ts';
+import { tronRequestsSuite, tronSuite } from './tron.ts';
 import { bitcoinSuite } from './bitcoin.ts';
 import { solanaSuite } from './solana.ts';
 import { httpSuite } from './http.ts';
@@ -13,7 +13,15 @@ import { benchScale, resolveTargets, wasInterrupted, type BenchSuite, type Bench
 import { formatMegabytes, formatSeconds } from './table.ts';
 
 /** The suites, run in this order. */
-const suites: readonly BenchSuite[] = [eventStoreSuite, httpSuite, evmSuite, tronSuite, bitcoinSuite, solanaSuite];
+const suites: readonly BenchSuite[] = [
+  eventStoreSuite,
+  httpSuite,
+  evmSuite,
+  tronSuite,
+  tronRequestsSuite,
+  bitcoinSuite,
+  solanaSuite,
+];
 
 const rssAtStart = process.memoryUsage().rss;
 

@@ -10,6 +10,15 @@
 // broadcast, sent again as it is after a crash, and a new one is made only
 // once the chain proves the last can never land.
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
+import {
+  afterFailed,
+  afterPrepared,
+  afterRetried,
+  afterSubmitted,
+  isOneOfItsTransactions,
+  noAttemptYet,
+  type PayoutAttempts,
+} from './payout-attempt.ts';
 import type { SettlementFailureReason } from './settlement.ts';
 
 export const refundStreamName = (refundId: string) => `refund-${refundId}`;
@@ -162,7 +171,7 @@ export type RefundCommand =
     }
   | { type: 'Retry'; now: string };
 
-export interface Refund {
+export interface Refund extends PayoutAttempts {
   id: string;
   invoiceId: string;
   merchantId: string;
@@ -180,19 +189,10 @@ export interface Refund {
   claimExpiresAt: string;
   status: RefundStatus;
   payer: RefundPayer | null;
-  attempt: number;
-  /** Attempts that reached the chain or failed trying. */
-  attempts: number;
-  /** The transaction of the current attempt, once prepared; kept across a retry unless the chain rejected it. */
-  prepared: { txHash: string; raw: string } | null;
-  rejected: boolean;
-  /** Every transaction ever prepared: any of them that lands is the one payout. */
-  preparedHashes: string[];
+  /** The current attempt's transaction was broadcast. */
   submitted: boolean;
-  txHash: string | null;
   failureReason: string | null;
   failureCode: RefundFailureReason | null;
-  retryAt: string | null;
   createdAt: string;
   updatedAt: string;
   approvedAt: string | null;
@@ -294,14 +294,14 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
         },
       ];
     case 'MarkSubmitted':
-      if (state.status !== 'sending' || state.submitted || !state.preparedHashes.includes(command.txHash)) return [];
+      if (state.status !== 'sending' || state.submitted || !isOneOfItsTransactions(state, command.txHash)) return [];
       return [
         { type: 'RefundSubmitted', data: { attempt: state.attempt, txHash: command.txHash, submittedAt: command.now } },
       ];
     case 'MarkCompleted':
       if (state.status === 'completed') return [];
       // Any attempt's transaction that made it counts: it is the one payout.
-      if (!state.preparedHashes.includes(command.txHash)) {
+      if (!isOneOfItsTransactions(state, command.txHash)) {
         throw new DomainError('conflict', `Transaction ${command.txHash} is not one of this refund's`);
       }
       return [
@@ -349,16 +349,10 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
       netAmount: BigInt(netAmount),
       status: d.destination === null ? 'awaiting_destination' : 'awaiting_approval',
       payer: null,
-      attempt: 1,
-      attempts: 0,
-      prepared: null,
-      rejected: false,
-      preparedHashes: [],
+      ...noAttemptYet,
       submitted: false,
-      txHash: null,
       failureReason: null,
       failureCode: null,
-      retryAt: null,
       createdAt,
       updatedAt: createdAt,
       approvedAt: null,
@@ -389,16 +383,14 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
     case 'RefundTransactionPrepared':
       return {
         ...state,
-        prepared: { txHash: event.data.txHash, raw: event.data.raw },
-        preparedHashes: [...state.preparedHashes, event.data.txHash],
+        ...afterPrepared(state, event.data.txHash, event.data.raw),
         updatedAt: event.data.preparedAt,
       };
     case 'RefundSubmitted':
       return {
         ...state,
+        ...afterSubmitted(state, event.data.txHash),
         submitted: true,
-        attempts: state.attempts + 1,
-        txHash: event.data.txHash,
         failureCode: null,
         updatedAt: event.data.submittedAt,
       };
@@ -415,23 +407,18 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
     case 'RefundFailed':
       return {
         ...state,
+        ...afterFailed(state, event.data),
         status: 'failed',
-        attempts: state.attempts + 1,
         failureReason: event.data.reason,
         failureCode: event.data.code,
-        rejected: event.data.rejected === true,
-        retryAt: event.data.retryAt,
         updatedAt: event.data.failedAt,
       };
     case 'RefundRetried':
       return {
         ...state,
+        ...afterRetried(state, event.data.attempt),
         status: 'sending',
-        attempt: event.data.attempt,
-        prepared: state.rejected ? null : state.prepared,
         submitted: false,
-        rejected: false,
-        retryAt: null,
         updatedAt: event.data.retriedAt,
       };
     case 'RefundCanceled':

@@ -14,6 +14,15 @@
 // after that, a change it can no longer follow is raised for a person.
 import { v5 as uuidv5 } from 'uuid';
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
+import {
+  afterFailed,
+  afterPrepared,
+  afterRetried,
+  afterSubmitted,
+  isOneOfItsTransactions,
+  noAttemptYet,
+  type PayoutAttempts,
+} from './payout-attempt.ts';
 
 const SETTLEMENT_ID_NAMESPACE = '3d4b8f6e-9a1c-4e2b-8c7d-5f0a1b2c3d4e';
 
@@ -192,7 +201,7 @@ export type SettlementCommand =
   | { type: 'Retry'; now: string }
   | { type: 'ResolveAttention'; note: string; now: string };
 
-export interface Settlement extends SettlementSource {
+export interface Settlement extends SettlementSource, PayoutAttempts {
   id: string;
   invoiceId: string;
   merchantId: string;
@@ -203,23 +212,12 @@ export interface Settlement extends SettlementSource {
   platformFeeBps: number;
   merchantWallet: string | null;
   status: SettlementStatus;
-  attempt: number;
-  /** Attempts that reached the chain or failed trying: what the merchant sees as `attempts`. */
-  attempts: number;
   /** The payments paid out, when recorded. */
   sources: PayoutSource[] | undefined;
-  /** The transaction of the current attempt, once prepared; kept across a retry unless the chain rejected it. */
-  prepared: { txHash: string; raw: string } | null;
-  /** The last failure was the chain refusing the transaction (see SettlementFailed). */
-  rejected: boolean;
-  /** Every transaction ever prepared, so that none is forgotten when a later attempt is made. */
-  preparedHashes: string[];
-  txHash: string | null;
   /** The last failure in words. */
   failureReason: string | null;
   /** Why it is not going on, as operations.md names it; null while nothing stands in its way. */
   failureCode: SettlementFailureReason | null;
-  retryAt: string | null;
   /** What needs a person, newest last (see SettlementAttentionRaised). */
   attention: SettlementAttentionRaised['data'][];
   createdAt: string;
@@ -407,7 +405,7 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       ];
     case 'MarkSubmitted':
       // An earlier attempt's transaction found on the chain is adopted: it is the payout.
-      if (state.status !== 'pending' || !state.preparedHashes.includes(command.txHash)) return [];
+      if (state.status !== 'pending' || !isOneOfItsTransactions(state, command.txHash)) return [];
       return [
         {
           type: 'SettlementSubmitted',
@@ -417,7 +415,7 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
     case 'MarkCompleted':
       if (state.status === 'completed') return [];
       // Any attempt's transaction that made it counts: it is the one payout.
-      if (!state.preparedHashes.includes(command.txHash)) {
+      if (!isOneOfItsTransactions(state, command.txHash)) {
         throw new DomainError('conflict', `Transaction ${command.txHash} is not one of this settlement's`);
       }
       return [
@@ -480,16 +478,10 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       platformFeeBps: d.platformFeeBps,
       merchantWallet: d.merchantWallet,
       status: 'pending',
-      attempt: 1,
-      attempts: 0,
+      ...noAttemptYet,
       sources: d.sources,
-      prepared: null,
-      rejected: false,
-      preparedHashes: [],
-      txHash: null,
       failureReason: null,
       failureCode: d.merchantWallet === null ? 'no_wallet' : null,
-      retryAt: null,
       attention: [],
       createdAt: d.requestedAt,
       updatedAt: d.requestedAt,
@@ -529,16 +521,14 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
     case 'SettlementTransactionPrepared':
       return {
         ...state,
-        prepared: { txHash: event.data.txHash, raw: event.data.raw },
-        preparedHashes: [...state.preparedHashes, event.data.txHash],
+        ...afterPrepared(state, event.data.txHash, event.data.raw),
         updatedAt: event.data.preparedAt,
       };
     case 'SettlementSubmitted':
       return {
         ...state,
+        ...afterSubmitted(state, event.data.txHash),
         status: 'submitted',
-        attempts: state.attempts + 1,
-        txHash: event.data.txHash,
         failureCode: null,
         initiatedAt: event.data.submittedAt,
         updatedAt: event.data.submittedAt,
@@ -555,23 +545,18 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
     case 'SettlementFailed':
       return {
         ...state,
+        ...afterFailed(state, event.data),
         status: 'failed',
-        attempts: state.attempts + 1,
         failureReason: event.data.reason,
         failureCode: codeOf(event.data),
-        rejected: event.data.rejected === true,
-        retryAt: event.data.retryAt,
         failedAt: event.data.failedAt,
         updatedAt: event.data.failedAt,
       };
     case 'SettlementRetried':
       return {
         ...state,
+        ...afterRetried(state, event.data.attempt),
         status: 'pending',
-        attempt: event.data.attempt,
-        prepared: state.rejected ? null : state.prepared,
-        rejected: false,
-        retryAt: null,
         updatedAt: event.data.retriedAt,
       };
   }

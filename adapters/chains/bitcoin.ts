@@ -31,6 +31,7 @@ import type { BitcoinCoreChain, DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
+  BlockPrunedError,
   TransactionRejectedError,
   type ChainAdapter,
   type ChainBlock,
@@ -349,9 +350,7 @@ export class BitcoinChain implements ChainAdapter {
       if (error instanceof BitcoinRpcError && /pruned/.test(error.message)) {
         const info = await this.rpc<{ pruneheight?: number }>('getblockchaininfo', []);
         this.pruneHeight = info.pruneheight ?? this.pruneHeight;
-        throw new Error(
-          `bitcoin: block ${height} is pruned; the node serves blocks from height ${this.pruneHeight} on`,
-        );
+        throw new BlockPrunedError('bitcoin', height, hash, this.pruneHeight);
       }
       // -5: asked of a load-balanced backend that has not got it yet.
       if (error instanceof BitcoinRpcError && error.code === -5) return undefined;

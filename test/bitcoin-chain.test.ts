@@ -288,6 +288,14 @@ describe('payments and settlement on the Bitcoin test node', () => {
     const later = await invoice(key, '4');
     const chainItems = async () =>
       ((await admin('GET', '/admin/v1/attention')).body.data as any[]).filter((i) => i.kind === 'chain_behind');
+    // The watcher has read the tip: a payment mined in it is seen there.
+    const probe = await invoice(key, '2');
+    node.pay(payer, [{ address: probe.address, sats: baseUnits(probe.cryptoAmount, 8) }]);
+    node.mine(1);
+    await eventually(
+      () => status(probe.paymentId),
+      (s) => s.confirmations >= 1,
+    );
     await eventually(chainItems, (items) => items.length === 0);
     // In one go, before the watcher reads again (as after a long stop): a
     // payment is mined, and the node prunes that block and the next.

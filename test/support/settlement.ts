@@ -13,3 +13,27 @@ export function settlementAmounts(history: readonly { type: string; data: any }[
   if (priced.length === 0) throw new Error('no SettlementRequested in the history');
   return Object.assign({}, ...priced.map((e) => e.data));
 }
+
+/**
+ * Waits until every invoice is settled, calling `nudge` between looks (mine a
+ * block, move the clock on); fails naming the states of the others after `ms`.
+ */
+export async function untilAllSettled(
+  status: (id: string) => Promise<{ status: string }>,
+  ids: readonly string[],
+  nudge: () => unknown,
+  ms = 400_000,
+): Promise<void> {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const states = await Promise.all(ids.map(status));
+    if (states.every((s) => s.status === 'settled')) return;
+    if (Date.now() > deadline) {
+      throw new Error(
+        `not settled: ${JSON.stringify(states.filter((s) => s.status !== 'settled').map((s) => s.status))}`,
+      );
+    }
+    await nudge();
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

@@ -82,4 +82,39 @@ describe('the Bitcoin mempool followed by ZMQ', () => {
     assert.equal(calls('getrawmempool'), downloads + 1);
     node.mine(1);
   });
+  it('after the feed comes back, takes a snapshot that finds what was paid while it was away, and then follows it again', async () => {
+    const endpoint = await node.stopPublishing();
+    const away = await invoice('33');
+    pay(away); // no A message: nobody publishes
+    const accepted = node.sequenceSubscribers;
+    await node.publishSequence(endpoint);
+    await eventually(
+      () => node.sequenceSubscribers,
+      (n) => n > accepted,
+    );
+    await eventually(
+      () => status(away.paymentId),
+      (s) => s.hasDetectedPayment === true,
+    );
+    // Reconnected and resynchronised: the steps from here on download nothing.
+    let steps = calls('getblockchaininfo');
+    await eventually(
+      () => calls('getblockchaininfo'),
+      (n) => n >= steps + 3,
+    );
+    const downloads = calls('getrawmempool');
+    steps = calls('getblockchaininfo');
+    const next = await invoice('34');
+    pay(next);
+    await eventually(
+      () => status(next.paymentId),
+      (s) => s.hasDetectedPayment === true,
+    );
+    await eventually(
+      () => calls('getblockchaininfo'),
+      (n) => n >= steps + 10,
+    );
+    assert.equal(calls('getrawmempool'), downloads);
+    node.mine(1);
+  });
 });

@@ -253,12 +253,22 @@ export class BitcoinTestNode {
   }
 
   /** Starts publishing the `sequence` topic (Core's -zmqpubsequence=tcp://127.0.0.1:port); its endpoint. */
-  async publishSequence(): Promise<string> {
+  async publishSequence(endpoint = 'tcp://127.0.0.1:*'): Promise<string> {
     const publisher = new Publisher();
-    await publisher.bind('tcp://127.0.0.1:*');
+    await publisher.bind(endpoint);
     this.zmq = { publisher, number: 0, sending: Promise.resolve(), lose: 0 };
     publisher.events.on('accept', () => this.sequenceSubscribers++);
     return publisher.lastEndpoint!;
+  }
+
+  /** Stops publishing, as a bitcoind restart does (its numbering starts again at 0); the endpoint it published on. */
+  async stopPublishing(): Promise<string> {
+    const zmq = this.zmq!;
+    this.zmq = undefined;
+    await zmq.sending;
+    const endpoint = zmq.publisher.lastEndpoint!;
+    zmq.publisher.close();
+    return endpoint;
   }
 
   /** Connections the sequence publisher accepted. */
@@ -301,11 +311,7 @@ export class BitcoinTestNode {
   }
 
   async stop(): Promise<void> {
-    if (this.zmq) {
-      await this.zmq.sending;
-      this.zmq.publisher.close();
-      this.zmq = undefined;
-    }
+    if (this.zmq) await this.stopPublishing();
     this.server?.closeAllConnections();
     await new Promise((resolve) => this.server?.close(resolve));
   }

@@ -4,11 +4,13 @@
 // Detection: every output of a block's transactions that pays an address is
 // a transfer (index = the output's n), so several outputs to one deposit
 // address are several payments. Blocks come from `getblock` with verbosity 2,
-// the mempool's transactions from `getrawmempool` and `getrawtransaction`
-// (in JSON-RPC batches), so a payment is seen at 0 confirmations seconds
-// after its broadcast. Amounts are read from Core's JSON text as decimal
-// strings, never as floating-point numbers. On a pruned node a block below
-// the prune height is an error that says so.
+// the mempool's through bitcoin-mempool.ts (Core's ZMQ `sequence` topic when
+// configured, else `getrawmempool` every few seconds; new transactions read
+// with `getrawtransaction`, a bounded batch per step), so a payment is seen
+// at 0 confirmations seconds after its broadcast. Amounts are read from
+// Core's JSON text as decimal strings, never as floating-point numbers. On a
+// pruned node a block below the prune height is a BlockPrunedError naming
+// its hash, which the watcher passes and puts on the attention list.
 //
 // Settlement: one transaction spends exactly the recorded payments the payout
 // names (`sources`, each checked with `gettxout`; never a scan of the UTXO
@@ -242,7 +244,7 @@ export class BitcoinChain implements ChainAdapter {
       if (info.pruned) {
         adapter.pruneHeight = info.pruneheight ?? 0;
         (options.log ?? console.log)(
-          `bitcoin: the node is pruned and serves blocks from height ${adapter.pruneHeight} on; the watcher cannot go back further, nor find payouts mined below it`,
+          `bitcoin: the node is pruned and serves blocks from height ${adapter.pruneHeight} on; a block below it the watcher has yet to read goes on the attention list, and a payout mined below it cannot be found`,
         );
       }
       await adapter.head(); // also the first fee rate

@@ -183,8 +183,16 @@ export class BitcoinMempool {
 
   private async dropMined() {
     while (this.mined.length > 0) {
-      const hash = this.mined[0]!;
-      for (const txid of await this.node.blockTxids(hash)) {
+      let txids: string[];
+      try {
+        txids = await this.node.blockTxids(this.mined[0]!);
+      } catch {
+        // The block cannot be read now: a snapshot says what left the mempool instead.
+        this.mined.length = 0;
+        this.needsSnapshot = true;
+        return;
+      }
+      for (const txid of txids) {
         this.present.delete(txid);
         this.unread.delete(txid);
       }

@@ -255,9 +255,10 @@ export class BitcoinTestNode {
   /** Starts publishing the `sequence` topic (Core's -zmqpubsequence=tcp://127.0.0.1:port); its endpoint. */
   async publishSequence(endpoint = 'tcp://127.0.0.1:*'): Promise<string> {
     const publisher = new Publisher();
+    // Watched before binding: a subscriber may connect as soon as it is bound.
+    publisher.events.on('accept', () => this.sequenceSubscribers++);
     await publisher.bind(endpoint);
     this.zmq = { publisher, number: 0, sending: Promise.resolve(), lose: 0 };
-    publisher.events.on('accept', () => this.sequenceSubscribers++);
     return publisher.lastEndpoint!;
   }
 

@@ -170,9 +170,7 @@ export function loadConfig(env: Env = process.env): Config {
   // client reads the rest at start-up and a problem stops it with one line.
   const eventStoreUrl = value('EVENTSTORE_URL');
   if (eventStoreUrl !== undefined && !/^(esdb|kurrentdb)(\+discover)?:\/\/./i.test(eventStoreUrl)) {
-    problems.push(
-      'EVENTSTORE_URL must be an esdb://, esdb+discover://, kurrentdb:// or kurrentdb+discover:// connection string',
-    );
+    problems.push('EVENTSTORE_URL must be an esdb://, esdb+discover://, kurrentdb:// or kurrentdb+discover:// connection string');
   }
 
   const adminToken = value('ADMIN_TOKEN');
@@ -243,9 +241,7 @@ export function loadConfig(env: Env = process.env): Config {
         const m = /^\s*([A-Za-z]+)=(T[1-9A-HJ-NP-Za-km-z]{33}):(\d{1,2})\s*$/.exec(part);
         const known = m && findToken('tron', m[1]!);
         if (!m || !known || known.contractAddress === null || !isValidAddress('tron', m[2]!)) {
-          problems.push(
-            `CHAIN_TRON_TOKENS must be a comma list of SYMBOL=Taddress:decimals of tron's tokens (got "${part.trim()}")`,
-          );
+          problems.push(`CHAIN_TRON_TOKENS must be a comma list of SYMBOL=Taddress:decimals of tron's tokens (got "${part.trim()}")`);
         } else if (Number(m[3]) !== known.decimals) {
           problems.push(`CHAIN_TRON_TOKENS: ${known.symbol} has ${known.decimals} decimals on tron, not ${m[3]}`);
         } else {
@@ -258,25 +254,19 @@ export function loadConfig(env: Env = process.env): Config {
       problems.push(`CHAIN_TRON_TREASURY must be a Tron T-address (got "${treasury}")`);
     }
     const rpc = chainRpcUrls.tron;
-    if (rpc && !/^https?:/.test(rpc))
-      problems.push("CHAIN_TRON_RPC_URL must be an http:// or https:// URL (the node's HTTP API)");
+    if (rpc && !/^https?:/.test(rpc)) problems.push('CHAIN_TRON_RPC_URL must be an http:// or https:// URL (the node\'s HTTP API)');
     const solidityUrl = value('CHAIN_TRON_SOLIDITY_URL');
     if (solidityUrl !== undefined && !/^https?:/.test(solidityUrl)) {
-      problems.push(
-        "CHAIN_TRON_SOLIDITY_URL must be an http:// or https:// URL (the node's solidity HTTP API, port 8091 by default)",
-      );
+      problems.push("CHAIN_TRON_SOLIDITY_URL must be an http:// or https:// URL (the node's solidity HTTP API, port 8091 by default)");
     }
-    if (rpc)
-      tron = { network: network.toLowerCase(), apiKey: value('CHAIN_TRON_API_KEY'), tokens, treasury, solidityUrl };
+    if (rpc) tron = { network: network.toLowerCase(), apiKey: value('CHAIN_TRON_API_KEY'), tokens, treasury, solidityUrl };
   }
 
   let solana: SolanaChainSettings | undefined;
   {
     const cluster = value('CHAIN_SOLANA_CLUSTER') ?? 'mainnet-beta';
     if (!['mainnet-beta', 'devnet', 'testnet'].includes(cluster) && !isValidAddress('solana', cluster)) {
-      problems.push(
-        `CHAIN_SOLANA_CLUSTER must be mainnet-beta, devnet, testnet or a base58 genesis hash (got "${cluster}")`,
-      );
+      problems.push(`CHAIN_SOLANA_CLUSTER must be mainnet-beta, devnet, testnet or a base58 genesis hash (got "${cluster}")`);
     }
     const rawTokens = value('CHAIN_SOLANA_TOKENS');
     let tokens: SolanaChainSettings['tokens'];
@@ -286,9 +276,7 @@ export function loadConfig(env: Env = process.env): Config {
         const m = /^\s*([A-Za-z]+)=([1-9A-HJ-NP-Za-km-z]{32,44}):(\d{1,2})\s*$/.exec(part);
         const known = m && findToken('solana', m[1]!);
         if (!m || !known || known.contractAddress === null || !isValidAddress('solana', m[2]!)) {
-          problems.push(
-            `CHAIN_SOLANA_TOKENS must be a comma list of SYMBOL=mint:decimals of solana's tokens (got "${part.trim()}")`,
-          );
+          problems.push(`CHAIN_SOLANA_TOKENS must be a comma list of SYMBOL=mint:decimals of solana's tokens (got "${part.trim()}")`);
         } else if (Number(m[3]) !== known.decimals) {
           problems.push(`CHAIN_SOLANA_TOKENS: ${known.symbol} has ${known.decimals} decimals on solana, not ${m[3]}`);
         } else {
@@ -301,20 +289,14 @@ export function loadConfig(env: Env = process.env): Config {
       problems.push(`CHAIN_SOLANA_TREASURY must be a base58 Solana address (got "${treasury}")`);
     }
     const rpc = chainRpcUrls.solana;
-    if (rpc && !/^https?:/.test(rpc))
-      problems.push('CHAIN_SOLANA_RPC_URL must be an http:// or https:// URL (the JSON-RPC endpoint)');
+    if (rpc && !/^https?:/.test(rpc)) problems.push("CHAIN_SOLANA_RPC_URL must be an http:// or https:// URL (the JSON-RPC endpoint)");
     if (rpc) solana = { cluster, tokens, treasury };
   }
 
   const bitcoinNetwork = oneOf('CHAIN_BITCOIN_NETWORK', ['main', 'test', 'signet', 'regtest'] as const, 'main');
   const bitcoinTreasury = value('CHAIN_BITCOIN_TREASURY');
-  const derivationNetwork = ({ main: 'mainnet', test: 'testnet', signet: 'testnet', regtest: 'regtest' } as const)[
-    bitcoinNetwork
-  ];
-  if (
-    bitcoinTreasury !== undefined &&
-    !isValidAddress('bitcoin', bitcoinTreasury, { bitcoinNetwork: derivationNetwork })
-  ) {
+  const derivationNetwork = ({ main: 'mainnet', test: 'testnet', signet: 'testnet', regtest: 'regtest' } as const)[bitcoinNetwork];
+  if (bitcoinTreasury !== undefined && !isValidAddress('bitcoin', bitcoinTreasury, { bitcoinNetwork: derivationNetwork })) {
     problems.push(`CHAIN_BITCOIN_TREASURY must be a ${bitcoinNetwork} Bitcoin address (got "${bitcoinTreasury}")`);
   }
   const bitcoin: BitcoinChainSettings = {
@@ -331,12 +313,10 @@ export function loadConfig(env: Env = process.env): Config {
     problems.push('CHAIN_BITCOIN_FEE_RATE_CAP must not be below CHAIN_BITCOIN_FEE_RATE_FLOOR');
   }
   if (bitcoin.zmqUrl !== undefined && !/^(tcp|ipc):\/\/\S+$/.test(bitcoin.zmqUrl)) {
-    problems.push(
-      `CHAIN_BITCOIN_ZMQ_URL must be a tcp:// or ipc:// endpoint (Core's zmqpubsequence; got "${bitcoin.zmqUrl}")`,
-    );
+    problems.push(`CHAIN_BITCOIN_ZMQ_URL must be a tcp:// or ipc:// endpoint (Core's zmqpubsequence; got "${bitcoin.zmqUrl}")`);
   }
   if (chainRpcUrls.bitcoin && !/^https?:/.test(chainRpcUrls.bitcoin)) {
-    problems.push("CHAIN_BITCOIN_RPC_URL must be an http:// or https:// URL (Bitcoin Core's JSON-RPC)");
+    problems.push('CHAIN_BITCOIN_RPC_URL must be an http:// or https:// URL (Bitcoin Core\'s JSON-RPC)');
   }
 
   let chains: ChainName[] = [...chainNames];

@@ -19,8 +19,7 @@ describe('fifty Tron invoices on mainnet terms', () => {
   before(async () => ({ node, svc, payer } = await startTronService()));
   after(() => stopTronService(node, svc));
 
-  const admin = (method: string, path: string, body?: unknown) =>
-    svc.call(method, path, { token: svc.adminToken, body });
+  const admin = (method: string, path: string, body?: unknown) => svc.call(method, path, { token: svc.adminToken, body });
   const status = async (id: string) => (await svc.call('GET', `/api/v1/invoices/${id}/status`)).body.data;
 
   it('settles every invoice once, each merchant getting exactly the net amount', async () => {
@@ -32,9 +31,7 @@ describe('fifty Tron invoices on mainnet terms', () => {
     const contract = randomTronKey().address;
     node.deployContract(contract);
     const refused = await merchantWithKey(svc);
-    const answer = await admin('PATCH', `/admin/v1/merchants/${refused.merchant.id}`, {
-      settlementWallets: { tron: contract },
-    });
+    const answer = await admin('PATCH', `/admin/v1/merchants/${refused.merchant.id}`, { settlementWallets: { tron: contract } });
     assert.equal(answer.status, 400);
 
     const invoices: { id: string; key: string; wallet: string; token: 'TRX' | 'USDT'; address: string }[] = [];
@@ -43,9 +40,7 @@ describe('fifty Tron invoices on mainnet terms', () => {
       const wallet = randomTronKey().address;
       if (i % 5 !== 0) node.fund(wallet, 1n); // most merchants' accounts exist; some are created by their payout
       const { key, merchant } = await merchantWithKey(svc);
-      const patched = await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, {
-        settlementWallets: { tron: wallet },
-      });
+      const patched = await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, { settlementWallets: { tron: wallet } });
       assert.equal(patched.status, 200, JSON.stringify(patched.body));
       const res = await svc.call('POST', '/api/v1/payments', {
         token: key,
@@ -64,11 +59,7 @@ describe('fifty Tron invoices on mainnet terms', () => {
       if (i % 5 === 4) node.mine(1);
     }
 
-    await untilAllSettled(
-      status,
-      invoices.map((p) => p.id),
-      () => node.mine(1),
-    );
+    await untilAllSettled(status, invoices.map((p) => p.id), () => node.mine(1));
     node.lagging = false;
     node.mine(25); // the platform fees and leftovers sent at the end go through
 

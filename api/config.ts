@@ -76,10 +76,12 @@ export interface SolanaChainSettings {
   treasury: string | undefined;
 }
 
-/** CHAIN_BITCOIN_NETWORK, CHAIN_BITCOIN_RPC_COOKIE, CHAIN_BITCOIN_TREASURY and the fee rate bounds. */
+/** CHAIN_BITCOIN_NETWORK, CHAIN_BITCOIN_RPC_COOKIE, CHAIN_BITCOIN_ZMQ_URL, CHAIN_BITCOIN_TREASURY and the fee rate bounds. */
 export interface BitcoinChainSettings {
   network: 'main' | 'test' | 'signet' | 'regtest';
   cookieFile: string | undefined;
+  /** Core's zmqpubsequence endpoint: the mempool followed by its changes. */
+  zmqUrl: string | undefined;
   treasury: string | undefined;
   /** sat/vB bounds of the estimated fee rate. */
   feeRate: { floor: bigint; cap: bigint };
@@ -332,6 +334,7 @@ export function loadConfig(env: Env = process.env): Config {
   const bitcoin: BitcoinChainSettings = {
     network: bitcoinNetwork,
     cookieFile: value('CHAIN_BITCOIN_RPC_COOKIE'),
+    zmqUrl: value('CHAIN_BITCOIN_ZMQ_URL'),
     treasury: bitcoinTreasury,
     feeRate: {
       floor: BigInt(integer('CHAIN_BITCOIN_FEE_RATE_FLOOR', 1, 1, 10_000)),
@@ -340,6 +343,9 @@ export function loadConfig(env: Env = process.env): Config {
   };
   if (bitcoin.feeRate.cap < bitcoin.feeRate.floor) {
     problems.push('CHAIN_BITCOIN_FEE_RATE_CAP must not be below CHAIN_BITCOIN_FEE_RATE_FLOOR');
+  }
+  if (bitcoin.zmqUrl !== undefined && !/^(tcp|ipc):\/\/\S+$/.test(bitcoin.zmqUrl)) {
+    problems.push(`CHAIN_BITCOIN_ZMQ_URL must be a tcp:// or ipc:// endpoint (Core's zmqpubsequence; got "${bitcoin.zmqUrl}")`);
   }
   if (chainRpcUrls.bitcoin && !/^https?:/.test(chainRpcUrls.bitcoin)) {
     problems.push("CHAIN_BITCOIN_RPC_URL must be an http:// or https:// URL (Bitcoin Core's JSON-RPC)");

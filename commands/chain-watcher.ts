@@ -5,12 +5,15 @@
 // backend behind a load balancer) or says it is stale is waited for, never
 // taken for a reorg or for "nothing new on the chain".
 // What it has processed is kept in `watched_blocks`, so a restart resumes
-// where it stopped and backfills what it missed.
+// where it stopped and backfills what it missed. A block the node no longer
+// has (a pruned Bitcoin node, after a long stop) is passed by its hash and
+// kept in `unread_blocks`: the operators' attention list names it, and it is
+// read as soon as the node serves it again.
 import { sql, type Kysely, type Migration } from 'kysely';
 import { DomainError } from '../domain/decider.ts';
 import { MEMPOOL_BLOCK_HASH } from '../domain/payment.ts';
 import type { Clock } from '../adapters/clock.ts';
-import type { ChainAdapter, ChainBlock, ChainHead } from '../adapters/chains/port.ts';
+import { BlockPrunedError, type ChainAdapter, type ChainBlock, type ChainHead } from '../adapters/chains/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { migrate } from '../adapters/sql/migrate.ts';
 import type { ChainName } from '../domain/catalogue.ts';
@@ -19,21 +22,28 @@ import type { PaymentCommands, WatchedAddress } from './payments.ts';
 
 interface WatcherTables extends ReadModelTables {
   watched_blocks: { chain: string; height: number; hash: string };
+  unread_blocks: { chain: string; height: number; hash: string };
 }
 
+/** A table of blocks by chain and height: those read (`watched_blocks`), those passed unread (`unread_blocks`). */
+const blocksTable =
+  (table: string): Migration['up'] =>
+  (db) =>
+    db.schema
+      .createTable(table)
+      .addColumn('chain', 'text', (c) => c.notNull())
+      .addColumn('height', 'integer', (c) => c.notNull())
+      .addColumn('hash', 'text', (c) => c.notNull())
+      .addPrimaryKeyConstraint(`${table}_pk`, ['chain', 'height'])
+      .execute();
+
 export const watcherMigrations: Record<string, Migration> = {
-  '0001_watched_blocks': {
-    async up(db) {
-      await db.schema
-        .createTable('watched_blocks')
-        .addColumn('chain', 'text', (c) => c.notNull())
-        .addColumn('height', 'integer', (c) => c.notNull())
-        .addColumn('hash', 'text', (c) => c.notNull())
-        .addPrimaryKeyConstraint('watched_blocks_pk', ['chain', 'height'])
-        .execute();
-    },
-  },
+  '0001_watched_blocks': { up: blocksTable('watched_blocks') },
+  '0002_unread_blocks': { up: blocksTable('unread_blocks') },
 };
+
+/** Blocks the node did not have that are asked for again in one step. */
+const UNREAD_RETRIES_PER_STEP = 10;
 
 export interface WatcherOptions {
   requiredConfirmations: number;
@@ -206,10 +216,21 @@ export class ChainWatcher {
     const to = Math.min(head.height, last.height + (this.options.batchBlocks ?? 100));
     let unserved: number | undefined;
     for (let height = last.height + 1; height <= to; height++) {
-      const block = await this.ask(() => this.chain.block(height));
+      const block = await this.readBlock(height);
       if (!block) {
         unserved = height;
         break;
+      }
+      if (block instanceof BlockPrunedError) {
+        // Its payments cannot be read here: noted for operators, and the chain followed past it by its hash.
+        await this.db
+          .insertInto('unread_blocks')
+          .values({ chain: this.name, height: block.height, hash: block.hash })
+          .onConflict((oc) => oc.columns(['chain', 'height']).doUpdateSet({ hash: block.hash }))
+          .execute();
+        await this.remember(block);
+        last = block;
+        continue;
       }
       if (block.parentHash !== last.hash) {
         // The chain moved under us between reads; the next step sees the reorg.
@@ -219,6 +240,7 @@ export class ChainWatcher {
       await this.remember(block);
       last = block;
     }
+    await this.readUnread(head);
     await this.countConfirmations(head);
     if (last.height < head.height) {
       this.note(
@@ -243,8 +265,56 @@ export class ChainWatcher {
       throw error;
     });
     this.caughtUpAt = startedAt;
-    this.note('ok');
+    const unread = await this.unreadSummary();
+    if (unread) this.note('behind', unread);
+    else this.note('ok');
     return false;
+  }
+
+  /** The block at `height`; the node's word that it no longer has it (pruned); undefined when it does not serve it now. */
+  private readBlock(height: number): Promise<ChainBlock | BlockPrunedError | undefined> {
+    return this.ask(() =>
+      this.chain.block(height).catch((error: unknown) => {
+        if (error instanceof BlockPrunedError) return error;
+        throw error;
+      }),
+    );
+  }
+
+  /**
+   * Asks again for the lowest blocks passed unread: once the node has one
+   * again (an operator fetched it, or pointed the service at a node that has
+   * it), its payments are detected like any block's.
+   */
+  private async readUnread(head: ChainHead) {
+    const unread = await this.db
+      .selectFrom('unread_blocks')
+      .select(['height', 'hash'])
+      .where('chain', '=', this.name)
+      .orderBy('height')
+      .limit(UNREAD_RETRIES_PER_STEP)
+      .execute();
+    for (const { height } of unread) {
+      const block = await this.readBlock(height);
+      if (!block || block instanceof BlockPrunedError) return;
+      await this.detectPayments(block, head);
+      await this.db.deleteFrom('unread_blocks').where('chain', '=', this.name).where('height', '=', height).execute();
+    }
+  }
+
+  /** For the attention list: which blocks are passed unread, or undefined when none. */
+  private async unreadSummary(): Promise<string | undefined> {
+    const row = await this.db
+      .selectFrom('unread_blocks')
+      .select((eb) => [
+        eb.fn.min('height').as('lowest'),
+        eb.fn.max('height').as('highest'),
+        eb.fn.countAll().as('count'),
+      ])
+      .where('chain', '=', this.name)
+      .executeTakeFirst();
+    if (!row || Number(row.count) === 0) return undefined;
+    return `${Number(row.count)} blocks from ${row.lowest} to ${row.highest} are pruned on the node: payments in them are not seen until the node has them again`;
   }
 
   private async lastProcessed(): Promise<{ height: number; hash: string } | undefined> {
@@ -286,7 +356,7 @@ export class ChainWatcher {
       .execute();
     let forkPoint: { height: number; hash: string } | undefined;
     for (const block of stored) {
-      const current = await this.ask(() => this.chain.block(block.height));
+      const current = await this.readBlock(block.height);
       if (!current) return undefined;
       if (current.hash === block.hash) {
         forkPoint = block;
@@ -304,11 +374,9 @@ export class ChainWatcher {
       .where('status', '!=', 'reorged')
       .execute();
     for (const p of dropped) await this.payments.recordReorg(this.name, p.tx_hash, p.output_index, p.block_hash);
-    await this.db
-      .deleteFrom('watched_blocks')
-      .where('chain', '=', this.name)
-      .where('height', '>', forkPoint.height)
-      .execute();
+    for (const table of ['watched_blocks', 'unread_blocks'] as const) {
+      await this.db.deleteFrom(table).where('chain', '=', this.name).where('height', '>', forkPoint.height).execute();
+    }
     return forkPoint;
   }
 

@@ -282,6 +282,55 @@ describe('payments and settlement on the Bitcoin test node', () => {
     }
   });
 
+  it('a block the pruned node no longer has is on the attention list with its height; the watcher follows the chain past it and reads it once the node has it again', async () => {
+    const { key } = await merchant();
+    const inPruned = await invoice(key, '3');
+    const later = await invoice(key, '4');
+    const chainItems = async () =>
+      ((await admin('GET', '/admin/v1/attention')).body.data as any[]).filter((i) => i.kind === 'chain_behind');
+    // The watcher has read the tip: a payment mined in it is seen there.
+    const probe = await invoice(key, '2');
+    node.pay(payer, [{ address: probe.address, sats: baseUnits(probe.cryptoAmount, 8) }]);
+    node.mine(1);
+    await eventually(
+      () => status(probe.paymentId),
+      (s) => s.confirmations >= 1,
+    );
+    await eventually(chainItems, (items) => items.length === 0);
+    // In one go, before the watcher reads again (as after a long stop): a
+    // payment is mined, and the node prunes that block and the next.
+    const base = node.tip.height;
+    node.pay(payer, [{ address: inPruned.address, sats: baseUnits(inPruned.cryptoAmount, 8) }]);
+    node.mine(4);
+    node.pruneHeight = base + 3;
+    try {
+      node.pay(payer, [{ address: later.address, sats: baseUnits(later.cryptoAmount, 8) }]);
+      node.mine(1);
+      // The watcher keeps following: the payment in a block after the pruned ones is seen.
+      await eventually(
+        () => status(later.paymentId),
+        (s) => s.hasDetectedPayment === true,
+      );
+      const [item] = await eventually(chainItems, (items) => items.length === 1);
+      assert.equal(item.chain, 'bitcoin');
+      assert.equal(item.reason, 'behind');
+      assert.equal(
+        item.detail,
+        `2 blocks from ${base + 1} to ${base + 2} are pruned on the node: payments in them are not seen until the node has them again`,
+      );
+      assert.equal((await status(inPruned.paymentId)).hasDetectedPayment, false);
+      // The operator has the node fetch them again (getblockfrompeer): the payment is found and the item goes.
+      node.pruneHeight = 0;
+      await eventually(
+        () => status(inPruned.paymentId),
+        (s) => s.hasDetectedPayment === true,
+      );
+      await eventually(chainItems, (items) => items.length === 0);
+    } finally {
+      node.pruneHeight = 0;
+    }
+  });
+
   it('a node of another network stops start-up with one line naming the variable', async () => {
     await assert.rejects(startTestService({ ...env(), CHAIN_BITCOIN_NETWORK: 'main' }), (error: Error) => {
       assert.equal(

@@ -44,15 +44,34 @@ describe('Bitcoin payouts', () => {
   };
   /** The payer's payment of `amounts` to `address`, as the watcher records it: one source per output. */
   const pay = (address: string, ...amounts: bigint[]) => {
-    const tx = node.pay(payer, amounts.map((sats) => ({ address, sats })));
+    const tx = node.pay(
+      payer,
+      amounts.map((sats) => ({ address, sats })),
+    );
     const script = Buffer.from(bitcoin.address.toOutputScript(address, bitcoin.networks.regtest));
-    return tx.outs.flatMap((o, index) => (script.equals(Buffer.from(o.script)) ? [{ txHash: tx.getId(), index, amount: BigInt(o.value) }] : []));
+    return tx.outs.flatMap((o, index) =>
+      script.equals(Buffer.from(o.script)) ? [{ txHash: tx.getId(), index, amount: BigInt(o.value) }] : [],
+    );
   };
   const total = (sources: { amount: bigint }[]) => sources.reduce((s, x) => s + x.amount, 0n);
   /** A settlement's payout: 1% to the platform, the quoted fee to the network, the rest to the merchant. */
-  const payout = (from: ReturnType<typeof deposit>, to: string, sources: OutgoingTransfer['sources'] & {}, network: bigint, reference: string): OutgoingTransfer => {
+  const payout = (
+    from: ReturnType<typeof deposit>,
+    to: string,
+    sources: OutgoingTransfer['sources'] & {},
+    network: bigint,
+    reference: string,
+  ): OutgoingTransfer => {
     const platform = total(sources) / 100n;
-    return { from, to, token: 'BTC', amount: total(sources) - platform - network, reference, fees: { platform, network }, sources };
+    return {
+      from,
+      to,
+      token: 'BTC',
+      amount: total(sources) - platform - network,
+      reference,
+      fees: { platform, network },
+      sources,
+    };
   };
 
   it('1. is found by its txid once the merchant spent it, and a second payment to the address is never paid out with it', async () => {
@@ -62,7 +81,11 @@ describe('Bitcoin payouts', () => {
     node.mine(1);
     const quoted = chain.networkFee('BTC');
     // No treasury output (the platform takes nothing): the merchant's spend leaves nothing of the payout unspent.
-    const transfer = { ...payout(from, merchant.address, sources, quoted, 'double/1'), amount: 1_000_000n - quoted, fees: { platform: 0n, network: quoted } };
+    const transfer = {
+      ...payout(from, merchant.address, sources, quoted, 'double/1'),
+      amount: 1_000_000n - quoted,
+      fees: { platform: 0n, network: quoted },
+    };
     const first = await chain.prepareTransfer(transfer);
     await chain.broadcast(first);
     const [minedIn] = node.mine(1);
@@ -80,7 +103,10 @@ describe('Bitcoin payouts', () => {
       assert.deepEqual(await restarted.transactionStatus(first.txHash), mined);
       await restarted.broadcast(first);
       // A new attempt finds its coins spent, and makes nothing.
-      await assert.rejects(restarted.prepareTransfer({ ...transfer, reference: 'double/2' }), /spent or not in the chain/);
+      await assert.rejects(
+        restarted.prepareTransfer({ ...transfer, reference: 'double/2' }),
+        /spent or not in the chain/,
+      );
     } finally {
       restarted.close();
     }
@@ -97,7 +123,10 @@ describe('Bitcoin payouts', () => {
     node.mine(1);
     const scans = node.calls.get('scantxoutset') ?? 0;
     const transfer = payout(from, merchant, sources, chain.networkFee('BTC'), 'exact/1');
-    await assert.rejects(chain.prepareTransfer({ ...transfer, sources: undefined, reference: 'exact/0' }), /names no recorded payments/);
+    await assert.rejects(
+      chain.prepareTransfer({ ...transfer, sources: undefined, reference: 'exact/0' }),
+      /names no recorded payments/,
+    );
     await assert.rejects(
       chain.prepareTransfer({ ...transfer, sources: [{ ...sources[0]!, amount: 600_001n }], reference: 'exact/x' }),
       /is not a payment of 600001 sats/,
@@ -106,11 +135,15 @@ describe('Bitcoin payouts', () => {
     await chain.broadcast(prepared);
     node.mine(1);
     assert.deepEqual(node.received(merchant), [{ txid: prepared.txHash, sats: transfer.amount }]);
-    assert.equal(node.isUnspent(late[0]!.txHash, late[0]!.index), true, 'the later payment stays for its own settlement or refund');
+    assert.equal(
+      node.isUnspent(late[0]!.txHash, late[0]!.index),
+      true,
+      'the later payment stays for its own settlement or refund',
+    );
     assert.equal(node.calls.get('scantxoutset') ?? 0, scans, 'no scantxoutset');
   });
 
-  it('3. pays the fee of its real size at the current rate, out of the platform\'s share, whatever its shape', async () => {
+  it("3. pays the fee of its real size at the current rate, out of the platform's share, whatever its shape", async () => {
     const shapes = [
       { name: 'two outputs to a P2TR wallet', to: randomAddress('p2tr'), amounts: [300_000n, 300_000n] },
       { name: 'a dust top-up to a P2PKH wallet', to: randomAddress('p2pkh'), amounts: [600_000n, 400n] },
@@ -129,7 +162,11 @@ describe('Bitcoin payouts', () => {
         node.mine(1);
         const fee = node.minedFee(prepared.txHash);
         const tx = node.received(shape.to);
-        assert.deepEqual(tx, [{ txid: prepared.txHash, sats: transfer.amount }], `${shape.name}: the merchant's net, untouched`);
+        assert.deepEqual(
+          tx,
+          [{ txid: prepared.txHash, sats: transfer.amount }],
+          `${shape.name}: the merchant's net, untouched`,
+        );
         assert.ok(fee > transfer.fees!.network, `${shape.name}: more than the quote`);
         assert.deepEqual(
           node.received(chain.treasury).filter((r) => r.txid === prepared.txHash),
@@ -143,7 +180,7 @@ describe('Bitcoin payouts', () => {
     }
   });
 
-  it('3. says so when even the platform\'s share cannot pay the fee', async () => {
+  it("3. says so when even the platform's share cannot pay the fee", async () => {
     const from = deposit();
     const sources = pay(from.address, 500_000n);
     node.mine(1);
@@ -156,7 +193,7 @@ describe('Bitcoin payouts', () => {
     }
   });
 
-  it('4. refuses a payout under its wallet type\'s dust limit', async () => {
+  it("4. refuses a payout under its wallet type's dust limit", async () => {
     const from = deposit();
     const sources = pay(from.address, 10_000n);
     node.mine(1);
@@ -170,7 +207,10 @@ describe('Bitcoin payouts', () => {
     const reward = (await chain.block(node.tip.height))!.transfers.find((t) => t.to === from.address)!;
     const sources = [{ txHash: reward.txHash, index: reward.index, amount: reward.amount }];
     const transfer = payout(from, randomAddress('p2wpkh'), sources, chain.networkFee('BTC'), 'coinbase/1');
-    await assert.rejects(chain.prepareTransfer(transfer), /coinbase output with 1 confirmations; it can be spent at 100/);
+    await assert.rejects(
+      chain.prepareTransfer(transfer),
+      /coinbase output with 1 confirmations; it can be spent at 100/,
+    );
     node.mine(99);
     const prepared = await chain.prepareTransfer({ ...transfer, reference: 'coinbase/2' });
     await chain.broadcast(prepared);
@@ -178,7 +218,7 @@ describe('Bitcoin payouts', () => {
     assert.ok(await chain.transactionStatus(prepared.txHash));
   });
 
-  it('4. bumps a stuck payout over its descendants\' fees too (BIP125)', async () => {
+  it("4. bumps a stuck payout over its descendants' fees too (BIP125)", async () => {
     const from = deposit();
     const merchant = randomBitcoinKey();
     const sources = pay(from.address, 5_000_000n);
@@ -209,10 +249,18 @@ describe('Bitcoin payouts', () => {
     await chain.head(); // the quotes at the market's current 2 sat/vB, as the watcher keeps it
     const runs = Array.from({ length: 50 }, (_, i) => {
       const from = deposit();
-      const shape = (['one output', 'two outputs', 'a dust top-up', 'a P2TR wallet', 'a P2PKH wallet'] as const)[i % 5]!;
-      const to = shape === 'a P2TR wallet' ? randomAddress('p2tr') : shape === 'a P2PKH wallet' ? randomAddress('p2pkh') : randomAddress('p2wpkh');
+      const shape = (['one output', 'two outputs', 'a dust top-up', 'a P2TR wallet', 'a P2PKH wallet'] as const)[
+        i % 5
+      ]!;
+      const to =
+        shape === 'a P2TR wallet'
+          ? randomAddress('p2tr')
+          : shape === 'a P2PKH wallet'
+            ? randomAddress('p2pkh')
+            : randomAddress('p2wpkh');
       const base = 1_000_000n + BigInt(i) * 10_000n;
-      const amounts = shape === 'two outputs' ? [base / 2n, base - base / 2n] : shape === 'a dust top-up' ? [base, 350n] : [base];
+      const amounts =
+        shape === 'two outputs' ? [base / 2n, base - base / 2n] : shape === 'a dust top-up' ? [base, 350n] : [base];
       return { i, shape, from, to, sources: pay(from.address, ...amounts), quoted: chain.networkFee('BTC') };
     });
     node.mine(1);
@@ -245,12 +293,37 @@ describe('Bitcoin payouts', () => {
     for (const { run, transfer, txHashes } of attempts) {
       const paid = node.received(run.to);
       assert.equal(paid.length, 1, `payout ${run.i} (${run.shape}) paid once`);
-      assert.deepEqual(paid[0], { txid: txHashes.at(-1), sats: transfer.amount }, `payout ${run.i} (${run.shape}): the net, by its last attempt`);
+      assert.deepEqual(
+        paid[0],
+        { txid: txHashes.at(-1), sats: transfer.amount },
+        `payout ${run.i} (${run.shape}): the net, by its last attempt`,
+      );
       assert.ok(await chain.transactionStatus(txHashes.at(-1)!));
       if (txHashes.length === 2) assert.equal(await chain.transactionStatus(txHashes[0]!), undefined);
     }
     const bumped = attempts.filter((a) => a.txHashes.length === 2).length;
     assert.ok(bumped > 0 && bumped < 50, `${bumped} bumped, the rest relayed and mined at the first broadcast`);
+  });
+
+  it('4. without ZMQ downloads the mempool at most once per mempoolPollMs, and reads at most 100 new transactions a step', async () => {
+    const polled = await open(node, { mempoolPollMs: 600_000 });
+    const calls = (method: string) => node.calls.get(method) ?? 0;
+    try {
+      node.mine(1); // an empty mempool
+      const many = randomBitcoinKey();
+      for (let i = 0; i < 130; i++) node.fund(many.address, 1_000_000n);
+      for (let i = 0; i < 130; i++) node.pay(many, [{ address: randomAddress('p2wpkh'), sats: 10_000n }]);
+      const [downloads, reads] = [calls('getrawmempool'), calls('getrawtransaction')];
+      const txids = async () => new Set((await polled.mempool()).map((t) => t.txHash)).size;
+      assert.equal(await txids(), 100, 'the first step reads 100 of the 130 new transactions');
+      assert.equal(await txids(), 130, 'the next step the other 30');
+      assert.equal(await txids(), 130);
+      assert.equal(calls('getrawmempool') - downloads, 1, 'one download of the list');
+      assert.equal(calls('getrawtransaction') - reads, 130, 'each transaction read once');
+    } finally {
+      polled.close();
+      node.mine(1);
+    }
   });
 
   it('4. reads the cookie again when the node restarted and wrote a new one', async () => {
@@ -278,9 +351,11 @@ describe('Bitcoin payouts', () => {
     const prunedChain = await open(pruned, { log: (line) => lines.push(line) });
     try {
       assert.deepEqual(lines, [
-        'bitcoin: the node is pruned and serves blocks from height 3 on; the watcher cannot go back further, nor find payouts mined below it',
+        'bitcoin: the node is pruned and serves blocks from height 3 on; a block below it the watcher has yet to read goes on the attention list, and a payout mined below it cannot be found',
       ]);
-      await assert.rejects(prunedChain.block(1), { message: 'bitcoin: block 1 is pruned; the node serves blocks from height 3 on' });
+      await assert.rejects(prunedChain.block(1), {
+        message: 'bitcoin: block 1 is pruned; the node serves blocks from height 3 on',
+      });
       assert.equal((await prunedChain.block(3))!.height, 3);
       // A payout is looked for in the blocks the node still has.
       assert.equal(await prunedChain.transactionStatus('ab'.repeat(32)), undefined);

@@ -74,6 +74,14 @@ describe('configuration', () => {
     );
   });
 
+  it('takes a tcp:// or ipc:// endpoint as CHAIN_BITCOIN_ZMQ_URL, and refuses anything else', () => {
+    assert.equal(loadConfig({ CHAIN_BITCOIN_ZMQ_URL: 'tcp://10.0.0.7:28332' }).bitcoin.zmqUrl, 'tcp://10.0.0.7:28332');
+    assert.equal(loadConfig({}).bitcoin.zmqUrl, undefined);
+    assert.deepEqual(problems({ CHAIN_BITCOIN_ZMQ_URL: 'http://10.0.0.7:28332' }), [
+      'CHAIN_BITCOIN_ZMQ_URL must be a tcp:// or ipc:// endpoint (Core\'s zmqpubsequence; got "http://10.0.0.7:28332")',
+    ]);
+  });
+
   it('demands secrets and refuses unsafe switches in production', () => {
     assert.deepEqual(problems({ APP_ENV: 'production', RATE_LIMITS: 'off', WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true' }), [
       'ADMIN_TOKEN is required when APP_ENV=production',

@@ -10,7 +10,7 @@ import type { RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { startTronService, stopTronService, TEST_USDT } from './support/tron-flow.ts';
-import { settlementAmounts } from './support/settlement.ts';
+import { settlementAmounts, untilAllSettled } from './support/settlement.ts';
 
 const INVOICES = 50;
 
@@ -19,7 +19,8 @@ describe('fifty Tron invoices on mainnet terms', () => {
   before(async () => ({ node, svc, payer } = await startTronService()));
   after(() => stopTronService(node, svc));
 
-  const admin = (method: string, path: string, body?: unknown) => svc.call(method, path, { token: svc.adminToken, body });
+  const admin = (method: string, path: string, body?: unknown) =>
+    svc.call(method, path, { token: svc.adminToken, body });
   const status = async (id: string) => (await svc.call('GET', `/api/v1/invoices/${id}/status`)).body.data;
 
   it('settles every invoice once, each merchant getting exactly the net amount', async () => {
@@ -31,7 +32,9 @@ describe('fifty Tron invoices on mainnet terms', () => {
     const contract = randomTronKey().address;
     node.deployContract(contract);
     const refused = await merchantWithKey(svc);
-    const answer = await admin('PATCH', `/admin/v1/merchants/${refused.merchant.id}`, { settlementWallets: { tron: contract } });
+    const answer = await admin('PATCH', `/admin/v1/merchants/${refused.merchant.id}`, {
+      settlementWallets: { tron: contract },
+    });
     assert.equal(answer.status, 400);
 
     const invoices: { id: string; key: string; wallet: string; token: 'TRX' | 'USDT'; address: string }[] = [];
@@ -40,7 +43,9 @@ describe('fifty Tron invoices on mainnet terms', () => {
       const wallet = randomTronKey().address;
       if (i % 5 !== 0) node.fund(wallet, 1n); // most merchants' accounts exist; some are created by their payout
       const { key, merchant } = await merchantWithKey(svc);
-      const patched = await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, { settlementWallets: { tron: wallet } });
+      const patched = await admin('PATCH', `/admin/v1/merchants/${merchant.id}`, {
+        settlementWallets: { tron: wallet },
+      });
       assert.equal(patched.status, 200, JSON.stringify(patched.body));
       const res = await svc.call('POST', '/api/v1/payments', {
         token: key,
@@ -59,23 +64,26 @@ describe('fifty Tron invoices on mainnet terms', () => {
       if (i % 5 === 4) node.mine(1);
     }
 
-    const deadline = Date.now() + 400_000;
-    for (;;) {
-      const states = await Promise.all(invoices.map((p) => status(p.id)));
-      if (states.every((s) => s.status === 'settled')) break;
-      if (Date.now() > deadline) {
-        const stuck = invoices.filter((_, i) => states[i].status !== 'settled');
-        const reasons = await Promise.all(
-          stuck.slice(0, 3).map(async (p) => {
-            const events = (await svc.call('GET', `/api/v1/invoices/${p.id}/events`, { token: p.key })).body.data as any[];
+    // The last failure of a few stuck invoices says why, should the run not settle them all.
+    const whyNot = async (stuck: string[]) => {
+      const reasons = await Promise.all(
+        invoices
+          .filter((p) => stuck.includes(p.id))
+          .slice(0, 3)
+          .map(async (p) => {
+            const events = (await svc.call('GET', `/api/v1/invoices/${p.id}/events`, { token: p.key })).body
+              .data as any[];
             return `${p.token}: ${JSON.stringify(events.filter((e) => /Fail/.test(e.type)).at(-1)?.data ?? events.at(-1)?.type)}`;
           }),
-        );
-        assert.fail(`${stuck.length} not settled; ${reasons.join('; ')}`);
-      }
-      node.mine(1);
-      await new Promise((r) => setTimeout(r, 100));
-    }
+      );
+      return reasons.join('; ');
+    };
+    await untilAllSettled(
+      status,
+      invoices.map((p) => p.id),
+      () => node.mine(1),
+      whyNot,
+    );
     node.lagging = false;
     node.mine(25); // the platform fees and leftovers sent at the end go through
 

@@ -4,11 +4,13 @@
 // Detection: every output of a block's transactions that pays an address is
 // a transfer (index = the output's n), so several outputs to one deposit
 // address are several payments. Blocks come from `getblock` with verbosity 2,
-// the mempool's transactions from `getrawmempool` and `getrawtransaction`
-// (in JSON-RPC batches), so a payment is seen at 0 confirmations seconds
-// after its broadcast. Amounts are read from Core's JSON text as decimal
-// strings, never as floating-point numbers. On a pruned node a block below
-// the prune height is an error that says so.
+// the mempool's through bitcoin-mempool.ts (Core's ZMQ `sequence` topic when
+// configured, else `getrawmempool` every few seconds; new transactions read
+// with `getrawtransaction`, a bounded batch per step), so a payment is seen
+// at 0 confirmations seconds after its broadcast. Amounts are read from
+// Core's JSON text as decimal strings, never as floating-point numbers. On a
+// pruned node a block below the prune height is a BlockPrunedError naming
+// its hash, which the watcher passes and puts on the attention list.
 //
 // Settlement: one transaction spends exactly the recorded payments the payout
 // names (`sources`, each checked with `gettxout`; never a scan of the UTXO
@@ -28,9 +30,11 @@ import { readFile } from 'node:fs/promises';
 import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
 import type { BitcoinCoreChain, DepositKeyring } from '../keys/derivation.ts';
+import { BitcoinMempool, type MempoolNode } from './bitcoin-mempool.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
+  BlockPrunedError,
   TransactionRejectedError,
   type ChainAdapter,
   type ChainBlock,
@@ -59,6 +63,10 @@ const SCAN_BATCH = 50;
 /** Blocks a sweep may wait in the mempool below the market's fee rate before it is replaced. */
 const STUCK_BLOCKS = 3;
 const RPC_TIMEOUT_MS = 30_000;
+/** Without a healthy ZMQ feed, the mempool's whole txid list is downloaded at most this often. */
+const MEMPOOL_POLL_MS = 5_000;
+/** New mempool transactions read (getrawtransaction) in one watcher step. */
+const MEMPOOL_READ_PER_STEP = 100;
 
 export interface BitcoinChainOptions {
   /** http://user:pass@host:8332 (the credentials may instead come from `cookieFile`). */
@@ -73,6 +81,10 @@ export interface BitcoinChainOptions {
   retry?: RetryPolicy;
   /** Blocks looked through for a payout this process neither prepared nor sent since it started (default a week, 1008). */
   payoutLookbackBlocks?: number;
+  /** Core's `zmqpubsequence` endpoint: the mempool followed by its changes instead of downloaded whole. */
+  zmqUrl?: string;
+  /** Least time between two whole mempool downloads without ZMQ (default 5 s). */
+  mempoolPollMs?: number;
   /** Where start-up notes go (a pruned node: how far back it serves). */
   log?: (line: string) => void;
 }
@@ -191,8 +203,7 @@ export class BitcoinChain implements ChainAdapter {
   /** sat/vB from the last estimatesmartfee, within the floor and cap. */
   private satsPerVbyte?: bigint;
   private rpcId = 0;
-  /** The mempool's transactions already read, by txid (a transaction's content never changes). */
-  private mempoolTransfers = new Map<string, ChainTransfer[]>();
+  private readonly mempoolFeed: BitcoinMempool;
   /** Payouts being looked for in the chain: from which height, how far looked, and where found. */
   private readonly payouts = new Map<
     string,
@@ -214,6 +225,12 @@ export class BitcoinChain implements ChainAdapter {
     this.network = bitcoinjsNetwork[options.network];
     this.treasury = options.treasury ?? options.keyring.deriveBitcoinTreasury();
     this.poller = new HeadPoller(() => this.rpc<number>('getblockcount', []), options.pollMs);
+    this.mempoolFeed = new BitcoinMempool(this.mempoolNode(), {
+      ...(options.zmqUrl && { zmqUrl: options.zmqUrl }),
+      pollMs: options.mempoolPollMs ?? MEMPOOL_POLL_MS,
+      readPerStep: MEMPOOL_READ_PER_STEP,
+      log: options.log ?? console.log,
+    });
   }
 
   /** Connects and checks the node's chain against CHAIN_BITCOIN_NETWORK; a mismatch stops start-up with one line. */
@@ -227,7 +244,7 @@ export class BitcoinChain implements ChainAdapter {
       if (info.pruned) {
         adapter.pruneHeight = info.pruneheight ?? 0;
         (options.log ?? console.log)(
-          `bitcoin: the node is pruned and serves blocks from height ${adapter.pruneHeight} on; the watcher cannot go back further, nor find payouts mined below it`,
+          `bitcoin: the node is pruned and serves blocks from height ${adapter.pruneHeight} on; a block below it the watcher has yet to read goes on the attention list, and a payout mined below it cannot be found`,
         );
       }
       await adapter.head(); // also the first fee rate
@@ -248,6 +265,7 @@ export class BitcoinChain implements ChainAdapter {
   close(): void {
     this.closed = true;
     this.poller.close();
+    this.mempoolFeed.close();
   }
 
   // -------------------------------------------------------------------------
@@ -349,9 +367,7 @@ export class BitcoinChain implements ChainAdapter {
       if (error instanceof BitcoinRpcError && /pruned/.test(error.message)) {
         const info = await this.rpc<{ pruneheight?: number }>('getblockchaininfo', []);
         this.pruneHeight = info.pruneheight ?? this.pruneHeight;
-        throw new Error(
-          `bitcoin: block ${height} is pruned; the node serves blocks from height ${this.pruneHeight} on`,
-        );
+        throw new BlockPrunedError('bitcoin', height, hash, this.pruneHeight);
       }
       // -5: asked of a load-balanced backend that has not got it yet.
       if (error instanceof BitcoinRpcError && error.code === -5) return undefined;
@@ -373,25 +389,28 @@ export class BitcoinChain implements ChainAdapter {
     return this.poller.onNewBlock(listener);
   }
 
-  /** The outputs of the mempool's transactions; new ones are read in batches of 100, the rest remembered. */
-  async mempool(): Promise<ChainTransfer[]> {
-    const txids = await this.rpc<string[]>('getrawmempool', []);
-    const fresh = txids.filter((id) => !this.mempoolTransfers.has(id));
-    const current = new Map(
-      txids.filter((id) => this.mempoolTransfers.has(id)).map((id) => [id, this.mempoolTransfers.get(id)!]),
-    );
-    for (let i = 0; i < fresh.length; i += 100) {
-      const answers = await this.post<RpcTx>(
-        fresh.slice(i, i + 100).map((id) => ({ method: 'getrawtransaction', params: [id, true] })),
-      );
-      for (const answer of answers) {
-        // Gone since the list was read (mined, replaced): the next look settles it.
-        if (answer.error || !answer.result) continue;
-        current.set(answer.result.txid, parseBitcoinBlock({ tx: [answer.result] }));
-      }
-    }
-    this.mempoolTransfers = current;
-    return [...current.values()].flat();
+  /** The outputs of the mempool's transactions (followed by ZMQ when configured, else downloaded every few seconds). */
+  mempool(): Promise<ChainTransfer[]> {
+    return this.mempoolFeed.transfers();
+  }
+
+  /** What the mempool follower asks of the node. */
+  private mempoolNode(): MempoolNode {
+    return {
+      snapshot: () => this.rpc('getrawmempool', [false, true]),
+      transfers: async (txids) => {
+        const answers = await this.post<RpcTx>(
+          txids.map((id) => ({ method: 'getrawtransaction', params: [id, true] })),
+        );
+        // An error: gone since it was listed (mined, replaced).
+        return new Map(
+          answers.flatMap((a) =>
+            a.result && !a.error ? [[a.result.txid, parseBitcoinBlock({ tx: [a.result] })]] : [],
+          ),
+        );
+      },
+      blockTxids: async (hash) => (await this.rpc<{ tx: string[] }>('getblock', [hash, 1])).tx,
+    };
   }
 
   // -------------------------------------------------------------------------
@@ -744,6 +763,7 @@ export async function openBitcoinChain(
     bitcoin: {
       network: BitcoinCoreChain;
       cookieFile: string | undefined;
+      zmqUrl: string | undefined;
       treasury: string | undefined;
       feeRate: { floor: bigint; cap: bigint };
     };
@@ -752,13 +772,14 @@ export async function openBitcoinChain(
 ): Promise<BitcoinChain | undefined> {
   const rpcUrl = settings.chainRpcUrls.bitcoin;
   if (!rpcUrl || !settings.chains.includes('bitcoin')) return undefined;
-  const { network, cookieFile, treasury, feeRate } = settings.bitcoin;
+  const { network, cookieFile, zmqUrl, treasury, feeRate } = settings.bitcoin;
   return BitcoinChain.open({
     rpcUrl,
     network,
     keyring,
     feeRate,
     ...(cookieFile && { cookieFile }),
+    ...(zmqUrl && { zmqUrl }),
     ...(treasury && { treasury }),
   });
 }

@@ -58,6 +58,25 @@ export function staleTip(tip: Date, now = Date.now()): string | undefined {
   return `its newest block is ${Math.round(age / 1000)} s old`;
 }
 
+/**
+ * The node knows the block at `height` (its hash) but no longer has its
+ * transactions (a pruned Bitcoin node): its payments cannot be read from this
+ * node until it has the block again. Thrown by `block`; the watcher notes the
+ * height for operators and follows the chain past it by its hash.
+ */
+export class BlockPrunedError extends Error {
+  override name = 'BlockPrunedError';
+  constructor(
+    chain: ChainName,
+    readonly height: number,
+    readonly hash: string,
+    /** The lowest height whose block the node still has. */
+    readonly servedFrom: number,
+  ) {
+    super(`${chain}: block ${height} is pruned; the node serves blocks from height ${servedFrom} on`);
+  }
+}
+
 /** A payout from a deposit address (a settlement's sweep). */
 export interface OutgoingTransfer {
   from: { address: string; derivationIndex: number };

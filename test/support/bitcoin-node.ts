@@ -37,7 +37,19 @@
 //   - a pruned node has no data below `pruneHeight` (src/rpc/blockchain.cpp,
 //     GetBlockChecked: -1 "Block not available (pruned data)");
 //   - with a cookie file, the credentials are `__cookie__` and a password
-//     rewritten at every restart (src/rpc/request.cpp, GenerateAuthCookie).
+//     rewritten at every restart (src/rpc/request.cpp, GenerateAuthCookie);
+//   - `publishSequence` is `-zmqpubsequence` (doc/zmq.md; src/zmq/
+//     zmqpublishnotifier.cpp, SendSequenceMsg): [`sequence`, 32-byte hash
+//     in the RPC's order + label (+ 8-byte LE mempool sequence for A and R),
+//     4-byte LE message number per topic]. A for each transaction added, R
+//     for each removed but by a block (a replacement), C per block connected,
+//     D per block disconnected. The mempool sequence starts at 1 and counts
+//     every addition and every removal, those by a block too, which have no
+//     message (src/txmempool.cpp, removeUnchecked: "We increment mempool
+//     sequence value no matter removal reason"); `getrawmempool false true`
+//     answers the txids and the next number (GetSequence), and refuses
+//     verbose with mempool_sequence (-8). `loseSequenceMessages(n)` skips
+//     the next n messages' numbers, as a subscriber sees a lost message.
 // Answer shapes follow Bitcoin Core's RPC documentation
 // (developer.bitcoin.org/reference/rpc); amounts are JSON numbers of BTC
 // with eight decimals, as Core prints them.
@@ -48,6 +60,7 @@ import type { AddressInfo } from 'node:net';
 import * as bitcoin from 'bitcoinjs-lib';
 import { ECPairFactory, type ECPairInterface } from 'ecpair';
 import * as ecc from 'tiny-secp256k1';
+import { Publisher } from 'zeromq';
 
 bitcoin.initEccLib(ecc); // Taproot addresses
 const ecPair = ECPairFactory(ecc);
@@ -90,9 +103,11 @@ export class RpcError extends Error {
 
 const sha256d = (b: Buffer) => createHash('sha256').update(createHash('sha256').update(b).digest()).digest();
 const outpoint = (txid: string, vout: number) => `${txid}:${vout}`;
-const spentBy = (x: bitcoin.Transaction['ins'][number]) => outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index);
+const spentBy = (x: bitcoin.Transaction['ins'][number]) =>
+  outpoint(Buffer.from(x.hash).reverse().toString('hex'), x.index);
 /** Satoshis as Bitcoin Core prints them: a JSON number of BTC with eight decimals (written into the text as is). */
-const btc = (sats: bigint) => `@@${sats < 0n ? '-' : ''}${(sats < 0n ? -sats : sats) / 100_000_000n}.${((sats < 0n ? -sats : sats) % 100_000_000n).toString().padStart(8, '0')}@@`;
+const btc = (sats: bigint) =>
+  `@@${sats < 0n ? '-' : ''}${(sats < 0n ? -sats : sats) / 100_000_000n}.${((sats < 0n ? -sats : sats) % 100_000_000n).toString().padStart(8, '0')}@@`;
 /** sat/kvB for `fee` over `vsize`, as CFeeRate(fee, vsize) does. */
 const rateOf = (fee: bigint, vsize: number) => (fee * 1000n) / BigInt(vsize);
 /** The fee a rate in sat/kvB asks of `vsize` vbytes (CFeeRate::GetFee, rounded up). */
@@ -164,10 +179,18 @@ export class BitcoinTestNode {
   private readonly enteredAt = new Map<string, number>();
   private readonly miner = randomBitcoinKey();
   private cookieFile?: string;
+  /** txmempool.cpp m_sequence_number: starts at 1, one per addition or removal. */
+  private mempoolSequence = 1n;
+  private zmq?: { publisher: Publisher; number: number; sending: Promise<unknown>; lose: number };
 
   constructor(readonly chain: 'regtest' | 'main' | 'test' = 'regtest') {
     const genesis = this.coinbase(0, this.miner.address, SUBSIDY);
-    const block = { hash: randomBytes(32).toString('hex'), height: 0, time: Math.floor(Date.now() / 1000) - 3600, txs: [genesis] };
+    const block = {
+      hash: randomBytes(32).toString('hex'),
+      height: 0,
+      time: Math.floor(Date.now() / 1000) - 3600,
+      txs: [genesis],
+    };
     this.blocks.push(block);
     this.known.set(block.hash, block);
   }
@@ -210,10 +233,14 @@ export class BitcoinTestNode {
         try {
           request = JSON.parse(body);
         } catch {
-          res.writeHead(500).end(JSON.stringify({ result: null, error: { code: -32700, message: 'Parse error' }, id: null }));
+          res
+            .writeHead(500)
+            .end(JSON.stringify({ result: null, error: { code: -32700, message: 'Parse error' }, id: null }));
           return;
         }
-        const answer = Array.isArray(request) ? await Promise.all(request.map((r) => this.handle(r))) : await this.handle(request);
+        const answer = Array.isArray(request)
+          ? await Promise.all(request.map((r) => this.handle(r)))
+          : await this.handle(request);
         const status = !Array.isArray(answer) && answer.error ? (answer.error.code === -32601 ? 404 : 500) : 200;
         // Amounts are written as JSON numbers with eight decimals, as Core does.
         const text = coreJsonText(answer);
@@ -225,7 +252,67 @@ export class BitcoinTestNode {
     return this;
   }
 
+  /** Starts publishing the `sequence` topic (Core's -zmqpubsequence=tcp://127.0.0.1:port); its endpoint. */
+  async publishSequence(endpoint = 'tcp://127.0.0.1:*'): Promise<string> {
+    const publisher = new Publisher();
+    // Watched before binding: a subscriber may connect as soon as it is bound.
+    publisher.events.on('accept', () => this.sequenceSubscribers++);
+    await publisher.bind(endpoint);
+    this.zmq = { publisher, number: 0, sending: Promise.resolve(), lose: 0 };
+    return publisher.lastEndpoint!;
+  }
+
+  /** Stops publishing, as a bitcoind restart does (its numbering starts again at 0); the endpoint it published on. */
+  async stopPublishing(): Promise<string> {
+    const zmq = this.zmq!;
+    this.zmq = undefined;
+    await zmq.sending;
+    const endpoint = zmq.publisher.lastEndpoint!;
+    zmq.publisher.close();
+    return endpoint;
+  }
+
+  /** Connections the sequence publisher accepted. */
+  sequenceSubscribers = 0;
+
+  /** The next `count` sequence messages are lost on the way: their numbers are skipped. */
+  loseSequenceMessages(count = 1): void {
+    this.zmq!.lose += count;
+  }
+
+  /** One `sequence` message, in order (a publisher sends one message at a time). */
+  private announce(hash: string, label: 'A' | 'R' | 'C' | 'D', mempoolSequence?: bigint) {
+    const zmq = this.zmq;
+    if (!zmq) return;
+    const body = Buffer.alloc(mempoolSequence === undefined ? 33 : 41);
+    Buffer.from(hash, 'hex').copy(body); // the hash as the RPC prints it (SendSequenceMsg reverses uint256's bytes)
+    body[32] = label.charCodeAt(0);
+    if (mempoolSequence !== undefined) body.writeBigUInt64LE(mempoolSequence, 33);
+    const number = Buffer.alloc(4);
+    number.writeUInt32LE(zmq.number);
+    zmq.number = (zmq.number + 1) >>> 0;
+    if (zmq.lose > 0) {
+      zmq.lose--;
+      return;
+    }
+    zmq.sending = zmq.sending.then(() => zmq.publisher.send(['sequence', body, number])).catch(() => undefined);
+  }
+
+  /** A transaction enters the mempool (CTxMemPool::addUnchecked, then TransactionAddedToMempool). */
+  private addToMempool(tx: bitcoin.Transaction) {
+    this.mempool.set(tx.getId(), tx);
+    this.announce(tx.getId(), 'A', this.mempoolSequence++);
+  }
+
+  /** A transaction leaves the mempool; only a removal not by a block is announced (R). */
+  private removeFromMempool(txid: string, byBlock: boolean) {
+    this.mempool.delete(txid);
+    const sequence = this.mempoolSequence++;
+    if (!byBlock) this.announce(txid, 'R', sequence);
+  }
+
   async stop(): Promise<void> {
+    if (this.zmq) await this.stopPublishing();
     this.server?.closeAllConnections();
     await new Promise((resolve) => this.server?.close(resolve));
   }
@@ -233,7 +320,10 @@ export class BitcoinTestNode {
   private async handle(request: { method: string; params?: unknown[]; id: unknown }) {
     this.calls.set(request.method, (this.calls.get(request.method) ?? 0) + 1);
     try {
-      const result = request.method === 'scantxoutset' ? await this.scan(request.params ?? []) : this.call(request.method, request.params ?? []);
+      const result =
+        request.method === 'scantxoutset'
+          ? await this.scan(request.params ?? [])
+          : this.call(request.method, request.params ?? []);
       return { result, error: null, id: request.id };
     } catch (error) {
       if (!(error instanceof RpcError)) throw error;
@@ -252,7 +342,11 @@ export class BitcoinTestNode {
           mediantime: this.tip.time,
           initialblockdownload: this.initialBlockDownload,
           pruned: this.pruneHeight > 0,
-          ...(this.pruneHeight > 0 && { pruneheight: this.pruneHeight, automatic_pruning: true, prune_target_size: 576_716_800 }),
+          ...(this.pruneHeight > 0 && {
+            pruneheight: this.pruneHeight,
+            automatic_pruning: true,
+            prune_target_size: 576_716_800,
+          }),
         };
       case 'getblockcount':
         return this.tip.height;
@@ -268,8 +362,12 @@ export class BitcoinTestNode {
         const json = this.blockJson(block);
         return params[1] === 1 ? { ...json, tx: block.txs.map((t) => t.getId()) } : json;
       }
-      case 'getrawmempool':
+      case 'getrawmempool': {
+        // rpc/mempool.cpp getrawmempool: ( verbose mempool_sequence )
+        if (params[0] && params[1]) throw new RpcError(-8, 'Verbose results cannot contain mempool sequence values.');
+        if (params[1]) return { txids: [...this.mempool.keys()], mempool_sequence: Number(this.mempoolSequence) };
         return [...this.mempool.keys()];
+      }
       case 'getmempoolinfo':
         return {
           loaded: true,
@@ -300,7 +398,9 @@ export class BitcoinTestNode {
       }
       case 'gettxspendingprevout':
         return (params[0] as { txid: string; vout: number }[]).map(({ txid, vout }) => {
-          const spender = [...this.mempool.values()].find((m) => m.ins.some((x) => spentBy(x) === outpoint(txid, vout)));
+          const spender = [...this.mempool.values()].find((m) =>
+            m.ins.some((x) => spentBy(x) === outpoint(txid, vout)),
+          );
           return { txid, vout, ...(spender && { spendingtxid: spender.getId() }) };
         });
       case 'getrawtransaction':
@@ -311,7 +411,8 @@ export class BitcoinTestNode {
         return (params[0] as string[]).map((hex) => {
           const tx = bitcoin.Transaction.fromHex(hex);
           const ids = { txid: tx.getId(), wtxid: Buffer.from(tx.getHash(true)).reverse().toString('hex') };
-          if (this.mempool.has(tx.getId())) return { ...ids, allowed: false, 'reject-reason': 'txn-already-in-mempool' };
+          if (this.mempool.has(tx.getId()))
+            return { ...ids, allowed: false, 'reject-reason': 'txn-already-in-mempool' };
           try {
             const fee = this.validate(tx);
             return { ...ids, allowed: true, vsize: tx.virtualSize(), fees: { base: btc(fee) } };
@@ -329,12 +430,17 @@ export class BitcoinTestNode {
         const includeMempool = params[2] !== false;
         const utxo = this.utxos.get(key) ?? (includeMempool ? this.mempoolOutput(key) : undefined);
         if (!utxo) return null;
-        if (includeMempool && [...this.mempool.values()].some((m) => m.ins.some((x) => spentBy(x) === key))) return null;
+        if (includeMempool && [...this.mempool.values()].some((m) => m.ins.some((x) => spentBy(x) === key)))
+          return null;
         return {
           bestblock: this.tip.hash,
           confirmations: utxo.height === null ? 0 : this.tip.height - utxo.height + 1,
           value: btc(utxo.value),
-          scriptPubKey: { hex: utxo.script.toString('hex'), address: addressOf(utxo.script), type: scriptType(utxo.script) },
+          scriptPubKey: {
+            hex: utxo.script.toString('hex'),
+            address: addressOf(utxo.script),
+            type: scriptType(utxo.script),
+          },
           coinbase: utxo.coinbase === true,
         };
       }
@@ -362,7 +468,11 @@ export class BitcoinTestNode {
     if (!block) throw new RpcError(-5, 'Block hash not found');
     if (block.height < this.pruneHeight) throw new RpcError(-1, 'Block not available');
     const tx = block.txs.find((t) => t.getId() === txid);
-    if (!tx) throw new RpcError(-5, 'No such transaction found in the provided block. Use gettransaction for wallet transactions.');
+    if (!tx)
+      throw new RpcError(
+        -5,
+        'No such transaction found in the provided block. Use gettransaction for wallet transactions.',
+      );
     if (!verbose) return tx.toHex();
     const active = this.blocks[block.height]?.hash === block.hash;
     return {
@@ -387,12 +497,27 @@ export class BitcoinTestNode {
         .filter(([, u]) => u.height !== null && wanted.has(addressOf(u.script)))
         .map(([key, u]) => {
           const [txid, vout] = key.split(':');
-          return { txid, vout: Number(vout), scriptPubKey: u.script.toString('hex'), desc: `addr(${addressOf(u.script)})`, amount: btc(u.value), coinbase: u.coinbase === true, height: u.height };
+          return {
+            txid,
+            vout: Number(vout),
+            scriptPubKey: u.script.toString('hex'),
+            desc: `addr(${addressOf(u.script)})`,
+            amount: btc(u.value),
+            coinbase: u.coinbase === true,
+            height: u.height,
+          };
         });
       const total = [...this.utxos.values()]
         .filter((u) => u.height !== null && wanted.has(addressOf(u.script)))
         .reduce((s, u) => s + u.value, 0n);
-      return { success: true, txouts: this.utxos.size, height: this.tip.height, bestblock: this.tip.hash, unspents, total_amount: btc(total) };
+      return {
+        success: true,
+        txouts: this.utxos.size,
+        height: this.tip.height,
+        bestblock: this.tip.hash,
+        unspents,
+        total_amount: btc(total),
+      };
     } finally {
       this.scanning = false;
     }
@@ -451,7 +576,10 @@ export class BitcoinTestNode {
       const utxo = this.utxos.get(key) ?? this.mempoolOutput(key);
       if (!utxo) throw new RpcError(-25, 'bad-txns-inputs-missingorspent');
       if (utxo.coinbase && this.tip.height + 1 - utxo.height! < COINBASE_MATURITY) {
-        throw new RpcError(-26, `bad-txns-premature-spend-of-coinbase, tried to spend coinbase at depth ${this.tip.height + 1 - utxo.height!}`);
+        throw new RpcError(
+          -26,
+          `bad-txns-premature-spend-of-coinbase, tried to spend coinbase at depth ${this.tip.height + 1 - utxo.height!}`,
+        );
       }
       const conflict = [...this.mempool.values()].find((m) => m.ins.some((x) => spentBy(x) === key));
       if (conflict) conflicts.add(conflict.getId());
@@ -468,19 +596,25 @@ export class BitcoinTestNode {
       const scriptCode = bitcoin.payments.p2pkh({ hash: Buffer.from(program), network }).output!;
       const sighash = tx.hashForWitnessV0(i, scriptCode, utxo.value, decoded.hashType);
       if (!ecc.verify(sighash, pubkey, decoded.signature)) {
-        throw new RpcError(-26, 'mandatory-script-verify-flag-failed (Signature must be zero for failed CHECK(MULTI)SIG operation)');
+        throw new RpcError(
+          -26,
+          'mandatory-script-verify-flag-failed (Signature must be zero for failed CHECK(MULTI)SIG operation)',
+        );
       }
       inputs += utxo.value;
     }
     const outputs = tx.outs.reduce((sum, out) => sum + BigInt(out.value), 0n);
     if (outputs > inputs) throw new RpcError(-26, 'bad-txns-in-belowout');
     // policy.cpp IsStandardTx: each output against its own type's dust limit.
-    if (tx.outs.some((out) => BigInt(out.value) < (DUST_BY_TYPE[scriptType(out.script)] ?? 546n))) throw new RpcError(-26, 'dust');
+    if (tx.outs.some((out) => BigInt(out.value) < (DUST_BY_TYPE[scriptType(out.script)] ?? 546n)))
+      throw new RpcError(-26, 'dust');
     const fee = inputs - outputs;
     const vsize = tx.virtualSize();
     // validation.cpp CheckFeeRate: the mempool's minimum first, then the relay minimum, both on the real size.
-    if (this.mempoolMinFee > 0n && fee < feeAt(this.mempoolMinFee, vsize)) throw new RpcError(-26, `mempool min fee not met, ${fee} < ${feeAt(this.mempoolMinFee, vsize)}`);
-    if (fee < feeAt(this.minRelayFee, vsize)) throw new RpcError(-26, `min relay fee not met, ${fee} < ${feeAt(this.minRelayFee, vsize)}`);
+    if (this.mempoolMinFee > 0n && fee < feeAt(this.mempoolMinFee, vsize))
+      throw new RpcError(-26, `mempool min fee not met, ${fee} < ${feeAt(this.mempoolMinFee, vsize)}`);
+    if (fee < feeAt(this.minRelayFee, vsize))
+      throw new RpcError(-26, `min relay fee not met, ${fee} < ${feeAt(this.minRelayFee, vsize)}`);
     if (conflicts.size > 0) {
       for (const id of conflicts) {
         const old = this.mempool.get(id)!;
@@ -488,15 +622,25 @@ export class BitcoinTestNode {
         if (!old.ins.some((x) => x.sequence < 0xfffffffe)) throw new RpcError(-26, 'txn-mempool-conflict');
         // rbf.cpp PaysMoreThanConflicts: a higher feerate than each transaction it replaces directly.
         if (rateOf(fee, vsize) <= rateOf(this.feeOf(old), old.virtualSize())) {
-          throw new RpcError(-26, `insufficient fee, rejecting replacement ${txid}; new feerate ${rateOf(fee, vsize)} <= old feerate ${rateOf(this.feeOf(old), old.virtualSize())}`);
+          throw new RpcError(
+            -26,
+            `insufficient fee, rejecting replacement ${txid}; new feerate ${rateOf(fee, vsize)} <= old feerate ${rateOf(this.feeOf(old), old.virtualSize())}`,
+          );
         }
       }
       // rbf.cpp PaysForRBF: at least the fees of everything evicted (descendants too), plus its own relay at the incremental rate.
       const evicted = this.withDescendants([...conflicts]);
       const evictedFees = evicted.reduce((s, t) => s + this.feeOf(t), 0n);
-      if (fee < evictedFees) throw new RpcError(-26, `insufficient fee, rejecting replacement ${txid}, less fees than conflicting txs; ${fee} < ${evictedFees}`);
+      if (fee < evictedFees)
+        throw new RpcError(
+          -26,
+          `insufficient fee, rejecting replacement ${txid}, less fees than conflicting txs; ${fee} < ${evictedFees}`,
+        );
       if (fee - evictedFees < feeAt(this.incrementalRelayFee, vsize)) {
-        throw new RpcError(-26, `insufficient fee, rejecting replacement ${txid}, not enough additional fees to relay; ${fee - evictedFees} < ${feeAt(this.incrementalRelayFee, vsize)}`);
+        throw new RpcError(
+          -26,
+          `insufficient fee, rejecting replacement ${txid}, not enough additional fees to relay; ${fee - evictedFees} < ${feeAt(this.incrementalRelayFee, vsize)}`,
+        );
       }
       for (const t of evicted) replacing.add(t.getId());
     }
@@ -504,7 +648,10 @@ export class BitcoinTestNode {
   }
 
   private feeOf(tx: bitcoin.Transaction): bigint {
-    const inputs = tx.ins.reduce((sum, x) => sum + ((this.utxos.get(spentBy(x)) ?? this.mempoolOutput(spentBy(x)))?.value ?? 0n), 0n);
+    const inputs = tx.ins.reduce(
+      (sum, x) => sum + ((this.utxos.get(spentBy(x)) ?? this.mempoolOutput(spentBy(x)))?.value ?? 0n),
+      0n,
+    );
     return inputs - tx.outs.reduce((sum, out) => sum + BigInt(out.value), 0n);
   }
 
@@ -519,11 +666,12 @@ export class BitcoinTestNode {
     const txid = tx.getId();
     if (this.mempool.has(txid)) return txid; // already there: Core relays it again and answers its id
     // Only an output still unspent shows a transaction is in the chain; once all are spent it is just missing inputs.
-    if (tx.outs.some((_, n) => this.utxos.has(outpoint(txid, n)))) throw new RpcError(-27, 'Transaction outputs already in utxo set');
+    if (tx.outs.some((_, n) => this.utxos.has(outpoint(txid, n))))
+      throw new RpcError(-27, 'Transaction outputs already in utxo set');
     const replacing = new Set<string>();
     this.validate(tx, replacing);
-    for (const id of replacing) this.mempool.delete(id);
-    this.mempool.set(txid, tx);
+    for (const id of replacing) this.removeFromMempool(id, false);
+    this.addToMempool(tx);
     this.enteredAt.set(txid, this.tip.height);
     return txid;
   }
@@ -535,7 +683,12 @@ export class BitcoinTestNode {
   private coinbase(height: number, to: string, sats: bigint): bitcoin.Transaction {
     const tx = new bitcoin.Transaction();
     tx.version = 2;
-    tx.addInput(Buffer.alloc(32), 0xffffffff, 0xffffffff, Buffer.from(bitcoin.script.compile([bitcoin.script.number.encode(height), randomBytes(4)])));
+    tx.addInput(
+      Buffer.alloc(32),
+      0xffffffff,
+      0xffffffff,
+      Buffer.from(bitcoin.script.compile([bitcoin.script.number.encode(height), randomBytes(4)])),
+    );
     tx.addOutput(Buffer.from(bitcoin.address.toOutputScript(to, network)), sats);
     return tx;
   }
@@ -560,13 +713,23 @@ export class BitcoinTestNode {
       const fees = txs.reduce((s, t) => s + this.feeOf(t), 0n);
       const height = this.tip.height + 1;
       const coinbase = this.coinbase(height, (i === 0 && coinbaseTo) || this.miner.address, SUBSIDY + fees);
-      for (const tx of txs) this.mempool.delete(tx.getId());
+      for (const tx of txs) this.removeFromMempool(tx.getId(), true);
       this.apply(coinbase, height, true);
       for (const tx of txs) this.apply(tx, height);
-      const hash = sha256d(Buffer.from(`${this.tip.hash}:${height}:${txs.map((t) => t.getId()).join(',')}:${randomBytes(4).toString('hex')}`)).toString('hex');
-      const block = { hash, height, time: Math.max(this.tip.time + 1, Math.floor(Date.now() / 1000)), txs: [coinbase, ...txs] };
+      const hash = sha256d(
+        Buffer.from(
+          `${this.tip.hash}:${height}:${txs.map((t) => t.getId()).join(',')}:${randomBytes(4).toString('hex')}`,
+        ),
+      ).toString('hex');
+      const block = {
+        hash,
+        height,
+        time: Math.max(this.tip.time + 1, Math.floor(Date.now() / 1000)),
+        txs: [coinbase, ...txs],
+      };
       this.blocks.push(block);
       this.known.set(hash, block);
+      this.announce(hash, 'C');
       hashes.push(hash);
     }
     return hashes;
@@ -574,7 +737,14 @@ export class BitcoinTestNode {
 
   private apply(tx: bitcoin.Transaction, height: number, coinbase = false) {
     if (!coinbase) for (const x of tx.ins) this.utxos.delete(spentBy(x));
-    tx.outs.forEach((out, n) => this.utxos.set(outpoint(tx.getId(), n), { value: BigInt(out.value), script: Buffer.from(out.script), height, coinbase }));
+    tx.outs.forEach((out, n) =>
+      this.utxos.set(outpoint(tx.getId(), n), {
+        value: BigInt(out.value),
+        script: Buffer.from(out.script),
+        height,
+        coinbase,
+      }),
+    );
   }
 
   /** Drops the block and every later one; their transactions but the coinbases go back to the mempool, as Core's invalidateblock does. */
@@ -593,7 +763,8 @@ export class BitcoinTestNode {
         }
       }
     }
-    for (const block of dropped.reverse()) for (const tx of block.txs.slice(1)) this.mempool.set(tx.getId(), tx);
+    for (const block of dropped) this.announce(block.hash, 'D'); // tip first, as DisconnectTip goes
+    for (const block of dropped.reverse()) for (const tx of block.txs.slice(1)) this.addToMempool(tx);
   }
 
   /** Outputs created by `fund`, which no block holds. */
@@ -605,7 +776,12 @@ export class BitcoinTestNode {
       const tx = block.txs.find((t) => t.getId() === txid);
       if (tx) {
         const out = tx.outs[Number(vout)]!;
-        return { value: BigInt(out.value), script: Buffer.from(out.script), height: block.height, coinbase: tx.isCoinbase() };
+        return {
+          value: BigInt(out.value),
+          script: Buffer.from(out.script),
+          height: block.height,
+          coinbase: tx.isCoinbase(),
+        };
       }
     }
     return undefined;
@@ -628,13 +804,22 @@ export class BitcoinTestNode {
     const script = Buffer.from(bitcoin.address.toOutputScript(from.address, network));
     const spentInMempool = new Set([...this.mempool.values()].flatMap((t) => t.ins.map(spentBy)));
     const coins = [...this.utxos].filter(
-      ([k, u]) => Buffer.from(script).equals(u.script) && !spentInMempool.has(k) && !exclude.includes(k) && !(u.coinbase && this.tip.height + 1 - u.height! < COINBASE_MATURITY),
+      ([k, u]) =>
+        Buffer.from(script).equals(u.script) &&
+        !spentInMempool.has(k) &&
+        !exclude.includes(k) &&
+        !(u.coinbase && this.tip.height + 1 - u.height! < COINBASE_MATURITY),
     );
     return this.signAndSend(from, coins, outputs, satsPerVbyte, rbf);
   }
 
   /** Spends the same coins as `original` again with `outputs` at a higher rate (an RBF replacement). */
-  replace(from: BitcoinKey, original: bitcoin.Transaction, outputs: { address: string; sats: bigint }[], satsPerVbyte: bigint) {
+  replace(
+    from: BitcoinKey,
+    original: bitcoin.Transaction,
+    outputs: { address: string; sats: bigint }[],
+    satsPerVbyte: bigint,
+  ) {
     const coins = original.ins.map((x) => [spentBy(x), this.utxos.get(spentBy(x))!] as [string, Utxo]);
     return this.signAndSend(from, coins, outputs, satsPerVbyte, true);
   }
@@ -660,7 +845,12 @@ export class BitcoinTestNode {
     let have = 0n;
     for (const [key, utxo] of coins) {
       const [txid, vout] = key.split(':');
-      psbt.addInput({ hash: txid!, index: Number(vout), sequence: rbf ? 0xfffffffd : 0xffffffff, witnessUtxo: { script: utxo.script, value: utxo.value } });
+      psbt.addInput({
+        hash: txid!,
+        index: Number(vout),
+        sequence: rbf ? 0xfffffffd : 0xffffffff,
+        witnessUtxo: { script: utxo.script, value: utxo.value },
+      });
       have += utxo.value;
       if (have >= want + 10_000n) break;
     }
@@ -688,7 +878,11 @@ export class BitcoinTestNode {
   received(address: string): { txid: string; sats: bigint }[] {
     const script = bitcoin.address.toOutputScript(address, network);
     return this.blocks.flatMap((b) =>
-      b.txs.flatMap((tx) => tx.outs.filter((o) => Buffer.from(o.script).equals(Buffer.from(script))).map((o) => ({ txid: tx.getId(), sats: BigInt(o.value) }))),
+      b.txs.flatMap((tx) =>
+        tx.outs
+          .filter((o) => Buffer.from(o.script).equals(Buffer.from(script)))
+          .map((o) => ({ txid: tx.getId(), sats: BigInt(o.value) })),
+      ),
     );
   }
 
@@ -697,7 +891,10 @@ export class BitcoinTestNode {
     for (const block of this.blocks) {
       const tx = block.txs.find((t) => t.getId() === txid);
       if (!tx) continue;
-      const inputs = tx.ins.reduce((sum, x) => sum + (this.funding.get(spentBy(x)) ?? this.findOutput(spentBy(x)))!.value, 0n);
+      const inputs = tx.ins.reduce(
+        (sum, x) => sum + (this.funding.get(spentBy(x)) ?? this.findOutput(spentBy(x)))!.value,
+        0n,
+      );
       return inputs - tx.outs.reduce((s, o) => s + BigInt(o.value), 0n);
     }
     throw new Error(`${txid} is not mined`);

@@ -173,14 +173,21 @@ describe('the Solana test node refuses what a validator refuses', () => {
     node.skip(3);
     await node.mine();
     const head = node.headSlot;
+    // A skipped slot is -32004 like any slot not served, until it is below the root; then -32007.
     const skipped = await rpc(node, 'getBlock', [head - 1, { commitment: 'confirmed' }]);
-    assert.equal(skipped.error?.code, -32007);
+    assert.equal(skipped.error?.code, -32004);
+    assert.deepEqual((await rpc(node, 'getBlocks', [head - 3, head + 5, { commitment: 'confirmed' }])).result, [head]);
+    assert.deepEqual((await rpc(node, 'getBlocks', [head - 3, head + 5, { commitment: 'finalized' }])).result, []);
     const ahead = await rpc(node, 'getBlock', [head + 1, { commitment: 'confirmed' }]);
     assert.equal(ahead.error?.code, -32004);
     const notFinal = await rpc(node, 'getBlock', [head, { commitment: 'finalized' }]);
     assert.equal(notFinal.error?.code, -32004);
     const finalized = (await rpc(node, 'getSlot', [{ commitment: 'finalized' }])).result;
     assert.ok(finalized <= head - 32);
+    await node.mine(40);
+    const rooted = await rpc(node, 'getBlock', [head - 1, { commitment: 'confirmed' }]);
+    assert.equal(rooted.error?.code, -32007);
+    assert.match(rooted.error!.message, /^Slot \d+ was skipped, or missing due to ledger jump to recent snapshot$/);
   });
 
   it("answers getTokenAccountsByOwner only for a mint that exists, and getAccountInfo's base58 only under 129 bytes", async () => {
@@ -370,6 +377,42 @@ describe('the Solana adapter', () => {
     assert.deepEqual([skipped!.hash, skipped!.parentHash, skipped!.transfers], [last!.hash, last!.hash, []]);
     const next = await chain.block(before.height + 3);
     assert.equal(next!.parentHash, last!.hash);
+  });
+
+  it('reads a payment after skipped slots at the confirmed slot, without waiting for them to be finalized', async () => {
+    const deposit = keyring.deriveDepositKey('solana', 20).address;
+    await node.mine();
+    const before = node.headSlot;
+    node.skip(4);
+    await node.sendSol(payer, deposit, 3_000_000n);
+    await node.mine();
+    const paidAt = node.headSlot;
+    const { finalized } = await chain.head();
+    assert.ok(finalized! < before, 'nothing here is finalized yet');
+    const last = await chain.block(before);
+    for (let slot = before + 1; slot < paidAt; slot++) {
+      const skipped = await chain.block(slot);
+      assert.deepEqual([skipped?.hash, skipped?.transfers], [last!.hash, []], `slot ${slot} is skipped`);
+    }
+    const paid = await chain.block(paidAt);
+    assert.equal(paid!.parentHash, last!.hash);
+    assert.deepEqual(
+      paid!.transfers.filter((t) => t.to === deposit).map((t) => t.amount),
+      [3_000_000n],
+    );
+  });
+
+  it('checks a block it read before by its hash alone, and fetches only what changed', async () => {
+    await node.mine();
+    const slot = node.headSlot;
+    const first = await chain.block(slot);
+    const calls = node.calls.length;
+    assert.equal(await chain.block(slot), first, 'the same block');
+    assert.deepEqual(
+      node.calls.slice(calls),
+      ['getBlocks', 'getBlock'],
+      'a listing and a header: the hash check reads no transactions',
+    );
   });
 
   it('sees a dropped block as another hash at its slot, its payment gone', async () => {

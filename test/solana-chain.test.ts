@@ -199,6 +199,27 @@ describe('payments and settlement on the Solana test node', () => {
     assert.equal(baseUnits(seen.totalReceivedAmount, 9), rent);
   });
 
+  it('a payment after skipped slots is detected at the confirmed slot, before any of them is finalized', async () => {
+    const { key } = await merchant();
+    const p = await invoice(key);
+    await node.mine();
+    node.skip(6);
+    await node.sendSol(payer, p.address, baseUnits(p.cryptoAmount, 9));
+    await node.mine();
+    const paidAt = node.headSlot;
+    // No block is produced while it waits: only what is confirmed now can be read.
+    const seen = await detected(p.paymentId);
+    assert.equal(seen.paymentStatus, 'detected');
+    assert.equal(node.headSlot, paidAt);
+    const finalized = (
+      (await await fetch(node.url, {
+        method: 'POST',
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'getSlot', params: [{ commitment: 'finalized' }] }),
+      }).then((r) => r.json())) as { result: number }
+    ).result;
+    assert.ok(finalized < paidAt - 7, 'the skipped slots are not finalized: a validator still answers -32004 for them');
+  });
+
   it('a dropped block withdraws its payment; it never confirms', async () => {
     const { key } = await merchant();
     const p = await invoice(key, 'USDT', '12');

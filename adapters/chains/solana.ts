@@ -79,10 +79,16 @@ export const solanaClusters: Record<string, string> = {
 export const LAMPORTS_PER_SIGNATURE = 5_000n;
 const SWEEP_SIGNATURES = 2n;
 const RPC_TIMEOUT_MS = 30_000;
-/** getBlock: a slot with no block, skipped by its leader (or not kept by this node). */
-const SLOT_SKIPPED = [-32007, -32009];
-/** getBlock: a slot beyond what the node holds at that commitment. */
-const BLOCK_NOT_AVAILABLE = -32004;
+/**
+ * getBlock's answers for a slot it does not serve: -32004 (not available at
+ * that commitment), -32007 and -32009 (skipped, or not kept by this node).
+ * Skipped slots are found from getBlocks' list instead.
+ */
+const NOT_SERVED = [-32004, -32007, -32009];
+/** Slots listed by one getBlocks: a watcher step's worth (it reads up to 100 blocks a step). */
+const SLOTS_LISTED = 100;
+/** Full blocks fetched at once while the watcher reads forward. */
+const BLOCKS_IN_FLIGHT = 4;
 /** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
 const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
 /** A sweep's transaction fits the deposit's associated token account and this many others (1,232 bytes). */
@@ -140,6 +146,9 @@ export interface RpcTransaction {
   version?: 'legacy' | number;
 }
 
+/** A block as `transactionDetails: "none"` gives it: no transactions. */
+export type RpcBlockHeader = Omit<RpcBlock, 'transactions'>;
+
 export interface RpcBlock {
   blockhash: string;
   previousBlockhash: string;
@@ -174,8 +183,9 @@ class SolanaRpcError extends Error {
  */
 export function parseRpcJson<T>(text: string): T {
   const exact = text
-    .replace(/"(preBalances|postBalances)":\[([\d,\s]*)\]/g, (_all, key: string, list: string) =>
-      `"${key}":[${list.replace(/\d{16,}/g, '"$&"')}]`,
+    .replace(
+      /"(preBalances|postBalances)":\[([\d,\s]*)\]/g,
+      (_all, key: string, list: string) => `"${key}":[${list.replace(/\d{16,}/g, '"$&"')}]`,
     )
     .replace(/"(fee|lamports|value)":\s*(\d{16,})/g, '"$1":"$2"');
   return JSON.parse(exact) as T;
@@ -242,8 +252,8 @@ export class SolanaChain implements ChainAdapter {
   private readonly poller: HeadPoller;
   private closed = false;
   private nextId = 1;
-  /** Blocks read to name a skipped slot's parent, until the watcher reads them in turn. */
-  private readonly recentBlocks = new Map<number, RpcBlock>();
+  /** The blocks last answered, by slot: read again, a block whose hash is unchanged is not fetched whole. */
+  private readonly recentBlocks = new Map<number, ChainBlock>();
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
 
   private constructor(private readonly options: SolanaChainOptions) {
@@ -346,53 +356,113 @@ export class SolanaChain implements ChainAdapter {
     return { height: latest.context.slot, hash: latest.value.blockhash, finalized };
   }
 
-  private async rpcBlock(slot: number): Promise<RpcBlock | 'skipped' | undefined> {
-    const cached = this.recentBlocks.get(slot);
-    if (cached) return cached;
+  /**
+   * A block at the confirmed commitment with as much detail as asked ("none":
+   * its hash and parent only), or undefined when this node does not serve it
+   * now: -32004 is what agave's rpc.rs (`get_block`) answers both for a slot
+   * above the node's confirmed bank (a lagging backend) and for a skipped
+   * slot not yet below the root, so it proves nothing.
+   */
+  private async rpcBlock<Details extends 'full' | 'none'>(
+    slot: number,
+    details: Details,
+  ): Promise<(Details extends 'full' ? RpcBlock : RpcBlockHeader) | undefined> {
     try {
-      return await this.call<RpcBlock>('getBlock', [
+      return await this.call('getBlock', [
         slot,
         {
           commitment: 'confirmed',
           encoding: 'json',
-          transactionDetails: 'full',
+          transactionDetails: details,
           rewards: false,
           maxSupportedTransactionVersion: 0,
         },
       ]);
     } catch (error) {
-      if (error instanceof SolanaRpcError && SLOT_SKIPPED.includes(error.error.code)) return 'skipped';
-      if (error instanceof SolanaRpcError && error.error.code === BLOCK_NOT_AVAILABLE) return undefined;
+      if (error instanceof SolanaRpcError && NOT_SERVED.includes(error.error.code)) {
+        // The listing said it holds a block: ask again for the list next time.
+        this.listing = undefined;
+        return undefined;
+      }
       throw error;
     }
   }
 
-  async block(slot: number): Promise<ChainBlock | undefined> {
-    const read = await this.rpcBlock(slot);
-    if (read === undefined) return undefined;
-    if (read !== 'skipped') {
-      this.recentBlocks.delete(slot); // read once: a fork may replace it
-      return {
-        height: slot,
-        hash: read.blockhash,
-        parentHash: read.previousBlockhash,
-        timestamp: new Date((read.blockTime ?? 0) * 1000),
-        transfers: parseSolanaBlock(read, this.tokens),
-      };
+  /**
+   * The slots from `slot` on that hold a block on the node's confirmed chain
+   * (getBlocks: agave lists the rooted slots, then the confirmed bank's
+   * ancestors), as far as it has confirmed; empty when it has not confirmed a
+   * block at or after `slot` yet. Any slot in between that the list leaves
+   * out is skipped on that chain: a confirmed block's ancestors are all
+   * listed. One call serves a run of slots read forward; a slot at or below
+   * one already answered (the watcher's hash check) lists again, so that a
+   * fork is seen.
+   */
+  private listing?: { produced: number[]; answered: number };
+  private async producedFrom(slot: number): Promise<number[]> {
+    const listed = this.listing;
+    const last = listed?.produced.at(-1);
+    if (listed && last !== undefined && slot > listed.answered && slot <= last) {
+      listed.answered = slot;
+      return listed.produced.filter((s) => s >= slot);
     }
-    // A skipped slot carries the hash of the last block before it, which the
-    // next produced block names as its parent. Until there is one, the slot
-    // is not settled yet.
-    const [next] = await this.call<number[]>('getBlocksWithLimit', [slot, 1, { commitment: 'confirmed' }]);
-    if (next === undefined || next <= slot) return undefined;
-    const successor = await this.rpcBlock(next);
-    if (successor === undefined || successor === 'skipped') return undefined;
-    // Kept for the watcher's next read, which is that block.
-    this.recentBlocks.set(next, successor);
+    const produced = await this.call<number[]>('getBlocks', [
+      slot,
+      slot + SLOTS_LISTED - 1,
+      { commitment: 'confirmed' },
+    ]);
+    this.listing = { produced, answered: slot };
+    return produced;
+  }
+
+  /** Full blocks being fetched ahead of the watcher's reads, by slot; each is taken once. */
+  private readonly fetching = new Map<number, Promise<RpcBlock | undefined>>();
+  private fullBlock(slot: number): Promise<RpcBlock | undefined> {
+    let read = this.fetching.get(slot);
+    if (!read) {
+      read = this.rpcBlock(slot, 'full');
+      read.catch(() => this.fetching.delete(slot));
+      this.fetching.set(slot, read);
+    }
+    return read;
+  }
+
+  async block(slot: number): Promise<ChainBlock | undefined> {
+    const produced = await this.producedFrom(slot);
+    const next = produced[0];
+    // The node has not confirmed a block at or after it: not decided yet.
+    if (next === undefined) return undefined;
+    if (next > slot) {
+      // A skipped slot carries the hash of the last block before it, which
+      // the next produced block names as its parent.
+      const successor = await this.rpcBlock(next, 'none');
+      if (!successor) return undefined;
+      const parent = successor.previousBlockhash;
+      const time = new Date((successor.blockTime ?? 0) * 1000);
+      return { height: slot, hash: parent, parentHash: parent, timestamp: time, transfers: [] };
+    }
+    // Read again (the watcher's hash check): the header tells whether it is the same block.
+    const known = this.recentBlocks.get(slot);
+    if (known) {
+      const header = await this.rpcBlock(slot, 'none');
+      if (!header) return undefined;
+      if (header.blockhash === known.hash) return known;
+    }
+    // The next few produced slots are fetched meanwhile: the watcher asks for them next.
+    for (const ahead of produced.slice(1, BLOCKS_IN_FLIGHT)) void this.fullBlock(ahead).catch(() => undefined);
+    const read = await this.fullBlock(slot);
+    for (const fetched of this.fetching.keys()) if (fetched <= slot) this.fetching.delete(fetched);
+    if (!read) return undefined;
+    const parsed: ChainBlock = {
+      height: slot,
+      hash: read.blockhash,
+      parentHash: read.previousBlockhash,
+      timestamp: new Date((read.blockTime ?? 0) * 1000),
+      transfers: parseSolanaBlock(read, this.tokens),
+    };
+    this.recentBlocks.set(slot, parsed);
     while (this.recentBlocks.size > 16) this.recentBlocks.delete(this.recentBlocks.keys().next().value!);
-    const parent = successor.previousBlockhash;
-    const time = new Date((successor.blockTime ?? 0) * 1000);
-    return { height: slot, hash: parent, parentHash: parent, timestamp: time, transfers: [] };
+    return parsed;
   }
 
   onNewBlock(listener: () => void): () => void {

@@ -61,6 +61,8 @@ import {
 export const MAINNET_GENESIS = '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d';
 /** A blockhash is valid for this many blocks after its own (MAX_PROCESSING_AGE). */
 const MAX_BLOCKHASH_AGE = 150;
+/** getBlocks' widest range (rpc-client-api request.rs). */
+const MAX_GET_CONFIRMED_BLOCKS_RANGE = 500_000;
 
 type AccountState = { lamports: bigint; data: Uint8Array; owner: PublicKey; executable: boolean } | null;
 
@@ -576,19 +578,44 @@ export class SolanaTestNode {
         };
       }
       case 'getBlock': {
+        // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_block: at or
+        // below the root (the finalized slot) the blockstore answers, and a
+        // slot without a block is -32007 (check_blockstore_root:
+        // blockstore.is_skipped); above it only a slot among the confirmed
+        // bank's ancestors is served, and anything else, a skipped slot
+        // included, is -32004 BlockNotAvailable until it is rooted.
         const slot = params[0] as number;
         const commitment = config(1).commitment ?? 'finalized';
         if (commitment === 'processed')
           throw new RpcFailure(-32602, 'Method does not support commitment below `confirmed`');
-        if (slot > this.blockAt(commitment).slot) throw new RpcFailure(-32004, `Block not available for slot ${slot}`);
         const block = this.blocks.find((b) => b.slot === slot);
-        if (!block)
+        const root = this.blockAt('finalized').slot;
+        if (slot < root && !block)
           throw new RpcFailure(-32007, `Slot ${slot} was skipped, or missing due to ledger jump to recent snapshot`);
+        if (!block || slot > this.blockAt(commitment).slot)
+          throw new RpcFailure(-32004, `Block not available for slot ${slot}`);
         const { slot: _, transactions, ...header } = block;
+        const details = (config(1)['transactionDetails'] as string | undefined) ?? 'full';
+        if (details === 'none') return header;
+        if (details !== 'full')
+          throw new RpcFailure(-32602, `this test node does not give transactionDetails ${details}`);
         return {
           ...header,
           transactions: transactions.map(({ meta, transaction, version }) => ({ meta, transaction, version })),
         };
+      }
+      case 'getBlocks': {
+        // agave rpc/src/rpc.rs, get_blocks: the end is capped at the
+        // confirmed bank's slot (the root for finalized); the answer is the
+        // rooted slots, then the confirmed bank's ancestors, in the range.
+        const [from, end] = params as [number, number | undefined];
+        const commitment = config(2).commitment ?? 'finalized';
+        if (commitment === 'processed')
+          throw new RpcFailure(-32602, 'Method does not support commitment below `confirmed`');
+        const top = Math.min(end ?? from + MAX_GET_CONFIRMED_BLOCKS_RANGE, this.blockAt(commitment).slot);
+        if (top - from > MAX_GET_CONFIRMED_BLOCKS_RANGE)
+          throw new RpcFailure(-32602, `Slot range too large; max ${MAX_GET_CONFIRMED_BLOCKS_RANGE}`);
+        return this.blocks.filter((b) => b.slot >= from && b.slot <= top).map((b) => b.slot);
       }
       case 'getBlocksWithLimit': {
         const [from, limit] = params as [number, number];

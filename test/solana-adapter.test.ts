@@ -200,11 +200,12 @@ describe('the Solana test node refuses what a validator refuses', () => {
     await node.mintTokens(payer.publicKey, 'USDT', 1n);
     await node.mine();
     const account = node.tokenAccount(payer.publicKey, 'USDT').toBase58();
-    const tooLong = await rpc(node, 'getAccountInfo', [account, { encoding: 'base58' }]);
+    // Confirmed: the account is not finalized yet, and finalized is agave's default commitment.
+    const tooLong = await rpc(node, 'getAccountInfo', [account, { encoding: 'base58', commitment: 'confirmed' }]);
     assert.equal(tooLong.error?.code, -32600);
     const sliced = await rpc(node, 'getAccountInfo', [
       account,
-      { encoding: 'base58', dataSlice: { offset: 0, length: 32 } },
+      { encoding: 'base58', commitment: 'confirmed', dataSlice: { offset: 0, length: 32 } },
     ]);
     assert.deepEqual(sliced.result.value.data, [node.mintOf('USDT').toBase58(), 'base58']);
     assert.equal(sliced.result.value.space, 165);
@@ -577,6 +578,65 @@ describe('the Solana adapter', () => {
     node.finalizedLag = 32;
     await assert.rejects(refused(), TransactionRejectedError);
     assert.equal(await node.balance(deposit), 50_000_000n, 'nothing moved');
+  });
+
+  it('never declares a landed sweep expired through a lagging backend: the merchant is paid once', async () => {
+    const index = 21;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, deposit, 50_000_000n);
+    await node.mine();
+    const merchant = Keypair.generate().publicKey.toBase58();
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: merchant,
+      token: 'SOL',
+      amount: 40_000_000n,
+      reference: 'late-landing',
+      fees: { platform: 500_000n, network: 10_000n },
+    });
+    // It lands in the last block its blockhash allows (the blockhash is of the finalized block, 32 behind).
+    await node.mine(150 - 32 - 1);
+    await chain.broadcast(sweep);
+    await node.mine();
+    const landedAt = node.headSlot;
+    // The finalized chain is past its last valid height; a backend 40 slots behind has not seen it.
+    await node.mine(36);
+    const finalized = (await rpc(node, 'getSlot', [{ commitment: 'finalized' }])).result as number;
+    assert.ok(finalized > landedAt && node.headSlot - 40 < landedAt);
+    node.lagging = true;
+    try {
+      for (let i = 0; i < 40; i++) {
+        await chain.broadcast(sweep).catch((error: Error) => {
+          assert.ok(!(error instanceof TransactionRejectedError), `attempt ${i}: ${error.message}`);
+        });
+        await chain.transactionStatus(sweep.txHash);
+      }
+    } finally {
+      node.lagging = false;
+    }
+    assert.deepEqual(node.paymentsTo(merchant), [{ signature: sweep.txHash, amount: 40_000_000n }]);
+  });
+
+  it('counts a sweep as on the chain only once confirmed: processed is not enough', async () => {
+    const index = 22;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, deposit, 5_000_000n);
+    await node.mine();
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: Keypair.generate().publicKey.toBase58(),
+      token: 'SOL',
+      amount: 4_000_000n,
+      reference: 'processed',
+      fees: { platform: 50_000n, network: 10_000n },
+    });
+    await chain.broadcast(sweep);
+    const status = await rpc(node, 'getSignatureStatuses', [[sweep.txHash]]);
+    assert.equal(status.result.value[0].confirmationStatus, 'processed');
+    assert.equal(await chain.transactionStatus(sweep.txHash), undefined);
+    await chain.broadcast(sweep); // sent again: already processed, not an error
+    await node.mine();
+    assert.ok(await chain.transactionStatus(sweep.txHash));
   });
 
   it('leaves the outcome open when the RPC is behind, and sends the same transaction next time', async () => {

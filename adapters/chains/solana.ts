@@ -85,6 +85,8 @@ const RPC_TIMEOUT_MS = 30_000;
  * Skipped slots are found from getBlocks' list instead.
  */
 const NOT_SERVED = [-32004, -32007, -32009];
+/** A blockhash is valid this many blocks after its own (getLatestBlockhash's lastValidBlockHeight is its block's height plus this). */
+const BLOCKHASH_VALID_BLOCKS = 150;
 /** Slots listed by one getBlocks: a watcher step's worth (it reads up to 100 blocks a step). */
 const SLOTS_LISTED = 100;
 /** Full blocks fetched at once while the watcher reads forward. */
@@ -241,7 +243,31 @@ export function parseSolanaBlock(
 interface SweepRecord {
   transaction: string;
   lastValidBlockHeight: number;
+  /**
+   * What the deposit held before it (lamports, or base units of the mint in
+   * all its token accounts), decimal: while the finalized chain shows
+   * anything else, something moved it, and no new sweep is built. (Absent in
+   * records made before it was kept.)
+   */
+  deposit?: { address: string; mint?: string; held: string };
 }
+
+/** A signature's status as getSignatureStatuses reports it. */
+interface SignatureStatus {
+  slot: number;
+  err: unknown;
+  confirmationStatus: 'processed' | 'confirmed' | 'finalized' | null;
+}
+
+/** The instructions of a sweep, and what the deposit held before it. */
+interface Sweep {
+  instructions: TransactionInstruction[];
+  held: bigint;
+}
+
+/** On the chain for good enough to count: confirmed by a supermajority at least (a processed one can be dropped). */
+const landed = (status: SignatureStatus | undefined): status is SignatureStatus =>
+  status?.confirmationStatus === 'confirmed' || status?.confirmationStatus === 'finalized';
 
 export class SolanaChain implements ChainAdapter {
   readonly chain: ChainName = 'solana';
@@ -543,7 +569,7 @@ export class SolanaChain implements ChainAdapter {
       );
     }
     const deposit = Keypair.fromSeed(key.privateKey);
-    const instructions =
+    const { instructions, held } =
       transfer.token === 'SOL'
         ? await this.solSweep(deposit.publicKey, transfer)
         : await this.tokenSweep(deposit.publicKey, transfer);
@@ -561,6 +587,11 @@ export class SolanaChain implements ChainAdapter {
     const record: SweepRecord = {
       transaction: transaction.serialize().toString('base64'),
       lastValidBlockHeight: value.lastValidBlockHeight,
+      deposit: {
+        address: transfer.from.address,
+        ...(transfer.token !== 'SOL' && { mint: this.tokenOf(transfer.token).mint }),
+        held: held.toString(),
+      },
     };
     const prepared = { txHash: bs58.encode(transaction.signature!), raw: JSON.stringify(record) };
     this.preparedByReference.set(transfer.reference, prepared);
@@ -574,7 +605,7 @@ export class SolanaChain implements ChainAdapter {
    * (a fresh treasury holds nothing, and a 1% fee is often less), and would
    * refuse every retry the same way.
    */
-  private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
+  private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<Sweep> {
     const [balance, treasuryHeld, rentExempt] = await Promise.all([
       this.balanceOf(deposit.toBase58()),
       this.balanceOf(this.treasury),
@@ -595,7 +626,7 @@ export class SolanaChain implements ChainAdapter {
       send(this.feePayer.publicKey, network + rest - toTreasury),
     ];
     if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
-    return instructions;
+    return { instructions, held: balance };
   }
 
   /** The least a System account with no data may hold (890,880 lamports on mainnet today), asked once. */
@@ -613,10 +644,14 @@ export class SolanaChain implements ChainAdapter {
    * detection counts a payment to any of them, not only the associated one
    * (a wallet may pay into an account it created for the deposit).
    */
-  private async depositTokenAccounts(deposit: PublicKey, mint: PublicKey) {
+  private async depositTokenAccounts(
+    deposit: PublicKey,
+    mint: PublicKey,
+    at: { commitment: 'confirmed' | 'finalized'; minContextSlot?: number } = { commitment: 'confirmed' },
+  ) {
     const { value } = await this.call<{ value: { pubkey: string; account: { data: [string, string] } }[] }>(
       'getTokenAccountsByOwner',
-      [deposit.toBase58(), { mint: mint.toBase58() }, { commitment: 'confirmed', encoding: 'base64' }],
+      [deposit.toBase58(), { mint: mint.toBase58() }, { ...at, encoding: 'base64' }],
     );
     return value.map(({ pubkey, account }) => ({
       address: new PublicKey(pubkey),
@@ -629,7 +664,7 @@ export class SolanaChain implements ChainAdapter {
    * where missing) and closed; then the merchant's account created where
    * missing, payout and fee by transferChecked, the associated account closed.
    */
-  private async tokenSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
+  private async tokenSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<Sweep> {
     const token = this.tokenOf(transfer.token);
     const mint = new PublicKey(token.mint);
     const payer = this.feePayer.publicKey;
@@ -677,12 +712,12 @@ export class SolanaChain implements ChainAdapter {
       );
     }
     instructions.push(createCloseAccountInstruction(source, treasury, deposit));
-    return instructions;
+    return { instructions, held };
   }
 
   async broadcast(prepared: PreparedTransaction): Promise<void> {
     const record = JSON.parse(prepared.raw) as SweepRecord;
-    if (await this.landed(prepared.txHash)) return;
+    if (landed(await this.signatureStatus(prepared.txHash))) return;
     try {
       await this.call<string>('sendTransaction', [
         record.transaction,
@@ -703,39 +738,71 @@ export class SolanaChain implements ChainAdapter {
     }
   }
 
-  /** True when the chain holds the transaction, successful; a failed one (fee taken, nothing moved) is refused. */
-  private async landed(signature: string): Promise<boolean> {
-    const status = await this.signatureStatus(signature);
-    if (!status) return false;
-    if (status.err !== null)
-      throw new TransactionRejectedError(`${signature} failed on chain: ${JSON.stringify(status.err)}`);
-    return true;
+  /** The signature's status, history searched; a failed transaction (fee taken, nothing moved) is refused. */
+  private async signatureStatus(signature: string): Promise<SignatureStatus | undefined> {
+    const { value } = await this.signatureStatuses([signature]);
+    return value[0];
   }
 
-  private async signatureStatus(signature: string) {
-    const answer = await this.call<{
-      value: ({ slot: number; err: unknown; confirmationStatus: string | null } | null)[];
-    }>('getSignatureStatuses', [[signature], { searchTransactionHistory: true }]);
-    return answer.value[0] ?? undefined;
+  private async signatureStatuses(signatures: string[]) {
+    const answer = await this.call<{ context: { slot: number }; value: (SignatureStatus | null)[] }>(
+      'getSignatureStatuses',
+      [signatures, { searchTransactionHistory: true }],
+    );
+    const value = answer.value.map((status, i) => {
+      if (status?.err != null)
+        throw new TransactionRejectedError(`${signatures[i]} failed on chain: ${JSON.stringify(status.err)}`);
+      return status ?? undefined;
+    });
+    return { slot: answer.context.slot, value };
   }
 
   /**
-   * Past its last valid block height on the finalized chain, a transaction
-   * can never be taken; if the chain has no record of it then, it never will.
+   * A sweep is declared refused, and a new one built, only on evidence that
+   * no validator can ever take it, all read at one finalized slot past its
+   * last valid block height: no backend that has seen that slot knows the
+   * signature (processed included), and the deposit's finalized balance
+   * there is still what it held before the sweep. Behind a load balancer
+   * each call may reach another backend, one that lags (up to 128 slots):
+   * an answer from before that slot decides nothing.
    */
   private async refuseIfExpired(signature: string, record: SweepRecord): Promise<void> {
-    const finalizedHeight = await this.call<number>('getBlockHeight', [{ commitment: 'finalized' }]);
+    const { context, value } = await this.call<{
+      context: { slot: number };
+      value: { lastValidBlockHeight: number };
+    }>('getLatestBlockhash', [{ commitment: 'finalized' }]);
+    const finalizedHeight = value.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS;
     if (finalizedHeight <= record.lastValidBlockHeight) return;
-    if (await this.landed(signature)) return;
+    const statuses = await this.signatureStatuses([signature]);
+    if (statuses.slot < context.slot || statuses.value[0]) return;
+    if (record.deposit) {
+      const held = await this.depositHeld(record.deposit, context.slot);
+      if (held !== BigInt(record.deposit.held)) return;
+    }
     throw new TransactionRejectedError(
       `${signature} expired without landing (block height ${finalizedHeight} > ${record.lastValidBlockHeight})`,
     );
   }
 
+  /** What a deposit holds on the finalized chain at `slot` or later (the node refuses an earlier answer: -32016). */
+  private async depositHeld(deposit: NonNullable<SweepRecord['deposit']>, slot: number): Promise<bigint> {
+    const at = { commitment: 'finalized', minContextSlot: slot } as const;
+    if (!deposit.mint) {
+      const answer = await this.call<{ value: Integer }>('getBalance', [deposit.address, at]);
+      return toBigInt(answer.value);
+    }
+    const accounts = await this.depositTokenAccounts(new PublicKey(deposit.address), new PublicKey(deposit.mint), at);
+    return accounts.reduce((sum, a) => sum + a.amount, 0n);
+  }
+
   async transactionStatus(txHash: string): Promise<TransactionStatus | undefined> {
-    const status = await this.signatureStatus(txHash);
-    // A failed transaction moved nothing: it is not the payout (broadcast then reports it refused).
-    if (!status || status.err !== null) return undefined;
+    const status = await this.signatureStatus(txHash).catch((error: unknown) => {
+      // A failed transaction moved nothing: it is not the payout (broadcast then reports it refused).
+      if (error instanceof TransactionRejectedError) return undefined;
+      throw error;
+    });
+    // Processed only: a minority fork can still drop it.
+    if (!landed(status)) return undefined;
     const head = await this.head();
     const depth = head.height - status.slot + 1;
     const final = status.confirmationStatus === 'finalized' || status.slot <= (head.finalized ?? -1);

@@ -23,6 +23,7 @@
 // takes the newest blocks back (their accounts are restored to what they were
 // before), `confirmed` is the head and `finalized` lags it (32 slots unless
 // set), as on a real cluster.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { createPublicKey, randomBytes, verify } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -61,6 +62,10 @@ import {
 export const MAINNET_GENESIS = '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d';
 /** A blockhash is valid for this many blocks after its own (MAX_PROCESSING_AGE). */
 const MAX_BLOCKHASH_AGE = 150;
+/** Blocks whose transactions the status cache still answers for (runtime status_cache.rs, MAX_CACHE_ENTRIES). */
+const STATUS_CACHE_SLOTS = 300;
+/** How far behind a lagging backend is: providers keep backends up to 128 slots behind in rotation. */
+const LAGGING_SLOTS = 40;
 /** getBlocks' widest range (rpc-client-api request.rs). */
 const MAX_GET_CONFIRMED_BLOCKS_RANGE = 500_000;
 
@@ -129,6 +134,16 @@ export class SolanaTestNode {
   readonly calls: string[] = [];
   /** A queue: the node refuses the next sendTransaction calls with these answers, then works again. */
   readonly failNextSends: { code: number; message: string }[] = [];
+  /**
+   * A load balancer in front of backends of which one lags: about one call in
+   * four (a seeded sequence, the same every run) is answered by a backend
+   * 40 slots behind, which knows neither the newest blocks nor their
+   * transactions, and whose balances are as they were there.
+   */
+  lagging = false;
+  private laggingDraw = 0x2545f491;
+  /** The slots behind of the backend answering the current call. */
+  private readonly backend = new AsyncLocalStorage<number>();
 
   constructor(options: SolanaTestNodeOptions = {}) {
     this.genesisHash = options.genesisHash ?? MAINNET_GENESIS;
@@ -194,11 +209,24 @@ export class SolanaTestNode {
     return this.blocks[this.blocks.length - 1]!;
   }
 
-  /** The newest block at a commitment: processed and confirmed are the head; finalized lags it. */
+  /**
+   * The newest block at a commitment, as the backend answering sees it:
+   * processed and confirmed are its head; finalized lags it.
+   */
   private blockAt(commitment = 'finalized'): LedgerBlock {
-    if (commitment !== 'finalized') return this.headBlock;
-    const limit = this.headBlock.slot - this.finalizedLag;
+    const head = this.headBlock.slot - (this.backend.getStore() ?? 0);
+    const limit = commitment === 'finalized' ? head - this.finalizedLag : head;
     return [...this.blocks].reverse().find((b) => b.slot <= limit) ?? this.blocks[0]!;
+  }
+
+  /** Whether the next call goes to the lagging backend (xorshift32: one in four, the same sequence every run). */
+  private drawLagging(): boolean {
+    let x = this.laggingDraw;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    this.laggingDraw = x >>> 0;
+    return this.lagging && this.laggingDraw % 4 === 0;
   }
 
   get headSlot(): number {
@@ -269,6 +297,28 @@ export class SolanaTestNode {
       owner: new PublicKey(found.programAddress),
       executable: found.executable,
     };
+  }
+
+  /**
+   * An account as it was when `slot` was sealed: the state before the first
+   * later transaction that touched it (what drop() restores), or now.
+   * Processed (no slot) is now, the open slot's transactions included.
+   */
+  private accountAt(address: PublicKey, slot?: number): AccountState {
+    if (slot === undefined) return this.account(address);
+    const key = address.toBase58();
+    const later = [...this.blocks.filter((b) => b.slot > slot).flatMap((b) => b.transactions), ...this.openSlot];
+    const touched = later.find((t) => t.before.has(key));
+    return touched ? touched.before.get(key)! : this.account(address);
+  }
+
+  /** The slot a read at this commitment sees (undefined: processed, the open slot included), or -32016 before `minContextSlot`. */
+  private readSlot(config: { commitment?: string; minContextSlot?: number }): number | undefined {
+    const slot = this.blockAt(config.commitment).slot;
+    // agave rpc/src/rpc.rs, get_bank_with_config: a bank older than minContextSlot is refused.
+    if (config.minContextSlot !== undefined && slot < config.minContextSlot)
+      throw new RpcFailure(-32016, 'Minimum context slot has not been reached', { contextSlot: slot });
+    return config.commitment === 'processed' && !this.backend.getStore() ? undefined : slot;
   }
 
   private setAccount(address: PublicKey, state: NonNullable<AccountState>): void {
@@ -440,10 +490,18 @@ export class SolanaTestNode {
         unitsConsumed: 0,
         returnData: null,
       });
-    if (this.findTransaction(signature)) throw preflight('This transaction has already been processed');
-    const issuedAt = this.blocks.find((b) => b.blockhash === message.recentBlockhash);
-    if (!issuedAt || issuedAt.blockHeight! + MAX_BLOCKHASH_AGE < this.headBlock.blockHeight!) {
+    // agave runtime bank.rs, check_transactions: the age of the blockhash is
+    // checked first, the status cache only for a transaction that passes it,
+    // so a landed transaction sent again once expired is "Blockhash not found".
+    const tip = this.blockAt('confirmed');
+    const issuedAt = this.blocks.find((b) => b.blockhash === message.recentBlockhash && b.slot <= tip.slot);
+    if (!issuedAt || issuedAt.blockHeight! + MAX_BLOCKHASH_AGE < tip.blockHeight!) {
       throw preflight('Blockhash not found');
+    }
+    if (this.findTransaction(signature)) {
+      // A lagging backend has not seen it: its preflight passes, and the leader drops the repeat.
+      if (this.backend.getStore()) return signature;
+      throw preflight('This transaction has already been processed');
     }
     const before = new Map<string, AccountState>();
     for (const key of keys) before.set(key.toBase58(), this.account(key));
@@ -538,7 +596,8 @@ export class SolanaTestNode {
     }
     this.calls.push(request.method ?? '');
     try {
-      const result = await this.call(request.method ?? '', request.params ?? []);
+      const behind = this.drawLagging() ? LAGGING_SLOTS : 0;
+      const result = await this.backend.run(behind, () => this.call(request.method ?? '', request.params ?? []));
       return JSON.stringify({ jsonrpc: '2.0', result, id: request.id }, (_key, value) =>
         typeof value === 'bigint' ? Number(value) : value,
       );
@@ -562,15 +621,19 @@ export class SolanaTestNode {
   }
 
   private async call(method: string, params: unknown[]): Promise<unknown> {
-    const config = (at: number) => (params[at] ?? {}) as { commitment?: string; [key: string]: unknown };
+    const config = (at: number) =>
+      (params[at] ?? {}) as { commitment?: string; minContextSlot?: number; [key: string]: unknown };
     switch (method) {
       case 'getGenesisHash':
         return this.genesisHash;
       case 'getSlot':
+        this.readSlot(config(0));
         return this.blockAt(config(0).commitment).slot;
       case 'getBlockHeight':
+        this.readSlot(config(0));
         return this.blockAt(config(0).commitment).blockHeight;
       case 'getLatestBlockhash': {
+        this.readSlot(config(0));
         const block = this.blockAt(config(0).commitment);
         return {
           context: this.rpcContext(config(0).commitment),
@@ -627,46 +690,14 @@ export class SolanaTestNode {
       }
       case 'getBalance': {
         const address = this.publicKey(params[0]);
-        return { context: this.rpcContext(config(1).commitment), value: Number(await this.balance(address)) };
+        const lamports = this.accountAt(address, this.readSlot(config(1)))?.lamports ?? 0n;
+        return { context: this.rpcContext(config(1).commitment), value: Number(lamports) };
       }
       case 'getAccountInfo': {
-        // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_account_info: a
-        // missing account (or one with 0 lamports, which the bank does not
-        // keep) is `value: null`; the encoding defaults to binary (a bare
-        // base58 string), and base58 data over 128 bytes is refused
-        // (encode_account, MAX_BASE58_BYTES); dataSlice cuts the data after
-        // the account is read, so `space` stays the account's whole size
-        // (account-decoder's encode_ui_account).
         const address = this.publicKey(params[0]);
-        const account = this.account(address);
-        const encoding = (config(1)['encoding'] as string | undefined) ?? 'binary';
-        if (!['binary', 'base58', 'base64'].includes(encoding))
-          throw new RpcFailure(-32602, `this test node does not encode accounts as ${encoding}`);
-        const slice = config(1)['dataSlice'] as { offset: number; length: number } | undefined;
-        const data = account
-          ? Buffer.from(account.data).subarray(slice?.offset ?? 0, slice ? slice.offset + slice.length : undefined)
-          : undefined;
-        if (data && encoding !== 'base64' && data.length > 128)
-          throw new RpcFailure(
-            -32600,
-            'Encoded binary (base 58) data should be less than 128 bytes, please use Base64 encoding.',
-          );
-        const encoded =
-          encoding === 'binary'
-            ? bs58.encode(data ?? [])
-            : [encoding === 'base64' ? data?.toString('base64') : bs58.encode(data ?? []), encoding];
         return {
           context: this.rpcContext(config(1).commitment),
-          value: account
-            ? {
-                data: encoded,
-                executable: account.executable,
-                lamports: account.lamports,
-                owner: account.owner.toBase58(),
-                rentEpoch: 18446744073709551615n,
-                space: account.data.length,
-              }
-            : null,
+          value: this.encodeAccount(this.accountAt(address, this.readSlot(config(1))), config(1)),
         };
       }
       case 'getTokenAccountBalance': {
@@ -690,29 +721,47 @@ export class SolanaTestNode {
         const mint = this.publicKey(filter.mint);
         if (!this.account(mint)?.owner.equals(TOKEN_PROGRAM_ID))
           throw new RpcFailure(-32602, 'Invalid param: could not find mint');
+        const at = this.readSlot(config(2));
         const value = [];
         for (const key of this.tokenProgramAccounts) {
           const address = new PublicKey(key);
-          const state = this.account(address);
+          const state = this.accountAt(address, at);
           if (!state?.owner.equals(TOKEN_PROGRAM_ID) || state.data.length !== ACCOUNT_SIZE) continue;
           const account = unpackAccount(address, asAccountInfo(state));
           if (!account.owner.equals(owner) || !account.mint.equals(mint)) continue;
-          value.push({
-            pubkey: key,
-            account: await this.call('getAccountInfo', [key, config(2)]).then((a) => (a as { value: unknown }).value),
-          });
+          value.push({ pubkey: key, account: this.encodeAccount(state, config(2)) });
         }
         return { context: this.rpcContext(config(2).commitment), value };
       }
       case 'getSignatureStatuses': {
-        const finalizedSlot = this.blockAt('finalized').slot;
+        // agave rpc/src/rpc.rs, get_signature_statuses: the processed bank's
+        // status cache first (the last 300 slots: processed, confirmed or
+        // finalized, get_transaction_status); then, with
+        // searchTransactionHistory only, the blockstore's rooted statuses
+        // (finalized). A backend knows only what it has processed.
+        const { searchTransactionHistory = false } = config(1) as { searchTransactionHistory?: boolean };
+        const tip = this.blockAt('confirmed');
+        const root = this.blockAt('finalized').slot;
+        const open = this.backend.getStore() ? [] : this.openSlot;
         const value = (params[0] as string[]).map((signature) => {
-          const block = this.blocks.find((b) => b.transactions.some((t) => t.transaction.signatures[0] === signature));
+          if (open.some((t) => t.transaction.signatures[0] === signature))
+            return {
+              slot: this.slot,
+              confirmations: 0,
+              err: null,
+              status: { Ok: null },
+              confirmationStatus: 'processed',
+            };
+          const block = this.blocks.find(
+            (b) => b.slot <= tip.slot && b.transactions.some((t) => t.transaction.signatures[0] === signature),
+          );
           if (!block) return null;
-          const final = block.slot <= finalizedSlot;
+          const cached = block.slot > tip.slot - STATUS_CACHE_SLOTS;
+          if (!cached && !searchTransactionHistory) return null;
+          const final = block.slot <= root;
           return {
             slot: block.slot,
-            confirmations: final ? null : this.blocks.filter((b) => b.slot > block.slot).length,
+            confirmations: final ? null : this.blocks.filter((b) => b.slot > block.slot && b.slot <= tip.slot).length,
             err: null,
             status: { Ok: null },
             confirmationStatus: final ? 'finalized' : 'confirmed',
@@ -745,6 +794,43 @@ export class SolanaTestNode {
       default:
         throw new RpcFailure(-32601, 'Method not found');
     }
+  }
+
+  /** An account as getAccountInfo encodes it. */
+  private encodeAccount(account: AccountState, options: Record<string, unknown>) {
+    // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_account_info: a
+    // missing account (or one with 0 lamports, which the bank does not
+    // keep) is `value: null`; the encoding defaults to binary (a bare
+    // base58 string), and base58 data over 128 bytes is refused
+    // (encode_account, MAX_BASE58_BYTES); dataSlice cuts the data after
+    // the account is read, so `space` stays the account's whole size
+    // (account-decoder's encode_ui_account).
+    const encoding = (options['encoding'] as string | undefined) ?? 'binary';
+    if (!['binary', 'base58', 'base64'].includes(encoding))
+      throw new RpcFailure(-32602, `this test node does not encode accounts as ${encoding}`);
+    const slice = options['dataSlice'] as { offset: number; length: number } | undefined;
+    const data = account
+      ? Buffer.from(account.data).subarray(slice?.offset ?? 0, slice ? slice.offset + slice.length : undefined)
+      : undefined;
+    if (data && encoding !== 'base64' && data.length > 128)
+      throw new RpcFailure(
+        -32600,
+        'Encoded binary (base 58) data should be less than 128 bytes, please use Base64 encoding.',
+      );
+    const encoded =
+      encoding === 'binary'
+        ? bs58.encode(data ?? [])
+        : [encoding === 'base64' ? data?.toString('base64') : bs58.encode(data ?? []), encoding];
+    return account
+      ? {
+          data: encoded,
+          executable: account.executable,
+          lamports: account.lamports,
+          owner: account.owner.toBase58(),
+          rentEpoch: 18446744073709551615n,
+          space: account.data.length,
+        }
+      : null;
   }
 
   private publicKey(value: unknown): PublicKey {

@@ -253,6 +253,23 @@ describe('the Solana adapter', () => {
     return merchant;
   }
 
+  /** A deposit paid `deposited` lamports, and its sweep of `amount` to a new merchant prepared (not sent). */
+  async function paidSolSweep(index: number, deposited: bigint, amount: bigint, reference: string) {
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, deposit, deposited);
+    await node.mine();
+    const merchant = Keypair.generate().publicKey.toBase58();
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: merchant,
+      token: 'SOL',
+      amount,
+      reference,
+      fees: { platform: deposited / 100n, network: 10_000n },
+    });
+    return { deposit, merchant, sweep };
+  }
+
   /** Sweeps the 40 USDT a deposit holds: 39.6 to a new merchant, the 0.4 fee to the treasury. */
   async function sweepFortyUsdt(index: number, reference: string) {
     const treasuryTokens = await node.tokenBalance(chain.treasury, 'USDT');
@@ -557,18 +574,7 @@ describe('the Solana adapter', () => {
   });
 
   it('declares a sweep refused only once the finalized chain is past its last valid height without it', async () => {
-    const index = 15;
-    const deposit = keyring.deriveDepositKey('solana', index).address;
-    await node.sendSol(payer, deposit, 50_000_000n);
-    await node.mine();
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: Keypair.generate().publicKey.toBase58(),
-      token: 'SOL',
-      amount: 40_000_000n,
-      reference: 'lost-sweep',
-      fees: { platform: 500_000n, network: 10_000n },
-    });
+    const { deposit, sweep } = await paidSolSweep(15, 50_000_000n, 40_000_000n, 'lost-sweep');
     // Never sent (the process died before), and now its blockhash is too old.
     await node.mine(200);
     const refused = () => chain.broadcast(sweep);
@@ -581,19 +587,7 @@ describe('the Solana adapter', () => {
   });
 
   it('never declares a landed sweep expired through a lagging backend: the merchant is paid once', async () => {
-    const index = 21;
-    const deposit = keyring.deriveDepositKey('solana', index).address;
-    await node.sendSol(payer, deposit, 50_000_000n);
-    await node.mine();
-    const merchant = Keypair.generate().publicKey.toBase58();
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: merchant,
-      token: 'SOL',
-      amount: 40_000_000n,
-      reference: 'late-landing',
-      fees: { platform: 500_000n, network: 10_000n },
-    });
+    const { merchant, sweep } = await paidSolSweep(21, 50_000_000n, 40_000_000n, 'late-landing');
     // It lands in the last block its blockhash allows (the blockhash is of the finalized block, 32 behind).
     await node.mine(150 - 32 - 1);
     await chain.broadcast(sweep);
@@ -618,18 +612,7 @@ describe('the Solana adapter', () => {
   });
 
   it('counts a sweep as on the chain only once confirmed: processed is not enough', async () => {
-    const index = 22;
-    const deposit = keyring.deriveDepositKey('solana', index).address;
-    await node.sendSol(payer, deposit, 5_000_000n);
-    await node.mine();
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: Keypair.generate().publicKey.toBase58(),
-      token: 'SOL',
-      amount: 4_000_000n,
-      reference: 'processed',
-      fees: { platform: 50_000n, network: 10_000n },
-    });
+    const { sweep } = await paidSolSweep(22, 5_000_000n, 4_000_000n, 'processed');
     await chain.broadcast(sweep);
     const status = await rpc(node, 'getSignatureStatuses', [[sweep.txHash]]);
     assert.equal(status.result.value[0].confirmationStatus, 'processed');
@@ -641,18 +624,7 @@ describe('the Solana adapter', () => {
 
   it('leaves the outcome open when the RPC is behind, and sends the same transaction next time', async () => {
     node.failNextSends.push({ code: -32005, message: 'Node is behind by 42 slots' });
-    const index = 16;
-    const deposit = keyring.deriveDepositKey('solana', index).address;
-    await node.sendSol(payer, deposit, 5_000_000n);
-    await node.mine();
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: Keypair.generate().publicKey.toBase58(),
-      token: 'SOL',
-      amount: 1_000_000n,
-      reference: 'behind',
-      fees: { platform: 50_000n, network: 10_000n },
-    });
+    const { sweep } = await paidSolSweep(16, 5_000_000n, 1_000_000n, 'behind');
     await assert.rejects(
       chain.broadcast(sweep),
       (error: Error) => !(error instanceof TransactionRejectedError) && /behind/.test(error.message),

@@ -18,7 +18,7 @@ import bs58 from 'bs58';
 import { derivePath } from 'ed25519-hd-key';
 import { mnemonicToSeedSync } from '@scure/bip39';
 import { parseRpcJson, parseSolanaBlock, SolanaChain, TOKEN_INDEX_OFFSET } from '../adapters/chains/solana.ts';
-import { TransactionRejectedError } from '../adapters/chains/port.ts';
+import { PayoutRefusedError, TransactionRejectedError } from '../adapters/chains/port.ts';
 import { DepositKeyring, solanaServiceWalletPaths } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
@@ -317,6 +317,19 @@ describe('the Solana adapter', () => {
       (await chain.receivingProblem(SYSVAR_CLOCK_PUBKEY.toBase58()))!,
       /is an account of the program Sysvar1111111111111111111111111111111111111 on solana/,
     );
+  });
+
+  it('refuses a Token-2022 mint or wrapped SOL as a token at start-up, in one line naming the variable', async () => {
+    const token2022 = node.createToken2022Mint().toBase58();
+    const open = (mint: string) =>
+      SolanaChain.open({ rpcUrl: node.url, keyring, tokens: [{ symbol: 'PYUSD', mint, decimals: 6 }] });
+    await assert.rejects(open(token2022), {
+      message: `CHAIN_SOLANA_TOKENS: PYUSD's mint ${token2022} is a Token-2022 mint; only SPL Token mints are supported`,
+    });
+    await assert.rejects(open('So11111111111111111111111111111111111111112'), {
+      message:
+        "CHAIN_SOLANA_TOKENS: PYUSD's mint So11111111111111111111111111111111111111112 is wrapped SOL, which is not taken: SOL payments are taken as SOL",
+    });
   });
 
   it('refuses a token account or a mint as the treasury at start-up, in one line naming the variable', async () => {
@@ -622,6 +635,15 @@ describe('the Solana adapter', () => {
     assert.ok(await chain.transactionStatus(sweep.txHash));
   });
 
+  it('refuses a SOL payout that would leave a new wallet under the rent-exempt minimum, for good', async () => {
+    await assert.rejects(paidSolSweep(23, 1_000_000n, 800_000n, 'under-rent'), (error: Error) => {
+      assert.ok(error instanceof PayoutRefusedError);
+      assert.equal(error.reason, 'fees_exceed_amount');
+      assert.match(error.message, /under the rent-exempt minimum of 890880/);
+      return true;
+    });
+  });
+
   it('leaves the outcome open when the RPC is behind, and sends the same transaction next time', async () => {
     node.failNextSends.push({ code: -32005, message: 'Node is behind by 42 slots' });
     const { sweep } = await paidSolSweep(16, 5_000_000n, 1_000_000n, 'behind');
@@ -632,5 +654,40 @@ describe('the Solana adapter', () => {
     await chain.broadcast(sweep);
     await node.mine();
     assert.ok(await chain.transactionStatus(sweep.txHash));
+  });
+
+  it('bids the recent priority fee under congestion, quoted in the SOL network fee: sweeps land, a sweep without it never does', async () => {
+    node.congestionFee = 50_000; // micro-lamports per compute unit
+    await node.mine(150);
+    const congested = await SolanaChain.open({ rpcUrl: node.url, keyring });
+    try {
+      const network = congested.networkFee('SOL');
+      assert.equal(network, 10_000n + 50n, 'two signatures, and 1,000 units at 50,000 micro-lamports');
+      const feeBefore = await node.balance(congested.feeWallet);
+      const solPayout = { token: 'SOL', amount: 4_000_000n, platform: 50_000n, network };
+      const deposit = keyring.deriveDepositKey('solana', 24).address;
+      await node.sendSol(payer, deposit, solPayout.amount + solPayout.platform + network);
+      await node.mine();
+      const merchant = await sweepToNewMerchant(congested, 24, solPayout, 'congested-sol');
+      assert.equal(await node.balance(merchant), 4_000_000n);
+      const [sweep] = node.paymentsTo(merchant);
+      assert.equal(node.feeOf(sweep!.signature), network, 'the runtime charged exactly the quoted fee');
+      assert.equal(await node.balance(congested.feeWallet), feeBefore, 'and the fee wallet got it back');
+
+      await node.mintTokens(keyring.deriveDepositKey('solana', 25).address, 'USDT', 40_000_000n);
+      await node.mine();
+      const tokenPayout = { token: 'USDT', amount: 39_600_000n, platform: 400_000n, network: 0n };
+      const tokenMerchant = await sweepToNewMerchant(congested, 25, tokenPayout, 'congested-usdt');
+      assert.equal(await node.tokenBalance(tokenMerchant, 'USDT'), 39_600_000n);
+
+      // Quoted before the congestion: no priority fee, and no leader schedules it.
+      const { sweep: unpriced } = await paidSolSweep(26, 5_000_000n, 4_000_000n, 'unpriced');
+      await chain.broadcast(unpriced);
+      await node.mine();
+      assert.equal(await chain.transactionStatus(unpriced.txHash), undefined);
+    } finally {
+      congested.close();
+      node.congestionFee = 0;
+    }
   });
 });

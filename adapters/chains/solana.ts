@@ -45,6 +45,7 @@ import {
 import {
   AccountLayout,
   MINT_SIZE,
+  NATIVE_MINT,
   TOKEN_2022_PROGRAM_ID,
   TOKEN_PROGRAM_ID,
   createAssociatedTokenAccountIdempotentInstruction,
@@ -58,6 +59,7 @@ import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
+  PayoutRefusedError,
   TransactionRejectedError,
   type ChainAdapter,
   type ChainBlock,
@@ -78,6 +80,20 @@ export const solanaClusters: Record<string, string> = {
 /** The base fee of one signature, in lamports (what a sweep's two signatures cost, without priority fees). */
 export const LAMPORTS_PER_SIGNATURE = 5_000n;
 const SWEEP_SIGNATURES = 2n;
+/**
+ * The compute units a SOL sweep asks for (three System transfers at 150 and
+ * two ComputeBudget instructions at 150): its priority fee is this times the
+ * unit price, and 1,000 makes a fee in whole lamports a whole unit price.
+ */
+const SOL_SWEEP_COMPUTE_UNITS = 1_000n;
+const MICRO_LAMPORTS = 1_000_000n;
+/**
+ * The most a sweep bids per compute unit, in micro-lamports (a token sweep's
+ * ~200,000 units: 0.0002 SOL at most), whatever a burst of recent fees says.
+ */
+const MAX_PRIORITY_PRICE = 1_000_000n;
+/** How long a priority price is used before it is asked again (getRecentPrioritizationFees). */
+const PRIORITY_PRICE_MS = 10_000;
 const RPC_TIMEOUT_MS = 30_000;
 /**
  * getBlock's answers for a slot it does not serve: -32004 (not available at
@@ -265,6 +281,12 @@ interface Sweep {
   held: bigint;
 }
 
+/** The compute units a sweep asks for, and its priority price per unit (none at 0). */
+const computeBudget = (units: bigint, microLamports: bigint): TransactionInstruction[] => [
+  ComputeBudgetProgram.setComputeUnitLimit({ units: Number(units) }),
+  ...(microLamports > 0n ? [ComputeBudgetProgram.setComputeUnitPrice({ microLamports })] : []),
+];
+
 /** On the chain for good enough to count: confirmed by a supermajority at least (a processed one can be dropped). */
 const landed = (status: SignatureStatus | undefined): status is SignatureStatus =>
   status?.confirmationStatus === 'confirmed' || status?.confirmationStatus === 'finalized';
@@ -306,11 +328,52 @@ export class SolanaChain implements ChainAdapter {
       // The treasury takes token fees in an associated account derived for it: a token account or a mint would lose them.
       const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
       if (treasuryProblem) throw new Error(`CHAIN_SOLANA_TREASURY: ${treasuryProblem}`);
+      await adapter.checkTokens();
+      await adapter.refreshPriorityPrice();
       return adapter;
     } catch (error) {
       adapter.close();
       throw error;
     }
+  }
+
+  /**
+   * Only classic SPL Token mints are taken: a Token-2022 mint's accounts live
+   * at other addresses and may carry extensions (transfer fees, hooks) that
+   * change what a transfer delivers, and wrapped SOL is SOL held in a token
+   * account; neither is detected nor swept here, so either stops start-up.
+   */
+  private async checkTokens(): Promise<void> {
+    for (const { symbol, mint } of this.tokens) {
+      const refused = (why: string) => new Error(`CHAIN_SOLANA_TOKENS: ${symbol}'s mint ${mint} ${why}`);
+      if (mint === NATIVE_MINT.toBase58())
+        throw refused('is wrapped SOL, which is not taken: SOL payments are taken as SOL');
+      const { value } = await this.call<{ value: { owner: string } | null }>('getAccountInfo', [
+        mint,
+        { commitment: 'finalized', encoding: 'base64', dataSlice: { offset: 0, length: 0 } },
+      ]);
+      if (!value) throw refused('does not exist on this cluster');
+      if (value.owner === TOKEN_2022_PROGRAM_ID.toBase58())
+        throw refused('is a Token-2022 mint; only SPL Token mints are supported');
+      if (value.owner !== TOKEN_PROGRAM_ID.toBase58()) throw refused(`is not a token mint (owner ${value.owner})`);
+    }
+  }
+
+  /**
+   * The price per compute unit a sweep bids (micro-lamports): the 75th
+   * percentile of the last 150 blocks' lowest landed fees
+   * (getRecentPrioritizationFees), capped. Under congestion a sweep without
+   * it waits behind those that pay, until its blockhash expires.
+   */
+  private priorityPrice = { microLamports: 0n, at: 0 };
+  async refreshPriorityPrice(): Promise<void> {
+    const fees = await this.call<{ slot: number; prioritizationFee: Integer }[]>('getRecentPrioritizationFees', [[]]);
+    const sorted = fees.map((f) => toBigInt(f.prioritizationFee)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    const percentile = sorted[Math.floor((sorted.length * 3) / 4)] ?? 0n;
+    this.priorityPrice = {
+      microLamports: percentile < MAX_PRIORITY_PRICE ? percentile : MAX_PRIORITY_PRICE,
+      at: Date.now(),
+    };
   }
 
   private async checkCluster(cluster: string): Promise<void> {
@@ -373,6 +436,7 @@ export class SolanaChain implements ChainAdapter {
   // -------------------------------------------------------------------------
 
   async head(): Promise<ChainHead> {
+    if (Date.now() - this.priorityPrice.at > PRIORITY_PRICE_MS) void this.refreshPriorityPrice().catch(() => undefined);
     const [latest, finalized] = await Promise.all([
       this.call<{ context: { slot: number }; value: { blockhash: string } }>('getLatestBlockhash', [
         { commitment: 'confirmed' },
@@ -551,12 +615,15 @@ export class SolanaChain implements ChainAdapter {
   }
 
   /**
-   * A SOL sweep's two signatures at the base fee, taken from the deposit and
-   * returned to the fee wallet that paid them; tokens cost the deposit nothing
-   * (the fee wallet pays in SOL).
+   * A SOL sweep's two signatures at the base fee and its priority fee at the
+   * current price, taken from the deposit and returned to the fee wallet that
+   * paid them; tokens cost the deposit nothing (the fee wallet pays in SOL).
    */
   networkFee(token: string): bigint {
-    return token === 'SOL' ? LAMPORTS_PER_SIGNATURE * SWEEP_SIGNATURES : 0n;
+    if (token !== 'SOL') return 0n;
+    const priority =
+      (this.priorityPrice.microLamports * SOL_SWEEP_COMPUTE_UNITS + MICRO_LAMPORTS - 1n) / MICRO_LAMPORTS;
+    return LAMPORTS_PER_SIGNATURE * SWEEP_SIGNATURES + priority;
   }
 
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
@@ -606,12 +673,23 @@ export class SolanaChain implements ChainAdapter {
    * refuse every retry the same way.
    */
   private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<Sweep> {
-    const [balance, treasuryHeld, rentExempt] = await Promise.all([
+    const [balance, treasuryHeld, merchantHeld, rentExempt] = await Promise.all([
       this.balanceOf(deposit.toBase58()),
       this.balanceOf(this.treasury),
+      this.balanceOf(transfer.to),
       this.rentExemptMinimum(),
     ]);
+    if (merchantHeld + transfer.amount < rentExempt) {
+      // The runtime refuses to create an account under its rent-exempt minimum, at every retry.
+      throw new PayoutRefusedError(
+        'fees_exceed_amount',
+        `a payout of ${transfer.amount} lamports to ${transfer.to}, which holds ${merchantHeld}, leaves it under the rent-exempt minimum of ${rentExempt}`,
+      );
+    }
     const network = transfer.fees?.network ?? this.networkFee('SOL');
+    // The quoted fee beyond the signatures is the priority fee: its unit price is what spends exactly that.
+    const priority = network - LAMPORTS_PER_SIGNATURE * SWEEP_SIGNATURES;
+    const price = priority > 0n ? (priority * MICRO_LAMPORTS) / SOL_SWEEP_COMPUTE_UNITS : 0n;
     const rest = balance - transfer.amount - network;
     if (rest < 0n) {
       throw new TransactionRejectedError(
@@ -622,6 +700,7 @@ export class SolanaChain implements ChainAdapter {
       SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
     const toTreasury = rest > 0n && treasuryHeld + rest >= rentExempt ? rest : 0n;
     const instructions = [
+      ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
       send(transfer.to, transfer.amount),
       send(this.feePayer.publicKey, network + rest - toTreasury),
     ];
@@ -689,7 +768,7 @@ export class SolanaChain implements ChainAdapter {
     const treasuryAccount = getAssociatedTokenAddressSync(mint, treasury, true);
     const instructions: TransactionInstruction[] = [
       // Enough compute for the account creations, the transfers and the closes, whatever the default.
-      ComputeBudgetProgram.setComputeUnitLimit({ units: 200_000 + others.length * 30_000 }),
+      ...computeBudget(BigInt(200_000 + others.length * 30_000), this.priorityPrice.microLamports),
     ];
     if (others.length > 0) {
       instructions.push(createAssociatedTokenAccountIdempotentInstruction(payer, source, deposit, mint));

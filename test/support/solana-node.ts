@@ -28,6 +28,7 @@ import { createPublicKey, randomBytes, verify } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
+  ComputeBudgetProgram,
   Keypair,
   LAMPORTS_PER_SOL,
   PublicKey,
@@ -40,6 +41,7 @@ import {
   ACCOUNT_SIZE,
   MINT_SIZE,
   MintLayout,
+  TOKEN_2022_PROGRAM_ID,
   TOKEN_PROGRAM_ID,
   createAssociatedTokenAccountIdempotentInstruction,
   createMintToInstruction,
@@ -141,6 +143,14 @@ export class SolanaTestNode {
    * transactions, and whose balances are as they were there.
    */
   lagging = false;
+  /**
+   * What other users pay per compute unit now, in micro-lamports: each block
+   * sealed meanwhile reports it as its lowest landed fee
+   * (getRecentPrioritizationFees), and a transaction bidding less is never
+   * scheduled (it is taken, then expires unseen).
+   */
+  congestionFee = 0;
+  private readonly blockFees = new Map<number, number>();
   private laggingDraw = 0x2545f491;
   /** The slots behind of the backend answering the current call. */
   private readonly backend = new AsyncLocalStorage<number>();
@@ -152,25 +162,10 @@ export class SolanaTestNode {
   }
 
   async start(): Promise<this> {
-    const mints = this.tokens.map((t) => {
-      const data = Buffer.alloc(MINT_SIZE);
-      MintLayout.encode(
-        {
-          mintAuthorityOption: 1,
-          mintAuthority: this.mintAuthority.publicKey,
-          supply: 0n,
-          decimals: t.decimals,
-          isInitialized: true,
-          freezeAuthorityOption: 0,
-          freezeAuthority: PublicKey.default,
-        },
-        data,
-      );
-      return {
-        address: new PublicKey(t.mint),
-        info: { lamports: 1_461_600n, data: Uint8Array.from(data), owner: TOKEN_PROGRAM_ID, executable: false },
-      };
-    });
+    const mints = this.tokens.map((t) => ({
+      address: new PublicKey(t.mint),
+      info: this.mintAccount(t.decimals, TOKEN_PROGRAM_ID),
+    }));
     const rich = {
       lamports: BigInt(1_000_000 * LAMPORTS_PER_SOL),
       data: new Uint8Array(),
@@ -199,6 +194,31 @@ export class SolanaTestNode {
   async stop(): Promise<void> {
     await new Promise<void>((resolve) => (this.server ? this.server.close(() => resolve()) : resolve()));
     this.server?.closeAllConnections();
+  }
+
+  /** A mint's account, this node its mint authority, owned by `program` (a Token-2022 mint without extensions has the same layout). */
+  private mintAccount(decimals: number, program: PublicKey): NonNullable<AccountState> {
+    const data = Buffer.alloc(MINT_SIZE);
+    MintLayout.encode(
+      {
+        mintAuthorityOption: 1,
+        mintAuthority: this.mintAuthority.publicKey,
+        supply: 0n,
+        decimals,
+        isInitialized: true,
+        freezeAuthorityOption: 0,
+        freezeAuthority: PublicKey.default,
+      },
+      data,
+    );
+    return { lamports: 1_461_600n, data: Uint8Array.from(data), owner: program, executable: false };
+  }
+
+  /** A Token-2022 mint (PYUSD is one on mainnet), to show what the adapter refuses. */
+  createToken2022Mint(decimals = 6): PublicKey {
+    const mint = Keypair.generate().publicKey;
+    this.setAccount(mint, this.mintAccount(decimals, TOKEN_2022_PROGRAM_ID));
+    return mint;
   }
 
   // -------------------------------------------------------------------------
@@ -252,6 +272,7 @@ export class SolanaTestNode {
         blockTime: Math.floor(Date.now() / 1000),
         transactions: this.openSlot.map((t) => ({ ...t, slot })),
       });
+      this.blockFees.set(slot, this.congestionFee);
       this.openSlot = [];
     }
   }
@@ -406,7 +427,13 @@ export class SolanaTestNode {
       feePayer: feePayer.publicKey,
       blockhash: this.headBlock.blockhash,
       lastValidBlockHeight: this.headBlock.blockHeight! + MAX_BLOCKHASH_AGE,
-    }).add(...instructions);
+    }).add(
+      // Under congestion a wallet bids what others pay, or its transfer never lands.
+      ...(this.congestionFee > 0
+        ? [ComputeBudgetProgram.setComputeUnitPrice({ microLamports: this.congestionFee })]
+        : []),
+      ...instructions,
+    );
     tx.sign(...signers);
     return this.accept(tx.serialize().toString('base64'));
   }
@@ -503,6 +530,9 @@ export class SolanaTestNode {
       if (this.backend.getStore()) return signature;
       throw preflight('This transaction has already been processed');
     }
+    const budget = computeBudgetOf(message);
+    // Leaders schedule by priority: under congestion, a bid below what others pay never lands.
+    if (budget.microLamports < BigInt(this.congestionFee)) return signature;
     const before = new Map<string, AccountState>();
     for (const key of keys) before.set(key.toBase58(), this.account(key));
     const processed = this.svm.sendTransaction(getTransactionDecoder().decode(bytes));
@@ -511,8 +541,11 @@ export class SolanaTestNode {
     const after = new Map<string, AccountState>();
     for (const key of keys) after.set(key.toBase58(), this.account(key));
     for (const [key, state] of after) if (state?.owner.equals(TOKEN_PROGRAM_ID)) this.tokenProgramAccounts.add(key);
-    // The runtime's fee: every signature at the base fee (no priority fee is ever set here).
-    const fee = Number(LAMPORTS_PER_SIGNATURE) * message.header.numRequiredSignatures;
+    // The runtime's fee (agave fee/src/lib.rs, calculate_fee_details): every
+    // signature at the base fee, and the priority fee, the unit price times
+    // the units asked for, rounded up (compute-budget's get_prioritization_fee).
+    const priorityFee = (budget.microLamports * BigInt(budget.units) + 999_999n) / 1_000_000n;
+    const fee = Number(LAMPORTS_PER_SIGNATURE) * message.header.numRequiredSignatures + Number(priorityFee);
     const lamports = (state: AccountState | undefined) => state?.lamports ?? 0n;
     const record: LedgerTransaction = {
       slot: this.slot,
@@ -789,6 +822,19 @@ export class SolanaTestNode {
             : Buffer.from(bs58.decode(params[0] as string)).toString('base64');
         return this.accept(wire);
       }
+      case 'getRecentPrioritizationFees': {
+        // agave rpc/src/rpc.rs, get_recent_prioritization_fees: at most 128
+        // accounts; one entry per block the cache holds (the last 150), its
+        // lowest landed fee (prioritization_fee_cache.rs; accounts named
+        // only raise it to their own lowest, which is never lower here).
+        const accounts = (params[0] ?? []) as string[];
+        if (accounts.length > 128) throw new RpcFailure(-32602, 'Too many inputs provided; max 128');
+        const tip = this.blockAt('confirmed').slot;
+        return this.blocks
+          .filter((b) => b.slot <= tip)
+          .slice(-150)
+          .map((b) => ({ slot: b.slot, prioritizationFee: this.blockFees.get(b.slot) ?? 0 }));
+      }
       case 'getMinimumBalanceForRentExemption':
         return Number(this.svm.minimumBalanceForRentExemption(BigInt(params[0] as number)));
       default:
@@ -840,6 +886,27 @@ export class SolanaTestNode {
       throw new RpcFailure(-32602, `Invalid param: ${String(value).slice(0, 60)}`);
     }
   }
+}
+
+const COMPUTE_BUDGET_PROGRAM = 'ComputeBudget111111111111111111111111111111';
+
+/**
+ * The units a transaction asks for and its price per unit, from its
+ * ComputeBudget instructions (compute-budget-instruction's
+ * process_compute_budget_instructions: 2 SetComputeUnitLimit u32, 3
+ * SetComputeUnitPrice u64, little-endian); without a limit, 200,000 units
+ * an instruction.
+ */
+function computeBudgetOf(message: VersionedTransaction['message']): { units: number; microLamports: bigint } {
+  let units: number | undefined;
+  let microLamports = 0n;
+  for (const instruction of message.compiledInstructions) {
+    if (message.staticAccountKeys[instruction.programIdIndex]?.toBase58() !== COMPUTE_BUDGET_PROGRAM) continue;
+    const data = Buffer.from(instruction.data);
+    if (data[0] === 2) units = data.readUInt32LE(1);
+    if (data[0] === 3) microLamports = data.readBigUInt64LE(1);
+  }
+  return { units: units ?? 200_000 * message.compiledInstructions.length, microLamports };
 }
 
 /**

@@ -433,6 +433,32 @@ describe('the Solana adapter', () => {
     );
   });
 
+  it('reads the same payments from a block\'s accounts and balances alone (transactionDetails "accounts") as from the full block', async () => {
+    const owner = keyring.deriveDepositKey('solana', 27).address;
+    await node.sendSol(payer, owner, 2_000_000n);
+    await node.sendToken(payer, owner, 'USDT', 3_000_000n);
+    await node.mine();
+    const read = async (transactionDetails: string) =>
+      (
+        await rpc(node, 'getBlock', [
+          node.headSlot,
+          { commitment: 'confirmed', encoding: 'json', transactionDetails, maxSupportedTransactionVersion: 0 },
+        ])
+      ).result;
+    const tokens = [{ symbol: 'USDT', mint: USDT_MINT, decimals: 6 }];
+    const full = parseSolanaBlock(await read('full'), tokens);
+    const accounts = await read('accounts');
+    assert.equal(accounts.transactions[0].transaction.message, undefined, 'no message, no instructions');
+    assert.deepEqual(parseSolanaBlock(accounts, tokens), full);
+    assert.deepEqual(
+      full.filter((t) => t.to === owner).map((t) => [t.token, t.amount]),
+      [
+        ['SOL', 2_000_000n],
+        ['USDT', 3_000_000n],
+      ],
+    );
+  });
+
   it('checks a block it read before by its hash alone, and fetches only what changed', async () => {
     await node.mine();
     const slot = node.headSlot;

@@ -693,6 +693,7 @@ export class SolanaTestNode {
         const { slot: _, transactions, ...header } = block;
         const details = (config(1)['transactionDetails'] as string | undefined) ?? 'full';
         if (details === 'none') return header;
+        if (details === 'accounts') return { ...header, transactions: transactions.map(asAccountsTransaction) };
         if (details !== 'full')
           throw new RpcFailure(-32602, `this test node does not give transactionDetails ${details}`);
         return {
@@ -886,6 +887,44 @@ export class SolanaTestNode {
       throw new RpcFailure(-32602, `Invalid param: ${String(value).slice(0, 60)}`);
     }
   }
+}
+
+/**
+ * A transaction as getBlock's `transactionDetails: "accounts"` gives it
+ * (agave transaction-status lib.rs: build_json_accounts, with
+ * parse_legacy_message_accounts for the keys, and
+ * build_simple_ui_transaction_status_meta: no instructions, logs or loaded
+ * addresses). Signer and writable follow from the message header.
+ */
+function asAccountsTransaction({ meta, transaction, version }: LedgerTransaction) {
+  const { header } = transaction.message as unknown as {
+    header: { numRequiredSignatures: number; numReadonlySignedAccounts: number; numReadonlyUnsignedAccounts: number };
+  };
+  const keys = transaction.message.accountKeys;
+  return {
+    transaction: {
+      signatures: transaction.signatures,
+      accountKeys: keys.map((pubkey, i) => ({
+        pubkey,
+        writable:
+          i < header.numRequiredSignatures
+            ? i < header.numRequiredSignatures - header.numReadonlySignedAccounts
+            : i < keys.length - header.numReadonlyUnsignedAccounts,
+        signer: i < header.numRequiredSignatures,
+        source: 'transaction',
+      })),
+    },
+    meta: meta && {
+      err: meta.err,
+      status: meta.err === null ? { Ok: null } : { Err: meta.err },
+      fee: meta.fee,
+      preBalances: meta.preBalances,
+      postBalances: meta.postBalances,
+      preTokenBalances: meta.preTokenBalances,
+      postTokenBalances: meta.postTokenBalances,
+    },
+    version,
+  };
 }
 
 const COMPUTE_BUDGET_PROGRAM = 'ComputeBudget111111111111111111111111111111';

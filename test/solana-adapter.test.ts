@@ -6,14 +6,7 @@ import assert from 'node:assert/strict';
 import { createPrivateKey, sign } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Keypair, PublicKey, SYSVAR_CLOCK_PUBKEY, SystemProgram, Transaction } from '@solana/web3.js';
-import {
-  ACCOUNT_SIZE,
-  TOKEN_PROGRAM_ID,
-  createCloseAccountInstruction,
-  createInitializeAccount3Instruction,
-  createTransferCheckedInstruction,
-  getAssociatedTokenAddressSync,
-} from '@solana/spl-token';
+import { TOKEN_PROGRAM_ID, createCloseAccountInstruction, getAssociatedTokenAddressSync } from '@solana/spl-token';
 import bs58 from 'bs58';
 import { derivePath } from 'ed25519-hd-key';
 import { mnemonicToSeedSync } from '@scure/bip39';
@@ -577,29 +570,7 @@ describe('the Solana adapter', () => {
     const deposit = keyring.deriveDepositKey('solana', index).address;
     // 10 USDT to its associated account, 30 to an account a wallet created for it under another address.
     await node.sendToken(payer, deposit, 'USDT', 10_000_000n);
-    const other = Keypair.generate();
-    const mint = node.mintOf('USDT');
-    await node.send(
-      [
-        SystemProgram.createAccount({
-          fromPubkey: payer.publicKey,
-          newAccountPubkey: other.publicKey,
-          lamports: (await rpc(node, 'getMinimumBalanceForRentExemption', [ACCOUNT_SIZE])).result,
-          space: ACCOUNT_SIZE,
-          programId: TOKEN_PROGRAM_ID,
-        }),
-        createInitializeAccount3Instruction(other.publicKey, mint, new PublicKey(deposit)),
-        createTransferCheckedInstruction(
-          node.tokenAccount(payer.publicKey, 'USDT'),
-          mint,
-          other.publicKey,
-          payer.publicKey,
-          30_000_000n,
-          6,
-        ),
-      ],
-      [payer, other],
-    );
+    const { account: other } = await node.sendTokenToNewAccount(payer, deposit, 'USDT', 30_000_000n);
     await node.mine();
     const counted = (await chain.block(node.headSlot))!.transfers.filter((t) => t.to === deposit);
     assert.deepEqual(
@@ -608,7 +579,7 @@ describe('the Solana adapter', () => {
       'detection counts both',
     );
     await sweepFortyUsdt(index, 'two-token-accounts');
-    assert.equal(await node.exists(other.publicKey), false, 'the other account is closed');
+    assert.equal(await node.exists(other), false, 'the other account is closed');
     assert.equal(await node.exists(node.tokenAccount(deposit, 'USDT')), false, 'the associated account is closed');
   });
 

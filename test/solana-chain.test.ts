@@ -13,25 +13,15 @@ import { eventually, eventuallyMining, merchantWithKey } from './support/merchan
 import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
-import { solanaEnv, startSolanaNode } from './support/solana-flow.ts';
+import { solanaEnv, startSolanaService, stopSolanaService } from './support/solana-flow.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
 describe('payments and settlement on the Solana test node', () => {
   let node: SolanaTestNode;
   let svc: RunningService;
   let payer: Keypair;
-  before(async () => {
-    node = await startSolanaNode();
-    payer = Keypair.generate();
-    await node.airdrop(payer.publicKey, 1_000_000_000_000n);
-    await node.mintTokens(payer.publicKey, 'USDT', 10_000_000_000n);
-    await node.mine();
-    svc = await startTestService(solanaEnv(node));
-  });
-  after(async () => {
-    await svc?.close();
-    await node?.stop();
-  });
+  before(async () => ({ node, svc, payer } = await startSolanaService()));
+  after(() => stopSolanaService(node, svc));
 
   const admin = (method: string, path: string, body?: unknown) =>
     svc.call(method, path, { token: svc.adminToken, body });

@@ -44,6 +44,7 @@ import {
   TOKEN_2022_PROGRAM_ID,
   TOKEN_PROGRAM_ID,
   createAssociatedTokenAccountIdempotentInstruction,
+  createInitializeAccount3Instruction,
   createMintToInstruction,
   createTransferCheckedInstruction,
   getAssociatedTokenAddressSync,
@@ -482,6 +483,45 @@ export class SolanaTestNode {
       ],
       [from],
     );
+  }
+
+  /**
+   * Tokens paid into a token account the sender creates for the owner at a
+   * fresh address, not the owner's associated one (some wallets do); answers
+   * the signature and that account.
+   */
+  async sendTokenToNewAccount(
+    from: Keypair,
+    toOwner: string | PublicKey,
+    symbol: string,
+    amount: bigint,
+  ): Promise<{ signature: string; account: PublicKey }> {
+    const token = this.tokens.find((t) => t.symbol === symbol)!;
+    const mint = this.mintOf(symbol);
+    const account = Keypair.generate();
+    const signature = await this.send(
+      [
+        SystemProgram.createAccount({
+          fromPubkey: from.publicKey,
+          newAccountPubkey: account.publicKey,
+          lamports: Number(this.svm.minimumBalanceForRentExemption(BigInt(ACCOUNT_SIZE))),
+          space: ACCOUNT_SIZE,
+          programId: TOKEN_PROGRAM_ID,
+        }),
+        createInitializeAccount3Instruction(account.publicKey, mint, new PublicKey(toOwner)),
+        createTransferCheckedInstruction(
+          this.tokenAccount(from.publicKey, symbol),
+          mint,
+          account.publicKey,
+          from.publicKey,
+          amount,
+          token.decimals,
+        ),
+      ],
+      [from, account],
+      from,
+    );
+    return { signature, account: account.publicKey };
   }
 
   /** What sendTransaction does with base64 wire bytes: checks, preflight, then the bank. Answers the signature. */

@@ -135,6 +135,8 @@ export class SolanaTestNode {
   private readonly tokenProgramAccounts = new Set<string>();
   /** Every request, for tests that count calls. */
   readonly calls: string[] = [];
+  /** The bytes of every answer, for the bench's bandwidth. */
+  bytesServed = 0;
   /** A queue: the node refuses the next sendTransaction calls with these answers, then works again. */
   readonly failNextSends: { code: number; message: string }[] = [];
   /**
@@ -183,6 +185,7 @@ export class SolanaTestNode {
       request.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
       request.on('end', async () => {
         const answer = await this.answer(body);
+        this.bytesServed += Buffer.byteLength(answer);
         response.writeHead(200, { 'content-type': 'application/json' });
         response.end(answer);
       });

@@ -52,7 +52,7 @@ const randomAddresses = (n: number) => Array.from({ length: n }, () => bs58.enco
 
 interface RawBlock {
   transactions: {
-    transaction: { message: { accountKeys: string[] } };
+    transaction: { accountKeys: { pubkey: string }[] };
     meta: { preBalances: number[]; postBalances: number[]; postTokenBalances: { owner?: string }[] };
   }[];
 }
@@ -88,31 +88,14 @@ async function blockSuite(node: SolanaTestNode, targets: readonly BenchTarget[])
       openAdapter: () =>
         SolanaChain.open({ rpcUrl: node.url, keyring: DepositKeyring.fromMnemonic(generateMnemonic()) }),
       randomAddresses,
-      // The same getBlock, parsed by JSON.parse, the recipients read from the same balances.
+      // The same getBlock ("accounts"), parsed by JSON.parse, the recipients read from the same balances.
       async rawRecipients(h) {
-        const response = await fetch(node.url, {
-          method: 'POST',
-          body: JSON.stringify({
-            jsonrpc: '2.0',
-            id: 1,
-            method: 'getBlock',
-            params: [
-              h,
-              {
-                commitment: 'confirmed',
-                encoding: 'json',
-                transactionDetails: 'full',
-                rewards: false,
-                maxSupportedTransactionVersion: 0,
-              },
-            ],
-          }),
-        });
+        const response = await getBlockAnswer(node, h, 'accounts');
         const { result } = (await response.json()) as { result: RawBlock };
         const to = new Set<string>();
         for (const { transaction, meta } of result.transactions) {
-          transaction.message.accountKeys.forEach((key, i) => {
-            if (meta.postBalances[i]! > meta.preBalances[i]!) to.add(key);
+          transaction.accountKeys.forEach(({ pubkey }, i) => {
+            if (meta.postBalances[i]! > meta.preBalances[i]!) to.add(pubkey);
           });
           for (const b of meta.postTokenBalances) if (b.owner) to.add(b.owner);
         }
@@ -123,9 +106,9 @@ async function blockSuite(node: SolanaTestNode, targets: readonly BenchTarget[])
   );
 }
 
-/** The bytes of getBlock's answer for a slot with these transaction details. */
-async function answerBytes(node: SolanaTestNode, slot: number, transactionDetails: string): Promise<number> {
-  const response = await fetch(node.url, {
+/** getBlock's answer for a slot with these transaction details, as the adapter asks for it. */
+function getBlockAnswer(node: SolanaTestNode, slot: number, transactionDetails: string): Promise<Response> {
+  return fetch(node.url, {
     method: 'POST',
     body: JSON.stringify({
       jsonrpc: '2.0',
@@ -143,7 +126,11 @@ async function answerBytes(node: SolanaTestNode, slot: number, transactionDetail
       ],
     }),
   });
-  return (await response.arrayBuffer()).byteLength;
+}
+
+/** The bytes of getBlock's answer for a slot with these transaction details. */
+async function answerBytes(node: SolanaTestNode, slot: number, transactionDetails: string): Promise<number> {
+  return (await (await getBlockAnswer(node, slot, transactionDetails)).arrayBuffer()).byteLength;
 }
 
 /** The 2,000-transaction block's getBlock answer, by transaction details. */

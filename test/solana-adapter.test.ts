@@ -6,19 +6,12 @@ import assert from 'node:assert/strict';
 import { createPrivateKey, sign } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Keypair, PublicKey, SYSVAR_CLOCK_PUBKEY, SystemProgram, Transaction } from '@solana/web3.js';
-import {
-  ACCOUNT_SIZE,
-  TOKEN_PROGRAM_ID,
-  createCloseAccountInstruction,
-  createInitializeAccount3Instruction,
-  createTransferCheckedInstruction,
-  getAssociatedTokenAddressSync,
-} from '@solana/spl-token';
+import { TOKEN_PROGRAM_ID, createCloseAccountInstruction, getAssociatedTokenAddressSync } from '@solana/spl-token';
 import bs58 from 'bs58';
 import { derivePath } from 'ed25519-hd-key';
 import { mnemonicToSeedSync } from '@scure/bip39';
 import { parseRpcJson, parseSolanaBlock, SolanaChain, TOKEN_INDEX_OFFSET } from '../adapters/chains/solana.ts';
-import { TransactionRejectedError } from '../adapters/chains/port.ts';
+import { PayoutRefusedError, TransactionRejectedError } from '../adapters/chains/port.ts';
 import { DepositKeyring, solanaServiceWalletPaths } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
@@ -173,14 +166,21 @@ describe('the Solana test node refuses what a validator refuses', () => {
     node.skip(3);
     await node.mine();
     const head = node.headSlot;
+    // A skipped slot is -32004 like any slot not served, until it is below the root; then -32007.
     const skipped = await rpc(node, 'getBlock', [head - 1, { commitment: 'confirmed' }]);
-    assert.equal(skipped.error?.code, -32007);
+    assert.equal(skipped.error?.code, -32004);
+    assert.deepEqual((await rpc(node, 'getBlocks', [head - 3, head + 5, { commitment: 'confirmed' }])).result, [head]);
+    assert.deepEqual((await rpc(node, 'getBlocks', [head - 3, head + 5, { commitment: 'finalized' }])).result, []);
     const ahead = await rpc(node, 'getBlock', [head + 1, { commitment: 'confirmed' }]);
     assert.equal(ahead.error?.code, -32004);
     const notFinal = await rpc(node, 'getBlock', [head, { commitment: 'finalized' }]);
     assert.equal(notFinal.error?.code, -32004);
     const finalized = (await rpc(node, 'getSlot', [{ commitment: 'finalized' }])).result;
     assert.ok(finalized <= head - 32);
+    await node.mine(40);
+    const rooted = await rpc(node, 'getBlock', [head - 1, { commitment: 'confirmed' }]);
+    assert.equal(rooted.error?.code, -32007);
+    assert.match(rooted.error!.message, /^Slot \d+ was skipped, or missing due to ledger jump to recent snapshot$/);
   });
 
   it("answers getTokenAccountsByOwner only for a mint that exists, and getAccountInfo's base58 only under 129 bytes", async () => {
@@ -193,11 +193,12 @@ describe('the Solana test node refuses what a validator refuses', () => {
     await node.mintTokens(payer.publicKey, 'USDT', 1n);
     await node.mine();
     const account = node.tokenAccount(payer.publicKey, 'USDT').toBase58();
-    const tooLong = await rpc(node, 'getAccountInfo', [account, { encoding: 'base58' }]);
+    // Confirmed: the account is not finalized yet, and finalized is agave's default commitment.
+    const tooLong = await rpc(node, 'getAccountInfo', [account, { encoding: 'base58', commitment: 'confirmed' }]);
     assert.equal(tooLong.error?.code, -32600);
     const sliced = await rpc(node, 'getAccountInfo', [
       account,
-      { encoding: 'base58', dataSlice: { offset: 0, length: 32 } },
+      { encoding: 'base58', commitment: 'confirmed', dataSlice: { offset: 0, length: 32 } },
     ]);
     assert.deepEqual(sliced.result.value.data, [node.mintOf('USDT').toBase58(), 'base58']);
     assert.equal(sliced.result.value.space, 165);
@@ -243,6 +244,23 @@ describe('the Solana adapter', () => {
     await adapter.broadcast(sweep);
     await node.mine();
     return merchant;
+  }
+
+  /** A deposit paid `deposited` lamports, and its sweep of `amount` to a new merchant prepared (not sent). */
+  async function paidSolSweep(index: number, deposited: bigint, amount: bigint, reference: string) {
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, deposit, deposited);
+    await node.mine();
+    const merchant = Keypair.generate().publicKey.toBase58();
+    const sweep = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: merchant,
+      token: 'SOL',
+      amount,
+      reference,
+      fees: { platform: deposited / 100n, network: 10_000n },
+    });
+    return { deposit, merchant, sweep };
   }
 
   /** Sweeps the 40 USDT a deposit holds: 39.6 to a new merchant, the 0.4 fee to the treasury. */
@@ -292,6 +310,19 @@ describe('the Solana adapter', () => {
       (await chain.receivingProblem(SYSVAR_CLOCK_PUBKEY.toBase58()))!,
       /is an account of the program Sysvar1111111111111111111111111111111111111 on solana/,
     );
+  });
+
+  it('refuses a Token-2022 mint or wrapped SOL as a token at start-up, in one line naming the variable', async () => {
+    const token2022 = node.createToken2022Mint().toBase58();
+    const open = (mint: string) =>
+      SolanaChain.open({ rpcUrl: node.url, keyring, tokens: [{ symbol: 'PYUSD', mint, decimals: 6 }] });
+    await assert.rejects(open(token2022), {
+      message: `CHAIN_SOLANA_TOKENS: PYUSD's mint ${token2022} is a Token-2022 mint; only SPL Token mints are supported`,
+    });
+    await assert.rejects(open('So11111111111111111111111111111111111111112'), {
+      message:
+        "CHAIN_SOLANA_TOKENS: PYUSD's mint So11111111111111111111111111111111111111112 is wrapped SOL, which is not taken: SOL payments are taken as SOL",
+    });
   });
 
   it('refuses a token account or a mint as the treasury at start-up, in one line naming the variable', async () => {
@@ -370,6 +401,68 @@ describe('the Solana adapter', () => {
     assert.deepEqual([skipped!.hash, skipped!.parentHash, skipped!.transfers], [last!.hash, last!.hash, []]);
     const next = await chain.block(before.height + 3);
     assert.equal(next!.parentHash, last!.hash);
+  });
+
+  it('reads a payment after skipped slots at the confirmed slot, without waiting for them to be finalized', async () => {
+    const deposit = keyring.deriveDepositKey('solana', 20).address;
+    await node.mine();
+    const before = node.headSlot;
+    node.skip(4);
+    await node.sendSol(payer, deposit, 3_000_000n);
+    await node.mine();
+    const paidAt = node.headSlot;
+    const { finalized } = await chain.head();
+    assert.ok(finalized! < before, 'nothing here is finalized yet');
+    const last = await chain.block(before);
+    for (let slot = before + 1; slot < paidAt; slot++) {
+      const skipped = await chain.block(slot);
+      assert.deepEqual([skipped?.hash, skipped?.transfers], [last!.hash, []], `slot ${slot} is skipped`);
+    }
+    const paid = await chain.block(paidAt);
+    assert.equal(paid!.parentHash, last!.hash);
+    assert.deepEqual(
+      paid!.transfers.filter((t) => t.to === deposit).map((t) => t.amount),
+      [3_000_000n],
+    );
+  });
+
+  it('reads the same payments from a block\'s accounts and balances alone (transactionDetails "accounts") as from the full block', async () => {
+    const owner = keyring.deriveDepositKey('solana', 27).address;
+    await node.sendSol(payer, owner, 2_000_000n);
+    await node.sendToken(payer, owner, 'USDT', 3_000_000n);
+    await node.mine();
+    const read = async (transactionDetails: string) =>
+      (
+        await rpc(node, 'getBlock', [
+          node.headSlot,
+          { commitment: 'confirmed', encoding: 'json', transactionDetails, maxSupportedTransactionVersion: 0 },
+        ])
+      ).result;
+    const tokens = [{ symbol: 'USDT', mint: USDT_MINT, decimals: 6 }];
+    const full = parseSolanaBlock(await read('full'), tokens);
+    const accounts = await read('accounts');
+    assert.equal(accounts.transactions[0].transaction.message, undefined, 'no message, no instructions');
+    assert.deepEqual(parseSolanaBlock(accounts, tokens), full);
+    assert.deepEqual(
+      full.filter((t) => t.to === owner).map((t) => [t.token, t.amount]),
+      [
+        ['SOL', 2_000_000n],
+        ['USDT', 3_000_000n],
+      ],
+    );
+  });
+
+  it('checks a block it read before by its hash alone, and fetches only what changed', async () => {
+    await node.mine();
+    const slot = node.headSlot;
+    const first = await chain.block(slot);
+    const calls = node.calls.length;
+    assert.equal(await chain.block(slot), first, 'the same block');
+    assert.deepEqual(
+      node.calls.slice(calls),
+      ['getBlocks', 'getBlock'],
+      'a listing and a header: the hash check reads no transactions',
+    );
   });
 
   it('sees a dropped block as another hash at its slot, its payment gone', async () => {
@@ -477,29 +570,7 @@ describe('the Solana adapter', () => {
     const deposit = keyring.deriveDepositKey('solana', index).address;
     // 10 USDT to its associated account, 30 to an account a wallet created for it under another address.
     await node.sendToken(payer, deposit, 'USDT', 10_000_000n);
-    const other = Keypair.generate();
-    const mint = node.mintOf('USDT');
-    await node.send(
-      [
-        SystemProgram.createAccount({
-          fromPubkey: payer.publicKey,
-          newAccountPubkey: other.publicKey,
-          lamports: (await rpc(node, 'getMinimumBalanceForRentExemption', [ACCOUNT_SIZE])).result,
-          space: ACCOUNT_SIZE,
-          programId: TOKEN_PROGRAM_ID,
-        }),
-        createInitializeAccount3Instruction(other.publicKey, mint, new PublicKey(deposit)),
-        createTransferCheckedInstruction(
-          node.tokenAccount(payer.publicKey, 'USDT'),
-          mint,
-          other.publicKey,
-          payer.publicKey,
-          30_000_000n,
-          6,
-        ),
-      ],
-      [payer, other],
-    );
+    const { account: other } = await node.sendTokenToNewAccount(payer, deposit, 'USDT', 30_000_000n);
     await node.mine();
     const counted = (await chain.block(node.headSlot))!.transfers.filter((t) => t.to === deposit);
     assert.deepEqual(
@@ -508,23 +579,12 @@ describe('the Solana adapter', () => {
       'detection counts both',
     );
     await sweepFortyUsdt(index, 'two-token-accounts');
-    assert.equal(await node.exists(other.publicKey), false, 'the other account is closed');
+    assert.equal(await node.exists(other), false, 'the other account is closed');
     assert.equal(await node.exists(node.tokenAccount(deposit, 'USDT')), false, 'the associated account is closed');
   });
 
   it('declares a sweep refused only once the finalized chain is past its last valid height without it', async () => {
-    const index = 15;
-    const deposit = keyring.deriveDepositKey('solana', index).address;
-    await node.sendSol(payer, deposit, 50_000_000n);
-    await node.mine();
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: Keypair.generate().publicKey.toBase58(),
-      token: 'SOL',
-      amount: 40_000_000n,
-      reference: 'lost-sweep',
-      fees: { platform: 500_000n, network: 10_000n },
-    });
+    const { deposit, sweep } = await paidSolSweep(15, 50_000_000n, 40_000_000n, 'lost-sweep');
     // Never sent (the process died before), and now its blockhash is too old.
     await node.mine(200);
     const refused = () => chain.broadcast(sweep);
@@ -536,20 +596,54 @@ describe('the Solana adapter', () => {
     assert.equal(await node.balance(deposit), 50_000_000n, 'nothing moved');
   });
 
+  it('never declares a landed sweep expired through a lagging backend: the merchant is paid once', async () => {
+    const { merchant, sweep } = await paidSolSweep(21, 50_000_000n, 40_000_000n, 'late-landing');
+    // It lands in the last block its blockhash allows (the blockhash is of the finalized block, 32 behind).
+    await node.mine(150 - 32 - 1);
+    await chain.broadcast(sweep);
+    await node.mine();
+    const landedAt = node.headSlot;
+    // The finalized chain is past its last valid height; a backend 40 slots behind has not seen it.
+    await node.mine(36);
+    const finalized = (await rpc(node, 'getSlot', [{ commitment: 'finalized' }])).result as number;
+    assert.ok(finalized > landedAt && node.headSlot - 40 < landedAt);
+    node.lagging = true;
+    try {
+      for (let i = 0; i < 40; i++) {
+        await chain.broadcast(sweep).catch((error: Error) => {
+          assert.ok(!(error instanceof TransactionRejectedError), `attempt ${i}: ${error.message}`);
+        });
+        await chain.transactionStatus(sweep.txHash);
+      }
+    } finally {
+      node.lagging = false;
+    }
+    assert.deepEqual(node.paymentsTo(merchant), [{ signature: sweep.txHash, amount: 40_000_000n }]);
+  });
+
+  it('counts a sweep as on the chain only once confirmed: processed is not enough', async () => {
+    const { sweep } = await paidSolSweep(22, 5_000_000n, 4_000_000n, 'processed');
+    await chain.broadcast(sweep);
+    const status = await rpc(node, 'getSignatureStatuses', [[sweep.txHash]]);
+    assert.equal(status.result.value[0].confirmationStatus, 'processed');
+    assert.equal(await chain.transactionStatus(sweep.txHash), undefined);
+    await chain.broadcast(sweep); // sent again: already processed, not an error
+    await node.mine();
+    assert.ok(await chain.transactionStatus(sweep.txHash));
+  });
+
+  it('refuses a SOL payout that would leave a new wallet under the rent-exempt minimum, for good', async () => {
+    await assert.rejects(paidSolSweep(23, 1_000_000n, 800_000n, 'under-rent'), (error: Error) => {
+      assert.ok(error instanceof PayoutRefusedError);
+      assert.equal(error.reason, 'fees_exceed_amount');
+      assert.match(error.message, /under the rent-exempt minimum of 890880/);
+      return true;
+    });
+  });
+
   it('leaves the outcome open when the RPC is behind, and sends the same transaction next time', async () => {
     node.failNextSends.push({ code: -32005, message: 'Node is behind by 42 slots' });
-    const index = 16;
-    const deposit = keyring.deriveDepositKey('solana', index).address;
-    await node.sendSol(payer, deposit, 5_000_000n);
-    await node.mine();
-    const sweep = await chain.prepareTransfer({
-      from: { address: deposit, derivationIndex: index },
-      to: Keypair.generate().publicKey.toBase58(),
-      token: 'SOL',
-      amount: 1_000_000n,
-      reference: 'behind',
-      fees: { platform: 50_000n, network: 10_000n },
-    });
+    const { sweep } = await paidSolSweep(16, 5_000_000n, 1_000_000n, 'behind');
     await assert.rejects(
       chain.broadcast(sweep),
       (error: Error) => !(error instanceof TransactionRejectedError) && /behind/.test(error.message),
@@ -557,5 +651,40 @@ describe('the Solana adapter', () => {
     await chain.broadcast(sweep);
     await node.mine();
     assert.ok(await chain.transactionStatus(sweep.txHash));
+  });
+
+  it('bids the recent priority fee under congestion, quoted in the SOL network fee: sweeps land, a sweep without it never does', async () => {
+    node.congestionFee = 50_000; // micro-lamports per compute unit
+    await node.mine(150);
+    const congested = await SolanaChain.open({ rpcUrl: node.url, keyring });
+    try {
+      const network = congested.networkFee('SOL');
+      assert.equal(network, 10_000n + 50n, 'two signatures, and 1,000 units at 50,000 micro-lamports');
+      const feeBefore = await node.balance(congested.feeWallet);
+      const solPayout = { token: 'SOL', amount: 4_000_000n, platform: 50_000n, network };
+      const deposit = keyring.deriveDepositKey('solana', 24).address;
+      await node.sendSol(payer, deposit, solPayout.amount + solPayout.platform + network);
+      await node.mine();
+      const merchant = await sweepToNewMerchant(congested, 24, solPayout, 'congested-sol');
+      assert.equal(await node.balance(merchant), 4_000_000n);
+      const [sweep] = node.paymentsTo(merchant);
+      assert.equal(node.feeOf(sweep!.signature), network, 'the runtime charged exactly the quoted fee');
+      assert.equal(await node.balance(congested.feeWallet), feeBefore, 'and the fee wallet got it back');
+
+      await node.mintTokens(keyring.deriveDepositKey('solana', 25).address, 'USDT', 40_000_000n);
+      await node.mine();
+      const tokenPayout = { token: 'USDT', amount: 39_600_000n, platform: 400_000n, network: 0n };
+      const tokenMerchant = await sweepToNewMerchant(congested, 25, tokenPayout, 'congested-usdt');
+      assert.equal(await node.tokenBalance(tokenMerchant, 'USDT'), 39_600_000n);
+
+      // Quoted before the congestion: no priority fee, and no leader schedules it.
+      const { sweep: unpriced } = await paidSolSweep(26, 5_000_000n, 4_000_000n, 'unpriced');
+      await chain.broadcast(unpriced);
+      await node.mine();
+      assert.equal(await chain.transactionStatus(unpriced.txHash), undefined);
+    } finally {
+      congested.close();
+      node.congestionFee = 0;
+    }
   });
 });

@@ -13,25 +13,15 @@ import { eventually, eventuallyMining, merchantWithKey } from './support/merchan
 import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
-import { solanaEnv, startSolanaNode } from './support/solana-flow.ts';
+import { solanaEnv, startSolanaService, stopSolanaService } from './support/solana-flow.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
 describe('payments and settlement on the Solana test node', () => {
   let node: SolanaTestNode;
   let svc: RunningService;
   let payer: Keypair;
-  before(async () => {
-    node = await startSolanaNode();
-    payer = Keypair.generate();
-    await node.airdrop(payer.publicKey, 1_000_000_000_000n);
-    await node.mintTokens(payer.publicKey, 'USDT', 10_000_000_000n);
-    await node.mine();
-    svc = await startTestService(solanaEnv(node));
-  });
-  after(async () => {
-    await svc?.close();
-    await node?.stop();
-  });
+  before(async () => ({ node, svc, payer } = await startSolanaService()));
+  after(() => stopSolanaService(node, svc));
 
   const admin = (method: string, path: string, body?: unknown) =>
     svc.call(method, path, { token: svc.adminToken, body });
@@ -197,6 +187,27 @@ describe('payments and settlement on the Solana test node', () => {
     const seen = await detected(p.paymentId);
     assert.equal(seen.txHash, closed);
     assert.equal(baseUnits(seen.totalReceivedAmount, 9), rent);
+  });
+
+  it('a payment after skipped slots is detected at the confirmed slot, before any of them is finalized', async () => {
+    const { key } = await merchant();
+    const p = await invoice(key);
+    await node.mine();
+    node.skip(6);
+    await node.sendSol(payer, p.address, baseUnits(p.cryptoAmount, 9));
+    await node.mine();
+    const paidAt = node.headSlot;
+    // No block is produced while it waits: only what is confirmed now can be read.
+    const seen = await detected(p.paymentId);
+    assert.equal(seen.paymentStatus, 'detected');
+    assert.equal(node.headSlot, paidAt);
+    const finalized = (
+      (await await fetch(node.url, {
+        method: 'POST',
+        body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'getSlot', params: [{ commitment: 'finalized' }] }),
+      }).then((r) => r.json())) as { result: number }
+    ).result;
+    assert.ok(finalized < paidAt - 7, 'the skipped slots are not finalized: a validator still answers -32004 for them');
   });
 
   it('a dropped block withdraws its payment; it never confirms', async () => {

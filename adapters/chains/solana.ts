@@ -45,6 +45,7 @@ import {
 import {
   AccountLayout,
   MINT_SIZE,
+  NATIVE_MINT,
   TOKEN_2022_PROGRAM_ID,
   TOKEN_PROGRAM_ID,
   createAssociatedTokenAccountIdempotentInstruction,
@@ -58,6 +59,7 @@ import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
+  PayoutRefusedError,
   TransactionRejectedError,
   type ChainAdapter,
   type ChainBlock,
@@ -78,11 +80,33 @@ export const solanaClusters: Record<string, string> = {
 /** The base fee of one signature, in lamports (what a sweep's two signatures cost, without priority fees). */
 export const LAMPORTS_PER_SIGNATURE = 5_000n;
 const SWEEP_SIGNATURES = 2n;
+/**
+ * The compute units a SOL sweep asks for (three System transfers at 150 and
+ * two ComputeBudget instructions at 150): its priority fee is this times the
+ * unit price, and 1,000 makes a fee in whole lamports a whole unit price.
+ */
+const SOL_SWEEP_COMPUTE_UNITS = 1_000n;
+const MICRO_LAMPORTS = 1_000_000n;
+/**
+ * The most a sweep bids per compute unit, in micro-lamports (a token sweep's
+ * ~200,000 units: 0.0002 SOL at most), whatever a burst of recent fees says.
+ */
+const MAX_PRIORITY_PRICE = 1_000_000n;
+/** How long a priority price is used before it is asked again (getRecentPrioritizationFees). */
+const PRIORITY_PRICE_MS = 10_000;
 const RPC_TIMEOUT_MS = 30_000;
-/** getBlock: a slot with no block, skipped by its leader (or not kept by this node). */
-const SLOT_SKIPPED = [-32007, -32009];
-/** getBlock: a slot beyond what the node holds at that commitment. */
-const BLOCK_NOT_AVAILABLE = -32004;
+/**
+ * getBlock's answers for a slot it does not serve: -32004 (not available at
+ * that commitment), -32007 and -32009 (skipped, or not kept by this node).
+ * Skipped slots are found from getBlocks' list instead.
+ */
+const NOT_SERVED = [-32004, -32007, -32009];
+/** A blockhash is valid this many blocks after its own (getLatestBlockhash's lastValidBlockHeight is its block's height plus this). */
+const BLOCKHASH_VALID_BLOCKS = 150;
+/** Slots listed by one getBlocks: a watcher step's worth (it reads up to 100 blocks a step). */
+const SLOTS_LISTED = 100;
+/** Full blocks fetched at once while the watcher reads forward. */
+const BLOCKS_IN_FLIGHT = 4;
 /** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
 const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
 /** A sweep's transaction fits the deposit's associated token account and this many others (1,232 bytes). */
@@ -110,7 +134,8 @@ export interface SolanaChainOptions {
 }
 
 // ---------------------------------------------------------------------------
-// The RPC's answers, as `encoding: "json"` gives them (docs.solana.com/api/http)
+// The RPC's answers, as `encoding: "json"` gives them (docs.solana.com/api/http;
+// blocks are read with `transactionDetails: "accounts"` or "none")
 // ---------------------------------------------------------------------------
 
 /** An integer of the RPC: a number, or a decimal string where it passes 2^53 (parseRpcJson). */
@@ -139,6 +164,34 @@ export interface RpcTransaction {
   transaction: { signatures: string[]; message: { accountKeys: string[]; recentBlockhash: string } };
   version?: 'legacy' | number;
 }
+
+/**
+ * A transaction as `transactionDetails: "accounts"` gives it (agave
+ * transaction-status, build_json_accounts): its signatures and every key it
+ * loads, lookup tables' included, in order, and the balances, without
+ * instructions or logs: what detection reads, at a fraction of the bytes.
+ */
+export interface RpcAccountsTransaction {
+  meta: Omit<RpcTransactionMeta, 'loadedAddresses'> | null;
+  transaction: {
+    signatures: string[];
+    accountKeys: { pubkey: string; writable: boolean; signer: boolean; source: 'transaction' | 'lookupTable' }[];
+  };
+  version?: 'legacy' | number;
+}
+
+/** A transaction's keys, in the order of its balances: v0 keys loaded from lookup tables follow the message's own. */
+function accountKeysOf({ meta, transaction }: RpcTransaction | RpcAccountsTransaction): string[] {
+  if ('accountKeys' in transaction) return transaction.accountKeys.map((k) => k.pubkey);
+  const loaded = (meta as RpcTransactionMeta | null)?.loadedAddresses;
+  return [...transaction.message.accountKeys, ...(loaded?.writable ?? []), ...(loaded?.readonly ?? [])];
+}
+
+/** A block as `transactionDetails: "none"` gives it: no transactions. */
+export type RpcBlockHeader = Omit<RpcBlock, 'transactions'>;
+
+/** A block as `transactionDetails: "accounts"` gives it. */
+export type RpcAccountsBlock = RpcBlockHeader & { transactions: RpcAccountsTransaction[] };
 
 export interface RpcBlock {
   blockhash: string;
@@ -174,8 +227,9 @@ class SolanaRpcError extends Error {
  */
 export function parseRpcJson<T>(text: string): T {
   const exact = text
-    .replace(/"(preBalances|postBalances)":\[([\d,\s]*)\]/g, (_all, key: string, list: string) =>
-      `"${key}":[${list.replace(/\d{16,}/g, '"$&"')}]`,
+    .replace(
+      /"(preBalances|postBalances)":\[([\d,\s]*)\]/g,
+      (_all, key: string, list: string) => `"${key}":[${list.replace(/\d{16,}/g, '"$&"')}]`,
     )
     .replace(/"(fee|lamports|value)":\s*(\d{16,})/g, '"$1":"$2"');
   return JSON.parse(exact) as T;
@@ -190,21 +244,16 @@ const toBigInt = (value: Integer | string | undefined) => BigInt(value ?? 0);
  * token account (index: TOKEN_INDEX_OFFSET + the token account's index).
  */
 export function parseSolanaBlock(
-  block: Pick<RpcBlock, 'transactions'>,
+  block: { transactions: (RpcTransaction | RpcAccountsTransaction)[] },
   tokens: readonly SolanaToken[],
 ): ChainTransfer[] {
   const transfers: ChainTransfer[] = [];
   const tokenOf = new Map(tokens.map((t) => [t.mint, t]));
-  for (const { meta, transaction } of block.transactions) {
+  for (const tx of block.transactions) {
+    const { meta, transaction } = tx;
     if (!meta || meta.err !== null) continue; // a failed transaction moved nothing but its fee
     const txHash = transaction.signatures[0]!;
-    // v0 transactions: the keys loaded from lookup tables follow the message's own.
-    const keys = [
-      ...transaction.message.accountKeys,
-      ...(meta.loadedAddresses?.writable ?? []),
-      ...(meta.loadedAddresses?.readonly ?? []),
-    ];
-    keys.forEach((key, index) => {
+    accountKeysOf(tx).forEach((key, index) => {
       const rise = toBigInt(meta.postBalances[index]) - toBigInt(meta.preBalances[index]);
       if (rise > 0n) transfers.push({ txHash, index, to: key, token: 'SOL', amount: rise });
     });
@@ -231,7 +280,37 @@ export function parseSolanaBlock(
 interface SweepRecord {
   transaction: string;
   lastValidBlockHeight: number;
+  /**
+   * What the deposit held before it (lamports, or base units of the mint in
+   * all its token accounts), decimal: while the finalized chain shows
+   * anything else, something moved it, and no new sweep is built. (Absent in
+   * records made before it was kept.)
+   */
+  deposit?: { address: string; mint?: string; held: string };
 }
+
+/** A signature's status as getSignatureStatuses reports it. */
+interface SignatureStatus {
+  slot: number;
+  err: unknown;
+  confirmationStatus: 'processed' | 'confirmed' | 'finalized' | null;
+}
+
+/** The instructions of a sweep, and what the deposit held before it. */
+interface Sweep {
+  instructions: TransactionInstruction[];
+  held: bigint;
+}
+
+/** The compute units a sweep asks for, and its priority price per unit (none at 0). */
+const computeBudget = (units: bigint, microLamports: bigint): TransactionInstruction[] => [
+  ComputeBudgetProgram.setComputeUnitLimit({ units: Number(units) }),
+  ...(microLamports > 0n ? [ComputeBudgetProgram.setComputeUnitPrice({ microLamports })] : []),
+];
+
+/** On the chain for good enough to count: confirmed by a supermajority at least (a processed one can be dropped). */
+const landed = (status: SignatureStatus | undefined): status is SignatureStatus =>
+  status?.confirmationStatus === 'confirmed' || status?.confirmationStatus === 'finalized';
 
 export class SolanaChain implements ChainAdapter {
   readonly chain: ChainName = 'solana';
@@ -242,8 +321,8 @@ export class SolanaChain implements ChainAdapter {
   private readonly poller: HeadPoller;
   private closed = false;
   private nextId = 1;
-  /** Blocks read to name a skipped slot's parent, until the watcher reads them in turn. */
-  private readonly recentBlocks = new Map<number, RpcBlock>();
+  /** The blocks last answered, by slot: read again, a block whose hash is unchanged is not fetched whole. */
+  private readonly recentBlocks = new Map<number, ChainBlock>();
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
 
   private constructor(private readonly options: SolanaChainOptions) {
@@ -270,11 +349,52 @@ export class SolanaChain implements ChainAdapter {
       // The treasury takes token fees in an associated account derived for it: a token account or a mint would lose them.
       const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
       if (treasuryProblem) throw new Error(`CHAIN_SOLANA_TREASURY: ${treasuryProblem}`);
+      await adapter.checkTokens();
+      await adapter.refreshPriorityPrice();
       return adapter;
     } catch (error) {
       adapter.close();
       throw error;
     }
+  }
+
+  /**
+   * Only classic SPL Token mints are taken: a Token-2022 mint's accounts live
+   * at other addresses and may carry extensions (transfer fees, hooks) that
+   * change what a transfer delivers, and wrapped SOL is SOL held in a token
+   * account; neither is detected nor swept here, so either stops start-up.
+   */
+  private async checkTokens(): Promise<void> {
+    for (const { symbol, mint } of this.tokens) {
+      const refused = (why: string) => new Error(`CHAIN_SOLANA_TOKENS: ${symbol}'s mint ${mint} ${why}`);
+      if (mint === NATIVE_MINT.toBase58())
+        throw refused('is wrapped SOL, which is not taken: SOL payments are taken as SOL');
+      const { value } = await this.call<{ value: { owner: string } | null }>('getAccountInfo', [
+        mint,
+        { commitment: 'finalized', encoding: 'base64', dataSlice: { offset: 0, length: 0 } },
+      ]);
+      if (!value) throw refused('does not exist on this cluster');
+      if (value.owner === TOKEN_2022_PROGRAM_ID.toBase58())
+        throw refused('is a Token-2022 mint; only SPL Token mints are supported');
+      if (value.owner !== TOKEN_PROGRAM_ID.toBase58()) throw refused(`is not a token mint (owner ${value.owner})`);
+    }
+  }
+
+  /**
+   * The price per compute unit a sweep bids (micro-lamports): the 75th
+   * percentile of the last 150 blocks' lowest landed fees
+   * (getRecentPrioritizationFees), capped. Under congestion a sweep without
+   * it waits behind those that pay, until its blockhash expires.
+   */
+  private priorityPrice = { microLamports: 0n, at: 0 };
+  async refreshPriorityPrice(): Promise<void> {
+    const fees = await this.call<{ slot: number; prioritizationFee: Integer }[]>('getRecentPrioritizationFees', [[]]);
+    const sorted = fees.map((f) => toBigInt(f.prioritizationFee)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+    const percentile = sorted[Math.floor((sorted.length * 3) / 4)] ?? 0n;
+    this.priorityPrice = {
+      microLamports: percentile < MAX_PRIORITY_PRICE ? percentile : MAX_PRIORITY_PRICE,
+      at: Date.now(),
+    };
   }
 
   private async checkCluster(cluster: string): Promise<void> {
@@ -337,6 +457,7 @@ export class SolanaChain implements ChainAdapter {
   // -------------------------------------------------------------------------
 
   async head(): Promise<ChainHead> {
+    if (Date.now() - this.priorityPrice.at > PRIORITY_PRICE_MS) void this.refreshPriorityPrice().catch(() => undefined);
     const [latest, finalized] = await Promise.all([
       this.call<{ context: { slot: number }; value: { blockhash: string } }>('getLatestBlockhash', [
         { commitment: 'confirmed' },
@@ -346,53 +467,113 @@ export class SolanaChain implements ChainAdapter {
     return { height: latest.context.slot, hash: latest.value.blockhash, finalized };
   }
 
-  private async rpcBlock(slot: number): Promise<RpcBlock | 'skipped' | undefined> {
-    const cached = this.recentBlocks.get(slot);
-    if (cached) return cached;
+  /**
+   * A block at the confirmed commitment with as much detail as asked ("none":
+   * its hash and parent only), or undefined when this node does not serve it
+   * now: -32004 is what agave's rpc.rs (`get_block`) answers both for a slot
+   * above the node's confirmed bank (a lagging backend) and for a skipped
+   * slot not yet below the root, so it proves nothing.
+   */
+  private async rpcBlock<Details extends 'accounts' | 'none'>(
+    slot: number,
+    details: Details,
+  ): Promise<(Details extends 'accounts' ? RpcAccountsBlock : RpcBlockHeader) | undefined> {
     try {
-      return await this.call<RpcBlock>('getBlock', [
+      return await this.call('getBlock', [
         slot,
         {
           commitment: 'confirmed',
           encoding: 'json',
-          transactionDetails: 'full',
+          transactionDetails: details,
           rewards: false,
           maxSupportedTransactionVersion: 0,
         },
       ]);
     } catch (error) {
-      if (error instanceof SolanaRpcError && SLOT_SKIPPED.includes(error.error.code)) return 'skipped';
-      if (error instanceof SolanaRpcError && error.error.code === BLOCK_NOT_AVAILABLE) return undefined;
+      if (error instanceof SolanaRpcError && NOT_SERVED.includes(error.error.code)) {
+        // The listing said it holds a block: ask again for the list next time.
+        this.listing = undefined;
+        return undefined;
+      }
       throw error;
     }
   }
 
-  async block(slot: number): Promise<ChainBlock | undefined> {
-    const read = await this.rpcBlock(slot);
-    if (read === undefined) return undefined;
-    if (read !== 'skipped') {
-      this.recentBlocks.delete(slot); // read once: a fork may replace it
-      return {
-        height: slot,
-        hash: read.blockhash,
-        parentHash: read.previousBlockhash,
-        timestamp: new Date((read.blockTime ?? 0) * 1000),
-        transfers: parseSolanaBlock(read, this.tokens),
-      };
+  /**
+   * The slots from `slot` on that hold a block on the node's confirmed chain
+   * (getBlocks: agave lists the rooted slots, then the confirmed bank's
+   * ancestors), as far as it has confirmed; empty when it has not confirmed a
+   * block at or after `slot` yet. Any slot in between that the list leaves
+   * out is skipped on that chain: a confirmed block's ancestors are all
+   * listed. One call serves a run of slots read forward; a slot at or below
+   * one already answered (the watcher's hash check) lists again, so that a
+   * fork is seen.
+   */
+  private listing?: { produced: number[]; answered: number };
+  private async producedFrom(slot: number): Promise<number[]> {
+    const listed = this.listing;
+    const last = listed?.produced.at(-1);
+    if (listed && last !== undefined && slot > listed.answered && slot <= last) {
+      listed.answered = slot;
+      return listed.produced.filter((s) => s >= slot);
     }
-    // A skipped slot carries the hash of the last block before it, which the
-    // next produced block names as its parent. Until there is one, the slot
-    // is not settled yet.
-    const [next] = await this.call<number[]>('getBlocksWithLimit', [slot, 1, { commitment: 'confirmed' }]);
-    if (next === undefined || next <= slot) return undefined;
-    const successor = await this.rpcBlock(next);
-    if (successor === undefined || successor === 'skipped') return undefined;
-    // Kept for the watcher's next read, which is that block.
-    this.recentBlocks.set(next, successor);
+    const produced = await this.call<number[]>('getBlocks', [
+      slot,
+      slot + SLOTS_LISTED - 1,
+      { commitment: 'confirmed' },
+    ]);
+    this.listing = { produced, answered: slot };
+    return produced;
+  }
+
+  /** Full blocks being fetched ahead of the watcher's reads, by slot; each is taken once. */
+  private readonly fetching = new Map<number, Promise<RpcAccountsBlock | undefined>>();
+  private blockWithAccounts(slot: number): Promise<RpcAccountsBlock | undefined> {
+    let read = this.fetching.get(slot);
+    if (!read) {
+      read = this.rpcBlock(slot, 'accounts');
+      read.catch(() => this.fetching.delete(slot));
+      this.fetching.set(slot, read);
+    }
+    return read;
+  }
+
+  async block(slot: number): Promise<ChainBlock | undefined> {
+    const produced = await this.producedFrom(slot);
+    const next = produced[0];
+    // The node has not confirmed a block at or after it: not decided yet.
+    if (next === undefined) return undefined;
+    if (next > slot) {
+      // A skipped slot carries the hash of the last block before it, which
+      // the next produced block names as its parent.
+      const successor = await this.rpcBlock(next, 'none');
+      if (!successor) return undefined;
+      const parent = successor.previousBlockhash;
+      const time = new Date((successor.blockTime ?? 0) * 1000);
+      return { height: slot, hash: parent, parentHash: parent, timestamp: time, transfers: [] };
+    }
+    // Read again (the watcher's hash check): the header tells whether it is the same block.
+    const known = this.recentBlocks.get(slot);
+    if (known) {
+      const header = await this.rpcBlock(slot, 'none');
+      if (!header) return undefined;
+      if (header.blockhash === known.hash) return known;
+    }
+    // The next few produced slots are fetched meanwhile: the watcher asks for them next.
+    for (const ahead of produced.slice(1, BLOCKS_IN_FLIGHT)) void this.blockWithAccounts(ahead).catch(() => undefined);
+    const read = await this.blockWithAccounts(slot);
+    for (const fetched of this.fetching.keys()) if (fetched <= slot) this.fetching.delete(fetched);
+    if (!read) return undefined;
+    const parsed: ChainBlock = {
+      height: slot,
+      hash: read.blockhash,
+      parentHash: read.previousBlockhash,
+      timestamp: new Date((read.blockTime ?? 0) * 1000),
+      transfers: parseSolanaBlock(read, this.tokens),
+    };
+    this.recentBlocks.set(slot, parsed);
     while (this.recentBlocks.size > 16) this.recentBlocks.delete(this.recentBlocks.keys().next().value!);
-    const parent = successor.previousBlockhash;
-    const time = new Date((successor.blockTime ?? 0) * 1000);
-    return { height: slot, hash: parent, parentHash: parent, timestamp: time, transfers: [] };
+    return parsed;
   }
 
   onNewBlock(listener: () => void): () => void {
@@ -455,12 +636,15 @@ export class SolanaChain implements ChainAdapter {
   }
 
   /**
-   * A SOL sweep's two signatures at the base fee, taken from the deposit and
-   * returned to the fee wallet that paid them; tokens cost the deposit nothing
-   * (the fee wallet pays in SOL).
+   * A SOL sweep's two signatures at the base fee and its priority fee at the
+   * current price, taken from the deposit and returned to the fee wallet that
+   * paid them; tokens cost the deposit nothing (the fee wallet pays in SOL).
    */
   networkFee(token: string): bigint {
-    return token === 'SOL' ? LAMPORTS_PER_SIGNATURE * SWEEP_SIGNATURES : 0n;
+    if (token !== 'SOL') return 0n;
+    const priority =
+      (this.priorityPrice.microLamports * SOL_SWEEP_COMPUTE_UNITS + MICRO_LAMPORTS - 1n) / MICRO_LAMPORTS;
+    return LAMPORTS_PER_SIGNATURE * SWEEP_SIGNATURES + priority;
   }
 
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
@@ -473,7 +657,7 @@ export class SolanaChain implements ChainAdapter {
       );
     }
     const deposit = Keypair.fromSeed(key.privateKey);
-    const instructions =
+    const { instructions, held } =
       transfer.token === 'SOL'
         ? await this.solSweep(deposit.publicKey, transfer)
         : await this.tokenSweep(deposit.publicKey, transfer);
@@ -491,6 +675,11 @@ export class SolanaChain implements ChainAdapter {
     const record: SweepRecord = {
       transaction: transaction.serialize().toString('base64'),
       lastValidBlockHeight: value.lastValidBlockHeight,
+      deposit: {
+        address: transfer.from.address,
+        ...(transfer.token !== 'SOL' && { mint: this.tokenOf(transfer.token).mint }),
+        held: held.toString(),
+      },
     };
     const prepared = { txHash: bs58.encode(transaction.signature!), raw: JSON.stringify(record) };
     this.preparedByReference.set(transfer.reference, prepared);
@@ -504,13 +693,24 @@ export class SolanaChain implements ChainAdapter {
    * (a fresh treasury holds nothing, and a 1% fee is often less), and would
    * refuse every retry the same way.
    */
-  private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
-    const [balance, treasuryHeld, rentExempt] = await Promise.all([
+  private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<Sweep> {
+    const [balance, treasuryHeld, merchantHeld, rentExempt] = await Promise.all([
       this.balanceOf(deposit.toBase58()),
       this.balanceOf(this.treasury),
+      this.balanceOf(transfer.to),
       this.rentExemptMinimum(),
     ]);
+    if (merchantHeld + transfer.amount < rentExempt) {
+      // The runtime refuses to create an account under its rent-exempt minimum, at every retry.
+      throw new PayoutRefusedError(
+        'fees_exceed_amount',
+        `a payout of ${transfer.amount} lamports to ${transfer.to}, which holds ${merchantHeld}, leaves it under the rent-exempt minimum of ${rentExempt}`,
+      );
+    }
     const network = transfer.fees?.network ?? this.networkFee('SOL');
+    // The quoted fee beyond the signatures is the priority fee: its unit price is what spends exactly that.
+    const priority = network - LAMPORTS_PER_SIGNATURE * SWEEP_SIGNATURES;
+    const price = priority > 0n ? (priority * MICRO_LAMPORTS) / SOL_SWEEP_COMPUTE_UNITS : 0n;
     const rest = balance - transfer.amount - network;
     if (rest < 0n) {
       throw new TransactionRejectedError(
@@ -521,11 +721,12 @@ export class SolanaChain implements ChainAdapter {
       SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
     const toTreasury = rest > 0n && treasuryHeld + rest >= rentExempt ? rest : 0n;
     const instructions = [
+      ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
       send(transfer.to, transfer.amount),
       send(this.feePayer.publicKey, network + rest - toTreasury),
     ];
     if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
-    return instructions;
+    return { instructions, held: balance };
   }
 
   /** The least a System account with no data may hold (890,880 lamports on mainnet today), asked once. */
@@ -543,10 +744,14 @@ export class SolanaChain implements ChainAdapter {
    * detection counts a payment to any of them, not only the associated one
    * (a wallet may pay into an account it created for the deposit).
    */
-  private async depositTokenAccounts(deposit: PublicKey, mint: PublicKey) {
+  private async depositTokenAccounts(
+    deposit: PublicKey,
+    mint: PublicKey,
+    at: { commitment: 'confirmed' | 'finalized'; minContextSlot?: number } = { commitment: 'confirmed' },
+  ) {
     const { value } = await this.call<{ value: { pubkey: string; account: { data: [string, string] } }[] }>(
       'getTokenAccountsByOwner',
-      [deposit.toBase58(), { mint: mint.toBase58() }, { commitment: 'confirmed', encoding: 'base64' }],
+      [deposit.toBase58(), { mint: mint.toBase58() }, { ...at, encoding: 'base64' }],
     );
     return value.map(({ pubkey, account }) => ({
       address: new PublicKey(pubkey),
@@ -559,7 +764,7 @@ export class SolanaChain implements ChainAdapter {
    * where missing) and closed; then the merchant's account created where
    * missing, payout and fee by transferChecked, the associated account closed.
    */
-  private async tokenSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<TransactionInstruction[]> {
+  private async tokenSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<Sweep> {
     const token = this.tokenOf(transfer.token);
     const mint = new PublicKey(token.mint);
     const payer = this.feePayer.publicKey;
@@ -584,7 +789,7 @@ export class SolanaChain implements ChainAdapter {
     const treasuryAccount = getAssociatedTokenAddressSync(mint, treasury, true);
     const instructions: TransactionInstruction[] = [
       // Enough compute for the account creations, the transfers and the closes, whatever the default.
-      ComputeBudgetProgram.setComputeUnitLimit({ units: 200_000 + others.length * 30_000 }),
+      ...computeBudget(BigInt(200_000 + others.length * 30_000), this.priorityPrice.microLamports),
     ];
     if (others.length > 0) {
       instructions.push(createAssociatedTokenAccountIdempotentInstruction(payer, source, deposit, mint));
@@ -607,12 +812,12 @@ export class SolanaChain implements ChainAdapter {
       );
     }
     instructions.push(createCloseAccountInstruction(source, treasury, deposit));
-    return instructions;
+    return { instructions, held };
   }
 
   async broadcast(prepared: PreparedTransaction): Promise<void> {
     const record = JSON.parse(prepared.raw) as SweepRecord;
-    if (await this.landed(prepared.txHash)) return;
+    if (landed(await this.signatureStatus(prepared.txHash))) return;
     try {
       await this.call<string>('sendTransaction', [
         record.transaction,
@@ -633,39 +838,71 @@ export class SolanaChain implements ChainAdapter {
     }
   }
 
-  /** True when the chain holds the transaction, successful; a failed one (fee taken, nothing moved) is refused. */
-  private async landed(signature: string): Promise<boolean> {
-    const status = await this.signatureStatus(signature);
-    if (!status) return false;
-    if (status.err !== null)
-      throw new TransactionRejectedError(`${signature} failed on chain: ${JSON.stringify(status.err)}`);
-    return true;
+  /** The signature's status, history searched; a failed transaction (fee taken, nothing moved) is refused. */
+  private async signatureStatus(signature: string): Promise<SignatureStatus | undefined> {
+    const { value } = await this.signatureStatuses([signature]);
+    return value[0];
   }
 
-  private async signatureStatus(signature: string) {
-    const answer = await this.call<{
-      value: ({ slot: number; err: unknown; confirmationStatus: string | null } | null)[];
-    }>('getSignatureStatuses', [[signature], { searchTransactionHistory: true }]);
-    return answer.value[0] ?? undefined;
+  private async signatureStatuses(signatures: string[]) {
+    const answer = await this.call<{ context: { slot: number }; value: (SignatureStatus | null)[] }>(
+      'getSignatureStatuses',
+      [signatures, { searchTransactionHistory: true }],
+    );
+    const value = answer.value.map((status, i) => {
+      if (status?.err != null)
+        throw new TransactionRejectedError(`${signatures[i]} failed on chain: ${JSON.stringify(status.err)}`);
+      return status ?? undefined;
+    });
+    return { slot: answer.context.slot, value };
   }
 
   /**
-   * Past its last valid block height on the finalized chain, a transaction
-   * can never be taken; if the chain has no record of it then, it never will.
+   * A sweep is declared refused, and a new one built, only on evidence that
+   * no validator can ever take it, all read at one finalized slot past its
+   * last valid block height: no backend that has seen that slot knows the
+   * signature (processed included), and the deposit's finalized balance
+   * there is still what it held before the sweep. Behind a load balancer
+   * each call may reach another backend, one that lags (up to 128 slots):
+   * an answer from before that slot decides nothing.
    */
   private async refuseIfExpired(signature: string, record: SweepRecord): Promise<void> {
-    const finalizedHeight = await this.call<number>('getBlockHeight', [{ commitment: 'finalized' }]);
+    const { context, value } = await this.call<{
+      context: { slot: number };
+      value: { lastValidBlockHeight: number };
+    }>('getLatestBlockhash', [{ commitment: 'finalized' }]);
+    const finalizedHeight = value.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS;
     if (finalizedHeight <= record.lastValidBlockHeight) return;
-    if (await this.landed(signature)) return;
+    const statuses = await this.signatureStatuses([signature]);
+    if (statuses.slot < context.slot || statuses.value[0]) return;
+    if (record.deposit) {
+      const held = await this.depositHeld(record.deposit, context.slot);
+      if (held !== BigInt(record.deposit.held)) return;
+    }
     throw new TransactionRejectedError(
       `${signature} expired without landing (block height ${finalizedHeight} > ${record.lastValidBlockHeight})`,
     );
   }
 
+  /** What a deposit holds on the finalized chain at `slot` or later (the node refuses an earlier answer: -32016). */
+  private async depositHeld(deposit: NonNullable<SweepRecord['deposit']>, slot: number): Promise<bigint> {
+    const at = { commitment: 'finalized', minContextSlot: slot } as const;
+    if (!deposit.mint) {
+      const answer = await this.call<{ value: Integer }>('getBalance', [deposit.address, at]);
+      return toBigInt(answer.value);
+    }
+    const accounts = await this.depositTokenAccounts(new PublicKey(deposit.address), new PublicKey(deposit.mint), at);
+    return accounts.reduce((sum, a) => sum + a.amount, 0n);
+  }
+
   async transactionStatus(txHash: string): Promise<TransactionStatus | undefined> {
-    const status = await this.signatureStatus(txHash);
-    // A failed transaction moved nothing: it is not the payout (broadcast then reports it refused).
-    if (!status || status.err !== null) return undefined;
+    const status = await this.signatureStatus(txHash).catch((error: unknown) => {
+      // A failed transaction moved nothing: it is not the payout (broadcast then reports it refused).
+      if (error instanceof TransactionRejectedError) return undefined;
+      throw error;
+    });
+    // Processed only: a minority fork can still drop it.
+    if (!landed(status)) return undefined;
     const head = await this.head();
     const depth = head.height - status.slot + 1;
     const final = status.confirmationStatus === 'finalized' || status.slot <= (head.finalized ?? -1);

@@ -34,12 +34,25 @@ const SOL_TRANSFERS = 1_000;
 const TOKEN_TRANSFERS = 1_000;
 const SLOT_MS = 400;
 const PAYMENTS = 25;
+/** Mainnet's block rate: a slot every 400 ms, about 150 blocks a minute. */
+const MAINNET_BLOCKS_PER_MINUTE = 150;
+/**
+ * What a Solana RPC lets one client use a minute: the public mainnet-beta
+ * endpoint (solana.com/docs/references/clusters: 100 requests per 10 s per
+ * IP, 40 per 10 s for one method, 100 MB per 30 s), and a paid endpoint's
+ * default (docs.p2p.org: 50 requests per second per client; other providers
+ * differ, and bill by credits).
+ */
+const LIMITS = [
+  { name: 'public mainnet-beta', requests: 600, oneMethod: 240, megabytes: 200 },
+  { name: 'paid endpoint (50 req/s)', requests: 3_000, oneMethod: 3_000, megabytes: Infinity },
+];
 
 const randomAddresses = (n: number) => Array.from({ length: n }, () => bs58.encode(randomBytes(32)));
 
 interface RawBlock {
   transactions: {
-    transaction: { message: { accountKeys: string[] } };
+    transaction: { accountKeys: { pubkey: string }[] };
     meta: { preBalances: number[]; postBalances: number[]; postTokenBalances: { owner?: string }[] };
   }[];
 }
@@ -58,6 +71,11 @@ async function blockSuite(node: SolanaTestNode, targets: readonly BenchTarget[])
   });
   node.mine();
   const slot = node.headSlot;
+  blockBytes = {
+    full: await answerBytes(node, slot, 'full'),
+    accounts: await answerBytes(node, slot, 'accounts'),
+    none: await answerBytes(node, slot, 'none'),
+  };
   progress(
     'solana',
     `slot ${slot}: ${count(recipients.length)} transactions signed and run in ${formatSeconds(signing)}`,
@@ -70,31 +88,14 @@ async function blockSuite(node: SolanaTestNode, targets: readonly BenchTarget[])
       openAdapter: () =>
         SolanaChain.open({ rpcUrl: node.url, keyring: DepositKeyring.fromMnemonic(generateMnemonic()) }),
       randomAddresses,
-      // The same getBlock, parsed by JSON.parse, the recipients read from the same balances.
+      // The same getBlock ("accounts"), parsed by JSON.parse, the recipients read from the same balances.
       async rawRecipients(h) {
-        const response = await fetch(node.url, {
-          method: 'POST',
-          body: JSON.stringify({
-            jsonrpc: '2.0',
-            id: 1,
-            method: 'getBlock',
-            params: [
-              h,
-              {
-                commitment: 'confirmed',
-                encoding: 'json',
-                transactionDetails: 'full',
-                rewards: false,
-                maxSupportedTransactionVersion: 0,
-              },
-            ],
-          }),
-        });
+        const response = await getBlockAnswer(node, h, 'accounts');
         const { result } = (await response.json()) as { result: RawBlock };
         const to = new Set<string>();
         for (const { transaction, meta } of result.transactions) {
-          transaction.message.accountKeys.forEach((key, i) => {
-            if (meta.postBalances[i]! > meta.preBalances[i]!) to.add(key);
+          transaction.accountKeys.forEach(({ pubkey }, i) => {
+            if (meta.postBalances[i]! > meta.preBalances[i]!) to.add(pubkey);
           });
           for (const b of meta.postTokenBalances) if (b.owner) to.add(b.owner);
         }
@@ -105,11 +106,43 @@ async function blockSuite(node: SolanaTestNode, targets: readonly BenchTarget[])
   );
 }
 
+/** getBlock's answer for a slot with these transaction details, as the adapter asks for it. */
+function getBlockAnswer(node: SolanaTestNode, slot: number, transactionDetails: string): Promise<Response> {
+  return fetch(node.url, {
+    method: 'POST',
+    body: JSON.stringify({
+      jsonrpc: '2.0',
+      id: 1,
+      method: 'getBlock',
+      params: [
+        slot,
+        {
+          commitment: 'confirmed',
+          encoding: 'json',
+          transactionDetails,
+          rewards: false,
+          maxSupportedTransactionVersion: 0,
+        },
+      ],
+    }),
+  });
+}
+
+/** The bytes of getBlock's answer for a slot with these transaction details. */
+async function answerBytes(node: SolanaTestNode, slot: number, transactionDetails: string): Promise<number> {
+  return (await (await getBlockAnswer(node, slot, transactionDetails)).arrayBuffer()).byteLength;
+}
+
+/** The 2,000-transaction block's getBlock answer, by transaction details. */
+let blockBytes: { full: number; accounts: number; none: number } | undefined;
+
 interface DetectionReport {
   label: string;
   open: number;
   latencies: number[];
   callsPerMinute: number;
+  /** getBlock calls a minute, the method the public endpoint's per-method limit meets first. */
+  blockCallsPerMinute: number;
   perAddressCallsPerRound: number;
 }
 
@@ -174,11 +207,20 @@ async function detection(node: SolanaTestNode, target: BenchTarget, open: number
     const deadline = Date.now() + 10_000;
     while (latencies.length < paid.length && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
     const minutes = (performance.now() - started) / 60_000;
-    const callsPerMinute = (node.calls.length - callsBefore) / minutes;
+    const watching = node.calls.slice(callsBefore);
+    const callsPerMinute = watching.length / minutes;
+    const blockCallsPerMinute = watching.filter((m) => m === 'getBlock').length / minutes;
     await watcher.stop();
     if (latencies.length < paid.length)
       throw new Error(`${target.label}: ${latencies.length} of ${paid.length} payments detected`);
-    return { label: target.label, open, latencies, callsPerMinute, perAddressCallsPerRound: 3 * open };
+    return {
+      label: target.label,
+      open,
+      latencies,
+      callsPerMinute,
+      blockCallsPerMinute,
+      perAddressCallsPerRound: 3 * open,
+    };
   } finally {
     adapter.close();
     await store.close();
@@ -227,8 +269,49 @@ export const solanaSuite: BenchSuite = {
           ]),
         ),
       );
+      printBandwidth(reports);
     } finally {
       await node.stop();
     }
   },
 };
+
+/**
+ * Requests and bytes a minute at mainnet's block rate, beside what an RPC
+ * allows: the requests as measured while watching (a block every 400 ms), the
+ * bytes as one block of 2,000 transactions (mainnet carries about 1,000 to
+ * 1,500 besides votes) read with "accounts" plus its hash check with "none",
+ * against reading it in full and again in full each step (the first version).
+ */
+function printBandwidth(reports: DetectionReport[]) {
+  if (!blockBytes || reports.length === 0) return;
+  const requests = Math.max(...reports.map((r) => r.callsPerMinute));
+  const blockCalls = Math.max(...reports.map((r) => r.blockCallsPerMinute));
+  const mb = (bytes: number) => (bytes * MAINNET_BLOCKS_PER_MINUTE) / 1e6;
+  const ours = mb(blockBytes.accounts + blockBytes.none);
+  const before = mb(2 * blockBytes.full);
+  console.log(
+    `\n## solana: requests and bytes per minute at mainnet's block rate (${MAINNET_BLOCKS_PER_MINUTE} blocks/min)\n`,
+  );
+  console.log(
+    `- getBlock answer for the 2,000-transaction block: full ${count(blockBytes.full)} B, accounts ${count(blockBytes.accounts)} B, none ${count(blockBytes.none)} B`,
+  );
+  console.log(
+    markdownTable(
+      ['reading', 'requests / min', 'getBlock / min', 'MB / min', ...LIMITS.map((l) => `fits ${l.name}`)],
+      [
+        ['accounts + none (now)', requests, blockCalls, ours] as const,
+        ['full, read again each step (before)', requests, blockCalls, before] as const,
+      ].map(([label, req, calls, megabytes]) => [
+        label,
+        count(Math.round(req)),
+        count(Math.round(calls)),
+        megabytes.toFixed(1),
+        ...LIMITS.map((l) => (req <= l.requests && calls <= l.oneMethod && megabytes <= l.megabytes ? 'yes' : 'no')),
+      ]),
+    ),
+  );
+  console.log(
+    `- limits a minute: ${LIMITS.map((l) => `${l.name}: ${count(l.requests)} requests, ${count(l.oneMethod)} of one method, ${Number.isFinite(l.megabytes) ? `${l.megabytes} MB` : 'bytes unmetered'}`).join('; ')}`,
+  );
+}

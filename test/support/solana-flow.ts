@@ -1,7 +1,9 @@
 // Shared steps of the Solana integration tests: a test node with the
 // catalogue's USDT and USDC mints, and the service's environment for it.
+import { Keypair } from '@solana/web3.js';
 import { findToken } from '../../domain/catalogue.ts';
 import { SERVICE_MNEMONIC } from './evm-flow.ts';
+import { startTestService, type RunningService } from './service.ts';
 import { SolanaTestNode } from './solana-node.ts';
 
 export const USDT_MINT = findToken('solana', 'USDT')!.contractAddress!;
@@ -28,4 +30,20 @@ export function solanaEnv(node: SolanaTestNode, extra: Record<string, string> = 
     RATE_LIMITS: 'off',
     ...extra,
   };
+}
+
+/** A test node, a payer holding SOL, USDT and USDC, and the service on that node. */
+export async function startSolanaService(): Promise<{ node: SolanaTestNode; svc: RunningService; payer: Keypair }> {
+  const node = await startSolanaNode();
+  const payer = Keypair.generate();
+  await node.airdrop(payer.publicKey, 10_000_000_000_000n);
+  await node.mintTokens(payer.publicKey, 'USDT', 100_000_000_000n);
+  await node.mintTokens(payer.publicKey, 'USDC', 100_000_000_000n);
+  await node.mine();
+  return { node, payer, svc: await startTestService(solanaEnv(node)) };
+}
+
+export async function stopSolanaService(node: SolanaTestNode | undefined, svc: RunningService | undefined) {
+  await svc?.close();
+  await node?.stop();
 }

@@ -23,10 +23,12 @@
 // takes the newest blocks back (their accounts are restored to what they were
 // before), `confirmed` is the head and `finalized` lags it (32 slots unless
 // set), as on a real cluster.
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { createPublicKey, randomBytes, verify } from 'node:crypto';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import {
+  ComputeBudgetProgram,
   Keypair,
   LAMPORTS_PER_SOL,
   PublicKey,
@@ -39,8 +41,10 @@ import {
   ACCOUNT_SIZE,
   MINT_SIZE,
   MintLayout,
+  TOKEN_2022_PROGRAM_ID,
   TOKEN_PROGRAM_ID,
   createAssociatedTokenAccountIdempotentInstruction,
+  createInitializeAccount3Instruction,
   createMintToInstruction,
   createTransferCheckedInstruction,
   getAssociatedTokenAddressSync,
@@ -61,6 +65,12 @@ import {
 export const MAINNET_GENESIS = '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d';
 /** A blockhash is valid for this many blocks after its own (MAX_PROCESSING_AGE). */
 const MAX_BLOCKHASH_AGE = 150;
+/** Blocks whose transactions the status cache still answers for (runtime status_cache.rs, MAX_CACHE_ENTRIES). */
+const STATUS_CACHE_SLOTS = 300;
+/** How far behind a lagging backend is: providers keep backends up to 128 slots behind in rotation. */
+const LAGGING_SLOTS = 40;
+/** getBlocks' widest range (rpc-client-api request.rs). */
+const MAX_GET_CONFIRMED_BLOCKS_RANGE = 500_000;
 
 type AccountState = { lamports: bigint; data: Uint8Array; owner: PublicKey; executable: boolean } | null;
 
@@ -125,8 +135,28 @@ export class SolanaTestNode {
   private readonly tokenProgramAccounts = new Set<string>();
   /** Every request, for tests that count calls. */
   readonly calls: string[] = [];
+  /** The bytes of every answer, for the bench's bandwidth. */
+  bytesServed = 0;
   /** A queue: the node refuses the next sendTransaction calls with these answers, then works again. */
   readonly failNextSends: { code: number; message: string }[] = [];
+  /**
+   * A load balancer in front of backends of which one lags: about one call in
+   * four (a seeded sequence, the same every run) is answered by a backend
+   * 40 slots behind, which knows neither the newest blocks nor their
+   * transactions, and whose balances are as they were there.
+   */
+  lagging = false;
+  /**
+   * What other users pay per compute unit now, in micro-lamports: each block
+   * sealed meanwhile reports it as its lowest landed fee
+   * (getRecentPrioritizationFees), and a transaction bidding less is never
+   * scheduled (it is taken, then expires unseen).
+   */
+  congestionFee = 0;
+  private readonly blockFees = new Map<number, number>();
+  private laggingDraw = 0x2545f491;
+  /** The slots behind of the backend answering the current call. */
+  private readonly backend = new AsyncLocalStorage<number>();
 
   constructor(options: SolanaTestNodeOptions = {}) {
     this.genesisHash = options.genesisHash ?? MAINNET_GENESIS;
@@ -135,25 +165,10 @@ export class SolanaTestNode {
   }
 
   async start(): Promise<this> {
-    const mints = this.tokens.map((t) => {
-      const data = Buffer.alloc(MINT_SIZE);
-      MintLayout.encode(
-        {
-          mintAuthorityOption: 1,
-          mintAuthority: this.mintAuthority.publicKey,
-          supply: 0n,
-          decimals: t.decimals,
-          isInitialized: true,
-          freezeAuthorityOption: 0,
-          freezeAuthority: PublicKey.default,
-        },
-        data,
-      );
-      return {
-        address: new PublicKey(t.mint),
-        info: { lamports: 1_461_600n, data: Uint8Array.from(data), owner: TOKEN_PROGRAM_ID, executable: false },
-      };
-    });
+    const mints = this.tokens.map((t) => ({
+      address: new PublicKey(t.mint),
+      info: this.mintAccount(t.decimals, TOKEN_PROGRAM_ID),
+    }));
     const rich = {
       lamports: BigInt(1_000_000 * LAMPORTS_PER_SOL),
       data: new Uint8Array(),
@@ -170,6 +185,7 @@ export class SolanaTestNode {
       request.on('data', (chunk: Buffer) => (body += chunk.toString('utf8')));
       request.on('end', async () => {
         const answer = await this.answer(body);
+        this.bytesServed += Buffer.byteLength(answer);
         response.writeHead(200, { 'content-type': 'application/json' });
         response.end(answer);
       });
@@ -184,6 +200,31 @@ export class SolanaTestNode {
     this.server?.closeAllConnections();
   }
 
+  /** A mint's account, this node its mint authority, owned by `program` (a Token-2022 mint without extensions has the same layout). */
+  private mintAccount(decimals: number, program: PublicKey): NonNullable<AccountState> {
+    const data = Buffer.alloc(MINT_SIZE);
+    MintLayout.encode(
+      {
+        mintAuthorityOption: 1,
+        mintAuthority: this.mintAuthority.publicKey,
+        supply: 0n,
+        decimals,
+        isInitialized: true,
+        freezeAuthorityOption: 0,
+        freezeAuthority: PublicKey.default,
+      },
+      data,
+    );
+    return { lamports: 1_461_600n, data: Uint8Array.from(data), owner: program, executable: false };
+  }
+
+  /** A Token-2022 mint (PYUSD is one on mainnet), to show what the adapter refuses. */
+  createToken2022Mint(decimals = 6): PublicKey {
+    const mint = Keypair.generate().publicKey;
+    this.setAccount(mint, this.mintAccount(decimals, TOKEN_2022_PROGRAM_ID));
+    return mint;
+  }
+
   // -------------------------------------------------------------------------
   // The chain
   // -------------------------------------------------------------------------
@@ -192,11 +233,24 @@ export class SolanaTestNode {
     return this.blocks[this.blocks.length - 1]!;
   }
 
-  /** The newest block at a commitment: processed and confirmed are the head; finalized lags it. */
+  /**
+   * The newest block at a commitment, as the backend answering sees it:
+   * processed and confirmed are its head; finalized lags it.
+   */
   private blockAt(commitment = 'finalized'): LedgerBlock {
-    if (commitment !== 'finalized') return this.headBlock;
-    const limit = this.headBlock.slot - this.finalizedLag;
+    const head = this.headBlock.slot - (this.backend.getStore() ?? 0);
+    const limit = commitment === 'finalized' ? head - this.finalizedLag : head;
     return [...this.blocks].reverse().find((b) => b.slot <= limit) ?? this.blocks[0]!;
+  }
+
+  /** Whether the next call goes to the lagging backend (xorshift32: one in four, the same sequence every run). */
+  private drawLagging(): boolean {
+    let x = this.laggingDraw;
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    this.laggingDraw = x >>> 0;
+    return this.lagging && this.laggingDraw % 4 === 0;
   }
 
   get headSlot(): number {
@@ -222,6 +276,7 @@ export class SolanaTestNode {
         blockTime: Math.floor(Date.now() / 1000),
         transactions: this.openSlot.map((t) => ({ ...t, slot })),
       });
+      this.blockFees.set(slot, this.congestionFee);
       this.openSlot = [];
     }
   }
@@ -267,6 +322,28 @@ export class SolanaTestNode {
       owner: new PublicKey(found.programAddress),
       executable: found.executable,
     };
+  }
+
+  /**
+   * An account as it was when `slot` was sealed: the state before the first
+   * later transaction that touched it (what drop() restores), or now.
+   * Processed (no slot) is now, the open slot's transactions included.
+   */
+  private accountAt(address: PublicKey, slot?: number): AccountState {
+    if (slot === undefined) return this.account(address);
+    const key = address.toBase58();
+    const later = [...this.blocks.filter((b) => b.slot > slot).flatMap((b) => b.transactions), ...this.openSlot];
+    const touched = later.find((t) => t.before.has(key));
+    return touched ? touched.before.get(key)! : this.account(address);
+  }
+
+  /** The slot a read at this commitment sees (undefined: processed, the open slot included), or -32016 before `minContextSlot`. */
+  private readSlot(config: { commitment?: string; minContextSlot?: number }): number | undefined {
+    const slot = this.blockAt(config.commitment).slot;
+    // agave rpc/src/rpc.rs, get_bank_with_config: a bank older than minContextSlot is refused.
+    if (config.minContextSlot !== undefined && slot < config.minContextSlot)
+      throw new RpcFailure(-32016, 'Minimum context slot has not been reached', { contextSlot: slot });
+    return config.commitment === 'processed' && !this.backend.getStore() ? undefined : slot;
   }
 
   private setAccount(address: PublicKey, state: NonNullable<AccountState>): void {
@@ -354,7 +431,13 @@ export class SolanaTestNode {
       feePayer: feePayer.publicKey,
       blockhash: this.headBlock.blockhash,
       lastValidBlockHeight: this.headBlock.blockHeight! + MAX_BLOCKHASH_AGE,
-    }).add(...instructions);
+    }).add(
+      // Under congestion a wallet bids what others pay, or its transfer never lands.
+      ...(this.congestionFee > 0
+        ? [ComputeBudgetProgram.setComputeUnitPrice({ microLamports: this.congestionFee })]
+        : []),
+      ...instructions,
+    );
     tx.sign(...signers);
     return this.accept(tx.serialize().toString('base64'));
   }
@@ -405,6 +488,45 @@ export class SolanaTestNode {
     );
   }
 
+  /**
+   * Tokens paid into a token account the sender creates for the owner at a
+   * fresh address, not the owner's associated one (some wallets do); answers
+   * the signature and that account.
+   */
+  async sendTokenToNewAccount(
+    from: Keypair,
+    toOwner: string | PublicKey,
+    symbol: string,
+    amount: bigint,
+  ): Promise<{ signature: string; account: PublicKey }> {
+    const token = this.tokens.find((t) => t.symbol === symbol)!;
+    const mint = this.mintOf(symbol);
+    const account = Keypair.generate();
+    const signature = await this.send(
+      [
+        SystemProgram.createAccount({
+          fromPubkey: from.publicKey,
+          newAccountPubkey: account.publicKey,
+          lamports: Number(this.svm.minimumBalanceForRentExemption(BigInt(ACCOUNT_SIZE))),
+          space: ACCOUNT_SIZE,
+          programId: TOKEN_PROGRAM_ID,
+        }),
+        createInitializeAccount3Instruction(account.publicKey, mint, new PublicKey(toOwner)),
+        createTransferCheckedInstruction(
+          this.tokenAccount(from.publicKey, symbol),
+          mint,
+          account.publicKey,
+          from.publicKey,
+          amount,
+          token.decimals,
+        ),
+      ],
+      [from, account],
+      from,
+    );
+    return { signature, account: account.publicKey };
+  }
+
   /** What sendTransaction does with base64 wire bytes: checks, preflight, then the bank. Answers the signature. */
   async accept(wire: string): Promise<string> {
     const bytes = Buffer.from(wire, 'base64');
@@ -438,11 +560,22 @@ export class SolanaTestNode {
         unitsConsumed: 0,
         returnData: null,
       });
-    if (this.findTransaction(signature)) throw preflight('This transaction has already been processed');
-    const issuedAt = this.blocks.find((b) => b.blockhash === message.recentBlockhash);
-    if (!issuedAt || issuedAt.blockHeight! + MAX_BLOCKHASH_AGE < this.headBlock.blockHeight!) {
+    // agave runtime bank.rs, check_transactions: the age of the blockhash is
+    // checked first, the status cache only for a transaction that passes it,
+    // so a landed transaction sent again once expired is "Blockhash not found".
+    const tip = this.blockAt('confirmed');
+    const issuedAt = this.blocks.find((b) => b.blockhash === message.recentBlockhash && b.slot <= tip.slot);
+    if (!issuedAt || issuedAt.blockHeight! + MAX_BLOCKHASH_AGE < tip.blockHeight!) {
       throw preflight('Blockhash not found');
     }
+    if (this.findTransaction(signature)) {
+      // A lagging backend has not seen it: its preflight passes, and the leader drops the repeat.
+      if (this.backend.getStore()) return signature;
+      throw preflight('This transaction has already been processed');
+    }
+    const budget = computeBudgetOf(message);
+    // Leaders schedule by priority: under congestion, a bid below what others pay never lands.
+    if (budget.microLamports < BigInt(this.congestionFee)) return signature;
     const before = new Map<string, AccountState>();
     for (const key of keys) before.set(key.toBase58(), this.account(key));
     const processed = this.svm.sendTransaction(getTransactionDecoder().decode(bytes));
@@ -451,8 +584,11 @@ export class SolanaTestNode {
     const after = new Map<string, AccountState>();
     for (const key of keys) after.set(key.toBase58(), this.account(key));
     for (const [key, state] of after) if (state?.owner.equals(TOKEN_PROGRAM_ID)) this.tokenProgramAccounts.add(key);
-    // The runtime's fee: every signature at the base fee (no priority fee is ever set here).
-    const fee = Number(LAMPORTS_PER_SIGNATURE) * message.header.numRequiredSignatures;
+    // The runtime's fee (agave fee/src/lib.rs, calculate_fee_details): every
+    // signature at the base fee, and the priority fee, the unit price times
+    // the units asked for, rounded up (compute-budget's get_prioritization_fee).
+    const priorityFee = (budget.microLamports * BigInt(budget.units) + 999_999n) / 1_000_000n;
+    const fee = Number(LAMPORTS_PER_SIGNATURE) * message.header.numRequiredSignatures + Number(priorityFee);
     const lamports = (state: AccountState | undefined) => state?.lamports ?? 0n;
     const record: LedgerTransaction = {
       slot: this.slot,
@@ -536,7 +672,8 @@ export class SolanaTestNode {
     }
     this.calls.push(request.method ?? '');
     try {
-      const result = await this.call(request.method ?? '', request.params ?? []);
+      const behind = this.drawLagging() ? LAGGING_SLOTS : 0;
+      const result = await this.backend.run(behind, () => this.call(request.method ?? '', request.params ?? []));
       return JSON.stringify({ jsonrpc: '2.0', result, id: request.id }, (_key, value) =>
         typeof value === 'bigint' ? Number(value) : value,
       );
@@ -560,15 +697,19 @@ export class SolanaTestNode {
   }
 
   private async call(method: string, params: unknown[]): Promise<unknown> {
-    const config = (at: number) => (params[at] ?? {}) as { commitment?: string; [key: string]: unknown };
+    const config = (at: number) =>
+      (params[at] ?? {}) as { commitment?: string; minContextSlot?: number; [key: string]: unknown };
     switch (method) {
       case 'getGenesisHash':
         return this.genesisHash;
       case 'getSlot':
+        this.readSlot(config(0));
         return this.blockAt(config(0).commitment).slot;
       case 'getBlockHeight':
+        this.readSlot(config(0));
         return this.blockAt(config(0).commitment).blockHeight;
       case 'getLatestBlockhash': {
+        this.readSlot(config(0));
         const block = this.blockAt(config(0).commitment);
         return {
           context: this.rpcContext(config(0).commitment),
@@ -576,19 +717,45 @@ export class SolanaTestNode {
         };
       }
       case 'getBlock': {
+        // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_block: at or
+        // below the root (the finalized slot) the blockstore answers, and a
+        // slot without a block is -32007 (check_blockstore_root:
+        // blockstore.is_skipped); above it only a slot among the confirmed
+        // bank's ancestors is served, and anything else, a skipped slot
+        // included, is -32004 BlockNotAvailable until it is rooted.
         const slot = params[0] as number;
         const commitment = config(1).commitment ?? 'finalized';
         if (commitment === 'processed')
           throw new RpcFailure(-32602, 'Method does not support commitment below `confirmed`');
-        if (slot > this.blockAt(commitment).slot) throw new RpcFailure(-32004, `Block not available for slot ${slot}`);
         const block = this.blocks.find((b) => b.slot === slot);
-        if (!block)
+        const root = this.blockAt('finalized').slot;
+        if (slot < root && !block)
           throw new RpcFailure(-32007, `Slot ${slot} was skipped, or missing due to ledger jump to recent snapshot`);
+        if (!block || slot > this.blockAt(commitment).slot)
+          throw new RpcFailure(-32004, `Block not available for slot ${slot}`);
         const { slot: _, transactions, ...header } = block;
+        const details = (config(1)['transactionDetails'] as string | undefined) ?? 'full';
+        if (details === 'none') return header;
+        if (details === 'accounts') return { ...header, transactions: transactions.map(asAccountsTransaction) };
+        if (details !== 'full')
+          throw new RpcFailure(-32602, `this test node does not give transactionDetails ${details}`);
         return {
           ...header,
           transactions: transactions.map(({ meta, transaction, version }) => ({ meta, transaction, version })),
         };
+      }
+      case 'getBlocks': {
+        // agave rpc/src/rpc.rs, get_blocks: the end is capped at the
+        // confirmed bank's slot (the root for finalized); the answer is the
+        // rooted slots, then the confirmed bank's ancestors, in the range.
+        const [from, end] = params as [number, number | undefined];
+        const commitment = config(2).commitment ?? 'finalized';
+        if (commitment === 'processed')
+          throw new RpcFailure(-32602, 'Method does not support commitment below `confirmed`');
+        const top = Math.min(end ?? from + MAX_GET_CONFIRMED_BLOCKS_RANGE, this.blockAt(commitment).slot);
+        if (top - from > MAX_GET_CONFIRMED_BLOCKS_RANGE)
+          throw new RpcFailure(-32602, `Slot range too large; max ${MAX_GET_CONFIRMED_BLOCKS_RANGE}`);
+        return this.blocks.filter((b) => b.slot >= from && b.slot <= top).map((b) => b.slot);
       }
       case 'getBlocksWithLimit': {
         const [from, limit] = params as [number, number];
@@ -600,46 +767,14 @@ export class SolanaTestNode {
       }
       case 'getBalance': {
         const address = this.publicKey(params[0]);
-        return { context: this.rpcContext(config(1).commitment), value: Number(await this.balance(address)) };
+        const lamports = this.accountAt(address, this.readSlot(config(1)))?.lamports ?? 0n;
+        return { context: this.rpcContext(config(1).commitment), value: Number(lamports) };
       }
       case 'getAccountInfo': {
-        // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_account_info: a
-        // missing account (or one with 0 lamports, which the bank does not
-        // keep) is `value: null`; the encoding defaults to binary (a bare
-        // base58 string), and base58 data over 128 bytes is refused
-        // (encode_account, MAX_BASE58_BYTES); dataSlice cuts the data after
-        // the account is read, so `space` stays the account's whole size
-        // (account-decoder's encode_ui_account).
         const address = this.publicKey(params[0]);
-        const account = this.account(address);
-        const encoding = (config(1)['encoding'] as string | undefined) ?? 'binary';
-        if (!['binary', 'base58', 'base64'].includes(encoding))
-          throw new RpcFailure(-32602, `this test node does not encode accounts as ${encoding}`);
-        const slice = config(1)['dataSlice'] as { offset: number; length: number } | undefined;
-        const data = account
-          ? Buffer.from(account.data).subarray(slice?.offset ?? 0, slice ? slice.offset + slice.length : undefined)
-          : undefined;
-        if (data && encoding !== 'base64' && data.length > 128)
-          throw new RpcFailure(
-            -32600,
-            'Encoded binary (base 58) data should be less than 128 bytes, please use Base64 encoding.',
-          );
-        const encoded =
-          encoding === 'binary'
-            ? bs58.encode(data ?? [])
-            : [encoding === 'base64' ? data?.toString('base64') : bs58.encode(data ?? []), encoding];
         return {
           context: this.rpcContext(config(1).commitment),
-          value: account
-            ? {
-                data: encoded,
-                executable: account.executable,
-                lamports: account.lamports,
-                owner: account.owner.toBase58(),
-                rentEpoch: 18446744073709551615n,
-                space: account.data.length,
-              }
-            : null,
+          value: this.encodeAccount(this.accountAt(address, this.readSlot(config(1))), config(1)),
         };
       }
       case 'getTokenAccountBalance': {
@@ -663,29 +798,47 @@ export class SolanaTestNode {
         const mint = this.publicKey(filter.mint);
         if (!this.account(mint)?.owner.equals(TOKEN_PROGRAM_ID))
           throw new RpcFailure(-32602, 'Invalid param: could not find mint');
+        const at = this.readSlot(config(2));
         const value = [];
         for (const key of this.tokenProgramAccounts) {
           const address = new PublicKey(key);
-          const state = this.account(address);
+          const state = this.accountAt(address, at);
           if (!state?.owner.equals(TOKEN_PROGRAM_ID) || state.data.length !== ACCOUNT_SIZE) continue;
           const account = unpackAccount(address, asAccountInfo(state));
           if (!account.owner.equals(owner) || !account.mint.equals(mint)) continue;
-          value.push({
-            pubkey: key,
-            account: await this.call('getAccountInfo', [key, config(2)]).then((a) => (a as { value: unknown }).value),
-          });
+          value.push({ pubkey: key, account: this.encodeAccount(state, config(2)) });
         }
         return { context: this.rpcContext(config(2).commitment), value };
       }
       case 'getSignatureStatuses': {
-        const finalizedSlot = this.blockAt('finalized').slot;
+        // agave rpc/src/rpc.rs, get_signature_statuses: the processed bank's
+        // status cache first (the last 300 slots: processed, confirmed or
+        // finalized, get_transaction_status); then, with
+        // searchTransactionHistory only, the blockstore's rooted statuses
+        // (finalized). A backend knows only what it has processed.
+        const { searchTransactionHistory = false } = config(1) as { searchTransactionHistory?: boolean };
+        const tip = this.blockAt('confirmed');
+        const root = this.blockAt('finalized').slot;
+        const open = this.backend.getStore() ? [] : this.openSlot;
         const value = (params[0] as string[]).map((signature) => {
-          const block = this.blocks.find((b) => b.transactions.some((t) => t.transaction.signatures[0] === signature));
+          if (open.some((t) => t.transaction.signatures[0] === signature))
+            return {
+              slot: this.slot,
+              confirmations: 0,
+              err: null,
+              status: { Ok: null },
+              confirmationStatus: 'processed',
+            };
+          const block = this.blocks.find(
+            (b) => b.slot <= tip.slot && b.transactions.some((t) => t.transaction.signatures[0] === signature),
+          );
           if (!block) return null;
-          const final = block.slot <= finalizedSlot;
+          const cached = block.slot > tip.slot - STATUS_CACHE_SLOTS;
+          if (!cached && !searchTransactionHistory) return null;
+          const final = block.slot <= root;
           return {
             slot: block.slot,
-            confirmations: final ? null : this.blocks.filter((b) => b.slot > block.slot).length,
+            confirmations: final ? null : this.blocks.filter((b) => b.slot > block.slot && b.slot <= tip.slot).length,
             err: null,
             status: { Ok: null },
             confirmationStatus: final ? 'finalized' : 'confirmed',
@@ -713,11 +866,61 @@ export class SolanaTestNode {
             : Buffer.from(bs58.decode(params[0] as string)).toString('base64');
         return this.accept(wire);
       }
+      case 'getRecentPrioritizationFees': {
+        // agave rpc/src/rpc.rs, get_recent_prioritization_fees: at most 128
+        // accounts; one entry per block the cache holds (the last 150), its
+        // lowest landed fee (prioritization_fee_cache.rs; accounts named
+        // only raise it to their own lowest, which is never lower here).
+        const accounts = (params[0] ?? []) as string[];
+        if (accounts.length > 128) throw new RpcFailure(-32602, 'Too many inputs provided; max 128');
+        const tip = this.blockAt('confirmed').slot;
+        return this.blocks
+          .filter((b) => b.slot <= tip)
+          .slice(-150)
+          .map((b) => ({ slot: b.slot, prioritizationFee: this.blockFees.get(b.slot) ?? 0 }));
+      }
       case 'getMinimumBalanceForRentExemption':
         return Number(this.svm.minimumBalanceForRentExemption(BigInt(params[0] as number)));
       default:
         throw new RpcFailure(-32601, 'Method not found');
     }
+  }
+
+  /** An account as getAccountInfo encodes it. */
+  private encodeAccount(account: AccountState, options: Record<string, unknown>) {
+    // agave rpc/src/rpc.rs, JsonRpcRequestProcessor::get_account_info: a
+    // missing account (or one with 0 lamports, which the bank does not
+    // keep) is `value: null`; the encoding defaults to binary (a bare
+    // base58 string), and base58 data over 128 bytes is refused
+    // (encode_account, MAX_BASE58_BYTES); dataSlice cuts the data after
+    // the account is read, so `space` stays the account's whole size
+    // (account-decoder's encode_ui_account).
+    const encoding = (options['encoding'] as string | undefined) ?? 'binary';
+    if (!['binary', 'base58', 'base64'].includes(encoding))
+      throw new RpcFailure(-32602, `this test node does not encode accounts as ${encoding}`);
+    const slice = options['dataSlice'] as { offset: number; length: number } | undefined;
+    const data = account
+      ? Buffer.from(account.data).subarray(slice?.offset ?? 0, slice ? slice.offset + slice.length : undefined)
+      : undefined;
+    if (data && encoding !== 'base64' && data.length > 128)
+      throw new RpcFailure(
+        -32600,
+        'Encoded binary (base 58) data should be less than 128 bytes, please use Base64 encoding.',
+      );
+    const encoded =
+      encoding === 'binary'
+        ? bs58.encode(data ?? [])
+        : [encoding === 'base64' ? data?.toString('base64') : bs58.encode(data ?? []), encoding];
+    return account
+      ? {
+          data: encoded,
+          executable: account.executable,
+          lamports: account.lamports,
+          owner: account.owner.toBase58(),
+          rentEpoch: 18446744073709551615n,
+          space: account.data.length,
+        }
+      : null;
   }
 
   private publicKey(value: unknown): PublicKey {
@@ -727,6 +930,65 @@ export class SolanaTestNode {
       throw new RpcFailure(-32602, `Invalid param: ${String(value).slice(0, 60)}`);
     }
   }
+}
+
+/**
+ * A transaction as getBlock's `transactionDetails: "accounts"` gives it
+ * (agave transaction-status lib.rs: build_json_accounts, with
+ * parse_legacy_message_accounts for the keys, and
+ * build_simple_ui_transaction_status_meta: no instructions, logs or loaded
+ * addresses). Signer and writable follow from the message header.
+ */
+function asAccountsTransaction({ meta, transaction, version }: LedgerTransaction) {
+  const { header } = transaction.message as unknown as {
+    header: { numRequiredSignatures: number; numReadonlySignedAccounts: number; numReadonlyUnsignedAccounts: number };
+  };
+  const keys = transaction.message.accountKeys;
+  return {
+    transaction: {
+      signatures: transaction.signatures,
+      accountKeys: keys.map((pubkey, i) => ({
+        pubkey,
+        writable:
+          i < header.numRequiredSignatures
+            ? i < header.numRequiredSignatures - header.numReadonlySignedAccounts
+            : i < keys.length - header.numReadonlyUnsignedAccounts,
+        signer: i < header.numRequiredSignatures,
+        source: 'transaction',
+      })),
+    },
+    meta: meta && {
+      err: meta.err,
+      status: meta.err === null ? { Ok: null } : { Err: meta.err },
+      fee: meta.fee,
+      preBalances: meta.preBalances,
+      postBalances: meta.postBalances,
+      preTokenBalances: meta.preTokenBalances,
+      postTokenBalances: meta.postTokenBalances,
+    },
+    version,
+  };
+}
+
+const COMPUTE_BUDGET_PROGRAM = 'ComputeBudget111111111111111111111111111111';
+
+/**
+ * The units a transaction asks for and its price per unit, from its
+ * ComputeBudget instructions (compute-budget-instruction's
+ * process_compute_budget_instructions: 2 SetComputeUnitLimit u32, 3
+ * SetComputeUnitPrice u64, little-endian); without a limit, 200,000 units
+ * an instruction.
+ */
+function computeBudgetOf(message: VersionedTransaction['message']): { units: number; microLamports: bigint } {
+  let units: number | undefined;
+  let microLamports = 0n;
+  for (const instruction of message.compiledInstructions) {
+    if (message.staticAccountKeys[instruction.programIdIndex]?.toBase58() !== COMPUTE_BUDGET_PROGRAM) continue;
+    const data = Buffer.from(instruction.data);
+    if (data[0] === 2) units = data.readUInt32LE(1);
+    if (data[0] === 3) microLamports = data.readBigUInt64LE(1);
+  }
+  return { units: units ?? 200_000 * message.compiledInstructions.length, microLamports };
 }
 
 /**

@@ -225,7 +225,7 @@ export interface NodeFaults {
   unavailable?: number;
   /** The next this many appends are applied, and their reply is lost (the call ends UNAVAILABLE). */
   loseAppendReplies?: number;
-  /** Reads (not subscriptions) never answer, until the client cancels or its deadline passes. */
+  /** Reads never answer and subscriptions are never confirmed, until the client cancels or its deadline passes. */
   hangReads?: boolean;
   /** Every call is refused as EventStoreDB refuses a user without the right (RpcExceptions.AccessDenied). */
   denyAccess?: boolean;
@@ -245,6 +245,8 @@ export class EsdbNode {
   cancelledReads = 0;
   /** Reads still open now. */
   openReads = 0;
+  /** Events sent by reads (not subscriptions): what a read costs. */
+  eventsRead = 0;
   /** A follower's lag: it serves $all and streams only up to this many events of the log. */
   private visible: number | undefined;
   private readonly subscriptions = new Set<grpc.ServerWritableStream<Msg, Msg>>();
@@ -279,8 +281,10 @@ export class EsdbNode {
   }
 
   private visibleStream(streamId: string): readonly StoredEvent[] {
-    const limit = this.visibleEvents();
-    return this.log.stream(streamId).filter((event) => this.log.indexAt(event.position) < limit);
+    const stream = this.log.stream(streamId);
+    if (this.visible === undefined) return stream;
+    const limit = this.visible;
+    return stream.filter((event) => this.log.indexAt(event.position) < limit);
   }
 
   async start(port = 0, credentials = grpc.ServerCredentials.createInsecure()): Promise<void> {
@@ -523,7 +527,10 @@ export class EsdbNode {
               ? last
               : 0;
         const chosen = backwards ? stream.slice(0, Math.min(from, last) + 1).reverse() : stream.slice(from);
-        for (const event of chosen.slice(0, count)) call.write(readEvent(event, false));
+        for (const event of chosen.slice(0, count)) {
+          this.eventsRead++;
+          call.write(readEvent(event, false));
+        }
       }
       close();
       return void call.end();
@@ -544,6 +551,7 @@ export class EsdbNode {
       const event = this.log.events[index]!;
       index += backwards ? -1 : 1;
       if (!filter(event)) continue;
+      this.eventsRead++;
       call.write(readEvent(event, true));
       sent++;
     }
@@ -569,6 +577,8 @@ export class EsdbNode {
         ? this.visibleEvents()
         : 0;
     this.subscriptions.add(call);
+    call.on('cancelled', () => this.subscriptions.delete(call));
+    if (this.faults.hangReads) return; // never confirmed
     const confirmation = new streamsPb.ReadResp.SubscriptionConfirmation();
     confirmation.setSubscriptionId(crypto.randomUUID());
     const confirm = new streamsPb.ReadResp();

@@ -225,6 +225,8 @@ export interface NodeFaults {
   unavailable?: number;
   /** The next this many appends are applied, and their reply is lost (the call ends UNAVAILABLE). */
   loseAppendReplies?: number;
+  /** Only appends to streams whose name matches count for loseAppendReplies. */
+  loseRepliesOf?: RegExp;
   /** Reads never answer and subscriptions are never confirmed, until the client cancels or its deadline passes. */
   hangReads?: boolean;
   /** Every call is refused as EventStoreDB refuses a user without the right (RpcExceptions.AccessDenied). */
@@ -384,7 +386,7 @@ export class EsdbNode {
       const streamId = Buffer.from(options.getStreamIdentifier().getStreamName_asU8()).toString('utf8');
       const expected = appendExpected(options);
       const outcome = this.log.write(streamId, expected, proposed);
-      if (this.loseReply()) return reply({ code: grpc.status.UNAVAILABLE, details: 'connection reset' });
+      if (this.loseReply(streamId)) return reply({ code: grpc.status.UNAVAILABLE, details: 'connection reset' });
       const response = new streamsPb.AppendResp();
       if (outcome.kind === 'deleted') return reply(streamDeleted(streamId));
       if (outcome.kind === 'wrong-expected-version') {
@@ -410,8 +412,8 @@ export class EsdbNode {
     });
   }
 
-  private loseReply(): boolean {
-    if (!this.faults.loseAppendReplies) return false;
+  private loseReply(streamId: string): boolean {
+    if (!this.faults.loseAppendReplies || this.faults.loseRepliesOf?.test(streamId) === false) return false;
     this.faults.loseAppendReplies--;
     return true;
   }
@@ -442,7 +444,7 @@ export class EsdbNode {
       const streamId = Buffer.from(streamName.getStreamName_asU8()).toString('utf8');
       const expected = batchExpected(write.options);
       const outcome = this.log.write(streamId, expected, write.proposed);
-      if (this.loseReply()) return end({ code: grpc.status.UNAVAILABLE, details: 'connection reset' });
+      if (this.loseReply(streamId)) return end({ code: grpc.status.UNAVAILABLE, details: 'connection reset' });
       const response = new streamsPb.BatchAppendResp();
       response.setCorrelationId(request.getCorrelationId());
       response.setStreamIdentifier(streamName);

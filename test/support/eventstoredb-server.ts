@@ -319,9 +319,9 @@ export class EsdbNode {
     this.server = undefined;
   }
 
-  /** Ends every open subscription with UNAVAILABLE, as a dropped connection does. */
-  dropSubscriptions(): void {
-    for (const call of this.subscriptions) call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'dropped' });
+  /** Ends every open subscription with UNAVAILABLE (a dropped connection), or with `error`. */
+  dropSubscriptions(error: Partial<grpc.StatusObject> = { code: grpc.status.UNAVAILABLE, details: 'dropped' }): void {
+    for (const call of this.subscriptions) call.emit('error', error);
     this.subscriptions.clear();
   }
 
@@ -644,7 +644,13 @@ export class EsdbCluster {
 
   /** The leader steps down and `to` is elected: calls that need the leader move there. */
   failover(to: EsdbNode): void {
-    for (const node of this.nodes) node.role = node === to ? 'leader' : 'follower';
+    for (const node of this.nodes) {
+      const demoted = node.role === 'leader' && node !== to;
+      node.role = node === to ? 'leader' : 'follower';
+      // Assumed, not taken from the server's source: subscriptions that asked
+      // for the leader end when their node steps down, naming the new leader.
+      if (demoted) node.dropSubscriptions(notLeader(to));
+    }
   }
 
   /** Gossip.Read: every member, its state and endpoint (Gossip.Read.cs). */

@@ -255,3 +255,50 @@ describe('EventStoreDB: faults the store rides out', () => {
     });
   });
 });
+
+describe('EventStoreDB over TLS', () => {
+  it('connects with tls=true and a generated CA (tlsCAFile), and refuses a server its CA did not sign', async () => {
+    const { execFileSync } = await import('node:child_process');
+    const { mkdtemp, readFile, rm, writeFile } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const dir = await mkdtemp(join(tmpdir(), 'esdb-tls-'));
+    // Arguments as one line of words, as they would be typed.
+    const openssl = (line: string) => execFileSync('openssl', line.split(' '), { cwd: dir, stdio: 'ignore' });
+    const newCa = (name: string) =>
+      openssl(`req -x509 -newkey rsa:2048 -nodes -keyout ${name}.key -out ${name}.crt -days 1 -subj /CN=${name}`);
+    try {
+      // A CA, and a node certificate it signs for 127.0.0.1 (what gossip and the URL name).
+      newCa('ca');
+      openssl('req -newkey rsa:2048 -nodes -keyout node.key -out node.csr -subj /CN=eventstoredb-node');
+      await writeFile(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+      openssl('x509 -req -in node.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out node.crt -days 1 -extfile san.ext');
+      newCa('other');
+      const credentials = grpc.ServerCredentials.createSsl(null, [
+        { cert_chain: await readFile(join(dir, 'node.crt')), private_key: await readFile(join(dir, 'node.key')) },
+      ]);
+      const cluster = await EsdbCluster.start({ credentials });
+      try {
+        const url = cluster.url({ query: `tls=true&tlsCAFile=${join(dir, 'ca.crt')}` });
+        const store = await EventStoreDbStore.open(url, { deadlineMs: 2000 });
+        try {
+          const id = `tls-${randomUUID()}`;
+          await store.append(id, [event()], 'no_stream');
+          assert.equal(await store.lastRevision(id), 0);
+        } finally {
+          await store.close();
+        }
+        await assert.rejects(
+          EventStoreDbStore.open(cluster.url({ query: `tls=true&tlsCAFile=${join(dir, 'other.crt')}` }), {
+            deadlineMs: 1000,
+          }),
+          /^Error: EVENTSTORE_URL: EventStoreDB did not answer/,
+        );
+      } finally {
+        cluster.stop();
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});

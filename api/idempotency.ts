@@ -4,6 +4,7 @@
 // before it runs, so two concurrent retries cannot both run.
 import { createHash } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { v5 as uuidv5 } from 'uuid';
 import type { Kysely, Migration } from 'kysely';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { migrate } from '../adapters/sql/migrate.ts';
@@ -44,6 +45,19 @@ declare module 'fastify' {
 }
 
 const MAX_KEY_LENGTH = 255;
+/** UUIDv5 namespace of the ids that follow from an Idempotency-Key. */
+const KEYED_ID_NAMESPACE = '3f0c7d8e-5b1a-4c2e-9d7f-6a4b2c1e0f93';
+
+/**
+ * The id of the `what` a keyed request creates, following from its scope
+ * (the merchant) and key; undefined without a key. A request retried after
+ * its reply was lost (applied, then a 5xx) creates the same id again, so
+ * it finds what the first one created instead of making a second.
+ */
+export function keyedId(request: FastifyRequest, what: string): string | undefined {
+  const claim = request.idempotencyClaim;
+  return claim && uuidv5(`${claim.scope}\n${claim.key}\n${what}`, KEYED_ID_NAMESPACE);
+}
 const ABANDONED_CLAIM_MS = 60_000;
 
 export async function idempotency(database: SqlDatabase) {

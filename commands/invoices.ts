@@ -210,8 +210,12 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
           'bad_request',
           `No exchange rate for ${input.token ?? chainInfo.nativeCurrency} in ${input.currency} is available`,
         );
+      // A caller-chosen id created before (a retried request): that invoice, and no index burnt.
+      const existing =
+        input.id === undefined ? undefined : await loadState(store, invoiceDecider, invoiceStreamName(input.id));
+      if (existing) return { value: { invoice: existing, address: existing.addresses[0]! }, position: undefined };
       // The invoice and its address in one append, checked before an index is reserved (a refusal burns none).
-      const id = randomUUID();
+      const id = input.id ?? randomUUID();
       const expiresInMinutes = Math.min(input.expiresInMinutes, RATE_WINDOW_MINUTES);
       const createInvoice = createCommandOf(merchantId, { ...input, expiresInMinutes }, id);
       const invoice = fold(invoiceDecider, invoiceDecider.decide(createInvoice, null))!;
@@ -219,14 +223,21 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       quoteForNewAddress(invoice, { quotedAt: quotedAt.toISOString(), rate: rate.rate, tokenDecimals: token.decimals });
       const derivationIndex = await derivationIndexes.next();
       const address = await addresses.deriveDepositAddress(chainInfo.name, derivationIndex);
-      const { state, position } = await handleCommands(
-        store,
-        invoiceDecider,
-        invoiceStreamName(id),
-        [createInvoice, assignCommandOf(chainInfo.name, token, rate.rate, quotedAt, derivationIndex, address)],
-        { correlationId, newStream: true },
-      );
-      return { value: { invoice: state!, address: state!.addresses[0]! }, position };
+      try {
+        const { state, position } = await handleCommands(
+          store,
+          invoiceDecider,
+          invoiceStreamName(id),
+          [createInvoice, assignCommandOf(chainInfo.name, token, rate.rate, quotedAt, derivationIndex, address)],
+          { correlationId, newStream: true },
+        );
+        return { value: { invoice: state!, address: state!.addresses[0]! }, position };
+      } catch (error) {
+        // Created by another process in between (the same request retried): that one is this invoice.
+        if (!(input.id !== undefined && error instanceof DomainError && error.kind === 'conflict')) throw error;
+        const invoice = await invoiceOf(input.id, merchantId);
+        return { value: { invoice, address: invoice.addresses[0]! }, position: undefined };
+      }
     },
 
     async cancel(invoiceId: string, merchantId: string, correlationId?: string): Promise<Written<Invoice>> {

@@ -9,6 +9,7 @@ import { describe, it } from 'node:test';
 import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
 import { eventually as until } from './support/merchant.ts';
 import { startWebhookReceiver } from './support/webhook-receiver.ts';
+import { EsdbCluster } from './support/eventstoredb-server.ts';
 
 const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
 
@@ -22,61 +23,79 @@ describe('crashes during a payout', () => {
     'settlement:after-broadcast',
     'payout:after-submitted',
   ]) {
-    it(`a kill at ${failpoint} and a restart send exactly one payout`, async () => {
-      const dir = await mkdtemp(join(tmpdir(), 'invoicing-crash-'));
-      const env = { DATA_DIR: dir, CHAIN_TRON_CONFIRMATIONS: '3', ADMIN_TOKEN: 'crash-test-admin-token' };
-      let running: ServiceProcess | undefined = await startProcess({ ...env, FAILPOINTS: failpoint });
-      try {
-        const admin = env.ADMIN_TOKEN;
-        const merchant = (
-          await call(running.url, 'POST', '/admin/v1/merchants', admin, {
-            name: 'Crash',
-            settlementWallets: { tron: WALLET },
-          })
-        ).body.data;
-        const key = (await call(running.url, 'POST', `/admin/v1/merchants/${merchant.id}/api-keys`, admin, {})).body
-          .data.key;
-        const payment = (
-          await call(running.url, 'POST', '/api/v1/payments', key, {
-            amount: '50',
-            currency: 'USD',
-            chain: 'tron',
-            token: 'USDT',
-          })
-        ).body.data;
-        await call(running.url, 'POST', '/dev/v1/chains/tron/transfers', admin, {
-          to: payment.address,
-          amount: payment.cryptoAmount,
-          token: 'USDT',
-        });
-        await call(running.url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 2 });
-        // Confirmation leads to the payout, where the failpoint kills the process.
-        const exit = await Promise.race([running.exited, new Promise((r) => setTimeout(() => r('alive'), 20_000))]);
-        assert.notEqual(exit, 'alive', 'the failpoint killed the process');
-        assert.equal(running.child.signalCode, 'SIGKILL');
-
-        running = await startProcess(env);
-        const url = running.url;
-        await until(
-          async () => (await call(url, 'GET', `/api/v1/invoices/${payment.paymentId}/settlement`, key)).body.data,
-          (s) => s?.status === 'submitted',
-        );
-        await call(url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 3 });
-        const settled = await until(
-          async () => (await call(url, 'GET', `/api/v1/invoices/${payment.paymentId}/status`)).body.data,
-          (s) => s.status === 'settled',
-        );
-        assert.equal(settled.settledAmount, '49.500000');
-        const wallet = (await call(url, 'GET', `/dev/v1/chains/tron/addresses/${WALLET}`, admin)).body.data;
-        assert.equal(wallet.transfers.length, 1, 'exactly one payout');
-        assert.equal(wallet.received.USDT, '49.500000');
-        assert.equal(wallet.transfers[0].txHash, settled.txHash);
-      } finally {
-        if (running.child.exitCode === null && running.child.signalCode === null) await running.stop();
-        await rm(dir, { recursive: true, force: true });
-      }
-    });
+    it(`a kill at ${failpoint} and a restart send exactly one payout`, () => killAndRestart(failpoint));
   }
+});
+
+/**
+ * A payout killed at `failpoint`, the service restarted: the invoice settles
+ * with exactly one payout. `store` adds the environment of the event store.
+ */
+async function killAndRestart(failpoint: string, store: Record<string, string> = {}): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'invoicing-crash-'));
+  const env = { DATA_DIR: dir, CHAIN_TRON_CONFIRMATIONS: '3', ADMIN_TOKEN: 'crash-test-admin-token', ...store };
+  let running: ServiceProcess | undefined = await startProcess({ ...env, FAILPOINTS: failpoint });
+  try {
+    const admin = env.ADMIN_TOKEN;
+    const merchant = (
+      await call(running.url, 'POST', '/admin/v1/merchants', admin, {
+        name: 'Crash',
+        settlementWallets: { tron: WALLET },
+      })
+    ).body.data;
+    const key = (await call(running.url, 'POST', `/admin/v1/merchants/${merchant.id}/api-keys`, admin, {})).body.data
+      .key;
+    const payment = (
+      await call(running.url, 'POST', '/api/v1/payments', key, {
+        amount: '50',
+        currency: 'USD',
+        chain: 'tron',
+        token: 'USDT',
+      })
+    ).body.data;
+    await call(running.url, 'POST', '/dev/v1/chains/tron/transfers', admin, {
+      to: payment.address,
+      amount: payment.cryptoAmount,
+      token: 'USDT',
+    });
+    await call(running.url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 2 });
+    // Confirmation leads to the payout, where the failpoint kills the process.
+    const exit = await Promise.race([running.exited, new Promise((r) => setTimeout(() => r('alive'), 20_000))]);
+    assert.notEqual(exit, 'alive', 'the failpoint killed the process');
+    assert.equal(running.child.signalCode, 'SIGKILL');
+
+    running = await startProcess(env);
+    const url = running.url;
+    await until(
+      async () => (await call(url, 'GET', `/api/v1/invoices/${payment.paymentId}/settlement`, key)).body.data,
+      (s) => s?.status === 'submitted',
+    );
+    await call(url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 3 });
+    const settled = await until(
+      async () => (await call(url, 'GET', `/api/v1/invoices/${payment.paymentId}/status`)).body.data,
+      (s) => s.status === 'settled',
+    );
+    assert.equal(settled.settledAmount, '49.500000');
+    const wallet = (await call(url, 'GET', `/dev/v1/chains/tron/addresses/${WALLET}`, admin)).body.data;
+    assert.equal(wallet.transfers.length, 1, 'exactly one payout');
+    assert.equal(wallet.received.USDT, '49.500000');
+    assert.equal(wallet.transfers[0].txHash, settled.txHash);
+  } finally {
+    if (running.child.exitCode === null && running.child.signalCode === null) await running.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
+describe('crashes during a payout, events in EventStoreDB (gRPC protocol test server)', () => {
+  // The store outlives the killed process, as a real EventStoreDB would.
+  it('a kill at settlement:after-broadcast and a restart send exactly one payout', async () => {
+    const cluster = await EsdbCluster.start();
+    try {
+      await killAndRestart('settlement:after-broadcast', { EVENTSTORE_URL: cluster.url() });
+    } finally {
+      cluster.stop();
+    }
+  });
 });
 
 /** A small seeded generator (mulberry32), so that a failing run can be replayed with its seed. */

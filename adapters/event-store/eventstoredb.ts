@@ -7,20 +7,28 @@
 // writer, so $all is in commit order and a reader never meets the gap of a
 // slower writer (the SQL store's transaction-id ordering is not needed here).
 //
-// Idempotent event ids. EventStoreDB's own check only covers a batch that is
-// repeated whole at the revision it was first written at (or with `any`,
-// while the server still remembers it): a batch that repeats only some of its
-// events, or a repeat with a stale expected revision, would be written again.
-// So an append first reads the stream's last DEDUPE_WINDOW events, drops the
-// events already there and checks the caller's expected revision itself, then
-// appends the rest at exactly the revision it read. Any append in between
-// makes EventStoreDB refuse it, and the append is decided again on the fresh
-// stream: the same guarantees as the SQL store, for streams whose repeats
-// come within their last DEDUPE_WINDOW events (every aggregate stream here;
-// the derivation index stream, which is longer, never repeats an id).
+// Appends. `any` and `stream_exists` go to EventStoreDB as they are: its own
+// check (IndexWriter.CheckCommit) serialises them and makes a repeated batch
+// idempotent while its committed-event cache remembers the ids; every `any`
+// append of this service carries fresh random ids. An exact revision (or
+// no_stream) first reads only the events past that revision, as many as
+// the batch: all of them ours is a repeat (nothing written), none is the
+// ordinary case (appended at exactly that revision). Only when EventStoreDB
+// refuses (another writer, or a batch that repeats some of its events) is
+// the append decided again on the stream's last DEDUPE_WINDOW events: ids
+// already there are dropped, the caller's expectation is checked, the rest
+// appended at the revision read; so an id is never stored twice in a stream
+// whose repeats come within its last DEDUPE_WINDOW events.
+//
+// Every call asks for the leader (requires-leader): a follower answers
+// NotLeader with the leader's endpoint, the client moves there, and the call
+// is made once more. Every call has a deadline that cancels it. A client that
+// keeps failing (a features check that failed or hangs is cached by the
+// client until a reconnect) is replaced by a fresh one.
 import { EventEmitter } from 'node:events';
 import {
   AccessDeniedError,
+  ANY,
   BACKWARDS,
   CancelledError,
   DeadlineExceededError,
@@ -33,6 +41,7 @@ import {
   NO_STREAM,
   NotLeaderError,
   START,
+  STREAM_EXISTS,
   StreamDeletedError,
   StreamNotFoundError,
   TimeoutError,
@@ -45,6 +54,8 @@ import {
   type ResolvedEvent,
 } from '@eventstore/db-client';
 import { withDeadline } from '../deadline.ts';
+
+type AppendExpectedRevision = bigint | typeof ANY | typeof NO_STREAM | typeof STREAM_EXISTS;
 import {
   checkExpected,
   ConcurrencyError,
@@ -59,15 +70,19 @@ import {
   type Subscription,
 } from './port.ts';
 
-/** How many of a stream's last events an append looks at for ids already stored. */
+/** How many of a stream's last events an append refused by EventStoreDB looks at for ids already stored. */
 export const DEDUPE_WINDOW = 1000;
-/** Every call but a subscription's has this long (unless the connection string's `defaultDeadline` says otherwise). */
+/** Every call has this long; a read past it is cancelled, a subscription not confirmed by then is started again. */
 export const DEFAULT_DEADLINE_MS = 10_000;
+/** Failures in a row, none of them a conflict, after which the client is replaced by a fresh one. */
+export const FAILURES_BEFORE_NEW_CLIENT = 3;
+/** Calls made again after a follower answered NotLeader, the client having moved to the leader. */
+const NOT_LEADER_ATTEMPTS = 5;
 /** Appends decided again after another writer got in between, before giving up. */
 const APPEND_ATTEMPTS = 50;
 /** The pause before a failed or dropped subscription starts again from its checkpoint. */
 const RESUBSCRIBE_MS = 1000;
-/** Events read per call of readAll when skipping system events. */
+/** Most events read per call when scanning $all. */
 const PAGE = 500;
 
 /**
@@ -164,7 +179,8 @@ function toRecorded(resolved: ResolvedEvent | AllStreamResolvedEvent): RecordedE
   // A link to a deleted event resolves to nothing; this service writes no links.
   if (!event) return undefined;
   // Every reader here orders by position: an event without one cannot be used.
-  if (!event.position) {
+  // The client reads an unset position as 0/0, where no client event can be.
+  if (!event.position || (event.position.commit === 0n && event.position.prepare === 0n)) {
     throw new Error(
       `EventStoreDB returned ${event.streamId}@${event.revision} without its $all position (a server older than 21.10?)`,
     );
@@ -186,19 +202,26 @@ export class EventStoreDbStore implements EventStore {
   private readonly appended = new EventEmitter().setMaxListeners(0);
   /** A live subscription to the end of $all that only wakes the readers (onAppended); open while someone listens. */
   private waker?: Subscription;
-  /** Passed to the client, and enforced here too: the client waits without end for a channel that never gets ready. */
   private readonly deadlineMs: number;
+  private client: EventStoreDBClient;
+  private readonly connect?: () => EventStoreDBClient;
+  /**
+   * Appends, and reads, failed in a row for another reason than a conflict
+   * or a missing stream; apart, because reads that succeed say nothing of
+   * appends stuck behind a failed features check.
+   */
+  private readonly failures = { append: 0, read: 0 };
 
-  constructor(
-    private readonly client: EventStoreDBClient,
-    options: { deadlineMs?: number } = {},
-  ) {
+  constructor(client: EventStoreDBClient | (() => EventStoreDBClient), options: { deadlineMs?: number } = {}) {
     this.deadlineMs = options.deadlineMs ?? DEFAULT_DEADLINE_MS;
+    if (typeof client === 'function') this.connect = client;
+    this.client = typeof client === 'function' ? client() : client;
   }
 
   /** Connects and reads a stream once, so that a wrong URL or credentials stop start-up with one line. */
   static async open(url: string, options: { deadlineMs?: number } = {}): Promise<EventStoreDbStore> {
-    const store = new EventStoreDbStore(EventStoreDBClient.connectionString(clientConnectionString(url)), options);
+    const connectionString = clientConnectionString(url);
+    const store = new EventStoreDbStore(() => EventStoreDBClient.connectionString(connectionString), options);
     try {
       await store.lastRevision('connection-check');
     } catch (error) {
@@ -214,56 +237,89 @@ export class EventStoreDbStore implements EventStore {
     expected: ExpectedRevision,
     options: AppendOptions = {},
   ): Promise<AppendResult> {
+    if (events.length === 0) {
+      const current = await this.lastRevision(streamId);
+      checkExpected(streamId, expected, current);
+      return { nextRevision: current, position: '0/0', written: false };
+    }
+    if (typeof expected === 'number' || expected === 'no_stream') {
+      const revision = expected === 'no_stream' ? -1 : expected;
+      // Only the events past the caller's expectation, as many as the batch.
+      const past = await this.readFrom(streamId, revision + 1, events.length);
+      if (past.length === events.length && past.every((event, i) => event.id === events[i]!.id)) {
+        return { nextRevision: past.at(-1)!.revision, position: past.at(-1)!.position, written: false };
+      }
+      if (past.length === 0) {
+        const written = await this.tryAppend(streamId, events, revision === -1 ? NO_STREAM : BigInt(revision), options);
+        if (written) return written;
+      }
+    } else {
+      const written = await this.tryAppend(streamId, events, expected === 'any' ? ANY : STREAM_EXISTS, options);
+      if (written) return written;
+    }
+    return this.appendDeduplicated(streamId, events, expected, options);
+  }
+
+  /** The append as EventStoreDB decides it; undefined when it refuses with a conflict. */
+  private async tryAppend(
+    streamId: string,
+    events: readonly NewEvent[],
+    expectedRevision: AppendExpectedRevision,
+    options: AppendOptions,
+  ): Promise<AppendResult | undefined> {
+    // There is no transaction to hold open here: a slow writer is slow before it appends.
+    await options.beforeCommit?.();
+    try {
+      const result = await this.call(`append to ${streamId}`, (client) =>
+        client.appendToStream(
+          streamId,
+          events.map((e) =>
+            jsonEvent({ id: e.id, type: e.type, data: (e.data ?? null) as never, metadata: e.metadata ?? {} }),
+          ),
+          { expectedRevision, deadline: this.deadlineMs, requiresLeader: true },
+        ),
+      );
+      this.appended.emit('appended');
+      const position = result.position
+        ? encodePosition(result.position)
+        : (await this.readTail(streamId, 1)).at(-1)!.position;
+      return { nextRevision: Number(result.nextExpectedRevision), position, written: true };
+    } catch (error) {
+      if (error instanceof WrongExpectedVersionError) return undefined;
+      throw error;
+    }
+  }
+
+  /**
+   * After EventStoreDB refused: the append decided on the stream's last
+   * DEDUPE_WINDOW events, at exactly the revision read, again while other
+   * writers get in between.
+   */
+  private async appendDeduplicated(
+    streamId: string,
+    events: readonly NewEvent[],
+    expected: ExpectedRevision,
+    options: AppendOptions,
+  ): Promise<AppendResult> {
     for (let attempt = 1; ; attempt++) {
       const tail = await this.readTail(streamId, Math.max(DEDUPE_WINDOW, events.length));
       const current = tail.at(-1)?.revision ?? -1;
       const stored = new Set(tail.map((e) => e.id));
       const fresh = events.filter((e) => !stored.has(e.id));
-      if (fresh.length === 0 && events.length > 0) {
+      if (fresh.length === 0) {
         const last = tail.at(-1)!;
         return { nextRevision: current, position: last.position, written: false };
       }
       checkExpected(streamId, expected, current);
-      if (fresh.length === 0) return { nextRevision: current, position: '0/0', written: false };
-      // There is no transaction to hold open here: a slow writer is slow before it appends.
-      await options.beforeCommit?.();
-      try {
-        // An append that timed out may still land: the retry then finds its ids and writes nothing.
-        const result = await withDeadline(
-          this.client.appendToStream(
-            streamId,
-            fresh.map((e) =>
-              jsonEvent({ id: e.id, type: e.type, data: (e.data ?? null) as never, metadata: e.metadata ?? {} }),
-            ),
-            { expectedRevision: current === -1 ? NO_STREAM : BigInt(current), deadline: this.deadlineMs },
-          ),
-          this.deadlineMs,
-          `append to ${streamId}`,
-        );
-        this.appended.emit('appended');
-        const position = result.position
-          ? encodePosition(result.position)
-          : (await this.readTail(streamId, 1)).at(-1)!.position;
-        return { nextRevision: Number(result.nextExpectedRevision), position, written: true };
-      } catch (error) {
-        // Another writer got in between: decide again on the stream as it is now.
-        if (error instanceof WrongExpectedVersionError && attempt < APPEND_ATTEMPTS) continue;
-        if (error instanceof WrongExpectedVersionError) throw concurrencyError(error, expected);
-        throw fromClientError(error, `append to ${streamId}`);
-      }
+      const written = await this.tryAppend(streamId, fresh, current === -1 ? NO_STREAM : BigInt(current), options);
+      if (written) return written;
+      if (attempt >= APPEND_ATTEMPTS)
+        throw new ConcurrencyError(streamId, expected, current === -1 ? 'no_stream' : current);
     }
   }
 
   async readStream(streamId: string, fromRevision = 0): Promise<RecordedEvent[]> {
-    return this.collect(
-      () =>
-        this.client.readStream(streamId, {
-          fromRevision: fromRevision === 0 ? START : BigInt(fromRevision),
-          direction: FORWARDS,
-          deadline: this.deadlineMs,
-        }),
-      `read of ${streamId}`,
-    );
+    return this.readFrom(streamId, fromRevision);
   }
 
   async lastRevision(streamId: string): Promise<number> {
@@ -272,7 +328,7 @@ export class EventStoreDbStore implements EventStore {
 
   async readAll(after: string | undefined, limit: number): Promise<RecordedEvent[]> {
     const found: RecordedEvent[] = [];
-    await this.scanAll(after, (event) => {
+    await this.scanAll(after, limit, (event) => {
       found.push(event);
       return found.length < limit;
     });
@@ -280,20 +336,20 @@ export class EventStoreDbStore implements EventStore {
   }
 
   async headPosition(): Promise<string | undefined> {
-    // $all backwards from its end, past the server's own (system) events.
+    // $all backwards from its end, one event, then more while they are the server's own (system) events.
     let before: string | undefined;
-    for (;;) {
+    for (let count = 1; ; count = Math.min(count * 4, PAGE)) {
       const page = await this.collect(
-        () =>
-          this.client.readAll({
+        (client) =>
+          client.readAll({
             fromPosition: before === undefined ? END : decodePosition(before),
             direction: BACKWARDS,
-            maxCount: PAGE,
-            deadline: this.deadlineMs,
+            maxCount: count,
+            requiresLeader: true,
           }),
         'read of $all',
       );
-      // Backwards, fromPosition is inclusive too: the event at `before` comes again.
+      // Backwards, a server may hand over the event at `before` again: it is skipped.
       const older = page.filter((event) => before === undefined || comparePositions(event.position, before) < 0);
       if (older.length === 0) return undefined;
       const newest = older.find((event) => !isSystem(event));
@@ -304,7 +360,7 @@ export class EventStoreDbStore implements EventStore {
 
   async countAfter(after: string | undefined, cap: number): Promise<number> {
     let count = 0;
-    await this.scanAll(after, () => ++count < cap);
+    await this.scanAll(after, cap, () => ++count < cap);
     return count;
   }
 
@@ -354,52 +410,115 @@ export class EventStoreDbStore implements EventStore {
   /** The stream's last `count` events, in revision order. */
   private async readTail(streamId: string, count: number): Promise<RecordedEvent[]> {
     const newestFirst = await this.collect(
-      () =>
-        this.client.readStream(streamId, {
-          fromRevision: END,
-          direction: BACKWARDS,
-          maxCount: count,
-          deadline: this.deadlineMs,
-        }),
+      (client) =>
+        client.readStream(streamId, { fromRevision: END, direction: BACKWARDS, maxCount: count, requiresLeader: true }),
       `read of ${streamId}`,
     );
     return newestFirst.reverse();
   }
 
-  /** Every event of one read, within the deadline. */
+  /** The stream's events from `revision` on, at most `count` of them. */
+  private readFrom(streamId: string, revision: number, count?: number): Promise<RecordedEvent[]> {
+    return this.collect(
+      (client) =>
+        client.readStream(streamId, {
+          fromRevision: revision === 0 ? START : BigInt(revision),
+          direction: FORWARDS,
+          ...(count === undefined ? {} : { maxCount: count }),
+          requiresLeader: true,
+        }),
+      `read of ${streamId}`,
+    );
+  }
+
+  /**
+   * One call through the client, within the deadline, made once more on the
+   * leader after a follower's NotLeader (the client has moved to the leader
+   * by then). Failures in a row other than a conflict or a missing stream
+   * replace the client: it caches a failed (or hung) features check until
+   * it reconnects, which those failures never make it do.
+   */
+  private async call<T>(
+    what: string,
+    run: (client: EventStoreDBClient) => Promise<T>,
+    cancel?: () => void,
+  ): Promise<T> {
+    const kind = what.startsWith('append') ? 'append' : 'read';
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const result = await withDeadline(run(this.client), this.deadlineMs, what);
+        this.failures[kind] = 0;
+        return result;
+      } catch (raw) {
+        cancel?.();
+        const error = raw instanceof Error ? convertToCommandError(raw) : raw;
+        if (error instanceof WrongExpectedVersionError || error instanceof StreamNotFoundError) {
+          this.failures[kind] = 0;
+          throw error;
+        }
+        if (error instanceof NotLeaderError && attempt < NOT_LEADER_ATTEMPTS) {
+          // The client moves to the leader named in the answer, once its channel is closed.
+          await new Promise((resolve) => setTimeout(resolve, 10 * attempt));
+          continue;
+        }
+        this.failed(kind);
+        throw fromClientError(error, what);
+      }
+    }
+  }
+
+  private failed(kind: 'append' | 'read'): void {
+    if (++this.failures[kind] < FAILURES_BEFORE_NEW_CLIENT || !this.connect) return;
+    this.failures.append = this.failures.read = 0;
+    const old = this.client;
+    this.client = this.connect();
+    // Its calls may hang: their own deadlines end them, not this.
+    void old.dispose().catch(() => undefined);
+  }
+
+  /** Every event of one read; past the deadline the read is cancelled on the server too. */
   private async collect(
-    read: () => AsyncIterable<ResolvedEvent | AllStreamResolvedEvent>,
-    call: string,
+    read: (
+      client: EventStoreDBClient,
+    ) => AsyncIterable<ResolvedEvent | AllStreamResolvedEvent> & { cancel(): Promise<void> },
+    what: string,
   ): Promise<RecordedEvent[]> {
-    const consume = async () => {
+    let stream: (AsyncIterable<ResolvedEvent | AllStreamResolvedEvent> & { cancel(): Promise<void> }) | undefined;
+    const consume = async (client: EventStoreDBClient) => {
+      stream = read(client);
       const events: RecordedEvent[] = [];
-      for await (const resolved of read()) {
+      for await (const resolved of stream) {
         const event = toRecorded(resolved);
         if (event) events.push(event);
       }
       return events;
     };
     try {
-      return await withDeadline(consume(), this.deadlineMs, call);
+      return await this.call(what, consume, () => void stream?.cancel().catch(() => undefined));
     } catch (error) {
       if (error instanceof StreamNotFoundError) return [];
-      throw fromClientError(error, call);
+      throw error;
     }
   }
 
-  /** Calls `take` with each non-system event after `after` in $all, while it returns true. */
-  private async scanAll(after: string | undefined, take: (event: RecordedEvent) => boolean): Promise<void> {
+  /** Calls `take` with each non-system event after `after` in $all, while it returns true; `wanted` sizes the reads. */
+  private async scanAll(
+    after: string | undefined,
+    wanted: number,
+    take: (event: RecordedEvent) => boolean,
+  ): Promise<void> {
     let from = after;
+    // One more than wanted: a read from a position hands over the event there again.
+    const count = Math.max(1, Math.min(PAGE, wanted + 1));
     for (;;) {
-      // readAll's fromPosition is inclusive: the event at `from` comes again and is skipped.
       const page = (
         await this.collect(
-          () =>
-            this.client.readAll({
+          (client) =>
+            client.readAll({
               fromPosition: from === undefined ? START : decodePosition(from),
               direction: FORWARDS,
-              maxCount: PAGE,
-              deadline: this.deadlineMs,
+              maxCount: count,
+              requiresLeader: true,
             }),
           'read of $all',
         )
@@ -435,12 +554,15 @@ export class EventStoreDbStore implements EventStore {
     let current: AllStreamSubscription | undefined;
     let stopped = false;
     let wake: (() => void) | undefined;
+    /** Ends the wait for a confirmation at once when the subscription is stopped. */
+    let interrupt: (() => void) | undefined;
     const run = async () => {
       while (!stopped) {
         const start = from();
         current = this.client.subscribeToAll({
           fromPosition: start !== undefined ? decodePosition(start) : fromEnd ? END : START,
           filter: excludeSystemEvents(),
+          requiresLeader: true,
         });
         const subscription = current;
         try {
@@ -449,13 +571,17 @@ export class EventStoreDbStore implements EventStore {
             new Promise<void>((resolve, reject) => {
               subscription.once('confirmation', resolve);
               subscription.once('error', reject);
+              interrupt = resolve;
             }),
             this.deadlineMs,
             'subscription to $all',
           );
+          if (stopped) break;
           for await (const resolved of subscription) {
             if (stopped) break;
             const event = toRecorded(resolved);
+            // The filter leaves out system event types; system streams are left out as readAll does.
+            if (event && isSystem(event)) continue;
             // A subscription started again may hand over its checkpoint event once more.
             const last = from();
             if (!event || (last !== undefined && comparePositions(event.position, last) <= 0)) continue;
@@ -474,6 +600,7 @@ export class EventStoreDbStore implements EventStore {
       async stop() {
         stopped = true;
         wake?.();
+        interrupt?.();
         await current?.unsubscribe().catch(() => undefined);
         await loop;
       },

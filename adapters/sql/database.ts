@@ -87,6 +87,10 @@ export async function openPostgres(
   pool.on('error', () => {
     // An idle client lost its connection; the pool replaces it on next use.
   });
+  // A client in use that loses its connection fails its query, and pg emits
+  // 'error' on it too, which nothing would catch (a crash); the pool drops it
+  // when it is released, being no longer queryable.
+  pool.on('connect', (client) => void client.on('error', () => undefined));
   const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) });
   const listeners = new Set<pg.Client>();
   const statements = new CompiledStatements();

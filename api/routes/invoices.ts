@@ -29,6 +29,7 @@ import {
 } from '../../projections/invoice-queries.ts';
 import type { RouteContext } from '../app.ts';
 import { badRequest, notFound } from '../errors.ts';
+import { keyedId } from '../idempotency.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
 import { pageOf, timeOf, UUID } from './query.ts';
 import { Nullable, data, Pagination } from './schemas.ts';
@@ -295,7 +296,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       // Answered without waiting for the read models: see readInvoice.
       const { value } = await invoices.createPayment(
         request.caller!.merchantId,
-        { ...input, chain, token },
+        { ...input, chain, token, id: keyedId(request, 'invoice') },
         request.id,
       );
       return reply.code(201).send({ data: paymentView(value.invoice, value.address, request.caller!.merchantName) });
@@ -317,7 +318,11 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     async (request, reply) => {
       const input = checkInvoice(request.body, { fallback: 15, max: MAX_INVOICE_MINUTES });
       // Answered without waiting for the read models: see readInvoice.
-      const { value } = await invoices.create(request.caller!.merchantId, input, request.id);
+      const { value } = await invoices.create(
+        request.caller!.merchantId,
+        { ...input, id: keyedId(request, 'invoice') },
+        request.id,
+      );
       return reply.code(201).send({ data: viewOf(value) });
     },
   );

@@ -105,7 +105,18 @@ export function refundCommands({ store, clock, networkFee, destinationProblem }:
   }
 
   return {
-    async create(merchantId: string, invoiceId: string, input: NewRefund) {
+    /**
+     * `id`: the refund's id when it follows from the request's Idempotency-Key;
+     * a retry after a lost reply then finds the refund the first one made,
+     * before the limit (which that refund now holds) is checked again.
+     */
+    async create(merchantId: string, invoiceId: string, input: NewRefund, id?: string) {
+      if (id !== undefined) {
+        const made = await loadState(store, refundDecider, refundStreamName(id));
+        if (made && made.merchantId === merchantId && made.invoiceId === invoiceId) {
+          return { refundId: id, position: undefined };
+        }
+      }
       const invoice = await loadState(store, invoiceDecider, invoiceStreamName(invoiceId));
       if (!invoice || invoice.merchantId !== merchantId) throw new DomainError('not_found', 'Invoice not found');
       const asset = assetOf(refundableOf(invoice), input.chain, input.token);
@@ -117,7 +128,7 @@ export function refundCommands({ store, clock, networkFee, destinationProblem }:
         input.destination === undefined ? null : await checkedDestination(asset.chain, input.destination);
       const rate = quotedRate(invoice, asset);
       const at = clock.now();
-      const refundId = randomUUID();
+      const refundId = id ?? randomUUID();
       const created = await act(refundId, {
         type: 'CreateRefund',
         refundId,

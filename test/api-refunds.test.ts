@@ -267,6 +267,25 @@ describe('refunds API', () => {
     assert.deepEqual([usdt.pending, usdt.refundable], ['120.000000', '0.000000']);
   });
 
+  it('a keyed request retried after its answer was lost finds the refund it made, and reserves nothing twice', async () => {
+    const id = await overpaidInvoice();
+    const keyed = () =>
+      svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+        token: key,
+        body: { chain: 'ethereum', token: 'USDT', amount: '100' },
+        headers: { 'idempotency-key': 'refund-order-42' },
+      });
+    const first = await keyed();
+    assert.equal(first.status, 201);
+    // The answer lost (a 5xx after the write): the key's claim is given up after a minute, as if never answered.
+    await svc.service.database.db.deleteFrom('idempotency_keys').where('key', '=', 'refund-order-42').execute();
+    const retried = await keyed();
+    assert.equal(retried.status, 201, JSON.stringify(retried.body));
+    assert.equal(retried.body.data.id, first.body.data.id);
+    const [usdt] = await refundable(id);
+    assert.deepEqual([usdt.pending, usdt.refundable], ['100.000000', '20.000000']);
+  });
+
   it('tells the merchant through signed webhooks, each with the Refund as it stands after the event', async () => {
     const receiver = await startWebhookReceiver();
     try {

@@ -6,6 +6,7 @@ import { newestFirst } from '../../projections/paging.ts';
 import { publicRefundView, refundByClaimToken, refundById, refundView } from '../../projections/refunds.ts';
 import type { RouteContext } from '../app.ts';
 import { badRequest, notFound } from '../errors.ts';
+import { keyedId } from '../idempotency.ts';
 import { pageOf, UUID } from './query.ts';
 import { data, Nullable, Pagination } from './schemas.ts';
 
@@ -106,7 +107,12 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request, reply) => {
       if (!UUID.test(request.params.id)) throw notFound('Invoice not found');
-      const { refundId, position } = await refunds.create(request.caller!.merchantId, request.params.id, request.body);
+      const { refundId, position } = await refunds.create(
+        request.caller!.merchantId,
+        request.params.id,
+        request.body,
+        keyedId(request, 'refund'),
+      );
       await settle(position);
       return reply.code(201).send({ data: view((await refundById(db, refundId))!) });
     },

@@ -111,7 +111,7 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
         request.caller!.merchantId,
         request.params.id,
         request.body,
-        keyedId(request, 'refund'),
+        keyedId(request, `refund of ${request.params.id}`),
       );
       await settle(position);
       return reply.code(201).send({ data: view((await refundById(db, refundId))!) });

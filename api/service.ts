@@ -43,7 +43,7 @@ import {
 import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { refundsProjector } from '../projections/refunds.ts';
-import { RefundExpiry, refundCommands, refundManager, refundWebhooks } from '../commands/refunds.ts';
+import { RefundExpiry, RefundPayouts, refundCommands, refundManager, refundWebhooks } from '../commands/refunds.ts';
 import { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands, type MerchantCommands } from '../commands/merchants.ts';
@@ -77,6 +77,8 @@ export interface Service {
   projections: ProjectionEngine;
   database: SqlDatabase;
   sandbox: Sandbox | undefined;
+  /** The payout engine (settlements, refunds); tests run a pass of it at a moment of their choosing. */
+  payouts: PayoutEngine;
   /** How each watched chain stands (ok, behind, stale, silent), for GET /admin/v1/attention. */
   chainConditions(): WatcherCondition[];
   /** Stops accepting requests, lets the running ones finish, stops the workers, then closes the stores. */
@@ -164,11 +166,12 @@ export async function startService(
 
   // The API side derives addresses watch-only from account public keys; the
   // keyring (the signer's side) is only asked for Solana's hardened paths.
+  const depositAddresses = depositAddressesFromKeyring(keyring, derivation);
   const invoices = invoiceCommands({
     store,
     clock,
     rates,
-    addresses: depositAddressesFromKeyring(keyring, derivation),
+    addresses: depositAddresses,
     enabledChains: config.chains,
   });
   const subscriptions = subscriptionCommands({ store, clock, invoices });
@@ -193,7 +196,7 @@ export async function startService(
   // Started once the watchers are: it pays out what the log says is due.
   const payouts = new PayoutEngine(
     database,
-    [new SettlementPayouts(settlementDeps)],
+    [new SettlementPayouts(settlementDeps), new RefundPayouts(settlementDeps)],
     [...settlementDeps.chains.keys()],
     clock,
     { onError: (error) => log?.error({ err: error }, 'payout step failed') },
@@ -292,6 +295,8 @@ export async function startService(
   const refunds = refundCommands({
     store,
     clock,
+    chains: settlementDeps.chains,
+    addresses: depositAddresses,
     networkFee: (chain, token) => {
       try {
         return settlementDeps.chains.get(chain as ChainName)?.networkFee(token) ?? 0n;
@@ -360,6 +365,7 @@ export async function startService(
     projections,
     database,
     sandbox,
+    payouts,
     chainConditions: () => watchers.map((w) => w.condition()),
     async close() {
       await app.close();

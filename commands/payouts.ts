@@ -1,5 +1,6 @@
-// The payout engine: the one way money leaves a deposit address (DESIGN.md,
-// "Payouts"). Settlement is its first user; refunds will be its second.
+// The payout engine: the one way money leaves the service's addresses
+// (DESIGN.md, "Payouts"): settlements, and refunds (from a deposit or a
+// merchant's refund wallet).
 //
 // It owns its work queue, `payout_queue`: one row per payout with the time it
 // is next due, kept by a projector of the payout events (written in the same
@@ -9,13 +10,23 @@
 // to the back instead of holding up the rest; it reads no read model and so
 // never waits for a projector to catch up.
 import { sql, type Kysely, type Migration } from 'kysely';
+import {
+  PayoutRefusedError,
+  TransactionRejectedError,
+  type ChainAdapter,
+  type PreparedTransaction,
+  type TransactionStatus,
+} from '../adapters/chains/port.ts';
 import type { Clock } from '../adapters/clock.ts';
+import { failpoint } from '../adapters/failpoints.ts';
 import type { RecordedEvent } from '../adapters/event-store/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { migrate } from '../adapters/sql/migrate.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import type { MerchantEvent } from '../domain/merchant.ts';
-import type { SettlementEvent } from '../domain/settlement.ts';
+import type { PayoutAttempts } from '../domain/payout-attempt.ts';
+import type { RefundEvent } from '../domain/refund.ts';
+import type { SettlementEvent, SettlementFailureReason } from '../domain/settlement.ts';
 import type { Projector } from '../projections/engine.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 
@@ -88,6 +99,7 @@ export const payoutQueueProjector: Projector = {
         .execute();
       return;
     }
+    if (recorded.streamId.startsWith('refund-')) return applyRefundEvent(trx, recorded);
     if (!recorded.streamId.startsWith('settlement-')) return;
     const payoutId = settlementIdOfStream(recorded.streamId);
     const event = { type: recorded.type, data: recorded.data } as SettlementEvent;
@@ -125,6 +137,49 @@ export const payoutQueueProjector: Projector = {
     }
   },
 };
+
+/** A refund is a payout from its approval to its end (refunds.md); before that there is nothing to pay. */
+async function applyRefundEvent(trx: Kysely<QueueTables>, recorded: RecordedEvent) {
+  const now = recorded.recordedAt;
+  const payoutId = recorded.streamId.slice('refund-'.length);
+  const event = { type: recorded.type, data: recorded.data } as RefundEvent;
+  switch (event.type) {
+    case 'RefundApproved':
+      await trx
+        .insertInto('payout_queue')
+        .values({
+          payout_id: payoutId,
+          kind: 'refund',
+          merchant_id: event.data.merchantId,
+          chain: event.data.chain,
+          state: 'open',
+          due_at: now,
+          looks: 0,
+          version: 0,
+        })
+        .onConflict((oc) => oc.column('payout_id').doNothing())
+        .execute();
+      return;
+    case 'RefundCompleted':
+    case 'RefundCanceled':
+    case 'RefundExpired':
+      await trx.deleteFrom('payout_queue').where('payout_id', '=', payoutId).execute();
+      return;
+    case 'RefundFailed': {
+      const { retryAt } = event.data;
+      await setDue(trx, payoutId, retryAt === null ? 'parked' : 'open', retryAt === null ? now : new Date(retryAt));
+      return;
+    }
+    case 'RefundFunded':
+    case 'RefundTransactionPrepared':
+    case 'RefundSubmitted':
+    case 'RefundRetried':
+      await setDue(trx, payoutId, 'open', now);
+      return;
+    default:
+      return; // before its approval: not a payout yet
+  }
+}
 
 function setDue(trx: Kysely<QueueTables>, payoutId: string, state: 'open' | 'parked', due: Date) {
   return trx
@@ -224,4 +279,129 @@ export class PayoutEngine {
       .where('version', '=', row.version)
       .execute();
   }
+}
+
+/** How soon a payout on its way is looked at again for its confirmations. */
+export const CONFIRMATION_LOOK_MS = 2_000;
+/** Growing delays between attempts of a failed payout. */
+export const RETRY_DELAYS_MS = [10_000, 60_000, 5 * 60_000, 30 * 60_000, 2 * 3600_000, 6 * 3600_000];
+
+/** Where a payout (a settlement, a refund) stands, in the words its steps need. */
+export interface PayoutStanding extends Pick<PayoutAttempts, 'preparedHashes' | 'prepared' | 'txHash' | 'retryAt'> {
+  id: string;
+  chain: string;
+  /** `sending`: this attempt's transaction is not broadcast yet; `done`: nothing more to do. */
+  phase: 'sending' | 'submitted' | 'failed' | 'done';
+}
+
+/** What a kind of payout records at each step, on its own stream. */
+export interface PayoutRecorder<P extends PayoutStanding> {
+  /** The kind's name, also the prefix of its failpoints. */
+  readonly kind: string;
+  load(id: string): Promise<P | undefined>;
+  /**
+   * Prices, prepares and records the current attempt's transaction (only what
+   * the stream then holds is ever sent); `waitMs` when it cannot now (null:
+   * not until an event says otherwise).
+   */
+  prepare(payout: P, chain: ChainAdapter): Promise<{ prepared: PreparedTransaction } | { waitMs: number | null }>;
+  markSubmitted(payout: P, txHash: string): Promise<unknown>;
+  markCompleted(payout: P, txHash: string, onChain: TransactionStatus): Promise<unknown>;
+  retry(payout: P): Promise<unknown>;
+  recordFailure(payout: P, error: unknown): Promise<unknown>;
+}
+
+/**
+ * One look at a payout, the same for every kind: if any transaction it ever
+ * prepared is on the chain, that is the payout, followed to its
+ * confirmations; a failure is retried when due (the same transaction again
+ * after an unknown outcome); a broadcast one not on the chain is sent again;
+ * otherwise the attempt's transaction is prepared, recorded, then sent.
+ */
+export async function advancePayout<P extends PayoutStanding>(
+  id: string,
+  recorder: PayoutRecorder<P>,
+  chains: ReadonlyMap<ChainName, ChainAdapter>,
+  requiredConfirmations: Record<ChainName, number>,
+  clock: Clock,
+): Promise<PayoutLook> {
+  const payout = await recorder.load(id);
+  if (!payout || payout.phase === 'done') return { lookAgainInMs: null };
+  const chain = chains.get(payout.chain as ChainName);
+  if (!chain) return { lookAgainInMs: 60_000 };
+
+  for (const txHash of payout.preparedHashes) {
+    const onChain = await chain.transactionStatus(txHash);
+    if (!onChain) continue;
+    if (payout.phase !== 'submitted' || payout.txHash !== txHash) {
+      if (payout.phase === 'failed') await recorder.retry(payout);
+      await recorder.markSubmitted(payout, txHash);
+    }
+    if (onChain.confirmations >= requiredConfirmations[payout.chain as ChainName]) {
+      // Sent once more, which the chain takes as a repeat: what a payout leaves to do once it is
+      // final (Tron's platform fee) is done even by a process that restarted since. Should that
+      // fail, the look fails and is tried again; the payout completes only after it.
+      if (payout.prepared?.txHash === txHash) await chain.broadcast(payout.prepared);
+      await recorder.markCompleted(payout, txHash, onChain);
+      return { lookAgainInMs: null };
+    }
+    return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+  }
+
+  if (payout.phase === 'failed') {
+    if (payout.retryAt === null) return { lookAgainInMs: null }; // final: only an event reopens it
+    const wait = Date.parse(payout.retryAt) - clock.now().getTime();
+    if (wait > 0) return { lookAgainInMs: wait };
+    await recorder.retry(payout);
+    return advancePayout(id, recorder, chains, requiredConfirmations, clock);
+  }
+  if (payout.phase === 'submitted') {
+    // Broadcast but not on the chain (dropped, or removed by a reorg): send the same transaction again.
+    if (payout.prepared) await broadcastOrRecord(payout, payout.prepared, chain, recorder);
+    return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+  }
+  let prepared = payout.prepared;
+  if (!prepared) {
+    const made = await recorder.prepare(payout, chain);
+    if ('waitMs' in made) return { lookAgainInMs: made.waitMs };
+    prepared = made.prepared;
+    failpoint(`${recorder.kind}:after-prepare`);
+  }
+  if (await broadcastOrRecord(payout, prepared, chain, recorder)) {
+    failpoint(`${recorder.kind}:after-broadcast`);
+    await recorder.markSubmitted(payout, prepared.txHash);
+    failpoint('payout:after-submitted');
+  }
+  return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+}
+
+/** True when the chain took the transaction; a failure is recorded with the time of the next attempt. */
+async function broadcastOrRecord<P extends PayoutStanding>(
+  payout: P,
+  prepared: PreparedTransaction,
+  chain: ChainAdapter,
+  recorder: PayoutRecorder<P>,
+): Promise<boolean> {
+  try {
+    await chain.broadcast(prepared);
+    return true;
+  } catch (error) {
+    await recorder.recordFailure(payout, error);
+    return false;
+  }
+}
+
+/** The failure code of an error from preparing or sending a payout. */
+export function failureCodeOf(error: unknown): SettlementFailureReason {
+  if (error instanceof PayoutRefusedError) return error.reason;
+  if (error instanceof TransactionRejectedError) return 'rejected_by_network';
+  return 'node_unavailable';
+}
+
+/** When the next attempt after a failure of `attempt` is due, or null when no attempt changes it. */
+export function retryAtAfter(code: SettlementFailureReason, attempt: number, clock: Clock): string | null {
+  // Too little left after the chain's own costs: no attempt changes that.
+  if (code === 'fees_exceed_amount') return null;
+  const delay = RETRY_DELAYS_MS[Math.min(attempt - 1, RETRY_DELAYS_MS.length - 1)]!;
+  return new Date(clock.now().getTime() + delay).toISOString();
 }

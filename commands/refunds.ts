@@ -12,7 +12,10 @@ import type { Kysely } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { DomainError, fold } from '../domain/decider.ts';
-import { merchantDecider, merchantStream } from '../domain/merchant.ts';
+import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
+import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
+import { findChain, type ChainName } from '../domain/catalogue.ts';
+import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
 import {
   invoiceDecider,
   invoiceStreamName,
@@ -20,16 +23,35 @@ import {
   type Invoice,
   type RefundableAsset,
 } from '../domain/invoice.ts';
-import { fiatValueOf, parseUnits } from '../domain/money.ts';
-import { refundDecider, refundStreamName, type RefundCommand, type RefundEvent } from '../domain/refund.ts';
+import { fiatValueOf, formatUnits, parseUnits } from '../domain/money.ts';
+import {
+  refundDecider,
+  refundStreamName,
+  type Refund,
+  type RefundCommand,
+  type RefundEvent,
+  type RefundFailureReason,
+  type RefundPayer,
+} from '../domain/refund.ts';
 import { cancelOverLimit, OVER_LIMIT, reactToRefundEvent, type RefundSagaAction } from '../domain/refund-saga.ts';
+import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
 import { eventsByStream } from '../projections/batch.ts';
 import type { Projector, Reactor } from '../projections/engine.ts';
 import { expiredClaims, refundRowOf, refundView } from '../projections/refunds.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
+import { DerivationIndexes } from './derivation-indexes.ts';
 import { handleCommand, loadState } from './handle.ts';
 import { enqueueWebhook } from './webhook-delivery.ts';
 import { webhookEventId } from './webhook-events.ts';
+import {
+  advancePayout,
+  failureCodeOf,
+  retryAtAfter,
+  type PayoutKind,
+  type PayoutLook,
+  type PayoutRecorder,
+  type PayoutStanding,
+} from './payouts.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 
 /** A claim link lives this long unless the merchant says otherwise (refunds.md: 1 to 90 days). */
@@ -49,6 +71,10 @@ export interface NewRefund {
 export interface RefundCommandDeps {
   store: EventStore;
   clock: Clock;
+  /** The chains refunds are paid on (the same adapters settlements are paid through). */
+  chains: ReadonlyMap<ChainName, ChainAdapter>;
+  /** Derives the address of a refund wallet, as deposit addresses are derived. */
+  addresses: DepositAddressDeriver;
   /** What sending `token` on `chain` costs, base units of `token`, taken out of the refund. */
   networkFee(chain: string, token: string): bigint;
   /** Why `address` cannot receive on `chain` (its form, its network, a token account on Solana), or undefined. */
@@ -93,10 +119,12 @@ function amountOf(input: NewRefund, asset: RefundableAsset): bigint {
 const quotedRate = (invoice: Invoice, asset: RefundableAsset) =>
   invoice.addresses.find((a) => a.chain === asset.chain && a.token === asset.token)?.rate;
 
-export function refundCommands({ store, clock, networkFee, destinationProblem }: RefundCommandDeps) {
+export function refundCommands(deps: RefundCommandDeps) {
+  const { store, clock, networkFee, destinationProblem } = deps;
   const now = () => clock.now().toISOString();
   const act = (refundId: string, command: RefundCommand) =>
     handleCommand(store, refundDecider, refundStreamName(refundId), command);
+  const wallets = refundWallets(deps);
 
   async function checkedDestination(chain: string, address: string) {
     const problem = await destinationProblem(chain, address);
@@ -162,12 +190,126 @@ export function refundCommands({ store, clock, networkFee, destinationProblem }:
       return act(refundId, { type: 'GiveDestination', destination: address, now: now() });
     },
 
+    /**
+     * The merchant's approval: the refund is paid from the deposit when its
+     * settlement takes the hold (nothing prepared yet), else from the
+     * merchant's refund wallet, at once when it holds enough, else once it
+     * does. Approving again changes nothing.
+     */
+    async approve(merchantId: string, refundId: string) {
+      const refund = await loadState(store, refundDecider, refundStreamName(refundId));
+      if (!refund || refund.merchantId !== merchantId) throw new DomainError('not_found', 'Refund not found');
+      if (refund.approvedAt !== null) return { position: undefined };
+      // Refused here, before any hold is taken, when the refund is not waiting for its approval.
+      refundDecider.decide({ type: 'Approve', payer: NO_PAYER, funded: false, now: now() }, refund);
+      const payer = (await fromDeposit(deps, refund)) ?? (await wallets.payerOf(merchantId, refund.chain));
+      const funded = payer.fundedFrom === 'deposit' || (await wallets.holds(refund, payer));
+      return act(refundId, { type: 'Approve', payer, funded, now: now() });
+    },
+
+    refundWallets: wallets.list,
+
     cancel: (refundId: string) => act(refundId, { type: 'Cancel', now: now() }),
     expire: (refundId: string) => act(refundId, { type: 'Expire', now: now() }),
   };
 }
 
 export type RefundCommands = ReturnType<typeof refundCommands>;
+
+/** Stands in for the payer when only asking whether an approval would be taken. */
+const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivationIndex: 0 };
+
+/**
+ * The deposit pays the refund when the invoice's settlement, on the same
+ * asset and address, takes the hold: decided on the settlement's stream, so
+ * a refund and the settlement's payout never both spend the same coins.
+ * Undefined when it does not (already being paid out, another asset, a UTXO
+ * chain whose sweep spends the deposit's coins whole, no settlement).
+ */
+async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
+  const { store, clock, chains } = deps;
+  if (chains.get(refund.chain as ChainName)?.spendsRecordedCoins) return undefined;
+  const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
+  const settlement = await loadState(store, settlementDecider, stream);
+  if (!settlement) return undefined;
+  try {
+    await handleCommand(store, settlementDecider, stream, {
+      type: 'HoldForRefund',
+      refundId: refund.id,
+      token: refund.token,
+      fromAddress: settlement.fromAddress,
+      amount: refund.amount,
+      now: clock.now().toISOString(),
+    });
+  } catch (error) {
+    if (error instanceof DomainError) return undefined;
+    throw error;
+  }
+  return { fundedFrom: 'deposit', fromAddress: settlement.fromAddress, derivationIndex: settlement.derivationIndex };
+}
+
+/**
+ * The merchant's refund wallets (refunds.md): one address per chain, derived
+ * by the service at an index no deposit ever gets, assigned on the merchant's
+ * stream the first time it is needed (the first one recorded stays).
+ */
+function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
+  const indexes = new DerivationIndexes(store);
+
+  async function walletOf(merchantId: string, chain: ChainName): Promise<RefundWallet> {
+    const merchant = await loadState(store, merchantDecider, merchantStream(merchantId));
+    if (!merchant) throw new DomainError('not_found', 'Merchant not found');
+    const known = merchant.refundWallets[chain];
+    if (known) return known;
+    const derivationIndex = await indexes.next();
+    const address = await addresses.deriveDepositAddress(chain, derivationIndex);
+    const { state } = await handleCommand(store, merchantDecider, merchantStream(merchantId), {
+      type: 'AssignRefundWallet',
+      chain,
+      wallet: { address, derivationIndex },
+      now: clock.now().toISOString(),
+    });
+    return state!.refundWallets[chain]!;
+  }
+
+  const adapterOf = (chain: string) => {
+    const adapter = chains.get(chain as ChainName);
+    if (!adapter?.balance) {
+      throw new DomainError('conflict', `Refunds on ${chain} can be paid only from the deposit, before its settlement`);
+    }
+    return adapter as ChainAdapter & Required<Pick<ChainAdapter, 'balance'>>;
+  };
+
+  return {
+    async payerOf(merchantId: string, chain: string): Promise<RefundPayer> {
+      adapterOf(chain);
+      const wallet = await walletOf(merchantId, chain as ChainName);
+      return { fundedFrom: 'refund_wallet', fromAddress: wallet.address, derivationIndex: wallet.derivationIndex };
+    },
+
+    /** The refund wallet holds at least the refund's amount now. */
+    async holds(refund: Pick<Refund, 'chain' | 'token' | 'amount'>, payer: RefundPayer): Promise<boolean> {
+      return (await adapterOf(refund.chain).balance(payer.fromAddress, refund.token)) >= refund.amount;
+    },
+
+    /** GET /api/v1/refund-wallets: each enabled chain's wallet and what it holds of each token. */
+    async list(merchantId: string, enabled: readonly ChainName[]) {
+      return Promise.all(
+        enabled.map(async (chain) => {
+          const wallet = await walletOf(merchantId, chain);
+          const adapter = chains.get(chain);
+          const tokens = findChain(chain)?.supportedTokens ?? [];
+          const balances: Record<string, string | null> = {};
+          for (const token of tokens) {
+            const units = adapter?.balance ? await adapter.balance(wallet.address, token.symbol) : undefined;
+            balances[token.symbol] = units === undefined ? null : formatUnits(units, token.decimals, token.decimals);
+          }
+          return { chain, address: wallet.address, balances };
+        }),
+      );
+    },
+  };
+}
 
 /**
  * Sends one of the saga's actions. The invoice refusing a reservation (the
@@ -179,6 +321,10 @@ async function runRefusable(store: EventStore, action: RefundSagaAction, now: st
   const options = causationId ? { causationId } : {};
   if (action.to === 'refund') {
     await handleCommand(store, refundDecider, refundStreamName(action.refundId), action.command, options);
+    return;
+  }
+  if (action.to === 'settlement') {
+    await handleCommand(store, settlementDecider, settlementStreamName(action.settlementId), action.command, options);
     return;
   }
   try {
@@ -307,6 +453,102 @@ export function refundWebhooks(publicBaseUrl: string): Projector<RefundHistories
           createdAt: event.recordedAt.toISOString(),
           data: refundView(refundRowOf(refund), publicBaseUrl),
         },
+      });
+    },
+  };
+}
+
+/** How soon a refund waiting for its wallet to be funded looks at the balance again. */
+const FUNDS_LOOK_MS = 5_000;
+
+export interface RefundPayoutDeps {
+  store: EventStore;
+  clock: Clock;
+  chains: ReadonlyMap<ChainName, ChainAdapter>;
+  requiredConfirmations: Record<ChainName, number>;
+}
+
+/** A refund's standing in the payout's steps. */
+function phaseOf(refund: Refund): PayoutStanding['phase'] {
+  if (refund.status === 'failed') return 'failed';
+  if (refund.status !== 'sending') return 'done';
+  return refund.submitted ? 'submitted' : 'sending';
+}
+
+/**
+ * Pays an approved refund out through the payout engine, by the settlement's
+ * rule (see advancePayout): from the deposit or the refund wallet, to the
+ * customer's address, the network fee out of the amount; a refund waiting
+ * for its wallet to be funded goes on by itself once the wallet holds enough.
+ */
+export class RefundPayouts implements PayoutKind {
+  readonly kind = 'refund';
+
+  constructor(private readonly deps: RefundPayoutDeps) {}
+
+  private now = () => this.deps.clock.now().toISOString();
+
+  private act(refundId: string, command: RefundCommand) {
+    return handleCommand(this.deps.store, refundDecider, refundStreamName(refundId), command);
+  }
+
+  async advance(refundId: string): Promise<PayoutLook> {
+    const { store, chains, requiredConfirmations, clock } = this.deps;
+    const refund = await loadState(store, refundDecider, refundStreamName(refundId));
+    if (refund?.status === 'awaiting_funds') {
+      const chain = chains.get(refund.chain as ChainName);
+      const held = chain?.balance ? await chain.balance(refund.payer!.fromAddress, refund.token) : 0n;
+      if (held < refund.amount) return { lookAgainInMs: FUNDS_LOOK_MS };
+      await this.act(refundId, { type: 'MarkFunded', now: this.now() });
+    }
+    return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock);
+  }
+
+  private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {
+    kind: 'refund',
+    load: async (id) => {
+      const refund = await loadState(this.deps.store, refundDecider, refundStreamName(id));
+      return refund ? { ...refund, phase: phaseOf(refund) } : undefined;
+    },
+    prepare: async (refund, chain) => {
+      let ours: PreparedTransaction;
+      try {
+        ours = await chain.prepareTransfer({
+          from: { address: refund.payer!.fromAddress, derivationIndex: refund.payer!.derivationIndex },
+          to: refund.destination!,
+          token: refund.token,
+          amount: refund.netAmount,
+          // The same reference always prepares the same transaction: it names what this one pays.
+          reference: `refund/${refund.id}/${refund.attempt}/${refund.destination}/${refund.netAmount}`,
+          fees: { platform: 0n, network: refund.networkFee },
+        });
+      } catch (error) {
+        await this.recorder.recordFailure(refund, error);
+        return { waitMs: 0 };
+      }
+      const { state } = await this.act(refund.id, {
+        type: 'PrepareTransaction',
+        txHash: ours.txHash,
+        raw: ours.raw,
+        now: this.now(),
+      });
+      // Only what the stream holds is ever sent: another process's transaction, if it recorded one first.
+      if (!state?.prepared || state.status !== 'sending' || state.submitted) return { waitMs: 0 };
+      return { prepared: state.prepared };
+    },
+    markSubmitted: (r, txHash) => this.act(r.id, { type: 'MarkSubmitted', txHash, now: this.now() }),
+    markCompleted: (r, txHash, { blockNumber, confirmations }) =>
+      this.act(r.id, { type: 'MarkCompleted', txHash, blockNumber, confirmations, now: this.now() }),
+    retry: (r) => this.act(r.id, { type: 'Retry', now: this.now() }),
+    recordFailure: (r, error) => {
+      const code = failureCodeOf(error) as RefundFailureReason;
+      return this.act(r.id, {
+        type: 'MarkFailed',
+        reason: error instanceof Error ? error.message : String(error),
+        code,
+        rejected: error instanceof TransactionRejectedError,
+        retryAt: retryAtAfter(code, r.attempt, this.deps.clock),
+        now: this.now(),
       });
     },
   };

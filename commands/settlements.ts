@@ -3,12 +3,7 @@
 // engine (payouts.ts) pays a settlement out.
 import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
-import {
-  PayoutRefusedError,
-  TransactionRejectedError,
-  type ChainAdapter,
-  type PreparedTransaction,
-} from '../adapters/chains/port.ts';
+import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { DomainError } from '../domain/decider.ts';
@@ -27,16 +22,20 @@ import {
   type Settlement,
   type SettlementCommand,
   type SettlementCompleted,
-  type SettlementFailureReason,
+  waitsForRefund,
 } from '../domain/settlement.ts';
 import type { Reactor } from '../projections/engine.ts';
 import { handleCommand, loadState } from './handle.ts';
-import type { PayoutKind, PayoutLook } from './payouts.ts';
+import {
+  advancePayout,
+  failureCodeOf,
+  retryAtAfter,
+  type PayoutKind,
+  type PayoutLook,
+  type PayoutRecorder,
+  type PayoutStanding,
+} from './payouts.ts';
 
-/** Growing delays between attempts of a failed payout. */
-const RETRY_DELAYS_MS = [10_000, 60_000, 5 * 60_000, 30 * 60_000, 2 * 3600_000, 6 * 3600_000];
-/** How soon a payout on its way is looked at again for its confirmations. */
-const CONFIRMATION_LOOK_MS = 2_000;
 /** How soon a settlement waiting for the merchant's wallet looks again (setting one also wakes it). */
 const WALLET_LOOK_MS = 60_000;
 
@@ -120,11 +119,11 @@ export function settlementManager({ store, chains, platformFeeBps, onRefused }: 
   };
 }
 
-/** The failure code of an error from preparing or sending a payout. */
-function failureCodeOf(error: unknown): SettlementFailureReason {
-  if (error instanceof PayoutRefusedError) return error.reason;
-  if (error instanceof TransactionRejectedError) return 'rejected_by_network';
-  return 'node_unavailable';
+/** A settlement's standing in the payout's steps. */
+function phaseOf(s: Settlement): PayoutStanding['phase'] {
+  if (s.status === 'completed') return 'done';
+  if (s.status === 'submitted') return 'submitted';
+  return s.status === 'failed' ? 'failed' : 'sending';
 }
 
 /**
@@ -147,67 +146,32 @@ export class SettlementPayouts implements PayoutKind {
     return handleCommand(this.deps.store, settlementDecider, settlementStreamName(settlementId), command);
   }
 
-  async advance(settlementId: string): Promise<PayoutLook> {
-    const { store, clock, chains, requiredConfirmations } = this.deps;
-    const settlement = await loadState(store, settlementDecider, settlementStreamName(settlementId));
-    if (!settlement || settlement.status === 'completed') return { lookAgainInMs: null };
-    const chain = chains.get(settlement.chain as ChainName);
-    if (!chain) return { lookAgainInMs: WALLET_LOOK_MS };
-
-    // Whatever attempt we are at: if any prepared transaction is on the chain, it is the payout.
-    for (const txHash of settlement.preparedHashes) {
-      const onChain = await chain.transactionStatus(txHash);
-      if (!onChain) continue;
-      if (settlement.status !== 'submitted' || settlement.txHash !== txHash) {
-        if (settlement.status === 'failed') await this.act(settlementId, { type: 'Retry', now: this.now() });
-        await this.act(settlementId, { type: 'MarkSubmitted', txHash, now: this.now() });
-      }
-      if (onChain.confirmations >= requiredConfirmations[settlement.chain as ChainName]) {
-        // Sent once more, which the chain takes as a repeat: what a payout leaves to do once it is
-        // final (Tron's platform fee) is done even by a process that restarted since. Should that
-        // fail, the look fails and is tried again; the settlement completes only after it.
-        if (settlement.prepared?.txHash === txHash) await chain.broadcast(settlement.prepared);
-        await this.act(settlementId, {
-          type: 'MarkCompleted',
-          txHash,
-          blockNumber: onChain.blockNumber,
-          confirmations: onChain.confirmations,
-          now: this.now(),
-        });
-        return { lookAgainInMs: null };
-      }
-      return { lookAgainInMs: CONFIRMATION_LOOK_MS };
-    }
-
-    if (settlement.status === 'failed') {
-      if (settlement.retryAt === null) return { lookAgainInMs: null }; // final: only new receipts reopen it
-      const wait = Date.parse(settlement.retryAt) - clock.now().getTime();
-      if (wait > 0) return { lookAgainInMs: wait };
-      // After an unknown outcome the retry keeps the prepared transaction and sends it again.
-      await this.act(settlementId, { type: 'Retry', now: this.now() });
-      return this.advance(settlementId);
-    }
-    if (settlement.status === 'submitted') {
-      // Broadcast but not on the chain (dropped, or removed by a reorg): send the same transaction again.
-      if (settlement.prepared) await this.broadcast(settlement, settlement.prepared);
-      return { lookAgainInMs: CONFIRMATION_LOOK_MS };
-    }
-    // pending: record the transaction before it leaves, then send it.
-    let prepared = settlement.prepared;
-    if (!prepared) {
-      const ready = await this.readyToPrepare(settlement, chain);
-      if (ready.waitMs !== undefined) return { lookAgainInMs: ready.waitMs };
-      prepared = await this.prepare(ready.settlement, chain);
-      if (!prepared) return { lookAgainInMs: 0 }; // failed, or another process recorded its own: look again
-      failpoint('settlement:after-prepare');
-    }
-    if (await this.broadcast(settlement, prepared)) {
-      failpoint('settlement:after-broadcast');
-      await this.act(settlementId, { type: 'MarkSubmitted', txHash: prepared.txHash, now: this.now() });
-      failpoint('payout:after-submitted');
-    }
-    return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+  advance(settlementId: string): Promise<PayoutLook> {
+    const { chains, requiredConfirmations, clock } = this.deps;
+    return advancePayout(settlementId, this.recorder, chains, requiredConfirmations, clock);
   }
+
+  private readonly recorder: PayoutRecorder<Settlement & PayoutStanding> = {
+    kind: 'settlement',
+    load: async (id) => {
+      const s = await loadState(this.deps.store, settlementDecider, settlementStreamName(id));
+      return s ? { ...s, phase: phaseOf(s) } : undefined;
+    },
+    prepare: async (settlement, chain) => {
+      // A refund from the deposit goes first; its end (an event) makes this payout due again.
+      if (waitsForRefund(settlement)) return { waitMs: null };
+      const ready = await this.readyToPrepare(settlement, chain);
+      if (ready.waitMs !== undefined) return { waitMs: ready.waitMs };
+      const prepared = await this.prepare(ready.settlement, chain);
+      // Failed, or another process recorded its own: look again.
+      return prepared ? { prepared } : { waitMs: 0 };
+    },
+    markSubmitted: (s, txHash) => this.act(s.id, { type: 'MarkSubmitted', txHash, now: this.now() }),
+    markCompleted: (s, txHash, { blockNumber, confirmations }) =>
+      this.act(s.id, { type: 'MarkCompleted', txHash, blockNumber, confirmations, now: this.now() }),
+    retry: (s) => this.act(s.id, { type: 'Retry', now: this.now() }),
+    recordFailure: (s, error) => this.recordFailure(s, error),
+  };
 
   /**
    * The merchant's wallet as it stands now (a wallet replaced before the
@@ -279,27 +243,14 @@ export class SettlementPayouts implements PayoutKind {
     return state.prepared;
   }
 
-  /** True when the chain took the transaction; a failure is recorded with the time of the next attempt. */
-  private async broadcast(settlement: Settlement, prepared: PreparedTransaction): Promise<boolean> {
-    try {
-      await this.deps.chains.get(settlement.chain as ChainName)!.broadcast(prepared);
-      return true;
-    } catch (error) {
-      await this.recordFailure(settlement, error);
-      return false;
-    }
-  }
-
   private async recordFailure(settlement: Settlement, error: unknown) {
     const code = failureCodeOf(error);
-    const delay = RETRY_DELAYS_MS[Math.min(settlement.attempt - 1, RETRY_DELAYS_MS.length - 1)]!;
     await this.act(settlement.id, {
       type: 'MarkFailed',
       reason: error instanceof Error ? error.message : String(error),
       code,
       rejected: error instanceof TransactionRejectedError,
-      // Too little left after the chain's own costs: no attempt changes that, only new receipts.
-      retryAt: code === 'fees_exceed_amount' ? null : new Date(this.deps.clock.now().getTime() + delay).toISOString(),
+      retryAt: retryAtAfter(code, settlement.attempt, this.deps.clock),
       now: this.now(),
     });
   }

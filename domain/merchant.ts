@@ -26,7 +26,18 @@ export type MerchantEvent =
       MerchantProfile & { merchantId: string; webhookSecret: string; registeredAt: string }
     >
   | DomainEvent<'MerchantUpdated', { changes: MerchantChanges; updatedAt: string }>
-  | DomainEvent<'WebhookSecretRotated', { webhookSecret: string; rotatedAt: string }>;
+  | DomainEvent<'WebhookSecretRotated', { webhookSecret: string; rotatedAt: string }>
+  | DomainEvent<'RefundWalletAssigned', RefundWallet & { chain: string; assignedAt: string }>;
+
+/**
+ * The address the service derived for this merchant's refunds on a chain
+ * (refunds.md, "the merchant's refund wallets"): the merchant funds it, and
+ * refunds of invoices already settled are paid from it.
+ */
+export interface RefundWallet {
+  address: string;
+  derivationIndex: number;
+}
 
 export type MerchantCommand =
   | {
@@ -37,11 +48,15 @@ export type MerchantCommand =
       now: string;
     }
   | { type: 'UpdateMerchant'; changes: MerchantChanges; now: string }
-  | { type: 'RotateWebhookSecret'; webhookSecret: string; now: string };
+  | { type: 'RotateWebhookSecret'; webhookSecret: string; now: string }
+  /** The first wallet assigned on a chain is the merchant's for good; a later one (a race) changes nothing. */
+  | { type: 'AssignRefundWallet'; chain: string; wallet: RefundWallet; now: string };
 
 export interface Merchant extends MerchantProfile {
   id: string;
   webhookSecret: string;
+  /** Chain → its refund wallet, once one was asked for. */
+  refundWallets: Record<string, RefundWallet>;
   createdAt: string;
   updatedAt: string;
 }
@@ -84,6 +99,11 @@ export const merchantDecider: Decider<MerchantCommand, MerchantState, MerchantEv
         return [
           { type: 'WebhookSecretRotated', data: { webhookSecret: command.webhookSecret, rotatedAt: command.now } },
         ];
+      case 'AssignRefundWallet':
+        if (state.refundWallets[command.chain]) return [];
+        return [
+          { type: 'RefundWalletAssigned', data: { chain: command.chain, ...command.wallet, assignedAt: command.now } },
+        ];
     }
   },
 
@@ -91,12 +111,22 @@ export const merchantDecider: Decider<MerchantCommand, MerchantState, MerchantEv
     switch (event.type) {
       case 'MerchantRegistered': {
         const { merchantId, registeredAt, ...rest } = event.data;
-        return { id: merchantId, ...rest, createdAt: registeredAt, updatedAt: registeredAt };
+        return { id: merchantId, ...rest, refundWallets: {}, createdAt: registeredAt, updatedAt: registeredAt };
       }
       case 'MerchantUpdated':
         return state && { ...state, ...event.data.changes, updatedAt: event.data.updatedAt };
       case 'WebhookSecretRotated':
         return state && { ...state, webhookSecret: event.data.webhookSecret, updatedAt: event.data.rotatedAt };
+      case 'RefundWalletAssigned': {
+        const { chain, address, derivationIndex, assignedAt } = event.data;
+        return (
+          state && {
+            ...state,
+            refundWallets: { ...state.refundWallets, [chain]: { address, derivationIndex } },
+            updatedAt: assignedAt,
+          }
+        );
+      }
     }
   },
 };

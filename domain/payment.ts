@@ -84,11 +84,7 @@ export type PaymentReorged = DomainEvent<
 >;
 
 export type PaymentEvent =
-  | PaymentDetected
-  | PaymentConfirmationsUpdated
-  | PaymentConfirmed
-  | PaymentMined
-  | PaymentReorged;
+  PaymentDetected | PaymentConfirmationsUpdated | PaymentConfirmed | PaymentMined | PaymentReorged;
 
 // ---------------------------------------------------------------- commands
 

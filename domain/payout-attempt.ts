@@ -32,8 +32,7 @@ export const noAttemptYet: PayoutAttempts = {
 };
 
 /** Any of its prepared transactions is the payout; another one is not. */
-export const isOneOfItsTransactions = (state: PayoutAttempts, txHash: string) =>
-  state.preparedHashes.includes(txHash);
+export const isOneOfItsTransactions = (state: PayoutAttempts, txHash: string) => state.preparedHashes.includes(txHash);
 
 export const afterPrepared = (state: PayoutAttempts, txHash: string, raw: string): Partial<PayoutAttempts> => ({
   prepared: { txHash, raw },

@@ -3,13 +3,16 @@
 // sends what it returns). A refund created → its amount reserved on the
 // invoice (refused there when another refund took it first: the refund is
 // then canceled, saying why); a refund that will never be paid → released;
-// a refund paid out → recorded as refunded.
+// a refund paid out → recorded as refunded. A refund paid from the deposit
+// holds the invoice's settlement back; its end lets the settlement go on.
 import type { InvoiceCommand } from './invoice.ts';
 import type { RefundCommand, RefundEvent } from './refund.ts';
+import { settlementIdOf, type SettlementCommand } from './settlement.ts';
 
 export type RefundSagaAction =
   | { to: 'invoice'; invoiceId: string; command: InvoiceCommand }
-  | { to: 'refund'; refundId: string; command: RefundCommand };
+  | { to: 'refund'; refundId: string; command: RefundCommand }
+  | { to: 'settlement'; settlementId: string; command: SettlementCommand };
 
 /** What is done when the invoice refuses to reserve a refund's amount. */
 export const OVER_LIMIT = 'Refund exceeds the refundable amount';
@@ -18,6 +21,11 @@ export function reactToRefundEvent(refundId: string, event: RefundEvent): Refund
   const release = (invoiceId: string, now: string): RefundSagaAction[] => [
     { to: 'invoice', invoiceId, command: { type: 'ReleaseRefund', refundId, now } },
   ];
+  const endHold = (invoiceId: string, paid: boolean, now: string): RefundSagaAction => ({
+    to: 'settlement',
+    settlementId: settlementIdOf(invoiceId),
+    command: { type: 'ReleaseRefund', refundId, paid, now },
+  });
   switch (event.type) {
     case 'RefundCreated': {
       const d = event.data;
@@ -35,15 +43,20 @@ export function reactToRefundEvent(refundId: string, event: RefundEvent): Refund
     case 'RefundCompleted': {
       const d = event.data;
       const command: InvoiceCommand = { type: 'RecordRefund', refundId, txHash: d.txHash, now: d.completedAt };
-      return [{ to: 'invoice', invoiceId: d.invoiceId, command }];
+      const recorded: RefundSagaAction = { to: 'invoice', invoiceId: d.invoiceId, command };
+      return d.fundedFrom === 'deposit' ? [recorded, endHold(d.invoiceId, true, d.completedAt)] : [recorded];
     }
     // Never to be paid: the amount is given back to what the invoice can refund.
     case 'RefundCanceled':
       return release(event.data.invoiceId, event.data.canceledAt);
     case 'RefundExpired':
       return release(event.data.invoiceId, event.data.expiredAt);
-    case 'RefundFailed':
-      return event.data.retryAt === null ? release(event.data.invoiceId, event.data.failedAt) : [];
+    case 'RefundFailed': {
+      const d = event.data;
+      if (d.retryAt !== null) return [];
+      const released = release(d.invoiceId, d.failedAt);
+      return d.fundedFrom === 'deposit' ? [...released, endHold(d.invoiceId, false, d.failedAt)] : released;
+    }
     default:
       return [];
   }

@@ -79,6 +79,9 @@ export type RefundClaimed = DomainEvent<'RefundClaimed', { destination: string; 
 export type RefundApproved = DomainEvent<
   'RefundApproved',
   RefundPayer & {
+    /** What the payout engine's queue needs to know of it without reading the stream. */
+    merchantId: string;
+    chain: string;
     /** false: the refund wallet holds too little; the refund waits in `awaiting_funds`. */
     funded: boolean;
     approvedAt: string;
@@ -92,13 +95,22 @@ export type RefundTransactionPrepared = DomainEvent<
 export type RefundSubmitted = DomainEvent<'RefundSubmitted', { attempt: number; txHash: string; submittedAt: string }>;
 export type RefundCompleted = DomainEvent<
   'RefundCompleted',
-  { invoiceId: string; txHash: string; blockNumber: number; confirmations: number; completedAt: string }
+  {
+    invoiceId: string;
+    txHash: string;
+    blockNumber: number;
+    confirmations: number;
+    completedAt: string;
+    /** Where it was paid from: a refund from the deposit lets the settlement go on (see refund-saga.ts). */
+    fundedFrom?: RefundFunding;
+  }
 >;
 /** As SettlementFailed: `rejected` means the chain refused it for good; otherwise the same transaction is sent again. */
 export type RefundFailed = DomainEvent<
   'RefundFailed',
   {
     invoiceId: string;
+    fundedFrom?: RefundFunding;
     attempt: number;
     reason: string;
     code: RefundFailureReason;
@@ -252,7 +264,13 @@ function approve(command: Extract<RefundCommand, { type: 'Approve' }>, refund: R
     throw new DomainError('conflict', 'The customer has not given an address yet');
   }
   if (refund.status !== 'awaiting_approval') throw new DomainError('conflict', 'Refund can no longer be approved');
-  return [{ type: 'RefundApproved', data: { ...command.payer, funded: command.funded, approvedAt: command.now } }];
+  const { merchantId, chain } = refund;
+  return [
+    {
+      type: 'RefundApproved',
+      data: { ...command.payer, merchantId, chain, funded: command.funded, approvedAt: command.now },
+    },
+  ];
 }
 
 function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
@@ -309,6 +327,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
           type: 'RefundCompleted',
           data: {
             invoiceId: state.invoiceId,
+            ...(state.payer && { fundedFrom: state.payer.fundedFrom }),
             txHash: command.txHash,
             blockNumber: command.blockNumber,
             confirmations: command.confirmations,
@@ -323,6 +342,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
           type: 'RefundFailed',
           data: {
             invoiceId: state.invoiceId,
+            ...(state.payer && { fundedFrom: state.payer.fundedFrom }),
             attempt: state.attempt,
             reason: command.reason,
             code: command.code,
@@ -369,7 +389,8 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
         updatedAt: event.data.claimedAt,
       };
     case 'RefundApproved': {
-      const { funded, approvedAt, ...payer } = event.data;
+      const { funded, approvedAt, fundedFrom, fromAddress, derivationIndex } = event.data;
+      const payer = { fundedFrom, fromAddress, derivationIndex };
       return {
         ...state,
         payer,

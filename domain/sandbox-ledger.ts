@@ -32,6 +32,8 @@ export interface LedgerTransfer {
   token: string;
   /** Base units of `token`, an integer string. */
   amount: string;
+  /** The service's own payouts say where from, so that a refund wallet's balance can be read. */
+  from?: string;
 }
 
 export interface LedgerBlock {
@@ -67,6 +69,7 @@ export interface TransferOrder {
   amount: bigint;
   /** A hash of the caller's choice (to replay a known transaction); generated when absent. */
   txHash?: string;
+  from?: string;
 }
 
 export type SandboxLedgerCommand =
@@ -229,7 +232,14 @@ function ledgerTransfer(
   const txHash = order.txHash === undefined ? generated() : canonicalTxHash(chainType, order.txHash);
   if (taken.has(txHash)) throw new DomainError('conflict', `Transaction ${txHash} is already on the chain`);
   taken.add(txHash);
-  return { txHash, index: 0, to: order.to, token: token.symbol, amount: order.amount.toString() };
+  return {
+    txHash,
+    index: 0,
+    to: order.to,
+    token: token.symbol,
+    amount: order.amount.toString(),
+    ...(order.from !== undefined && { from: order.from }),
+  };
 }
 
 function mineBlock(

@@ -89,7 +89,8 @@ export type SettlementRepriced = DomainEvent<
     networkFee: string;
     netAmount: string;
     sources?: PayoutSource[];
-    cause: 'receipts_changed' | 'network_fee';
+    /** refund_held / refund_released: a refund paid from the deposit took part of it, or gave it back. */
+    cause: 'receipts_changed' | 'network_fee' | 'refund_held' | 'refund_released';
     repricedAt: string;
   }
 >;
@@ -155,6 +156,21 @@ export type SettlementFailed = DomainEvent<
   }
 >;
 export type SettlementRetried = DomainEvent<'SettlementRetried', { attempt: number; retriedAt: string }>;
+/**
+ * A refund is paid from the deposit before the settlement is (refunds.md,
+ * "Where the money comes from"): its amount comes out of what the merchant
+ * receives, and the settlement prepares nothing until the refund is out, so
+ * the two never spend the same coins.
+ */
+export type SettlementRefundHeld = DomainEvent<
+  'SettlementRefundHeld',
+  { refundId: string; amount: string; heldAt: string }
+>;
+/** The held refund was paid (its amount stays out of the settlement), or will never be (it comes back). */
+export type SettlementRefundReleased = DomainEvent<
+  'SettlementRefundReleased',
+  { refundId: string; paid: boolean; releasedAt: string }
+>;
 
 export type SettlementEvent =
   | SettlementRequested
@@ -166,7 +182,9 @@ export type SettlementEvent =
   | SettlementRetried
   | SettlementRepriced
   | SettlementAttentionRaised
-  | SettlementAttentionResolved;
+  | SettlementAttentionResolved
+  | SettlementRefundHeld
+  | SettlementRefundReleased;
 
 export type SettlementCommand =
   | (SettlementSource & {
@@ -199,7 +217,17 @@ export type SettlementCommand =
       now: string;
     }
   | { type: 'Retry'; now: string }
-  | { type: 'ResolveAttention'; note: string; now: string };
+  | { type: 'ResolveAttention'; note: string; now: string }
+  /** Refused (conflict) once a payout is prepared, or for another asset or address: the refund is then paid another way. */
+  | { type: 'HoldForRefund'; refundId: string; token: string; fromAddress: string; amount: bigint; now: string }
+  | { type: 'ReleaseRefund'; refundId: string; paid: boolean; now: string };
+
+/** A refund paid from the deposit; `paid` once it is out. */
+export interface RefundHold {
+  refundId: string;
+  amount: bigint;
+  paid: boolean;
+}
 
 export interface Settlement extends SettlementSource, PayoutAttempts {
   id: string;
@@ -220,6 +248,8 @@ export interface Settlement extends SettlementSource, PayoutAttempts {
   failureCode: SettlementFailureReason | null;
   /** What needs a person, newest last (see SettlementAttentionRaised). */
   attention: SettlementAttentionRaised['data'][];
+  /** Refunds paid from the deposit: their amounts are not the merchant's. */
+  refundHolds: RefundHold[];
   createdAt: string;
   updatedAt: string;
   initiatedAt: string | null;
@@ -234,10 +264,16 @@ export function platformFeeOf(gross: bigint, bps: number): bigint {
   return (gross * BigInt(bps)) / 10_000n;
 }
 
-/** The amounts of a payout of `gross` at `bps`, with `networkFee` paid out of it. */
-function amountsOf(gross: bigint, bps: number, networkFee: bigint) {
-  const platformFee = platformFeeOf(gross, bps);
-  const net = gross - platformFee - networkFee;
+/**
+ * The amounts of a payout of `gross` at `bps`, with `networkFee` paid out of
+ * it and `refunded` given back from the deposit. The platform fee is on what
+ * was received and is not given back (refunds.md), but never more than is left.
+ */
+function amountsOf(gross: bigint, bps: number, networkFee: bigint, refunded = 0n) {
+  const left = gross - refunded;
+  const fee = platformFeeOf(gross, bps);
+  const platformFee = fee < left ? fee : left > 0n ? left : 0n;
+  const net = left - platformFee - networkFee;
   // Fees larger than the amount leave nothing to pay (and fail the settlement), never a negative amount.
   return { platformFee, networkFee, netAmount: net > 0n ? net : 0n };
 }
@@ -256,6 +292,12 @@ const failed = (
 
 const FEES_EXCEED = 'The amount received does not cover the fees';
 const REVERSED = 'The payments of this settlement were withdrawn by a reorganisation of the chain';
+
+/** What refunds paid from the deposit took. */
+const heldForRefunds = (s: Settlement) => s.refundHolds.reduce((sum, h) => sum + h.amount, 0n);
+
+/** A refund from the deposit is on its way: the settlement waits for it. */
+export const waitsForRefund = (s: Settlement) => s.refundHolds.some((h) => !h.paid);
 
 /** Not yet paid out: nothing is prepared, or what was prepared the chain refused for good. */
 const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
@@ -348,7 +390,7 @@ function repricedTo(
   now: string,
   sources?: PayoutSource[],
 ): SettlementRepriced {
-  const amounts = amountsOf(gross, state.platformFeeBps, networkFee);
+  const amounts = amountsOf(gross, state.platformFeeBps, networkFee, heldForRefunds(state));
   return {
     type: 'SettlementRepriced',
     data: {
@@ -381,6 +423,31 @@ function priceNetworkFee(
   return withFeesFailure(state, repriced, command.now);
 }
 
+/**
+ * A refund paid from the deposit, accepted only while nothing is prepared
+ * (decided on this stream, so a refund and the payout's preparation never
+ * both win) and only from this deposit's own asset and what is left of it.
+ */
+function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefund' }>, state: Settlement) {
+  if (state.refundHolds.some((h) => h.refundId === command.refundId)) return [];
+  if (!isUnprepared(state) || state.status === 'completed') {
+    throw new DomainError('conflict', 'The settlement is already being paid out');
+  }
+  if (command.token !== state.token || command.fromAddress !== state.fromAddress) {
+    throw new DomainError('conflict', 'The settlement pays out another asset or address');
+  }
+  if (command.amount <= 0n || command.amount > state.grossAmount - heldForRefunds(state)) {
+    throw new DomainError('conflict', 'The deposit holds less than the refund');
+  }
+  const held: SettlementRefundHeld = {
+    type: 'SettlementRefundHeld',
+    data: { refundId: command.refundId, amount: command.amount.toString(), heldAt: command.now },
+  };
+  const after = evolve(state, held)!;
+  const repriced = repricedTo(after, after.grossAmount, after.networkFee, 'refund_held', command.now);
+  return [held, ...withFeesFailure(after, repriced, command.now)];
+}
+
 function decide(command: SettlementCommand, state: SettlementState): SettlementEvent[] {
   if (command.type === 'RequestSettlement') return request(command, state);
   if (!state) throw new DomainError('not_found', 'Settlement not found');
@@ -393,8 +460,23 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       // The merchant's current wallet, until a transaction for some wallet is prepared.
       if (state.merchantWallet === command.merchantWallet || !isUnprepared(state)) return [];
       return [{ type: 'SettlementWalletSet', data: { merchantWallet: command.merchantWallet, setAt: command.now } }];
+    case 'HoldForRefund':
+      return holdForRefund(command, state);
+    case 'ReleaseRefund': {
+      const hold = state.refundHolds.find((h) => h.refundId === command.refundId);
+      if (!hold || hold.paid) return [];
+      const released: SettlementRefundReleased = {
+        type: 'SettlementRefundReleased',
+        data: { refundId: command.refundId, paid: command.paid, releasedAt: command.now },
+      };
+      if (command.paid) return [released];
+      const after = evolve(state, released)!;
+      const repriced = repricedTo(after, after.grossAmount, after.networkFee, 'refund_released', command.now);
+      return [released, ...withFeesFailure(after, repriced, command.now)];
+    }
     case 'PrepareTransaction':
-      if (state.status !== 'pending' || state.prepared !== null) return [];
+      // Not while a refund from the deposit is on its way: both would spend the same coins.
+      if (state.status !== 'pending' || state.prepared !== null || waitsForRefund(state)) return [];
       if (state.merchantWallet === null) throw new DomainError('conflict', 'The merchant has no wallet for this chain');
       if (state.netAmount <= 0n) throw new DomainError('conflict', FEES_EXCEED);
       return [
@@ -483,6 +565,7 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       failureReason: null,
       failureCode: d.merchantWallet === null ? 'no_wallet' : null,
       attention: [],
+      refundHolds: [],
       createdAt: d.requestedAt,
       updatedAt: d.requestedAt,
       initiatedAt: null,
@@ -509,6 +592,18 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
     }
     case 'SettlementAttentionRaised':
       return { ...state, attention: [...state.attention, event.data], updatedAt: event.data.raisedAt };
+    case 'SettlementRefundHeld': {
+      const { refundId, amount, heldAt } = event.data;
+      const hold = { refundId, amount: BigInt(amount), paid: false };
+      return { ...state, refundHolds: [...state.refundHolds, hold], updatedAt: heldAt };
+    }
+    case 'SettlementRefundReleased': {
+      const { refundId, paid, releasedAt } = event.data;
+      const refundHolds = paid
+        ? state.refundHolds.map((h) => (h.refundId === refundId ? { ...h, paid: true } : h))
+        : state.refundHolds.filter((h) => h.refundId !== refundId);
+      return { ...state, refundHolds, updatedAt: releasedAt };
+    }
     case 'SettlementAttentionResolved':
       return { ...state, attention: [], updatedAt: event.data.resolvedAt };
     case 'SettlementWalletSet':

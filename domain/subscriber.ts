@@ -408,7 +408,11 @@ function recordUnpaid(command: Extract<SubscriberCommand, { type: 'RecordInvoice
   if (invoice.invoiceId !== command.invoiceId || invoice.paidAt === null || s.status === 'cancelled') return [];
   requireTime(command.reversedAt, 'reversedAt');
   const status =
-    invoice.period === 0 ? 'pending' : isAtOrAfter(command.reversedAt, invoice.gracePeriodEndsAt) ? 'past_due' : 'active';
+    invoice.period === 0
+      ? 'pending'
+      : isAtOrAfter(command.reversedAt, invoice.gracePeriodEndsAt)
+        ? 'past_due'
+        : 'active';
   const reversed: PeriodPaymentReversed = {
     type: 'PeriodPaymentReversed',
     data: { invoiceId: invoice.invoiceId, period: invoice.period, status, reversedAt: command.reversedAt },

@@ -254,7 +254,7 @@ const claimed: RefundEvent = { type: 'RefundClaimed', data: { destination: CUSTO
 const payer: RefundPayer = { fundedFrom: 'refund_wallet', fromAddress: '0xwallet', derivationIndex: 0 };
 const approved = (funded: boolean): RefundEvent => ({
   type: 'RefundApproved',
-  data: { ...payer, funded, approvedAt: T1 },
+  data: { ...payer, merchantId: MERCHANT_ID, chain: 'ethereum', funded, approvedAt: T1 },
 });
 const prepared = (txHash = '0xaa', attempt = 1): RefundEvent => ({
   type: 'RefundTransactionPrepared',

@@ -149,6 +149,12 @@ export class PayoutRefusedError extends Error {
 
 export interface ChainAdapter {
   readonly chain: ChainName;
+  /**
+   * A UTXO chain's payouts spend exactly the recorded coins they name
+   * (`OutgoingTransfer.sources`), so a refund cannot take part of a deposit
+   * a settlement is to sweep whole.
+   */
+  readonly spendsRecordedCoins?: boolean;
   head(): Promise<ChainHead>;
   /**
    * The block at `height` on the node's best chain, or undefined when the
@@ -195,6 +201,11 @@ export interface ChainAdapter {
    * only when that call succeeds.
    */
   broadcast(transaction: PreparedTransaction): Promise<void>;
+  /**
+   * What `address` holds of `token` now, base units (a merchant's refund
+   * wallet). Chains without it cannot pay refunds from a refund wallet yet.
+   */
+  balance?(address: string, token: string): Promise<bigint>;
   /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */
   transactionStatus(txHash: string): Promise<TransactionStatus | undefined>;
 }

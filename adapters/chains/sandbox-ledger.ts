@@ -60,6 +60,8 @@ export interface SandboxTransfer {
   amount: bigint;
   /** A hash of the caller's choice; generated in the chain's format when absent. */
   txHash?: string;
+  /** The service's own payouts: the address they are paid from. */
+  from?: string;
 }
 
 export class SandboxLedger implements ChainAdapter {
@@ -159,15 +161,25 @@ export class SandboxLedger implements ChainAdapter {
 
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
     const txHash = sandboxTxHash(this.chain, `payout:${transfer.reference}`);
-    const raw = JSON.stringify({ to: transfer.to, token: transfer.token, amount: transfer.amount.toString() });
+    const raw = JSON.stringify({
+      from: transfer.from.address,
+      to: transfer.to,
+      token: transfer.token,
+      amount: transfer.amount.toString(),
+    });
     return { txHash, raw };
   }
 
   async broadcast(transaction: PreparedTransaction): Promise<void> {
     if (await this.transactionStatus(transaction.txHash)) return; // already on the chain
-    const { to, token, amount } = JSON.parse(transaction.raw) as { to: string; token: string; amount: string };
+    const { from, to, token, amount } = JSON.parse(transaction.raw) as {
+      from?: string;
+      to: string;
+      token: string;
+      amount: string;
+    };
     try {
-      await this.transfer({ to, token, amount: BigInt(amount), txHash: transaction.txHash });
+      await this.transfer({ to, token, amount: BigInt(amount), txHash: transaction.txHash, ...(from && { from }) });
     } catch (error) {
       // The ledger's refusals are final; anything else (the store) leaves the outcome unknown.
       if (error instanceof DomainError) throw new TransactionRejectedError(error.message);
@@ -183,6 +195,24 @@ export class SandboxLedger implements ChainAdapter {
       }
     }
     return undefined;
+  }
+
+  /**
+   * What `address` holds of `token` on the best chain: what was sent to it less
+   * the payouts sent from it. (The ledger itself never refuses a payout for
+   * want of funds; the refund engine reads this before it sends.)
+   */
+  async balance(address: string, token: string): Promise<bigint> {
+    await this.exclusive(() => this.catchUp());
+    let held = 0n;
+    for (let h = 1; h <= ledgerHeight(this.state); h++) {
+      for (const t of blockAt(this.state, h)!.transfers) {
+        if (t.token !== token) continue;
+        if (t.to === address) held += BigInt(t.amount);
+        if (t.from === address) held -= BigInt(t.amount);
+      }
+    }
+    return held;
   }
 
   /** Every transfer to `address` on the best chain, oldest first (for checking balances from outside). */

@@ -179,6 +179,51 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
   );
 
+  app.post(
+    '/api/v1/refunds/:id/approve',
+    {
+      onRequest: auth.merchant('refunds:approve'),
+      schema: {
+        tags: ['refunds'],
+        summary: 'Approve a refund: it is paid from the deposit or the refund wallet; approving again is harmless',
+        security: key,
+        params: IdParams,
+        response: { 200: data(RefundSchema) },
+      },
+    },
+    async (request) => {
+      const row = await ownRefund(request.params.id, request.caller!.merchantId);
+      await settle((await refunds.approve(row.merchant_id, row.id)).position);
+      return { data: view((await refundById(db, row.id))!) };
+    },
+  );
+
+  app.get(
+    '/api/v1/refund-wallets',
+    {
+      onRequest: auth.merchant('refunds:read'),
+      schema: {
+        tags: ['refunds'],
+        summary: "The merchant's refund wallet on each enabled chain, and what it holds",
+        security: key,
+        response: {
+          200: data(
+            Type.Array(
+              Type.Object({
+                chain: Type.String(),
+                address: Type.String({ description: 'derived by the service for this merchant' }),
+                balances: Type.Record(Type.String(), Nullable(Type.String()), {
+                  description: 'token → decimal string; null where the chain cannot be asked',
+                }),
+              }),
+            ),
+          ),
+        },
+      },
+    },
+    async (request) => ({ data: await refunds.refundWallets(request.caller!.merchantId, config.chains) }),
+  );
+
   // The customer's side: no key, the claim token is the credential.
   async function claimed(claimToken: string) {
     const row = await refundByClaimToken(db, claimToken);

@@ -1,0 +1,181 @@
+// Refunds paid out (refunds.md, "Where the money comes from") over real HTTP
+// on the sandbox chains: from the merchant's refund wallet once the invoice
+// is settled, waiting for funds when it holds too little; from the deposit
+// while the settlement is not prepared, the settlement re-priced to what is
+// left. Each payout is checked on the ledger to the base unit.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { defaultConfirmations } from '../api/config.ts';
+import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
+import { startTestService, type RunningService } from './support/service.ts';
+
+const MERCHANT_WALLET = '0x71C7656EC7ab88b098defB751B7401B5f6d8976F';
+const CUSTOMER = '0x8ba1f109551bD432803012645Ac136ddd64DBA72';
+
+describe('refund payouts', () => {
+  let svc: RunningService;
+  before(async () => {
+    svc = await startTestService({ RATE_LIMITS: 'off', PLATFORM_FEE_BPS: '100' });
+  });
+  after(() => svc.close());
+
+  const admin = (method: string, path: string, body?: unknown) =>
+    svc.call(method, path, { token: svc.adminToken, body });
+  const transfer = async (to: string, amount: string, token: string) => {
+    const res = await admin('POST', '/dev/v1/chains/ethereum/transfers', { to, amount, token });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+  };
+  const mine = (count = 1) => admin('POST', '/dev/v1/chains/ethereum/blocks', { count });
+  /** What the sandbox chain holds as sent to `address`, from the service's own store. */
+  const ledgerTransfersTo = async (address: string) =>
+    (await SandboxLedger.open(svc.service.store, 'ethereum')).transfersTo(address);
+
+  async function merchant(wallet?: string) {
+    const m = await merchantWithKey(svc);
+    if (wallet)
+      await admin('PATCH', `/admin/v1/merchants/${m.merchant.id}`, { settlementWallets: { ethereum: wallet } });
+    return m;
+  }
+
+  /** A 100 USD invoice paid 120 USDT, confirmed. */
+  async function overpaid(key: string) {
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '100', currency: 'USD', chain: 'ethereum', token: 'USDT' },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    await transfer(created.body.data.address, '120', 'USDT');
+    await mine(defaultConfirmations.ethereum);
+    return { id: created.body.data.paymentId as string, deposit: created.body.data.address as string };
+  }
+
+  const refundOf = (key: string, id: string) => svc.call('GET', `/api/v1/refunds/${id}`, { token: key });
+  const approve = (key: string, id: string) => svc.call('POST', `/api/v1/refunds/${id}/approve`, { token: key });
+  const settlementOf = async (key: string, invoiceId: string) =>
+    (await svc.call('GET', `/api/v1/settlements?invoiceId=${invoiceId}`, { token: key })).body.data?.[0];
+
+  it('after settlement: waits for the refund wallet to be funded, then pays once, to the base unit', async () => {
+    const { key } = await merchant(MERCHANT_WALLET);
+    const { id } = await overpaid(key);
+    await eventuallyMining(
+      () => mine(),
+      async () => (await svc.call('GET', `/api/v1/invoices/${id}`, { token: key })).body.data.status,
+      (status) => status === 'settled',
+    );
+    const created = await svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+      token: key,
+      body: { kind: 'excess', destination: CUSTOMER },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const refundId = created.body.data.id as string;
+    assert.equal(created.body.data.status, 'awaiting_approval');
+
+    const approved = await approve(key, refundId);
+    assert.equal(approved.status, 200, JSON.stringify(approved.body));
+    assert.equal(approved.body.data.status, 'awaiting_funds');
+    assert.equal(approved.body.data.fundedFrom, 'refund_wallet');
+    assert.equal(approved.body.data.claimUrl, null, 'no claim link once approved');
+
+    const wallets = await svc.call('GET', '/api/v1/refund-wallets', { token: key });
+    assert.equal(wallets.status, 200);
+    const ethereum = wallets.body.data.find((w: { chain: string }) => w.chain === 'ethereum');
+    assert.match(ethereum.address, /^0x[0-9a-fA-F]{40}$/);
+    assert.equal(ethereum.balances.USDT, '0.000000');
+    // The same wallet each time.
+    const again = await svc.call('GET', '/api/v1/refund-wallets', { token: key });
+    assert.deepEqual(again.body.data, wallets.body.data);
+
+    await transfer(ethereum.address, '19.999999', 'USDT'); // one base unit short
+    // Its next look, due now on the business clock, finds one base unit too little.
+    await admin('POST', '/dev/v1/clock/advance', { seconds: 10 });
+    await svc.service.payouts.pass();
+    assert.equal((await refundOf(key, refundId)).body.data.status, 'awaiting_funds');
+    await transfer(ethereum.address, '0.000001', 'USDT');
+
+    const completed = await eventuallyMining(
+      () => mine(),
+      async () => (await refundOf(key, refundId)).body.data,
+      (r) => r.status === 'completed',
+    );
+    assert.equal(completed.netAmount, '20.000000');
+    const paid = await ledgerTransfersTo(CUSTOMER);
+    const ours = paid.filter((t) => t.txHash === completed.transactionHash);
+    assert.deepEqual(
+      ours.map((t) => [t.token, t.amount]),
+      [['USDT', 20_000_000n]],
+    );
+    const balance = (await svc.call('GET', '/api/v1/refund-wallets', { token: key })).body.data;
+    assert.equal(balance.find((w: { chain: string }) => w.chain === 'ethereum').balances.USDT, '0.000000');
+
+    // Approving again is harmless: the same refund, no second payout.
+    const repeat = await approve(key, refundId);
+    assert.equal(repeat.status, 200);
+    assert.equal(repeat.body.data.transactionHash, completed.transactionHash);
+    assert.equal((await ledgerTransfersTo(CUSTOMER)).filter((t) => t.txHash === completed.transactionHash).length, 1);
+    const invoice = (await svc.call('GET', `/api/v1/invoices/${id}`, { token: key })).body.data;
+    assert.equal(invoice.refundStatus, 'partial');
+  });
+
+  it('before settlement: paid from the deposit, and the settlement re-priced to what is left', async () => {
+    // No wallet yet: the settlement waits, unprepared.
+    const { key, merchant: m } = await merchant();
+    const { id } = await overpaid(key);
+    await eventually(
+      () => settlementOf(key, id),
+      (s) => s?.status === 'pending',
+    );
+    const created = await svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+      token: key,
+      body: { amount: '20', destination: CUSTOMER },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const approved = await approve(key, created.body.data.id);
+    assert.equal(approved.status, 200, JSON.stringify(approved.body));
+    assert.equal(approved.body.data.fundedFrom, 'deposit');
+    assert.equal(approved.body.data.status, 'sending');
+
+    const completed = await eventuallyMining(
+      () => mine(),
+      async () => (await refundOf(key, created.body.data.id)).body.data,
+      (r) => r.status === 'completed',
+    );
+    // The merchant gets 120 less the refund's 20 less the platform fee on all 120 (not given back).
+    const platformFee = 1_200_000n; // 1% of 120 USDT
+    const net = 120_000_000n - 20_000_000n - platformFee;
+    await admin('PATCH', `/admin/v1/merchants/${m.id}`, { settlementWallets: { ethereum: MERCHANT_WALLET } });
+    const settled = await eventuallyMining(
+      () => mine(),
+      () => settlementOf(key, id),
+      (s) => s?.status === 'completed',
+    );
+    const toMerchant = (await ledgerTransfersTo(MERCHANT_WALLET)).filter((t) => t.txHash === settled.transactionHash);
+    assert.deepEqual(
+      toMerchant.map((t) => t.amount),
+      [net],
+    );
+    assert.equal(
+      (await ledgerTransfersTo(CUSTOMER)).filter((t) => t.txHash === completed.transactionHash)[0]?.amount,
+      20_000_000n,
+    );
+  });
+
+  it('needs refunds:approve to approve, and answers 404 for another merchant', async () => {
+    const { key } = await merchant(MERCHANT_WALLET);
+    const { id } = await overpaid(key);
+    const created = await svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+      token: key,
+      body: { kind: 'excess', destination: CUSTOMER },
+    });
+    const support = (await merchantWithKey(svc, { permissions: ['refunds:read', 'refunds:write'] })).key;
+    assert.equal((await approve(support, created.body.data.id)).status, 403);
+    const other = (await merchantWithKey(svc)).key;
+    const missing = await approve(other, created.body.data.id);
+    assert.equal(missing.status, 404);
+    assert.equal(missing.body.message, 'Refund not found');
+    const waiting = await svc.call('POST', `/api/v1/invoices/${id}/refunds`, { token: key, body: { amount: '1' } });
+    const early = await approve(key, waiting.body.data.id);
+    assert.equal(early.status, 409);
+    assert.equal(early.body.message, 'The customer has not given an address yet');
+  });
+});

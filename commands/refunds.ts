@@ -10,6 +10,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
+import { failpoint } from '../adapters/failpoints.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { DomainError, fold } from '../domain/decider.ts';
 import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
@@ -203,6 +204,8 @@ export function refundCommands(deps: RefundCommandDeps) {
       // Refused here, before any hold is taken, when the refund is not waiting for its approval.
       refundDecider.decide({ type: 'Approve', payer: NO_PAYER, funded: false, now: now() }, refund);
       const payer = (await fromDeposit(deps, refund)) ?? (await wallets.payerOf(merchantId, refund.chain));
+      // A crash here leaves a hold without its approval: approving again finds the hold and takes it.
+      failpoint('refund:after-payer');
       const funded = payer.fundedFrom === 'deposit' || (await wallets.holds(refund, payer));
       return act(refundId, { type: 'Approve', payer, funded, now: now() });
     },
@@ -294,19 +297,19 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
 
     /** GET /api/v1/refund-wallets: each enabled chain's wallet and what it holds of each token. */
     async list(merchantId: string, enabled: readonly ChainName[]) {
-      return Promise.all(
-        enabled.map(async (chain) => {
-          const wallet = await walletOf(merchantId, chain);
-          const adapter = chains.get(chain);
-          const tokens = findChain(chain)?.supportedTokens ?? [];
-          const balances: Record<string, string | null> = {};
-          for (const token of tokens) {
-            const units = adapter?.balance ? await adapter.balance(wallet.address, token.symbol) : undefined;
-            balances[token.symbol] = units === undefined ? null : formatUnits(units, token.decimals, token.decimals);
-          }
-          return { chain, address: wallet.address, balances };
-        }),
-      );
+      const list = [];
+      // One chain after another: each first look assigns a wallet on the merchant's one stream.
+      for (const chain of enabled) {
+        const wallet = await walletOf(merchantId, chain);
+        const adapter = chains.get(chain);
+        const balances: Record<string, string | null> = {};
+        for (const token of findChain(chain)?.supportedTokens ?? []) {
+          const units = adapter?.balance ? await adapter.balance(wallet.address, token.symbol) : undefined;
+          balances[token.symbol] = units === undefined ? null : formatUnits(units, token.decimals, token.decimals);
+        }
+        list.push({ chain, address: wallet.address, balances });
+      }
+      return list;
     },
   };
 }

@@ -1,0 +1,105 @@
+// Crash tests of a refund payout (refunds.md: "never sent twice"): the real
+// process is killed (SIGKILL) at each step of a refund, restarted, and the
+// customer receives exactly one payout of exactly the refund's net amount.
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { eventually as until } from './support/merchant.ts';
+
+const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
+const CUSTOMER = 'TR7NHqjeKQxGTCi8q8ZY4pL8otSzgjLj6t';
+const ADMIN = 'crash-test-admin-token';
+
+describe('crashes during a refund payout', () => {
+  // From the refund wallet: the transaction recorded, broadcast, marked submitted.
+  for (const failpoint of ['refund:after-prepare', 'refund:after-broadcast', 'payout:after-submitted']) {
+    it(`a kill at ${failpoint} and a restart pay the customer exactly once`, () =>
+      killAndRestart(failpoint, 'refund_wallet'));
+  }
+  // From the deposit: the settlement's hold taken, the approval not yet recorded.
+  it('a kill between the hold on the settlement and the approval, then approving again, pays once from the deposit', () =>
+    killAndRestart('refund:after-payer', 'deposit'));
+});
+
+async function killAndRestart(failpoint: string, funding: 'deposit' | 'refund_wallet'): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'invoicing-refund-crash-'));
+  const env = { DATA_DIR: dir, CHAIN_TRON_CONFIRMATIONS: '3', ADMIN_TOKEN: ADMIN, PLATFORM_FEE_BPS: '100' };
+  let running: ServiceProcess | undefined = await startProcess(env);
+  try {
+    let url = running.url;
+    const mine = (count: number) => call(url, 'POST', '/dev/v1/chains/tron/blocks', ADMIN, { count });
+    const pay = (to: string, amount: string) =>
+      call(url, 'POST', '/dev/v1/chains/tron/transfers', ADMIN, { to, amount, token: 'USDT' });
+    // With a wallet the invoice settles first and the refund is paid from the refund wallet;
+    // without one the settlement waits, unprepared, and the deposit pays the refund.
+    const merchant = (
+      await call(url, 'POST', '/admin/v1/merchants', ADMIN, {
+        name: 'Crash',
+        ...(funding === 'refund_wallet' && { settlementWallets: { tron: WALLET } }),
+      })
+    ).body.data;
+    const key = (await call(url, 'POST', `/admin/v1/merchants/${merchant.id}/api-keys`, ADMIN, {})).body.data.key;
+    const payment = (
+      await call(url, 'POST', '/api/v1/payments', key, { amount: '50', currency: 'USD', chain: 'tron', token: 'USDT' })
+    ).body.data;
+    await pay(payment.address, '60');
+    await mine(4);
+    await until(
+      async () => (await call(url, 'GET', `/api/v1/invoices/${payment.paymentId}/settlement`, key)).body.data,
+      (s) => (funding === 'deposit' ? s?.status === 'pending' : s?.status === 'submitted'),
+    );
+    if (funding === 'refund_wallet') {
+      await mine(3);
+      await until(
+        async () => (await call(url, 'GET', `/api/v1/invoices/${payment.paymentId}/status`)).body.data,
+        (s) => s.status === 'settled',
+      );
+    }
+    const refund = (
+      await call(url, 'POST', `/api/v1/invoices/${payment.paymentId}/refunds`, key, {
+        kind: 'excess',
+        destination: CUSTOMER,
+      })
+    ).body.data;
+    assert.equal(refund.status, 'awaiting_approval', JSON.stringify(refund));
+    if (funding === 'refund_wallet') {
+      const wallets = (await call(url, 'GET', '/api/v1/refund-wallets', key)).body.data;
+      await pay(wallets.find((w: { chain: string }) => w.chain === 'tron').address, refund.amount);
+    }
+
+    // The same data directory, now armed: the approval leads to the step where the process dies.
+    await running.stop();
+    running = await startProcess({ ...env, FAILPOINTS: failpoint });
+    url = running.url;
+    await call(url, 'POST', `/api/v1/refunds/${refund.id}/approve`, key).catch(() => undefined);
+    const exit = await Promise.race([running.exited, new Promise((r) => setTimeout(() => r('alive'), 20_000))]);
+    assert.notEqual(exit, 'alive', 'the failpoint killed the process');
+    assert.equal(running.child.signalCode, 'SIGKILL');
+
+    running = await startProcess(env);
+    url = running.url;
+    // Approving again is harmless, and where the kill came before the approval, it is the approval.
+    const approved = await call(url, 'POST', `/api/v1/refunds/${refund.id}/approve`, key);
+    assert.equal(approved.status, 200, JSON.stringify(approved.body));
+    assert.equal(approved.body.data.fundedFrom, funding);
+    const completed = await until(
+      async () => {
+        await mine(1);
+        return (await call(url, 'GET', `/api/v1/refunds/${refund.id}`, key)).body.data;
+      },
+      (r) => r.status === 'completed',
+      60_000,
+    );
+    const customer = (await call(url, 'GET', `/dev/v1/chains/tron/addresses/${CUSTOMER}`, ADMIN)).body.data;
+    assert.equal(customer.transfers.length, 1, 'exactly one payout to the customer');
+    assert.equal(customer.transfers[0].txHash, completed.transactionHash);
+    assert.equal(customer.transfers[0].amount, '10.000000');
+    assert.equal(customer.transfers[0].token, 'USDT');
+  } finally {
+    await running?.stop();
+    await rm(dir, { recursive: true, force: true });
+  }
+}

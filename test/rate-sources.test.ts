@@ -150,6 +150,25 @@ for (const c of cases) {
   });
 }
 
+describe('rate source specifics', () => {
+  it('kraken: its newer rate-limit answer is a failure too', async () => {
+    const api = recorded({ '/0/public/Ticker?pair=ETHUSD': { status: 200, file: 'kraken/too-many-requests.json' } });
+    const errors: unknown[] = [];
+    const kraken = new KrakenRateProvider({ fetch: api.fetch, onError: (e) => errors.push(e) });
+    assert.equal(await kraken.rate('ETH', 'USD'), undefined);
+    assert.match(String(errors[0]), /EGeneral:Too many requests/);
+  });
+
+  it('bitstamp: a listed pair answering a 404 page (delisted since) is no answer, and no error', async () => {
+    const api = recorded({ '/api/v2/ticker/solgbp/': { status: 404, file: 'bitstamp/not-found.html' } });
+    const errors: unknown[] = [];
+    const bitstamp = new BitstampRateProvider({ fetch: api.fetch, onError: (e) => errors.push(e) });
+    assert.equal(await bitstamp.rate('SOL', 'GBP'), undefined);
+    assert.deepEqual(api.asked, ['/api/v2/ticker/solgbp/']);
+    assert.deepEqual(errors, []);
+  });
+});
+
 describe('exact decimal median and spread', () => {
   it('takes the middle answer of an odd count, the exact mean of the middle two of an even one', () => {
     assert.equal(medianOf(['3', '1', '2']), '2');

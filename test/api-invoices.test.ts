@@ -590,25 +590,16 @@ describe('quotes from the real exchange-rate adapter (RATE_PROVIDER=coingecko)',
 });
 
 describe('quotes from several price sources (RATE_PROVIDER=kraken,coinbase,coingecko)', () => {
-  it('quotes at the median when one source answers a price 100x off, and lists the disagreement', async () => {
+  /**
+   * A service quoting from kraken, coinbase and coingecko, all three served by
+   * one fake that answers each its `answer` (told apart by the path's first
+   * segment), and a payment of 100 USD in BTC asked of it.
+   */
+  async function payWith(answer: (source: string) => { status: number; body: string }) {
     const { createServer } = await import('node:http');
-    const { readFile } = await import('node:fs/promises');
-    const recorded = (name: string) => readFile(new URL(`./fixtures/${name}`, import.meta.url), 'utf8');
-    // Kraken's recorded ticker with its last trade 100x off; the others as recorded.
-    const bodies: Record<string, string> = {
-      kraken: (await recorded('rates/kraken/ticker-xbtusd.json')).replace('"c":["97012.30000"', '"c":["9701230.00000"'),
-      coinbase: await recorded('rates/coinbase/ticker-btc-usd.json'),
-      coingecko: await recorded('coingecko/simple-price-usd.json'),
-    };
-    // One fake for the three APIs, told apart by the path's first segment.
     const server = createServer((req, res) => {
-      const source = req.url?.startsWith('/kraken/')
-        ? 'kraken'
-        : req.url?.startsWith('/coinbase/')
-          ? 'coinbase'
-          : 'coingecko';
-      res.setHeader('content-type', 'application/json');
-      res.end(bodies[source]);
+      const { status, body } = answer(req.url?.split('/')[1] ?? '');
+      res.writeHead(status, { 'content-type': 'application/json' }).end(body);
     });
     await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
     const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
@@ -619,12 +610,29 @@ describe('quotes from several price sources (RATE_PROVIDER=kraken,coinbase,coing
       COINBASE_API_URL: `${base}/coinbase`,
       COINGECKO_API_URL: `${base}/coingecko`,
     });
+    const { key } = await merchantWithKey(svc);
+    const res = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '100', currency: 'USD', chain: 'bitcoin' },
+    });
+    const close = async () => {
+      await svc.close();
+      server.close();
+    };
+    return { svc, res, close };
+  }
+
+  it('quotes at the median when one source answers a price 100x off, and lists the disagreement', async () => {
+    const { readFile } = await import('node:fs/promises');
+    const recorded = (name: string) => readFile(new URL(`./fixtures/${name}`, import.meta.url), 'utf8');
+    // Kraken's recorded ticker with its last trade 100x off; the others as recorded.
+    const bodies: Record<string, string> = {
+      kraken: (await recorded('rates/kraken/ticker-xbtusd.json')).replace('"c":["97012.30000"', '"c":["9701230.00000"'),
+      coinbase: await recorded('rates/coinbase/ticker-btc-usd.json'),
+      coingecko: await recorded('coingecko/simple-price-usd.json'),
+    };
+    const { svc, res, close } = await payWith((source) => ({ status: 200, body: bodies[source] ?? '{}' }));
     try {
-      const { key } = await merchantWithKey(svc);
-      const res = await svc.call('POST', '/api/v1/payments', {
-        token: key,
-        body: { amount: '100', currency: 'USD', chain: 'bitcoin' },
-      });
       assert.equal(res.status, 201, JSON.stringify(res.body));
       // The mean of coinbase's 97015 and coingecko's 97123.45; kraken's 9701230 left out.
       assert.equal(res.body.data.exchangeRate, '97069.225');
@@ -634,8 +642,20 @@ describe('quotes from several price sources (RATE_PROVIDER=kraken,coinbase,coing
       assert.equal(item?.subject, 'BTC/USD');
       assert.match(item?.detail, /kraken 9701230 \(left out\), coinbase 97015, coingecko 97123\.45/);
     } finally {
-      await svc.close();
-      server.close();
+      await close();
+    }
+  });
+
+  it('refuses with every source down, naming them, with the 400 of a refused quote', async () => {
+    const { res, close } = await payWith(() => ({ status: 503, body: '<html>Service Unavailable</html>' }));
+    try {
+      assert.equal(res.status, 400);
+      assert.equal(
+        res.body.message,
+        'No exchange rate for BTC in USD is available from kraken, coinbase, coingecko: no source answered',
+      );
+    } finally {
+      await close();
     }
   });
 });

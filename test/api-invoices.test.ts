@@ -652,7 +652,7 @@ describe('quotes from several price sources (RATE_PROVIDER=kraken,coinbase,coing
       assert.equal(res.status, 400);
       assert.equal(
         res.body.message,
-        'No exchange rate for BTC in USD is available from kraken, coinbase, coingecko: no source answered',
+        'No exchange rate for BTC in USD is available from kraken, coinbase, coingecko: no source answered a price in time',
       );
     } finally {
       await close();

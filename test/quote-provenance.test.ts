@@ -107,7 +107,7 @@ describe('quote provenance', () => {
         error instanceof DomainError &&
         error.kind === 'bad_request' &&
         error.message ===
-          'No exchange rate for TRX in USD is available from kraken, coinbase, coingecko: no source answered',
+          'No exchange rate for TRX in USD is available from kraken, coinbase, coingecko: no source answered a price in time',
     );
     assert.equal(await store.headPosition(), undefined);
   });

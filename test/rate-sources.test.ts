@@ -312,7 +312,7 @@ describe('MedianRateProvider', () => {
     assert.equal(rates.name, 'kraken, coinbase, coingecko');
     assert.equal(
       rates.whyNoRate('ETH', 'usd'),
-      'No exchange rate for ETH in USD is available from kraken, coinbase, coingecko: no source answered',
+      'No exchange rate for ETH in USD is available from kraken, coinbase, coingecko: no source answered a price in time',
     );
     assert.deepEqual(rates.recentDisagreements(), []);
   });

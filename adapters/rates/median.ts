@@ -103,7 +103,7 @@ export function aggregate(
   maxSpreadPercent: string,
 ): Aggregate {
   const valid = answers.filter((a) => exact(a.rate) !== undefined).map((a) => ({ ...a, used: true }));
-  if (valid.length === 0) return { ok: false, reason: 'no source answered', outliers: [] };
+  if (valid.length === 0) return { ok: false, reason: 'no source answered a price in time', outliers: [] };
   if (valid.length === 1)
     return { ok: true, rate: valid[0]!.rate, observedAt: valid[0]!.observedAt, sources: valid, outliers: [] };
   const median = medianOf(valid.map((a) => a.rate));
@@ -175,7 +175,7 @@ export class MedianRateProvider implements RateProvider {
 
   whyNoRate(token: string, fiat: string): string {
     const pair = `${token.toUpperCase()}/${fiat.toUpperCase()}`;
-    const why = this.refusals.get(pair) ?? 'no source answered';
+    const why = this.refusals.get(pair) ?? 'no source answered a price in time';
     return `No exchange rate for ${token.toUpperCase()} in ${fiat.toUpperCase()} is available from ${this.name}: ${why}`;
   }
 

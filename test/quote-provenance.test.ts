@@ -112,6 +112,40 @@ describe('quote provenance', () => {
     assert.equal(await store.headPosition(), undefined);
   });
 
+  it('writes no provenance keys for a command that carries none (older callers)', () => {
+    const created: InvoiceEvent[] = invoiceDecider.decide(
+      {
+        type: 'CreateInvoice',
+        id: 'i',
+        merchantId: MERCHANT,
+        amount: '100',
+        currency: 'USD',
+        description: null,
+        expiresAt: new Date(T0 + 3_600_000).toISOString(),
+        webhookUrl: null,
+        metadata: null,
+        createdAt: new Date(T0).toISOString(),
+      },
+      null,
+    );
+    const [assigned] = invoiceDecider.decide(
+      {
+        type: 'AssignAddress',
+        chain: 'tron',
+        token: 'TRX',
+        tokenDecimals: 6,
+        address: 'T1',
+        derivationIndex: 1,
+        rate: '0.25',
+        quotedAt: new Date(T0).toISOString(),
+        rateValidUntil: new Date(T0 + 900_000).toISOString(),
+      },
+      fold(invoiceDecider, created),
+    );
+    assert.equal(assigned?.type, 'AddressAssigned');
+    assert.ok(assigned && !('rateObservedAt' in assigned.data) && !('rateSources' in assigned.data));
+  });
+
   it('folds a quote recorded before provenance was kept', () => {
     const events: InvoiceEvent[] = [
       {

@@ -112,7 +112,7 @@ describe('quote provenance', () => {
     assert.equal(await store.headPosition(), undefined);
   });
 
-  it('writes no provenance keys for a command that carries none (older callers)', () => {
+  it('writes no provenance keys for a command that carries none, and folds such a quote as before', () => {
     const created: InvoiceEvent[] = invoiceDecider.decide(
       {
         type: 'CreateInvoice',
@@ -128,7 +128,7 @@ describe('quote provenance', () => {
       },
       null,
     );
-    const [assigned] = invoiceDecider.decide(
+    const quoted = invoiceDecider.decide(
       {
         type: 'AssignAddress',
         chain: 'tron',
@@ -142,43 +142,13 @@ describe('quote provenance', () => {
       },
       fold(invoiceDecider, created),
     );
+    const assigned = quoted[0];
     assert.equal(assigned?.type, 'AddressAssigned');
     assert.ok(assigned && !('rateObservedAt' in assigned.data) && !('rateSources' in assigned.data));
-  });
-
-  it('folds a quote recorded before provenance was kept', () => {
-    const events: InvoiceEvent[] = [
-      {
-        type: 'InvoiceCreated',
-        data: {
-          id: 'i',
-          merchantId: MERCHANT,
-          amount: '100',
-          currency: 'USD',
-          description: null,
-          expiresAt: new Date(T0 + 3_600_000).toISOString(),
-          webhookUrl: null,
-          metadata: null,
-          createdAt: new Date(T0).toISOString(),
-        },
-      },
-      {
-        type: 'AddressAssigned',
-        data: {
-          chain: 'tron',
-          token: 'TRX',
-          tokenDecimals: 6,
-          address: 'T1',
-          derivationIndex: 1,
-          rate: '0.25',
-          cryptoAmount: '400000000',
-          quotedAt: new Date(T0).toISOString(),
-          rateValidUntil: new Date(T0 + 900_000).toISOString(),
-        },
-      },
-    ];
-    const state = fold(invoiceDecider, events);
+    // Such an event is what every quote recorded before provenance was kept looks like.
+    const state = fold(invoiceDecider, [...created, ...quoted]);
     assert.equal(state?.addresses[0]?.rate, '0.25');
+    assert.equal(state?.addresses[0]?.cryptoAmount, 400_000_000n);
     assert.equal(state?.addresses[0]?.rateObservedAt, undefined);
     assert.equal(state?.addresses[0]?.rateSources, undefined);
   });

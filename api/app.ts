@@ -38,6 +38,7 @@ import type { InvoiceCommands } from '../commands/invoices.ts';
 import { invoiceStreamName } from '../domain/invoice.ts';
 import type { SubscriptionCommands } from '../commands/subscriptions.ts';
 import type { RefundCommands } from '../commands/refunds.ts';
+import type { RateDisagreement } from '../adapters/rates/median.ts';
 
 export interface AppDeps {
   config: Config;
@@ -52,6 +53,8 @@ export interface AppDeps {
   wallets: () => Promise<OperatorWallet[]>;
   /** How each chain's watcher sees its node, for GET /admin/v1/attention. */
   chainConditions?: () => ChainCondition[];
+  /** Pairs the price sources lately disagreed about, for GET /admin/v1/attention. */
+  rateDisagreements?: () => RateDisagreement[];
   /** Why `address` cannot be a settlement wallet on `chain`, or undefined when it can. */
   settlementWalletProblem: (chain: ChainName, address: string) => Promise<string | undefined>;
   adminToken: string;

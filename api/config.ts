@@ -3,6 +3,7 @@
 import { getAddress, isAddress } from 'ethers/address';
 import { chainNames, findToken, isChainName, type ChainName } from '../domain/catalogue.ts';
 import { isValidAddress } from '../adapters/keys/derivation.ts';
+import { isRateSourceName, rateSourceNames, type RateSourceName } from '../adapters/rates/sources.ts';
 
 export type AppEnv = 'production' | 'development' | 'test';
 
@@ -32,9 +33,21 @@ export interface Config {
   /** Confirmations a payment needs on each chain before it counts as confirmed. */
   requiredConfirmations: Record<ChainName, number>;
   platformFeeBps: number;
-  rateProvider: 'fixed' | 'coingecko';
-  /** CoinGecko's base URL and optional API key, when RATE_PROVIDER=coingecko. */
+  /** `fixed` (the built-in table) or the real price sources whose median quotes (docs/rates.md). */
+  rateProvider: 'fixed' | RateSourceName[];
+  /** CoinGecko's base URL and optional API key, when RATE_PROVIDER names coingecko. */
   coinGecko: { baseUrl: string | undefined; apiKey: string | undefined };
+  /** How the real price sources are asked and their answers combined. */
+  rates: {
+    /** KRAKEN_API_URL, COINBASE_API_URL, BITSTAMP_API_URL: instead of the public APIs. */
+    baseUrls: Partial<Record<RateSourceName, string>>;
+    /** RATE_MAX_SPREAD_PERCENT: a decimal string. */
+    maxSpreadPercent: string;
+    /** RATE_MAX_STALE_SECONDS, in ms. */
+    maxStaleMs: number;
+    /** RATE_DEADLINE_MS. */
+    deadlineMs: number;
+  };
   webhookAllowPrivateTargets: boolean;
   /** Delays in ms after each failed webhook attempt; undefined: the built-in schedule of about three days. */
   webhookRetryDelaysMs: number[] | undefined;
@@ -345,7 +358,9 @@ export function loadConfig(env: Env = process.env): Config {
     problems.push('CHAIN_BITCOIN_FEE_RATE_CAP must not be below CHAIN_BITCOIN_FEE_RATE_FLOOR');
   }
   if (bitcoin.zmqUrl !== undefined && !/^(tcp|ipc):\/\/\S+$/.test(bitcoin.zmqUrl)) {
-    problems.push(`CHAIN_BITCOIN_ZMQ_URL must be a tcp:// or ipc:// endpoint (Core's zmqpubsequence; got "${bitcoin.zmqUrl}")`);
+    problems.push(
+      `CHAIN_BITCOIN_ZMQ_URL must be a tcp:// or ipc:// endpoint (Core's zmqpubsequence; got "${bitcoin.zmqUrl}")`,
+    );
   }
   if (chainRpcUrls.bitcoin && !/^https?:/.test(chainRpcUrls.bitcoin)) {
     problems.push("CHAIN_BITCOIN_RPC_URL must be an http:// or https:// URL (Bitcoin Core's JSON-RPC)");
@@ -402,9 +417,19 @@ export function loadConfig(env: Env = process.env): Config {
     bitcoin,
     requiredConfirmations,
     platformFeeBps: integer('PLATFORM_FEE_BPS', 100, 0, 10_000),
-    // Production defaults to the real provider: a built-in table would quote stale prices.
-    rateProvider: oneOf('RATE_PROVIDER', ['fixed', 'coingecko'], production ? 'coingecko' : 'fixed'),
+    // Production defaults to three real sources: a built-in table would quote stale prices, one source is an outage.
+    rateProvider: rateProviderOf(value('RATE_PROVIDER'), production, problems),
     coinGecko: { baseUrl: url('COINGECKO_API_URL', ['http:', 'https:']), apiKey: value('COINGECKO_API_KEY') },
+    rates: {
+      baseUrls: {
+        kraken: url('KRAKEN_API_URL', ['http:', 'https:']),
+        coinbase: url('COINBASE_API_URL', ['http:', 'https:']),
+        bitstamp: url('BITSTAMP_API_URL', ['http:', 'https:']),
+      },
+      maxSpreadPercent: spreadPercentOf(value('RATE_MAX_SPREAD_PERCENT'), problems),
+      maxStaleMs: integer('RATE_MAX_STALE_SECONDS', 600, 0, 86_400) * 1000,
+      deadlineMs: integer('RATE_DEADLINE_MS', 3_000, 100, 60_000),
+    },
     webhookAllowPrivateTargets,
     webhookRetryDelaysMs,
     redisUrl: url('REDIS_URL', ['redis:', 'rediss:']),
@@ -417,4 +442,34 @@ export function loadConfig(env: Env = process.env): Config {
   };
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/** The production default of RATE_PROVIDER. */
+export const DEFAULT_RATE_SOURCES: RateSourceName[] = ['kraken', 'coinbase', 'coingecko'];
+
+/** RATE_PROVIDER: `fixed`, or a comma list of known sources without repeats. */
+function rateProviderOf(raw: string | undefined, production: boolean, problems: string[]): Config['rateProvider'] {
+  const fallback = production ? DEFAULT_RATE_SOURCES : 'fixed';
+  if (raw === undefined) return fallback;
+  if (raw === 'fixed') return 'fixed';
+  const names = raw.split(',').map((n) => n.trim().toLowerCase());
+  const unknown = names.filter((n) => !isRateSourceName(n));
+  if (unknown.length > 0 || new Set(names).size !== names.length) {
+    problems.push(
+      `RATE_PROVIDER must be fixed or a comma list without repeats of ${rateSourceNames.join(', ')} (got "${raw}")`,
+    );
+    return fallback;
+  }
+  return names as RateSourceName[];
+}
+
+/** RATE_MAX_SPREAD_PERCENT: a decimal from 0.01 to 100, default 2. */
+function spreadPercentOf(raw: string | undefined, problems: string[]): string {
+  if (raw === undefined) return '2';
+  const n = Number(raw);
+  if (!/^\d{1,3}(\.\d{1,4})?$/.test(raw) || n < 0.01 || n > 100) {
+    problems.push(`RATE_MAX_SPREAD_PERCENT must be a decimal from 0.01 to 100 (got "${raw}")`);
+    return '2';
+  }
+  return raw;
 }

@@ -22,9 +22,9 @@ import {
   depositAddressesFromKeyring,
   isValidAddress,
 } from '../adapters/keys/derivation.ts';
-import { CoinGeckoRateProvider } from '../adapters/rates/coingecko.ts';
 import { FixedRateProvider } from '../adapters/rates/fixed.ts';
 import type { RateProvider } from '../adapters/rates/port.ts';
+import { openRateSources } from '../adapters/rates/sources.ts';
 import { SandboxClock } from '../adapters/sandbox-clock.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
 import { ChainWatcher, type WatcherCondition } from '../commands/chain-watcher.ts';
@@ -154,13 +154,17 @@ export async function startService(
     for (const chain of sandboxChains) ledgers.set(chain, await SandboxLedger.open(store, chain, clock));
   }
   const fixedRates = config.rateProvider === 'fixed' ? await FixedRateProvider.open(store) : undefined;
-  const rates: RateProvider =
-    fixedRates ??
-    new CoinGeckoRateProvider({
-      baseUrl: config.coinGecko.baseUrl,
-      apiKey: config.coinGecko.apiKey,
-      onError: (error) => log?.warn({ err: error }, 'exchange rates could not be fetched'),
-    });
+  // The median of the real sources named (docs/rates.md); its disagreements go to the attention list.
+  const realRates =
+    config.rateProvider === 'fixed'
+      ? undefined
+      : openRateSources(config.rateProvider, {
+          ...config.rates,
+          baseUrls: { ...config.rates.baseUrls, coingecko: config.coinGecko.baseUrl },
+          coinGeckoApiKey: config.coinGecko.apiKey,
+          onError: (source, error) => log?.warn({ err: error, source }, 'exchange rates could not be fetched'),
+        });
+  const rates: RateProvider = fixedRates ?? realRates!;
   // Tron's token settlements burn TRX, charged in the token at these rates.
   (nodeChains.get('tron') as TronChain | undefined)?.useRates(rates);
 
@@ -333,6 +337,8 @@ export async function startService(
     ? await createRateLimiter({ publicLimit: config.publicRateLimit, redisUrl: config.redisUrl })
     : undefined;
   const app = await buildApp({
+    // GET /admin/v1/attention: the pairs the price sources disagreed about lately.
+    rateDisagreements: () => realRates?.recentDisagreements() ?? [],
     // GET /admin/v1/attention: the chains whose node is behind, stale or silent.
     chainConditions: () =>
       watchers.map((w) => {

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import type { Clock } from '../adapters/clock.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
-import type { RateProvider } from '../adapters/rates/port.ts';
+import { observationsOf, type Rate, type RateProvider } from '../adapters/rates/port.ts';
 import { findChain, findToken, type ChainName } from '../domain/catalogue.ts';
 import { DomainError, fold } from '../domain/decider.ts';
 import {
@@ -14,6 +14,7 @@ import {
   type AssignedAddress,
   type Invoice,
   type JsonObject,
+  type RateProvenance,
 } from '../domain/invoice.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
 import { handleCommand, handleCommands, loadState } from './handle.ts';
@@ -45,8 +46,27 @@ export interface InvoiceCommandDeps {
   enabledChains: readonly ChainName[];
 }
 
+/** The quote's record of where its rate came from (RATE_PROVIDER): when observed, and each source's answer. */
+export function provenanceOf(rates: Pick<RateProvider, 'name'>, rate: Rate): Required<RateProvenance> {
+  return {
+    rateObservedAt: rate.observedAt.toISOString(),
+    rateSources: observationsOf(rates, rate).map((o) => ({ ...o, observedAt: o.observedAt.toISOString() })),
+  };
+}
+
 export function invoiceCommands({ store, clock, rates, addresses, enabledChains }: InvoiceCommandDeps) {
   const derivationIndexes = new DerivationIndexes(store);
+
+  /** The rate of `symbol` in `currency`, or a refusal naming the sources asked (they all failed or disagreed). */
+  async function rateOf(symbol: string, currency: string): Promise<Rate> {
+    const rate = await rates.rate(symbol, currency);
+    if (rate) return rate;
+    throw new DomainError(
+      'bad_request',
+      rates.whyNoRate?.(symbol, currency) ??
+        `No exchange rate for ${symbol} in ${currency} is available from ${rates.name}`,
+    );
+  }
 
   async function invoiceOf(invoiceId: string, merchantId?: string): Promise<Invoice> {
     const invoice = await loadState(store, invoiceDecider, invoiceStreamName(invoiceId));
@@ -78,7 +98,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
   function assignCommandOf(
     chain: ChainName,
     token: { symbol: string; decimals: number },
-    rate: string,
+    rate: Rate,
     quotedAt: Date,
     derivationIndex: number,
     address: string,
@@ -90,9 +110,10 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       tokenDecimals: token.decimals,
       address,
       derivationIndex,
-      rate,
+      rate: rate.rate,
       quotedAt: quotedAt.toISOString(),
       rateValidUntil: new Date(quotedAt.getTime() + RATE_WINDOW_MINUTES * 60_000).toISOString(),
+      ...provenanceOf(rates, rate),
     } as const;
   }
 
@@ -140,9 +161,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       return requote(invoice, existing, quotedAt, correlationId);
     }
 
-    const rate = await rates.rate(token.symbol, invoice.currency);
-    if (!rate)
-      throw new DomainError('bad_request', `No exchange rate for ${token.symbol} in ${invoice.currency} is available`);
+    const rate = await rateOf(token.symbol, invoice.currency);
     quoteForNewAddress(invoice, { quotedAt: quotedAt.toISOString(), rate: rate.rate, tokenDecimals: token.decimals });
     const derivationIndex = await derivationIndexes.next();
     const address = await addresses.deriveDepositAddress(chainInfo.name, derivationIndex);
@@ -150,7 +169,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       store,
       invoiceDecider,
       invoiceStreamName(invoiceId),
-      assignCommandOf(chainInfo.name, token, rate.rate, quotedAt, derivationIndex, address),
+      assignCommandOf(chainInfo.name, token, rate, quotedAt, derivationIndex, address),
       { correlationId },
     );
     const assigned = state!.addresses.find((a) => a.chain === chainInfo.name && a.token === token.symbol)!;
@@ -164,12 +183,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     quotedAt: Date,
     correlationId?: string,
   ): Promise<Written<{ invoice: Invoice; address: AssignedAddress; created: boolean }>> {
-    const rate = await rates.rate(existing.token, invoice.currency);
-    if (!rate)
-      throw new DomainError(
-        'bad_request',
-        `No exchange rate for ${existing.token} in ${invoice.currency} is available`,
-      );
+    const rate = await rateOf(existing.token, invoice.currency);
     const { state, position } = await handleCommand(
       store,
       invoiceDecider,
@@ -181,6 +195,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
         rate: rate.rate,
         quotedAt: quotedAt.toISOString(),
         rateValidUntil: new Date(quotedAt.getTime() + RATE_WINDOW_MINUTES * 60_000).toISOString(),
+        ...provenanceOf(rates, rate),
       },
       { correlationId },
     );
@@ -204,12 +219,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       if (!chainInfo) throw new DomainError('bad_request', `Chain ${input.chain} is not supported or not enabled`);
       const token = findToken(chainInfo.name, input.token ?? chainInfo.nativeCurrency);
       if (!token) throw new DomainError('bad_request', `Token ${input.token} is not supported on ${input.chain}`);
-      const rate = await rates.rate(token.symbol, input.currency);
-      if (!rate)
-        throw new DomainError(
-          'bad_request',
-          `No exchange rate for ${input.token ?? chainInfo.nativeCurrency} in ${input.currency} is available`,
-        );
+      const rate = await rateOf(token.symbol, input.currency);
       // A caller-chosen id created before (a retried request): that invoice, and no index burnt.
       const existing =
         input.id === undefined ? undefined : await loadState(store, invoiceDecider, invoiceStreamName(input.id));
@@ -228,7 +238,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
           store,
           invoiceDecider,
           invoiceStreamName(id),
-          [createInvoice, assignCommandOf(chainInfo.name, token, rate.rate, quotedAt, derivationIndex, address)],
+          [createInvoice, assignCommandOf(chainInfo.name, token, rate, quotedAt, derivationIndex, address)],
           { correlationId, newStream: true },
         );
         return { value: { invoice: state!, address: state!.addresses[0]! }, position };

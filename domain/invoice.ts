@@ -59,8 +59,20 @@ export type AddressAssigned = DomainEvent<
     cryptoAmount: string;
     quotedAt: string;
     rateValidUntil: string;
-  }
+  } & RateProvenance
 >;
+
+/**
+ * Where a quote's rate came from, for an auditor: when it was observed and
+ * each source's answer. Optional: quotes recorded before they were kept have
+ * neither.
+ */
+export interface RateProvenance {
+  /** When the rate was observed (of a median: its oldest answer used). */
+  rateObservedAt?: string;
+  /** Every source's answer, those left out (used: false) included. */
+  rateSources?: { name: string; rate: string; observedAt: string; used: boolean }[];
+}
 
 /** A new quote for an address whose rate window passed with nothing paid to it. */
 export type AddressRequoted = DomainEvent<
@@ -74,7 +86,7 @@ export type AddressRequoted = DomainEvent<
     cryptoAmount: string;
     quotedAt: string;
     rateValidUntil: string;
-  }
+  } & RateProvenance
 >;
 
 export type InvoiceCancelled = DomainEvent<'InvoiceCancelled', { cancelledAt: string }>;
@@ -225,7 +237,7 @@ export type InvoiceCommand =
       createdAt: string;
       subscriberId?: string;
     }
-  | {
+  | ({
       type: 'AssignAddress';
       chain: string;
       token: string;
@@ -236,8 +248,15 @@ export type InvoiceCommand =
       rate: string;
       quotedAt: string;
       rateValidUntil: string;
-    }
-  | { type: 'RequoteAddress'; chain: string; token: string; rate: string; quotedAt: string; rateValidUntil: string }
+    } & RateProvenance)
+  | ({
+      type: 'RequoteAddress';
+      chain: string;
+      token: string;
+      rate: string;
+      quotedAt: string;
+      rateValidUntil: string;
+    } & RateProvenance)
   | { type: 'CancelInvoice'; cancelledAt: string }
   | { type: 'ExpireInvoice'; now: string }
   | {
@@ -280,6 +299,8 @@ export interface AssignedAddress {
   cryptoAmount: bigint;
   quotedAt: string;
   rateValidUntil: string;
+  rateObservedAt?: string;
+  rateSources?: RateProvenance['rateSources'];
 }
 
 export interface InvoicePayment {
@@ -535,9 +556,18 @@ function requoteAddress(
         cryptoAmount: cryptoAmount.toString(),
         quotedAt: command.quotedAt,
         rateValidUntil: command.rateValidUntil,
+        ...provenanceOf(command),
       },
     },
   ];
+}
+
+/** The provenance fields a command carries, only those present (older callers send none). */
+function provenanceOf(command: RateProvenance): RateProvenance {
+  return {
+    ...(command.rateObservedAt !== undefined && { rateObservedAt: command.rateObservedAt }),
+    ...(command.rateSources !== undefined && { rateSources: command.rateSources }),
+  };
 }
 
 function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' }>, invoice: Invoice): InvoiceEvent[] {
@@ -564,6 +594,7 @@ function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' 
         cryptoAmount: cryptoAmount.toString(),
         quotedAt: command.quotedAt,
         rateValidUntil: command.rateValidUntil,
+        ...provenanceOf(command),
       },
     },
   ];
@@ -914,11 +945,13 @@ function evolve(state: InvoiceState, event: InvoiceEvent): InvoiceState {
       return {
         ...state,
         updatedAt: quotedAt,
-        addresses: state.addresses.map((a) =>
-          a.chain === chain && a.address === address
-            ? { ...a, rate, cryptoAmount: BigInt(cryptoAmount), quotedAt, rateValidUntil }
-            : a,
-        ),
+        addresses: state.addresses.map((a) => {
+          if (a.chain !== chain || a.address !== address) return a;
+          // The new quote's provenance replaces the old one's; a quote without any has none.
+          const { rateObservedAt: _, rateSources: __, ...quoted } = a;
+          const requoted = { ...quoted, rate, cryptoAmount: BigInt(cryptoAmount), quotedAt, rateValidUntil };
+          return { ...requoted, ...provenanceOf(event.data) };
+        }),
       };
     }
     case 'InvoiceCancelled':

@@ -63,6 +63,8 @@ describe('invoice API', () => {
         'cryptoAmount',
         'cryptoCurrency',
         'exchangeRate',
+        // an addition to the contract's Payment: when the rate was observed
+        'exchangeRateObservedAt',
         'expiresAt',
         'fiatAmount',
         'fiatCurrency',
@@ -83,6 +85,7 @@ describe('invoice API', () => {
       assert.equal(p.fiatAmount, '100.00000000');
       assert.equal(p.fiatCurrency, 'USD');
       assert.match(p.exchangeRate, /^\d+(\.\d+)?$/);
+      assert.match(p.exchangeRateObservedAt, ISO);
       assert.equal(p.status, 'pending');
       assert.match(p.createdAt, ISO);
       assert.equal(Date.parse(p.expiresAt) - Date.parse(p.createdAt), 15 * 60_000);
@@ -582,6 +585,77 @@ describe('quotes from the real exchange-rate adapter (RATE_PROVIDER=coingecko)',
     } finally {
       await svc.close();
       server.close();
+    }
+  });
+});
+
+describe('quotes from several price sources (RATE_PROVIDER=kraken,coinbase,coingecko)', () => {
+  /**
+   * A service quoting from kraken, coinbase and coingecko, all three served by
+   * one fake that answers each its `answer` (told apart by the path's first
+   * segment), and a payment of 100 USD in BTC asked of it.
+   */
+  async function payWith(answer: (source: string) => { status: number; body: string }) {
+    const { createServer } = await import('node:http');
+    const server = createServer((req, res) => {
+      const { status, body } = answer(req.url?.split('/')[1] ?? '');
+      res.writeHead(status, { 'content-type': 'application/json' }).end(body);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const base = `http://127.0.0.1:${(server.address() as { port: number }).port}`;
+    const svc = await startTestService({
+      RATE_LIMITS: 'off',
+      RATE_PROVIDER: 'kraken,coinbase,coingecko',
+      KRAKEN_API_URL: `${base}/kraken`,
+      COINBASE_API_URL: `${base}/coinbase`,
+      COINGECKO_API_URL: `${base}/coingecko`,
+    });
+    const { key } = await merchantWithKey(svc);
+    const res = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '100', currency: 'USD', chain: 'bitcoin' },
+    });
+    const close = async () => {
+      await svc.close();
+      server.close();
+    };
+    return { svc, res, close };
+  }
+
+  it('quotes at the median when one source answers a price 100x off, and lists the disagreement', async () => {
+    const { readFile } = await import('node:fs/promises');
+    const recorded = (name: string) => readFile(new URL(`./fixtures/${name}`, import.meta.url), 'utf8');
+    // Kraken's recorded ticker with its last trade 100x off; the others as recorded.
+    const bodies: Record<string, string> = {
+      kraken: (await recorded('rates/kraken/ticker-xbtusd.json')).replace('"c":["97012.30000"', '"c":["9701230.00000"'),
+      coinbase: await recorded('rates/coinbase/ticker-btc-usd.json'),
+      coingecko: await recorded('coingecko/simple-price-usd.json'),
+    };
+    const { svc, res, close } = await payWith((source) => ({ status: 200, body: bodies[source] ?? '{}' }));
+    try {
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      // The mean of coinbase's 97015 and coingecko's 97123.45; kraken's 9701230 left out.
+      assert.equal(res.body.data.exchangeRate, '97069.225');
+      assert.match(res.body.data.exchangeRateObservedAt, ISO);
+      const attention = await svc.call('GET', '/admin/v1/attention', { token: svc.adminToken });
+      const item = attention.body.data.find((i: { kind: string }) => i.kind === 'rate_disagreement');
+      assert.equal(item?.subject, 'BTC/USD');
+      assert.match(item?.detail, /kraken 9701230 \(left out\), coinbase 97015, coingecko 97123\.45/);
+    } finally {
+      await close();
+    }
+  });
+
+  it('refuses with every source down, naming them, with the 400 of a refused quote', async () => {
+    const { res, close } = await payWith(() => ({ status: 503, body: '<html>Service Unavailable</html>' }));
+    try {
+      assert.equal(res.status, 400);
+      assert.equal(
+        res.body.message,
+        'No exchange rate for BTC in USD is available from kraken, coinbase, coingecko: no source answered a price in time',
+      );
+    } finally {
+      await close();
     }
   });
 });

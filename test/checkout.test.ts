@@ -239,6 +239,11 @@ describe('checkout page in a browser', { skip: noBrowser }, () => {
       await page.locator('#required-confirmations').textContent(),
       'Tron needs 3 confirmations before the payment is complete.',
     );
+    // The fixed table's USDT rate, observed at the quote.
+    assert.match(
+      (await page.locator('#rate-note').textContent())!,
+      /^Rate: 1 USDT = 1 USD, as of \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\.$/,
+    );
     const request = async () => {
       const uri = (await page.locator('#wallet-link').getAttribute('href'))!;
       assert.equal(qrText((await page.locator('#qr').getAttribute('src'))!), uri, 'the QR code holds the wallet link');

@@ -91,6 +91,36 @@ describe('configuration', () => {
     ]);
   });
 
+  it('takes RATE_PROVIDER as fixed or a comma list of price sources, three of them by default in production', () => {
+    assert.equal(loadConfig({}).rateProvider, 'fixed');
+    const production = {
+      APP_ENV: 'production',
+      ADMIN_TOKEN: 'x'.repeat(32),
+      WALLET_MNEMONIC: `${'abandon '.repeat(11)}about`,
+    };
+    assert.deepEqual(loadConfig(production).rateProvider, ['kraken', 'coinbase', 'coingecko']);
+    assert.deepEqual(loadConfig({ RATE_PROVIDER: 'coingecko' }).rateProvider, ['coingecko'], 'a list of one');
+    assert.deepEqual(loadConfig({ RATE_PROVIDER: 'Kraken, bitstamp' }).rateProvider, ['kraken', 'bitstamp']);
+    const rates = loadConfig({
+      RATE_MAX_SPREAD_PERCENT: '1.5',
+      RATE_MAX_STALE_SECONDS: '120',
+      RATE_DEADLINE_MS: '2000',
+      KRAKEN_API_URL: 'http://127.0.0.1:9/kraken',
+    }).rates;
+    assert.deepEqual(rates, {
+      baseUrls: { kraken: 'http://127.0.0.1:9/kraken', coinbase: undefined, bitstamp: undefined },
+      maxSpreadPercent: '1.5',
+      maxStaleMs: 120_000,
+      deadlineMs: 2000,
+    });
+    assert.deepEqual(problems({ RATE_PROVIDER: 'kraken,binance', RATE_MAX_SPREAD_PERCENT: '0' }), [
+      'RATE_PROVIDER must be fixed or a comma list without repeats of kraken, coinbase, bitstamp, coingecko (got "kraken,binance")',
+      'RATE_MAX_SPREAD_PERCENT must be a decimal from 0.01 to 100 (got "0")',
+    ]);
+    assert.equal(problems({ RATE_PROVIDER: 'kraken,kraken' }).length, 1);
+    assert.equal(problems({ RATE_PROVIDER: 'fixed,kraken' }).length, 1);
+  });
+
   it('takes CHAIN_TRON_ENERGY_DELEGATION on or off (off by default), naming it otherwise', () => {
     const tron = (extra: Record<string, string>) =>
       loadConfig({ CHAIN_TRON_RPC_URL: 'https://tron.example.com', ...extra }).tron;

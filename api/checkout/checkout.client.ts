@@ -293,6 +293,7 @@ function showPayment(chosen: CheckoutPayment) {
       ? `${chainName(chosen.chain)} needs ${confirmations} confirmation${confirmations === 1 ? '' : 's'} before the payment is complete.`
       : '',
   );
+  setText(element('rate-note'), rateNote(chosen));
   setText(element('address'), chosen.address);
   const qr = element<HTMLImageElement>('qr');
   if (chosen.qrCode.startsWith('data:image/png;base64,')) qr.src = chosen.qrCode;
@@ -304,6 +305,16 @@ function showPayment(chosen: CheckoutPayment) {
   link.hidden = !opens;
   element('payment').hidden = false;
   showStatus(current);
+}
+
+/** The quote's rate and when it was observed, e.g. "Rate: 1 BTC = 97069.225 USD, as of 2026-11-28 04:20:15 UTC." */
+function rateNote(chosen: CheckoutPayment): string {
+  if (!chosen.exchangeRate || !chosen.fiatCurrency) return '';
+  const rate = `Rate: 1 ${chosen.cryptoCurrency} = ${chosen.exchangeRate} ${chosen.fiatCurrency}`;
+  const observed = chosen.exchangeRateObservedAt ? Date.parse(chosen.exchangeRateObservedAt) : Number.NaN;
+  if (Number.isNaN(observed)) return `${rate}.`;
+  // UTC and the ISO form: the same for every reader, and what an auditor reads in the invoice's history.
+  return `${rate}, as of ${new Date(observed).toISOString().slice(0, 19).replace('T', ' ')} UTC.`;
 }
 
 /** The QR code and wallet link of a partly paid invoice, for the amount still owed. */

@@ -131,7 +131,7 @@ export interface ChainCondition {
 const AttentionItem = Type.Object({
   kind: Type.String({
     description:
-      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, webhook_failing or chain_behind',
+      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, webhook_failing, chain_behind or rate_disagreement',
   }),
   merchantId: Nullable(Type.String()),
   /** The settlement id, the webhook URL or the chain. */
@@ -220,7 +220,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       schema: {
         tags: ['operator'],
         summary:
-          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, webhook URLs failing, chains whose node is behind or silent',
+          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, webhook URLs failing, chains whose node is behind or silent, price sources disagreeing',
         security,
         response: { 200: data(Type.Array(AttentionItem)) },
       },
@@ -231,8 +231,18 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
         failingWebhookTargets(ctx.database.db),
       ]);
       const chains = (ctx.chainConditions?.() ?? []).filter((c) => c.state !== 'ok');
+      const rates = ctx.rateDisagreements?.() ?? [];
       return {
         data: [
+          ...rates.map((r) => ({
+            kind: 'rate_disagreement',
+            merchantId: null,
+            subject: r.pair,
+            chain: null,
+            reason: r.reason,
+            detail: r.detail,
+            since: r.since.toISOString(),
+          })),
           ...chains.map((c) => ({
             kind: 'chain_behind',
             merchantId: null,

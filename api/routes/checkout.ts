@@ -41,6 +41,10 @@ export interface CheckoutPayment {
   cryptoAmount: string;
   cryptoCurrency: string;
   chain: string;
+  /** The quote's rate (fiat per token) and when it was observed; absent once partly paid (the remainder is shown). */
+  exchangeRate?: string;
+  fiatCurrency?: string;
+  exchangeRateObservedAt?: string | null;
 }
 
 // ---- HTML, escaped by default ----------------------------------------------
@@ -168,6 +172,7 @@ function checkoutPage(data: CheckoutData): string {
           </div>
           <p class="copy-feedback" id="copy-feedback" role="status" aria-live="polite"></p>
           <p class="hint" id="required-confirmations"></p>
+          <p class="hint" id="rate-note"></p>
           <p class="hint">Send only <span id="hint-currency"></span> on this network. Other tokens are not counted.</p>
         </section>
         <noscript><p class="notice">This page needs JavaScript to choose a token and show the payment address.</p></noscript>`

@@ -93,6 +93,12 @@ const PaymentSchema = Type.Object({
   fiatAmount: Type.String(),
   fiatCurrency: Type.String(),
   exchangeRate: Type.String(),
+  exchangeRateObservedAt: Nullable(
+    Type.String({
+      description:
+        'When the exchange rate was observed (of a median of sources: its oldest answer used); null for quotes made before this was recorded',
+    }),
+  ),
   status: Type.String(),
   expiresAt: Type.String(),
   createdAt: Type.String(),
@@ -253,6 +259,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
       fiatAmount: formatFiat(invoice.amount)!,
       fiatCurrency: invoice.currency,
       exchangeRate: address.rate,
+      exchangeRateObservedAt: address.rateObservedAt ?? null,
       status: 'pending',
       expiresAt: invoice.expiresAt,
       createdAt: invoice.createdAt,

@@ -144,6 +144,13 @@ export interface PayoutLook {
 export interface PayoutKind {
   readonly kind: string;
   advance(payoutId: string): Promise<PayoutLook>;
+  /**
+   * The payouts of this kind the engine is about to look at, one chain's in
+   * one pass, before the first look: a kind may ask the chain about all of
+   * them at once here and answer its looks from that. A failure here only
+   * costs the saving: each look then asks for itself.
+   */
+  beforeLooks?(payoutIds: readonly string[]): Promise<void>;
 }
 
 /** Growing pauses between looks that failed with no event to show for it (a node down). */
@@ -195,11 +202,25 @@ export class PayoutEngine {
           .orderBy('due_at')
           .limit(limit)
           .execute();
+        await this.beforeLooks(due);
         for (const row of due) await this.look(row);
         return due.length;
       }),
     );
     return looked.reduce((a, b) => a + b, 0);
+  }
+
+  /** Tells each kind which of its payouts the looks that follow are for. */
+  private async beforeLooks(due: readonly Pick<PayoutQueueTable, 'payout_id' | 'kind'>[]): Promise<void> {
+    for (const kind of this.kinds) {
+      const ids = due.filter((row) => row.kind === kind.kind).map((row) => row.payout_id);
+      if (ids.length === 0 || !kind.beforeLooks) continue;
+      try {
+        await kind.beforeLooks(ids);
+      } catch (error) {
+        this.options.onError?.(error);
+      }
+    }
   }
 
   private async look(row: Pick<PayoutQueueTable, 'payout_id' | 'kind' | 'looks' | 'version'>): Promise<void> {

@@ -8,6 +8,7 @@ import {
   TransactionRejectedError,
   type ChainAdapter,
   type PreparedTransaction,
+  type TransactionStatus,
 } from '../adapters/chains/port.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { ChainName } from '../domain/catalogue.ts';
@@ -139,6 +140,35 @@ export class SettlementPayouts implements PayoutKind {
 
   constructor(private readonly deps: SettlementDeps) {}
 
+  /**
+   * Where each payout's prepared transactions stood when the pass began, by
+   * payout, from one batched question per chain (beforeLooks); each look
+   * takes its own and removes it, so nothing is answered from an earlier pass.
+   */
+  private readonly statusesAtPassStart = new Map<string, Map<string, TransactionStatus | undefined>>();
+
+  /**
+   * Asks each chain that answers many transactions at once
+   * (`transactionStatuses`) about every transaction these settlements
+   * prepared, in one call, instead of one call per settlement in its look.
+   */
+  async beforeLooks(settlementIds: readonly string[]): Promise<void> {
+    const { store, chains } = this.deps;
+    const byChain = new Map<ChainName, { id: string; hashes: string[] }[]>();
+    for (const id of settlementIds) {
+      const settlement = await loadState(store, settlementDecider, settlementStreamName(id));
+      if (!settlement || settlement.status === 'completed' || settlement.preparedHashes.length === 0) continue;
+      const chain = settlement.chain as ChainName;
+      if (!chains.get(chain)?.transactionStatuses) continue;
+      byChain.set(chain, [...(byChain.get(chain) ?? []), { id, hashes: settlement.preparedHashes }]);
+    }
+    for (const [chain, settlements] of byChain) {
+      const statuses = await chains.get(chain)!.transactionStatuses!(settlements.flatMap((s) => s.hashes));
+      for (const { id, hashes } of settlements)
+        this.statusesAtPassStart.set(id, new Map(hashes.map((hash) => [hash, statuses.get(hash)])));
+    }
+  }
+
   private now() {
     return this.deps.clock.now().toISOString();
   }
@@ -154,9 +184,11 @@ export class SettlementPayouts implements PayoutKind {
     const chain = chains.get(settlement.chain as ChainName);
     if (!chain) return { lookAgainInMs: WALLET_LOOK_MS };
 
+    const known = this.statusesAtPassStart.get(settlementId);
+    this.statusesAtPassStart.delete(settlementId);
     // Whatever attempt we are at: if any prepared transaction is on the chain, it is the payout.
     for (const txHash of settlement.preparedHashes) {
-      const onChain = await chain.transactionStatus(txHash);
+      const onChain = known?.has(txHash) ? known.get(txHash) : await chain.transactionStatus(txHash);
       if (!onChain) continue;
       if (settlement.status !== 'submitted' || settlement.txHash !== txHash) {
         if (settlement.status === 'failed') await this.act(settlementId, { type: 'Retry', now: this.now() });

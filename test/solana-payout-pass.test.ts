@@ -3,25 +3,15 @@
 // (getSignatureStatuses, up to 256 a call) and reads the head once, instead
 // of once per sweep, and each sweep still completes exactly once.
 import assert from 'node:assert/strict';
-import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { Keypair } from '@solana/web3.js';
 import bs58 from 'bs58';
-import type { ChainAdapter } from '../adapters/chains/port.ts';
 import { MAX_SIGNATURE_STATUSES, SolanaChain } from '../adapters/chains/solana.ts';
-import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
-import { openPglite } from '../adapters/sql/database.ts';
-import { handleCommand, loadState } from '../commands/handle.ts';
-import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
-import { SettlementPayouts } from '../commands/settlements.ts';
-import type { ChainName } from '../domain/catalogue.ts';
-import { merchantDecider, merchantStream } from '../domain/merchant.ts';
-import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
-import { readModelMigrations } from '../projections/schema.ts';
+import { loadState } from '../commands/handle.ts';
+import { settlementDecider, settlementStreamName } from '../domain/settlement.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
-import { startSolanaNode } from './support/solana-flow.ts';
+import { requestSolSettlements, solanaPayouts, startSolanaNode } from './support/solana-flow.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
 
 const keyring = DepositKeyring.fromMnemonic(SERVICE_MNEMONIC);
@@ -53,64 +43,15 @@ describe('the payout engine over open Solana sweeps', () => {
   it('asks for the signatures of a pass over 5 open sweeps in one getSignatureStatuses, and the head once; each sweep completes once', async () => {
     let ahead = 0;
     const clock = { now: () => new Date(Date.now() + ahead) };
-    const database = await openPglite('memory://');
-    const store = await SqlEventStore.open(database);
-    await ProjectionEngine.migrate(database, readModelMigrations);
-    await migratePayoutQueue(database);
-    const projections = new ProjectionEngine(database, store, [payoutQueueProjector], { pollMs: 20 });
-    projections.start();
-    const deps = {
-      store,
+    const { store, pass, close } = await solanaPayouts(chain, {
       clock,
-      chains: new Map<ChainName, ChainAdapter>([['solana', chain]]),
-      platformFeeBps: 100,
-      requiredConfirmations: { solana: 32 } as Record<ChainName, number>,
-    };
-    const engine = new PayoutEngine(database, [new SettlementPayouts(deps)], ['solana'], clock, {
       onError: (error) => assert.fail(`a look failed: ${String(error)}`),
     });
-    const pass = async () => {
-      await projections.caughtUp();
-      return engine.pass();
-    };
     try {
-      const merchants: string[] = [];
-      const settlementIds: string[] = [];
-      for (let i = 0; i < SWEEPS; i++) {
-        const merchantId = randomUUID();
-        const wallet = Keypair.generate().publicKey.toBase58();
-        merchants.push(wallet);
-        await handleCommand(store, merchantDecider, merchantStream(merchantId), {
-          type: 'RegisterMerchant',
-          merchantId,
-          profile: { name: `Shop ${i}`, tier: 'pro', webhookUrl: null, settlementWallets: { solana: wallet } },
-          webhookSecret: 'whsec_x',
-          now: clock.now().toISOString(),
-        });
-        const index = 300 + i;
-        const deposit = keyring.deriveDepositKey('solana', index).address;
-        await node.airdrop(deposit, GROSS);
-        const invoiceId = randomUUID();
-        const settlementId = settlementIdOf(invoiceId);
-        settlementIds.push(settlementId);
-        await handleCommand(store, settlementDecider, settlementStreamName(settlementId), {
-          type: 'RequestSettlement',
-          settlementId,
-          invoiceId,
-          merchantId,
-          chain: 'solana',
-          token: 'SOL',
-          tokenDecimals: 9,
-          fromAddress: deposit,
-          derivationIndex: index,
-          grossAmount: GROSS,
-          networkFee: chain.networkFee('SOL'),
-          platformFeeBps: 100,
-          merchantWallet: null,
-          now: clock.now().toISOString(),
-        });
-      }
-      node.mine();
+      const { settlementIds, wallets: merchants } = await requestSolSettlements(
+        { store, node, chain, keyring },
+        { count: SWEEPS, gross: GROSS, firstIndex: 300, now: () => clock.now().toISOString() },
+      );
 
       // The first pass prepares and sends each sweep (each its own work); they land in the next block.
       assert.equal(await pass(), SWEEPS);
@@ -154,9 +95,7 @@ describe('the payout engine over open Solana sweeps', () => {
       assert.equal(await pass(), 0);
       assert.deepEqual(methodsSince(node, from), {});
     } finally {
-      await projections.stop();
-      await store.close();
-      await database.close();
+      await close();
     }
   });
 

@@ -8,7 +8,6 @@ import {
   TransactionRejectedError,
   type ChainAdapter,
   type PreparedTransaction,
-  type TransactionStatus,
 } from '../adapters/chains/port.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { ChainName } from '../domain/catalogue.ts';
@@ -32,6 +31,7 @@ import {
 } from '../domain/settlement.ts';
 import type { Reactor } from '../projections/engine.ts';
 import { handleCommand, loadState } from './handle.ts';
+import { StatusesAtPassStart } from './pass-statuses.ts';
 import type { PayoutKind, PayoutLook } from './payouts.ts';
 
 /** Growing delays between attempts of a failed payout. */
@@ -138,35 +138,21 @@ function failureCodeOf(error: unknown): SettlementFailureReason {
 export class SettlementPayouts implements PayoutKind {
   readonly kind = 'settlement';
 
-  constructor(private readonly deps: SettlementDeps) {}
+  constructor(private readonly deps: SettlementDeps) {
+    this.statuses = new StatusesAtPassStart(deps.chains);
+  }
 
-  /**
-   * Where each payout's prepared transactions stood when the pass began, by
-   * payout, from one batched question per chain (beforeLooks); each look
-   * takes its own and removes it, so nothing is answered from an earlier pass.
-   */
-  private readonly statusesAtPassStart = new Map<string, Map<string, TransactionStatus | undefined>>();
+  /** Where each payout's prepared transactions stood when the pass began, from one question per chain. */
+  private readonly statuses: StatusesAtPassStart;
 
-  /**
-   * Asks each chain that answers many transactions at once
-   * (`transactionStatuses`) about every transaction these settlements
-   * prepared, in one call, instead of one call per settlement in its look.
-   */
+  /** The statuses of every transaction these settlements prepared, asked before their looks. */
   async beforeLooks(settlementIds: readonly string[]): Promise<void> {
-    const { store, chains } = this.deps;
-    const byChain = new Map<ChainName, { id: string; hashes: string[] }[]>();
+    const settlements = [];
     for (const id of settlementIds) {
-      const settlement = await loadState(store, settlementDecider, settlementStreamName(id));
-      if (!settlement || settlement.status === 'completed' || settlement.preparedHashes.length === 0) continue;
-      const chain = settlement.chain as ChainName;
-      if (!chains.get(chain)?.transactionStatuses) continue;
-      byChain.set(chain, [...(byChain.get(chain) ?? []), { id, hashes: settlement.preparedHashes }]);
+      const settlement = await loadState(this.deps.store, settlementDecider, settlementStreamName(id));
+      if (settlement && settlement.status !== 'completed') settlements.push(settlement);
     }
-    for (const [chain, settlements] of byChain) {
-      const statuses = await chains.get(chain)!.transactionStatuses!(settlements.flatMap((s) => s.hashes));
-      for (const { id, hashes } of settlements)
-        this.statusesAtPassStart.set(id, new Map(hashes.map((hash) => [hash, statuses.get(hash)])));
-    }
+    await this.statuses.ask(settlements);
   }
 
   private now() {
@@ -184,11 +170,10 @@ export class SettlementPayouts implements PayoutKind {
     const chain = chains.get(settlement.chain as ChainName);
     if (!chain) return { lookAgainInMs: WALLET_LOOK_MS };
 
-    const known = this.statusesAtPassStart.get(settlementId);
-    this.statusesAtPassStart.delete(settlementId);
+    const statusOf = this.statuses.take(settlementId);
     // Whatever attempt we are at: if any prepared transaction is on the chain, it is the payout.
     for (const txHash of settlement.preparedHashes) {
-      const onChain = known?.has(txHash) ? known.get(txHash) : await chain.transactionStatus(txHash);
+      const onChain = await statusOf(txHash, chain);
       if (!onChain) continue;
       if (settlement.status !== 'submitted' || settlement.txHash !== txHash) {
         if (settlement.status === 'failed') await this.act(settlementId, { type: 'Retry', now: this.now() });

@@ -9,6 +9,7 @@ import bs58 from 'bs58';
 import { MAX_SIGNATURE_STATUSES, SolanaChain } from '../adapters/chains/solana.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { loadState } from '../commands/handle.ts';
+import { SettlementPayouts } from '../commands/settlements.ts';
 import { settlementDecider, settlementStreamName } from '../domain/settlement.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import { requestSolSettlements, solanaPayouts, startSolanaNode } from './support/solana-flow.ts';
@@ -94,6 +95,53 @@ describe('the payout engine over open Solana sweeps', () => {
       from = node.calls.length;
       assert.equal(await pass(), 0);
       assert.deepEqual(methodsSince(node, from), {});
+    } finally {
+      await close();
+    }
+  });
+
+  it('looks at each sweep on its own, as before, when the question before the looks fails', async () => {
+    let ahead = 0;
+    const clock = { now: () => new Date(Date.now() + ahead) };
+    const errors: string[] = [];
+    const { store, pass, close } = await solanaPayouts(chain, {
+      clock,
+      // The settlement kind, but its batched question fails (a node that drops the call, say).
+      kinds: (deps) => {
+        const settlement = new SettlementPayouts(deps);
+        return [
+          {
+            kind: settlement.kind,
+            advance: (id: string) => settlement.advance(id),
+            beforeLooks: () => Promise.reject(new Error('getSignatureStatuses: HTTP 502')),
+          },
+        ];
+      },
+      onError: (error) => errors.push((error as Error).message),
+    });
+    try {
+      const { settlementIds } = await requestSolSettlements(
+        { store, node, chain, keyring },
+        { count: SWEEPS, gross: GROSS, firstIndex: 400, now: () => clock.now().toISOString() },
+      );
+      await pass();
+      node.mine(40);
+      ahead += 2_000;
+      const from = node.calls.length;
+      assert.equal(await pass(), SWEEPS);
+      assert.equal(
+        methodsSince(node, from)['getSignatureStatuses'],
+        SWEEPS,
+        'each look asks for its own (and a sweep it saw finalized is sent again without asking)',
+      );
+      const settlements = await Promise.all(
+        settlementIds.map((id) => loadState(store, settlementDecider, settlementStreamName(id))),
+      );
+      assert.deepEqual(
+        settlements.map((s) => s!.status),
+        Array(SWEEPS).fill('completed'),
+      );
+      assert.equal(errors.filter((e) => e === 'getSignatureStatuses: HTTP 502').length, 2, 'reported once a pass');
     } finally {
       await close();
     }

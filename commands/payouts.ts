@@ -28,6 +28,7 @@ import type { PayoutAttempts } from '../domain/payout-attempt.ts';
 import type { RefundEvent } from '../domain/refund.ts';
 import type { SettlementEvent, SettlementFailureReason } from '../domain/settlement.ts';
 import type { Projector } from '../projections/engine.ts';
+import type { StatusLookup } from './pass-statuses.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 
 export interface PayoutQueueTable {
@@ -199,6 +200,13 @@ export interface PayoutLook {
 export interface PayoutKind {
   readonly kind: string;
   advance(payoutId: string): Promise<PayoutLook>;
+  /**
+   * The payouts of this kind the engine is about to look at, one chain's in
+   * one pass, before the first look: a kind may ask the chain about all of
+   * them at once here and answer its looks from that. A failure here only
+   * costs the saving: each look then asks for itself.
+   */
+  beforeLooks?(payoutIds: readonly string[]): Promise<void>;
 }
 
 /** Growing pauses between looks that failed with no event to show for it (a node down). */
@@ -250,11 +258,25 @@ export class PayoutEngine {
           .orderBy('due_at')
           .limit(limit)
           .execute();
+        await this.beforeLooks(due);
         for (const row of due) await this.look(row);
         return due.length;
       }),
     );
     return looked.reduce((a, b) => a + b, 0);
+  }
+
+  /** Tells each kind which of its payouts the looks that follow are for. */
+  private async beforeLooks(due: readonly Pick<PayoutQueueTable, 'payout_id' | 'kind'>[]): Promise<void> {
+    for (const kind of this.kinds) {
+      const ids = due.filter((row) => row.kind === kind.kind).map((row) => row.payout_id);
+      if (ids.length === 0 || !kind.beforeLooks) continue;
+      try {
+        await kind.beforeLooks(ids);
+      } catch (error) {
+        this.options.onError?.(error);
+      }
+    }
   }
 
   private async look(row: Pick<PayoutQueueTable, 'payout_id' | 'kind' | 'looks' | 'version'>): Promise<void> {
@@ -324,6 +346,8 @@ export async function advancePayout<P extends PayoutStanding>(
   chains: ReadonlyMap<ChainName, ChainAdapter>,
   requiredConfirmations: Record<ChainName, number>,
   clock: Clock,
+  /** Where a transaction stands: asked of the chain, or answered from the pass's one question (pass-statuses.ts). */
+  statusOf: StatusLookup = (txHash, chain) => chain.transactionStatus(txHash),
 ): Promise<PayoutLook> {
   const payout = await recorder.load(id);
   if (!payout || payout.phase === 'done') return { lookAgainInMs: null };
@@ -331,7 +355,7 @@ export async function advancePayout<P extends PayoutStanding>(
   if (!chain) return { lookAgainInMs: 60_000 };
 
   for (const txHash of payout.preparedHashes) {
-    const onChain = await chain.transactionStatus(txHash);
+    const onChain = await statusOf(txHash, chain);
     if (!onChain) continue;
     if (payout.phase !== 'submitted' || payout.txHash !== txHash) {
       if (payout.phase === 'failed') await recorder.retry(payout);
@@ -353,7 +377,7 @@ export async function advancePayout<P extends PayoutStanding>(
     const wait = Date.parse(payout.retryAt) - clock.now().getTime();
     if (wait > 0) return { lookAgainInMs: wait };
     await recorder.retry(payout);
-    return advancePayout(id, recorder, chains, requiredConfirmations, clock);
+    return advancePayout(id, recorder, chains, requiredConfirmations, clock, statusOf);
   }
   if (payout.phase === 'submitted') {
     // Broadcast but not on the chain (dropped, or removed by a reorg): send the same transaction again.
@@ -373,6 +397,16 @@ export async function advancePayout<P extends PayoutStanding>(
     failpoint('payout:after-submitted');
   }
   return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+}
+
+/** The payouts among `ids` still to be paid, for a kind's `beforeLooks`. */
+export async function payoutsToLookAt<P extends PayoutStanding>(recorder: PayoutRecorder<P>, ids: readonly string[]) {
+  const payouts: P[] = [];
+  for (const id of ids) {
+    const payout = await recorder.load(id);
+    if (payout && payout.phase !== 'done') payouts.push(payout);
+  }
+  return payouts;
 }
 
 /** True when the chain took the transaction; a failure is recorded with the time of the next attempt. */

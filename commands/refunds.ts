@@ -44,9 +44,11 @@ import { DerivationIndexes } from './derivation-indexes.ts';
 import { handleCommand, loadState } from './handle.ts';
 import { enqueueWebhook } from './webhook-delivery.ts';
 import { webhookEventId } from './webhook-events.ts';
+import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
   advancePayout,
   failureCodeOf,
+  payoutsToLookAt,
   retryAtAfter,
   type PayoutKind,
   type PayoutLook,
@@ -487,7 +489,16 @@ function phaseOf(refund: Refund): PayoutStanding['phase'] {
 export class RefundPayouts implements PayoutKind {
   readonly kind = 'refund';
 
-  constructor(private readonly deps: RefundPayoutDeps) {}
+  /** As settlements: one question per chain for a pass's transactions (pass-statuses.ts). */
+  private readonly statuses: StatusesAtPassStart;
+
+  constructor(private readonly deps: RefundPayoutDeps) {
+    this.statuses = new StatusesAtPassStart(deps.chains);
+  }
+
+  async beforeLooks(refundIds: readonly string[]): Promise<void> {
+    await this.statuses.ask(await payoutsToLookAt(this.recorder, refundIds));
+  }
 
   private now = () => this.deps.clock.now().toISOString();
 
@@ -504,7 +515,7 @@ export class RefundPayouts implements PayoutKind {
       if (held < refund.amount) return { lookAgainInMs: FUNDS_LOOK_MS };
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }
-    return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock);
+    return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock, this.statuses.take(refundId));
   }
 
   private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {

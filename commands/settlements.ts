@@ -26,9 +26,11 @@ import {
 } from '../domain/settlement.ts';
 import type { Reactor } from '../projections/engine.ts';
 import { handleCommand, loadState } from './handle.ts';
+import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
   advancePayout,
   failureCodeOf,
+  payoutsToLookAt,
   retryAtAfter,
   type PayoutKind,
   type PayoutLook,
@@ -136,7 +138,16 @@ function phaseOf(s: Settlement): PayoutStanding['phase'] {
 export class SettlementPayouts implements PayoutKind {
   readonly kind = 'settlement';
 
-  constructor(private readonly deps: SettlementDeps) {}
+  /** Where each payout's prepared transactions stood when the pass began, from one question per chain. */
+  private readonly statuses: StatusesAtPassStart;
+
+  constructor(private readonly deps: SettlementDeps) {
+    this.statuses = new StatusesAtPassStart(deps.chains);
+  }
+
+  async beforeLooks(settlementIds: readonly string[]): Promise<void> {
+    await this.statuses.ask(await payoutsToLookAt(this.recorder, settlementIds));
+  }
 
   private now() {
     return this.deps.clock.now().toISOString();
@@ -148,7 +159,8 @@ export class SettlementPayouts implements PayoutKind {
 
   advance(settlementId: string): Promise<PayoutLook> {
     const { chains, requiredConfirmations, clock } = this.deps;
-    return advancePayout(settlementId, this.recorder, chains, requiredConfirmations, clock);
+    const statusOf = this.statuses.take(settlementId);
+    return advancePayout(settlementId, this.recorder, chains, requiredConfirmations, clock, statusOf);
   }
 
   private readonly recorder: PayoutRecorder<Settlement & PayoutStanding> = {

@@ -208,4 +208,13 @@ export interface ChainAdapter {
   balance?(address: string, token: string): Promise<bigint>;
   /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */
   transactionStatus(txHash: string): Promise<TransactionStatus | undefined>;
+  /**
+   * `transactionStatus` of many transactions at once, where the node answers
+   * them in one call (Solana's getSignatureStatuses): the payout engine asks
+   * for every transaction of a pass before it looks at the payouts one by
+   * one, so that N open payouts cost one question, not N. Every hash asked is
+   * in the answer (undefined: not on the chain). Without it, each payout asks
+   * `transactionStatus` on its own.
+   */
+  transactionStatuses?(txHashes: readonly string[]): Promise<Map<string, TransactionStatus | undefined>>;
 }

@@ -107,6 +107,14 @@ const BLOCKHASH_VALID_BLOCKS = 150;
 const SLOTS_LISTED = 100;
 /** Full blocks fetched at once while the watcher reads forward. */
 const BLOCKS_IN_FLIGHT = 4;
+/**
+ * The most signatures one getSignatureStatuses takes (agave
+ * rpc-client-api request.rs, MAX_GET_SIGNATURE_STATUSES_QUERY_ITEMS; rpc.rs
+ * get_signature_statuses refuses more with -32602 "Too many inputs provided").
+ */
+export const MAX_SIGNATURE_STATUSES = 256;
+/** Signatures remembered as finalized, so that sending one again asks nothing (a finalized transaction stays). */
+const FINAL_SIGNATURES_KEPT = 1_024;
 /** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
 const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
 /** A sweep's transaction fits the deposit's associated token account and this many others (1,232 bytes). */
@@ -817,6 +825,8 @@ export class SolanaChain implements ChainAdapter {
 
   async broadcast(prepared: PreparedTransaction): Promise<void> {
     const record = JSON.parse(prepared.raw) as SweepRecord;
+    // Sent again once final (the payout engine does so before completing): nothing left to do or ask.
+    if (this.finalSignatures.has(prepared.txHash)) return;
     if (landed(await this.signatureStatus(prepared.txHash))) return;
     try {
       await this.call<string>('sendTransaction', [
@@ -841,20 +851,19 @@ export class SolanaChain implements ChainAdapter {
   /** The signature's status, history searched; a failed transaction (fee taken, nothing moved) is refused. */
   private async signatureStatus(signature: string): Promise<SignatureStatus | undefined> {
     const { value } = await this.signatureStatuses([signature]);
-    return value[0];
+    const status = value[0];
+    if (status?.err != null)
+      throw new TransactionRejectedError(`${signature} failed on chain: ${JSON.stringify(status.err)}`);
+    return status;
   }
 
-  private async signatureStatuses(signatures: string[]) {
+  /** Statuses of at most MAX_SIGNATURE_STATUSES signatures, history searched, with the slot the answering backend had seen. */
+  private async signatureStatuses(signatures: readonly string[]) {
     const answer = await this.call<{ context: { slot: number }; value: (SignatureStatus | null)[] }>(
       'getSignatureStatuses',
       [signatures, { searchTransactionHistory: true }],
     );
-    const value = answer.value.map((status, i) => {
-      if (status?.err != null)
-        throw new TransactionRejectedError(`${signatures[i]} failed on chain: ${JSON.stringify(status.err)}`);
-      return status ?? undefined;
-    });
-    return { slot: answer.context.slot, value };
+    return { slot: answer.context.slot, value: answer.value.map((status) => status ?? undefined) };
   }
 
   /**
@@ -874,6 +883,8 @@ export class SolanaChain implements ChainAdapter {
     const finalizedHeight = value.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS;
     if (finalizedHeight <= record.lastValidBlockHeight) return;
     const statuses = await this.signatureStatuses([signature]);
+    if (statuses.value[0]?.err != null)
+      throw new TransactionRejectedError(`${signature} failed on chain: ${JSON.stringify(statuses.value[0].err)}`);
     if (statuses.slot < context.slot || statuses.value[0]) return;
     if (record.deposit) {
       const held = await this.depositHeld(record.deposit, context.slot);
@@ -896,18 +907,47 @@ export class SolanaChain implements ChainAdapter {
   }
 
   async transactionStatus(txHash: string): Promise<TransactionStatus | undefined> {
-    const status = await this.signatureStatus(txHash).catch((error: unknown) => {
+    return (await this.transactionStatuses([txHash])).get(txHash);
+  }
+
+  /**
+   * Many sweeps' statuses for the price of one: one getSignatureStatuses per
+   * 256 signatures, and the head once, however many sweeps are open.
+   */
+  async transactionStatuses(signatures: readonly string[]): Promise<Map<string, TransactionStatus | undefined>> {
+    const found: [string, SignatureStatus][] = [];
+    for (let at = 0; at < signatures.length; at += MAX_SIGNATURE_STATUSES) {
+      const chunk = signatures.slice(at, at + MAX_SIGNATURE_STATUSES);
+      const { value } = await this.signatureStatuses(chunk);
       // A failed transaction moved nothing: it is not the payout (broadcast then reports it refused).
-      if (error instanceof TransactionRejectedError) return undefined;
-      throw error;
-    });
-    // Processed only: a minority fork can still drop it.
-    if (!landed(status)) return undefined;
+      // Processed only: a minority fork can still drop it.
+      chunk.forEach((signature, i) => {
+        const status = value[i];
+        if (status?.err == null && landed(status)) found.push([signature, status]);
+      });
+    }
+    const statuses = new Map<string, TransactionStatus | undefined>(signatures.map((s) => [s, undefined]));
+    if (found.length === 0) return statuses;
     const head = await this.head();
-    const depth = head.height - status.slot + 1;
-    const final = status.confirmationStatus === 'finalized' || status.slot <= (head.finalized ?? -1);
     const required = this.options.confirmations ?? 32;
-    return { blockNumber: status.slot, confirmations: final ? depth : Math.min(depth, Math.max(0, required - 1)) };
+    for (const [signature, status] of found) {
+      const depth = head.height - status.slot + 1;
+      const final = status.confirmationStatus === 'finalized' || status.slot <= (head.finalized ?? -1);
+      if (final) this.rememberFinal(signature);
+      statuses.set(signature, {
+        blockNumber: status.slot,
+        confirmations: final ? depth : Math.min(depth, Math.max(0, required - 1)),
+      });
+    }
+    return statuses;
+  }
+
+  /** Signatures seen finalized, oldest first (bounded): a finalized transaction is never undone. */
+  private readonly finalSignatures = new Set<string>();
+  private rememberFinal(signature: string) {
+    this.finalSignatures.add(signature);
+    while (this.finalSignatures.size > FINAL_SIGNATURES_KEPT)
+      this.finalSignatures.delete(this.finalSignatures.values().next().value!);
   }
 }
 

@@ -23,7 +23,8 @@ import { ChainWatcher } from '../../commands/chain-watcher.ts';
 import { paymentCommands } from '../../commands/payments.ts';
 import { ProjectionEngine } from '../../projections/engine.ts';
 import { readModelMigrations } from '../../projections/schema.ts';
-import { startSolanaNode } from '../support/solana-flow.ts';
+import { SettlementPayouts } from '../../commands/settlements.ts';
+import { requestSolSettlements, solanaPayouts, startSolanaNode } from '../support/solana-flow.ts';
 import type { SolanaTestNode } from '../support/solana-node.ts';
 import { runBlockBench } from './chain-block.ts';
 import { insertWatched } from './evm.ts';
@@ -34,6 +35,8 @@ const SOL_TRANSFERS = 1_000;
 const TOKEN_TRANSFERS = 1_000;
 const SLOT_MS = 400;
 const PAYMENTS = 25;
+/** How long the payout engine is watched over open sweeps, each way. */
+const SWEEPER_MS = 20_000;
 /** Mainnet's block rate: a slot every 400 ms, about 150 blocks a minute. */
 const MAINNET_BLOCKS_PER_MINUTE = 150;
 /**
@@ -139,6 +142,8 @@ let blockBytes: { full: number; accounts: number; none: number } | undefined;
 interface DetectionReport {
   label: string;
   open: number;
+  /** Skipped slots before each payment's slot. */
+  skippedBefore: number;
   latencies: number[];
   callsPerMinute: number;
   /** getBlock calls a minute, the method the public endpoint's per-method limit meets first. */
@@ -146,7 +151,19 @@ interface DetectionReport {
   perAddressCallsPerRound: number;
 }
 
-async function detection(node: SolanaTestNode, target: BenchTarget, open: number): Promise<DetectionReport> {
+/**
+ * Detection while the node makes a slot every 400 ms, a payment in each
+ * produced slot; with `skippedBefore`, that many slots (400 ms each) pass
+ * without a block before each payment's slot, so every payment is in the slot
+ * right after a skipped one, while the skipped slots are far from finalized
+ * (a validator answers getBlock on them with -32004 until then).
+ */
+async function detection(
+  node: SolanaTestNode,
+  target: BenchTarget,
+  open: number,
+  skippedBefore = 0,
+): Promise<DetectionReport> {
   const fresh = await target.open();
   const { database } = fresh;
   const store = await SqlEventStore.open(database);
@@ -199,6 +216,10 @@ async function detection(node: SolanaTestNode, target: BenchTarget, open: number
     const callsBefore = node.calls.length;
     const started = performance.now();
     for (const address of paid) {
+      for (let skipped = 0; skipped < skippedBefore; skipped++) {
+        node.skip();
+        await new Promise((resolve) => setTimeout(resolve, SLOT_MS));
+      }
       const signature = await node.sendSol(payer, address, 10_000_000n);
       node.mine();
       sealedAt.set(signature, performance.now());
@@ -216,6 +237,7 @@ async function detection(node: SolanaTestNode, target: BenchTarget, open: number
     return {
       label: target.label,
       open,
+      skippedBefore,
       latencies,
       callsPerMinute,
       blockCallsPerMinute,
@@ -225,6 +247,80 @@ async function detection(node: SolanaTestNode, target: BenchTarget, open: number
     adapter.close();
     await store.close();
     await fresh.dispose();
+  }
+}
+
+/** Requests a minute the payout engine makes while sweeps wait for finality, one way of asking. */
+interface SweeperMeasure {
+  requests: number;
+  statusCalls: number;
+}
+
+interface SweeperReport {
+  open: number;
+  /** One getSignatureStatuses per pass (beforeLooks), the head once. */
+  batched: SweeperMeasure;
+  /** Each look asks for its own sweep's status and the head (before). */
+  perSweep: SweeperMeasure;
+}
+
+/**
+ * The payout engine as the service runs it (a pass every second, a sweep
+ * looked at again every 2 s) over `open` SOL sweeps that
+ * landed and wait to be final, a block every 400 ms: the requests a minute
+ * with the statuses asked once per pass, then with each look asking for its
+ * own (the kind without beforeLooks, as before).
+ */
+async function sweeper(node: SolanaTestNode, open: number): Promise<SweeperReport> {
+  const keyring = DepositKeyring.fromMnemonic(generateMnemonic());
+  const chain = await SolanaChain.open({ rpcUrl: node.url, keyring });
+  const lag = node.finalizedLag;
+  try {
+    await node.airdrop(chain.feeWallet, 10n ** 12n);
+    node.mine();
+    const measure = async (perSweep: boolean): Promise<SweeperMeasure> => {
+      const payouts = await solanaPayouts(chain, {
+        clock: systemClock,
+        // Without beforeLooks: each look asks for itself.
+        ...(perSweep && {
+          kinds: (deps) => {
+            const settlement = new SettlementPayouts(deps);
+            return [{ kind: settlement.kind, advance: (id: string) => settlement.advance(id) }];
+          },
+        }),
+      });
+      try {
+        await requestSolSettlements(
+          { store: payouts.store, node, chain, keyring },
+          { count: open, gross: 100_000_000n, firstIndex: perSweep ? open : 0, now: () => new Date().toISOString() },
+        );
+        await payouts.pass(); // each sweep prepared and sent
+        node.mine();
+        // Landed, and final only after the measurement: the sweeps stay open.
+        node.finalizedLag = 1_000_000;
+        const producing = setInterval(() => node.mine(), SLOT_MS);
+        const from = node.calls.length;
+        const started = performance.now();
+        payouts.engine.start();
+        await new Promise((resolve) => setTimeout(resolve, SWEEPER_MS));
+        await payouts.engine.stop();
+        clearInterval(producing);
+        const minutes = (performance.now() - started) / 60_000;
+        const calls = node.calls.slice(from);
+        return {
+          requests: calls.length / minutes,
+          statusCalls: calls.filter((m) => m === 'getSignatureStatuses').length / minutes,
+        };
+      } finally {
+        node.finalizedLag = lag;
+        node.mine(lag + 1);
+        await payouts.close();
+      }
+    };
+    return { open, batched: await measure(false), perSweep: await measure(true) };
+  } finally {
+    node.finalizedLag = lag;
+    chain.close();
   }
 }
 
@@ -269,7 +365,21 @@ export const solanaSuite: BenchSuite = {
           ]),
         ),
       );
-      printBandwidth(reports);
+      const afterSkipped: DetectionReport[] = [];
+      const first = targets.find((t) => !t.skipped);
+      for (const skippedBefore of first ? [1, 4] : []) {
+        progress('solana', `${first!.label}: detection with ${skippedBefore} skipped slots before each payment`);
+        afterSkipped.push(await detection(node, first!, scaled(1_000, 100), skippedBefore));
+      }
+      printSkippedSlots([...reports.filter((r) => r.label === first?.label).slice(0, 1), ...afterSkipped]);
+      const sweepers: SweeperReport[] = [];
+      // Not scaled: the sweeps' cost does not depend on the database's size, and 50 take seconds to make.
+      for (const open of [10, 50]) {
+        progress('solana', `the payout engine over ${open} open sweeps`);
+        sweepers.push(await sweeper(node, open));
+      }
+      printSweepers(sweepers);
+      printBandwidth(reports, sweepers.at(-1));
     } finally {
       await node.stop();
     }
@@ -283,9 +393,61 @@ export const solanaSuite: BenchSuite = {
  * 1,500 besides votes) read with "accounts" plus its hash check with "none",
  * against reading it in full and again in full each step (the first version).
  */
-function printBandwidth(reports: DetectionReport[]) {
+function printSkippedSlots(reports: DetectionReport[]) {
+  if (reports.length === 0) return;
+  console.log(
+    `\n## solana: detection after skipped slots (a slot every ${SLOT_MS} ms, ${PAYMENTS} payments a row, ${reports[0]!.label}, ${count(reports[0]!.open)} open invoices)\n`,
+  );
+  console.log(
+    "- latency: from the payment's block confirmed on the test node (sealed: its confirmed slot) to the watcher's detect(); each payment in the slot right after the skipped ones, which are far from final (the node answers getBlock on them with -32004)",
+  );
+  console.log(
+    markdownTable(
+      ['skipped slots before each payment', 'payments', 'latency p50', 'latency p95', 'latency max'],
+      reports.map((r) => [
+        String(r.skippedBefore),
+        String(r.latencies.length),
+        formatMs(percentile(r.latencies, 50)),
+        formatMs(percentile(r.latencies, 95)),
+        formatMs(Math.max(...r.latencies)),
+      ]),
+    ),
+  );
+}
+
+function printSweepers(reports: SweeperReport[]) {
+  if (reports.length === 0) return;
+  console.log(
+    `\n## solana: the payout engine's requests while sweeps wait to be final (a block every ${SLOT_MS} ms, ${SWEEPER_MS / 1000} s each way)\n`,
+  );
+  console.log(
+    "- the engine as the service runs it: a pass every second, a sweep looked at again every 2 s; each open sweep landed, not final. Its own requests only: the head poll that wakes it at each new block is the watcher's, counted with detection",
+  );
+  console.log(
+    markdownTable(
+      [
+        'open sweeps',
+        'requests / min (one status call per pass)',
+        'getSignatureStatuses / min',
+        'requests / min (a call per sweep, before)',
+        'getSignatureStatuses / min (before)',
+      ],
+      reports.map((r) => [
+        String(r.open),
+        count(Math.round(r.batched.requests)),
+        count(Math.round(r.batched.statusCalls)),
+        count(Math.round(r.perSweep.requests)),
+        count(Math.round(r.perSweep.statusCalls)),
+      ]),
+    ),
+  );
+}
+
+function printBandwidth(reports: DetectionReport[], sweeping: SweeperReport | undefined) {
   if (!blockBytes || reports.length === 0) return;
-  const requests = Math.max(...reports.map((r) => r.callsPerMinute));
+  const watching = Math.max(...reports.map((r) => r.callsPerMinute));
+  const requests = watching + (sweeping?.batched.requests ?? 0);
+  const requestsBefore = watching + (sweeping?.perSweep.requests ?? 0);
   const blockCalls = Math.max(...reports.map((r) => r.blockCallsPerMinute));
   const mb = (bytes: number) => (bytes * MAINNET_BLOCKS_PER_MINUTE) / 1e6;
   const ours = mb(blockBytes.accounts + blockBytes.none);
@@ -294,14 +456,17 @@ function printBandwidth(reports: DetectionReport[]) {
     `\n## solana: requests and bytes per minute at mainnet's block rate (${MAINNET_BLOCKS_PER_MINUTE} blocks/min)\n`,
   );
   console.log(
+    `- requests: watching (the most of the detection runs) and the payout engine with ${sweeping?.open ?? 0} sweeps open`,
+  );
+  console.log(
     `- getBlock answer for the 2,000-transaction block: full ${count(blockBytes.full)} B, accounts ${count(blockBytes.accounts)} B, none ${count(blockBytes.none)} B`,
   );
   console.log(
     markdownTable(
       ['reading', 'requests / min', 'getBlock / min', 'MB / min', ...LIMITS.map((l) => `fits ${l.name}`)],
       [
-        ['accounts + none (now)', requests, blockCalls, ours] as const,
-        ['full, read again each step (before)', requests, blockCalls, before] as const,
+        ['accounts + none; one status call per pass (now)', requests, blockCalls, ours] as const,
+        ['full, read again each step; a call per sweep (before)', requestsBefore, blockCalls, before] as const,
       ].map(([label, req, calls, megabytes]) => [
         label,
         count(Math.round(req)),

@@ -56,6 +56,7 @@ import { address as kitAddress, getTransactionDecoder, lamports as kitLamports }
 import { FailedTransactionMetadata, LiteSVM } from 'litesvm';
 import {
   LAMPORTS_PER_SIGNATURE,
+  MAX_SIGNATURE_STATUSES,
   type RpcBlock,
   type RpcTokenBalance,
   type RpcTransaction,
@@ -817,6 +818,8 @@ export class SolanaTestNode {
         // searchTransactionHistory only, the blockstore's rooted statuses
         // (finalized). A backend knows only what it has processed.
         const { searchTransactionHistory = false } = config(1) as { searchTransactionHistory?: boolean };
+        if ((params[0] as string[]).length > MAX_SIGNATURE_STATUSES)
+          throw new RpcFailure(-32602, `Too many inputs provided; max ${MAX_SIGNATURE_STATUSES}`);
         const tip = this.blockAt('confirmed');
         const root = this.blockAt('finalized').slot;
         const open = this.backend.getStore() ? [] : this.openSlot;

@@ -19,6 +19,10 @@ const usage = `Usage: npm run cli -- <command> [options]
   mine CHAIN [COUNT]                                  (sandbox blocks)
   events INVOICE_ID [--key API_KEY] [--export FILE]   (the invoice's history; --export writes it hash-chained, one event a line)
   audit verify FILE [--key API_KEY]                   (checks an exported history's chain, replays it, and with a key compares with the service)
+  refund create INVOICE_ID (--amount AMOUNT | --kind full|excess) [--chain CHAIN --token SYMBOL] [--destination ADDRESS] [--reason TEXT] [--key API_KEY]
+  refund approve REFUND_ID [--key API_KEY]
+  refund list [--invoice INVOICE_ID] [--status STATUS] [--key API_KEY]
+                                     (refunds for a merchant, through the merchant API with the merchant's key)
   projections rebuild [NAME ...]     (refused, naming it, while a service projects into the same database)
 
 Options: --url (default http://localhost:3000); the admin token comes from ADMIN_TOKEN or DATA_DIR.`;
@@ -33,10 +37,16 @@ const { values, positionals } = parseArgs({
     wallet: { type: 'string', multiple: true },
     permissions: { type: 'string' },
     'expires-at': { type: 'string' },
-    chain: { type: 'string', default: 'ethereum' },
+    chain: { type: 'string' },
     token: { type: 'string' },
     key: { type: 'string' },
     export: { type: 'string' },
+    amount: { type: 'string' },
+    kind: { type: 'string' },
+    destination: { type: 'string' },
+    reason: { type: 'string' },
+    invoice: { type: 'string' },
+    status: { type: 'string' },
     help: { type: 'boolean', short: 'h' },
   },
 });
@@ -52,6 +62,13 @@ async function admin(method: string, path: string, body?: unknown) {
   if (!token)
     fail(`No admin token: set ADMIN_TOKEN, or run from the directory whose DATA_DIR (${dataDir}) the service uses`);
   await call(token, method, path, body);
+}
+
+/** The merchant's API key, for the commands that act as the merchant. */
+function merchantKey(command: string): string {
+  const key = values.key ?? process.env.API_KEY;
+  if (!key) fail(`${command} needs the merchant API key: --key or API_KEY`);
+  return key;
 }
 
 async function call(token: string, method: string, path: string, body?: unknown) {
@@ -198,7 +215,7 @@ switch (command) {
   case 'pay': {
     const [address, amount] = [action, rest[0]];
     if (!address || !amount) fail('pay needs an address and an amount');
-    await admin('POST', `/dev/v1/chains/${values.chain}/transfers`, {
+    await admin('POST', `/dev/v1/chains/${values.chain ?? 'ethereum'}/transfers`, {
       to: address,
       amount,
       ...(values.token && { token: values.token }),
@@ -210,9 +227,8 @@ switch (command) {
     await admin('POST', `/dev/v1/chains/${action}/blocks`, { count: Number(rest[0] ?? 1) });
     break;
   case 'events': {
-    const apiKey = values.key ?? process.env.API_KEY;
     if (!action) fail('events needs an invoice id');
-    if (!apiKey) fail('events needs the merchant API key: --key or API_KEY');
+    const apiKey = merchantKey('events');
     if (!values.export) {
       await call(apiKey, 'GET', `/api/v1/invoices/${action}/events`);
       break;
@@ -229,6 +245,29 @@ switch (command) {
   case 'projections rebuild':
     await rebuildProjections(rest);
     break;
+  case 'refund create':
+    if (!rest[0]) fail('refund create needs the invoice id');
+    await call(merchantKey('refund create'), 'POST', `/api/v1/invoices/${rest[0]}/refunds`, {
+      ...(values.amount && { amount: values.amount }),
+      ...(values.kind && { kind: values.kind }),
+      ...(values.chain && { chain: values.chain }),
+      ...(values.token && { token: values.token }),
+      ...(values.destination && { destination: values.destination }),
+      ...(values.reason && { reason: values.reason }),
+    });
+    break;
+  case 'refund approve':
+    if (!rest[0]) fail('refund approve needs the refund id');
+    await call(merchantKey('refund approve'), 'POST', `/api/v1/refunds/${rest[0]}/approve`);
+    break;
+  case 'refund list': {
+    const query = new URLSearchParams({
+      ...(values.invoice && { invoiceId: values.invoice }),
+      ...(values.status && { status: values.status }),
+    });
+    await call(merchantKey('refund list'), 'GET', `/api/v1/refunds${query.size ? `?${query}` : ''}`);
+    break;
+  }
   default:
     fail(`Unknown command: ${positionals.join(' ')}\n\n${usage}`);
 }

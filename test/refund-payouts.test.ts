@@ -8,6 +8,7 @@ import { after, before, describe, it } from 'node:test';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { defaultConfirmations } from '../api/config.ts';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
+import { runCli } from './support/process.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 const MERCHANT_WALLET = '0x71C7656EC7ab88b098defB751B7401B5f6d8976F';
@@ -177,5 +178,38 @@ describe('refund payouts', () => {
     const early = await approve(key, waiting.body.data.id);
     assert.equal(early.status, 409);
     assert.equal(early.body.message, 'The customer has not given an address yet');
+  });
+
+  it('the CLI creates, lists and approves a refund for an operator helping a merchant', async () => {
+    const { key } = await merchant(MERCHANT_WALLET);
+    const { id } = await overpaid(key);
+    const cli = async (...args: string[]) => {
+      const run = await runCli([...args, '--url', svc.url, '--key', key], {});
+      assert.equal(run.code, 0, run.output);
+      return JSON.parse(run.output).data;
+    };
+    const created = await cli(
+      'refund',
+      'create',
+      id,
+      '--kind',
+      'excess',
+      '--destination',
+      CUSTOMER,
+      '--reason',
+      'Overpaid',
+    );
+    assert.equal(created.amount, '20.000000');
+    assert.equal(created.reason, 'Overpaid');
+    const listed = await cli('refund', 'list', '--invoice', id);
+    assert.deepEqual(
+      listed.map((r: { id: string }) => r.id),
+      [created.id],
+    );
+    const approved = await cli('refund', 'approve', created.id);
+    assert.equal(approved.approvedAt !== null, true);
+    const refused = await runCli(['refund', 'create', id, '--amount', '1000', '--url', svc.url, '--key', key], {});
+    assert.equal(refused.code, 1);
+    assert.match(refused.output, /Refund exceeds the refundable amount/);
   });
 });

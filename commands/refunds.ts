@@ -205,6 +205,9 @@ export function refundCommands(deps: RefundCommandDeps) {
       if (refund.approvedAt !== null) return { position: undefined };
       // Refused here, before any hold is taken, when the refund is not waiting for its approval.
       refundDecider.decide({ type: 'Approve', payer: NO_PAYER, funded: false, now: now() }, refund);
+      if (!deps.chains.get(refund.chain as ChainName)?.paysRefunds) {
+        throw new DomainError('conflict', `Refunds on ${refund.chain} cannot be paid by the service yet`);
+      }
       const payer = (await fromDeposit(deps, refund)) ?? (await wallets.payerOf(merchantId, refund.chain));
       // A crash here leaves a hold without its approval: approving again finds the hold and takes it.
       failpoint('refund:after-payer');
@@ -233,7 +236,6 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
   const { store, clock, chains } = deps;
-  if (chains.get(refund.chain as ChainName)?.spendsRecordedCoins) return undefined;
   const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
   const settlement = await loadState(store, settlementDecider, stream);
   if (!settlement) return undefined;
@@ -279,10 +281,10 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
 
   const adapterOf = (chain: string) => {
     const adapter = chains.get(chain as ChainName);
-    if (!adapter?.balance) {
+    if (!adapter?.balanceOf) {
       throw new DomainError('conflict', `Refunds on ${chain} can be paid only from the deposit, before its settlement`);
     }
-    return adapter as ChainAdapter & Required<Pick<ChainAdapter, 'balance'>>;
+    return adapter as ChainAdapter & Required<Pick<ChainAdapter, 'balanceOf'>>;
   };
 
   return {
@@ -294,7 +296,7 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
 
     /** The refund wallet holds at least the refund's amount now. */
     async holds(refund: Pick<Refund, 'chain' | 'token' | 'amount'>, payer: RefundPayer): Promise<boolean> {
-      return (await adapterOf(refund.chain).balance(payer.fromAddress, refund.token)) >= refund.amount;
+      return (await adapterOf(refund.chain).balanceOf(payer.fromAddress, refund.token)) >= refund.amount;
     },
 
     /** GET /api/v1/refund-wallets: each enabled chain's wallet and what it holds of each token. */
@@ -306,7 +308,7 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
         const adapter = chains.get(chain);
         const balances: Record<string, string | null> = {};
         for (const token of findChain(chain)?.supportedTokens ?? []) {
-          const units = adapter?.balance ? await adapter.balance(wallet.address, token.symbol) : undefined;
+          const units = adapter?.balanceOf ? await adapter.balanceOf(wallet.address, token.symbol) : undefined;
           balances[token.symbol] = units === undefined ? null : formatUnits(units, token.decimals, token.decimals);
         }
         list.push({ chain, address: wallet.address, balances });
@@ -511,7 +513,7 @@ export class RefundPayouts implements PayoutKind {
     const refund = await loadState(store, refundDecider, refundStreamName(refundId));
     if (refund?.status === 'awaiting_funds') {
       const chain = chains.get(refund.chain as ChainName);
-      const held = chain?.balance ? await chain.balance(refund.payer!.fromAddress, refund.token) : 0n;
+      const held = chain?.balanceOf ? await chain.balanceOf(refund.payer!.fromAddress, refund.token) : 0n;
       if (held < refund.amount) return { lookAgainInMs: FUNDS_LOOK_MS };
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }

@@ -192,7 +192,6 @@ export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] 
 
 export class BitcoinChain implements ChainAdapter {
   readonly chain: ChainName = 'bitcoin';
-  readonly spendsRecordedCoins = true;
   readonly treasury: string;
   private readonly endpoint: string;
   private readonly network: bitcoin.Network;

@@ -150,11 +150,12 @@ export class PayoutRefusedError extends Error {
 export interface ChainAdapter {
   readonly chain: ChainName;
   /**
-   * A UTXO chain's payouts spend exactly the recorded coins they name
-   * (`OutgoingTransfer.sources`), so a refund cannot take part of a deposit
-   * a settlement is to sweep whole.
+   * Refund payouts are proven on this adapter: part of a deposit paid out
+   * (the rest left for its settlement), and payouts from a refund wallet
+   * (`balanceOf`). A sweep that takes a deposit whole (Bitcoin's recorded
+   * coins, Solana's remainder to the treasury) must not pay a refund.
    */
-  readonly spendsRecordedCoins?: boolean;
+  readonly paysRefunds?: boolean;
   head(): Promise<ChainHead>;
   /**
    * The block at `height` on the node's best chain, or undefined when the
@@ -205,7 +206,7 @@ export interface ChainAdapter {
    * What `address` holds of `token` now, base units (a merchant's refund
    * wallet). Chains without it cannot pay refunds from a refund wallet yet.
    */
-  balance?(address: string, token: string): Promise<bigint>;
+  balanceOf?(address: string, token: string): Promise<bigint>;
   /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */
   transactionStatus(txHash: string): Promise<TransactionStatus | undefined>;
   /**

@@ -65,6 +65,7 @@ export interface SandboxTransfer {
 }
 
 export class SandboxLedger implements ChainAdapter {
+  readonly paysRefunds = true;
   private readonly decider: Decider<SandboxLedgerCommand, SandboxLedgerState, SandboxLedgerEvent>;
   private readonly streamId: string;
   private state: SandboxLedgerState;
@@ -202,7 +203,7 @@ export class SandboxLedger implements ChainAdapter {
    * the payouts sent from it. (The ledger itself never refuses a payout for
    * want of funds; the refund engine reads this before it sends.)
    */
-  async balance(address: string, token: string): Promise<bigint> {
+  async balanceOf(address: string, token: string): Promise<bigint> {
     await this.exclusive(() => this.catchUp());
     let held = 0n;
     for (let h = 1; h <= ledgerHeight(this.state); h++) {

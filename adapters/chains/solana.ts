@@ -588,8 +588,12 @@ export class SolanaChain implements ChainAdapter {
     return this.poller.onNewBlock(listener);
   }
 
-  /** Lamports of an address. */
-  async balanceOf(address: string): Promise<bigint> {
+  /** Lamports of an address, or base units of a token in every account of its mint the address owns. */
+  async balanceOf(address: string, token = 'SOL'): Promise<bigint> {
+    if (token !== 'SOL') {
+      const accounts = await this.depositTokenAccounts(new PublicKey(address), new PublicKey(this.tokenOf(token).mint));
+      return accounts.reduce((sum, a) => sum + a.amount, 0n);
+    }
     const answer = await this.call<{ value: Integer }>('getBalance', [address, { commitment: 'confirmed' }]);
     return toBigInt(answer.value);
   }

@@ -12,6 +12,7 @@ import {
   type InvoiceEvent,
 } from '../domain/invoice.ts';
 import { refundDecider, type RefundCommand, type RefundEvent, type RefundPayer } from '../domain/refund.ts';
+import { settlementIdOf } from '../domain/settlement.ts';
 import { reactToRefundEvent } from '../domain/refund-saga.ts';
 import { given } from './support/decider.ts';
 
@@ -379,7 +380,14 @@ describe('the refund aggregate', () => {
       .then([
         {
           type: 'RefundCompleted',
-          data: { invoiceId: INVOICE_ID, txHash: '0xaa', blockNumber: 7, confirmations: 12, completedAt: T1 },
+          data: {
+            invoiceId: INVOICE_ID,
+            fundedFrom: 'refund_wallet',
+            txHash: '0xaa',
+            blockNumber: 7,
+            confirmations: 12,
+            completedAt: T1,
+          },
         },
       ]);
     given(refundDecider, [...afterRejection, prepared('0xbb', 2)])
@@ -436,6 +444,46 @@ describe('the refund saga', () => {
         to: 'invoice',
         invoiceId: INVOICE_ID,
         command: { type: 'RecordRefund', refundId: REFUND_ID, txHash: '0xaa', now: T1 },
+      },
+    ]);
+  });
+
+  it('paid from the deposit, it lets the held settlement go on: without its amount once paid, with it when never to be paid', () => {
+    const settlement = settlementIdOf(INVOICE_ID);
+    const completed: RefundEvent = {
+      type: 'RefundCompleted',
+      data: {
+        invoiceId: INVOICE_ID,
+        fundedFrom: 'deposit',
+        txHash: '0xaa',
+        blockNumber: 7,
+        confirmations: 12,
+        completedAt: T1,
+      },
+    };
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, completed).at(-1), {
+      to: 'settlement',
+      settlementId: settlement,
+      command: { type: 'ReleaseRefund', refundId: REFUND_ID, paid: true, now: T1 },
+    });
+    const failedForGood: RefundEvent = {
+      type: 'RefundFailed',
+      data: {
+        invoiceId: INVOICE_ID,
+        fundedFrom: 'deposit',
+        attempt: 1,
+        reason: 'fees',
+        code: 'fees_exceed_amount',
+        retryAt: null,
+        failedAt: T1,
+      },
+    };
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, failedForGood), [
+      ...release(T1),
+      {
+        to: 'settlement',
+        settlementId: settlement,
+        command: { type: 'ReleaseRefund', refundId: REFUND_ID, paid: false, now: T1 },
       },
     ]);
   });

@@ -313,4 +313,98 @@ describe('settlement decider', () => {
     after.when({ type: 'PrepareTransaction', txHash: '0xbb', raw: '{}', now: T1 }).then([]);
     after.when({ type: 'MarkSubmitted', txHash: '0xaa', now: T0 }).then([submitted('0xaa', 2)]);
   });
+
+  it('holds back for a refund paid from its deposit: re-priced without it (the platform fee kept), nothing prepared until it is out', () => {
+    const hold: SettlementCommand = {
+      type: 'HoldForRefund',
+      refundId: 'r1',
+      token: 'USDT',
+      fromAddress: 'TDeposit',
+      amount: 20_000_000n,
+      now: T1,
+    };
+    const held: SettlementEvent = {
+      type: 'SettlementRefundHeld',
+      data: { refundId: 'r1', amount: '20000000', heldAt: T1 },
+    };
+    const repriced = (cause: 'refund_held' | 'refund_released', net: string): SettlementEvent => ({
+      type: 'SettlementRepriced',
+      data: {
+        grossAmount: '100000000',
+        platformFee: '1000000',
+        networkFee: '0',
+        netAmount: net,
+        cause,
+        repricedAt: T1,
+      },
+    });
+    given(settlementDecider, [requested(null)])
+      .when(hold)
+      .then([held, repriced('refund_held', '79000000')]);
+    // Held once per refund; another asset, another address, or more than is left is refused.
+    given(settlementDecider, [requested(null), held])
+      .when(hold)
+      .then([]);
+    given(settlementDecider, [requested(null)])
+      .when({ ...hold, token: 'USDC' })
+      .thenError('conflict', 'The settlement pays out another asset or address');
+    given(settlementDecider, [requested(null), held])
+      .when({ ...hold, refundId: 'r2', amount: 80_000_001n })
+      .thenError('conflict', 'The deposit holds less than the refund');
+    // Once a payout is prepared the refund must be paid another way.
+    given(settlementDecider, [requested('TWallet'), prepared()])
+      .when(hold)
+      .thenError('conflict', 'The settlement is already being paid out');
+    // While the refund is on its way nothing is prepared; once it is paid, the payout goes on without its amount.
+    given(settlementDecider, [requested('TWallet'), held])
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })
+      .then([]);
+    const paid: SettlementEvent = {
+      type: 'SettlementRefundReleased',
+      data: { refundId: 'r1', paid: true, releasedAt: T1 },
+    };
+    given(settlementDecider, [requested('TWallet'), held])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
+      .then([paid]);
+    given(settlementDecider, [requested('TWallet'), held, paid])
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T0 })
+      .then([prepared('0xaa')]);
+    // Never to be paid: the amount comes back to the merchant.
+    given(settlementDecider, [requested('TWallet'), held])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: false, now: T1 })
+      .then([
+        { type: 'SettlementRefundReleased', data: { refundId: 'r1', paid: false, releasedAt: T1 } },
+        repriced('refund_released', '99000000'),
+      ]);
+  });
+
+  it('keeps the platform fee on what was received but never more than a refund leaves, failing when nothing is left', () => {
+    given(settlementDecider, [requested(null)])
+      .when({
+        type: 'HoldForRefund',
+        refundId: 'r1',
+        token: 'USDT',
+        fromAddress: 'TDeposit',
+        amount: 99_500_000n,
+        now: T1,
+      })
+      .then([
+        { type: 'SettlementRefundHeld', data: { refundId: 'r1', amount: '99500000', heldAt: T1 } },
+        {
+          type: 'SettlementRepriced',
+          data: {
+            grossAmount: '100000000',
+            platformFee: '500000',
+            networkFee: '0',
+            netAmount: '0',
+            cause: 'refund_held',
+            repricedAt: T1,
+          },
+        },
+        {
+          type: 'SettlementFailed',
+          data: { attempt: 1, reason: FEES, code: 'fees_exceed_amount', retryAt: null, failedAt: T1 },
+        },
+      ]);
+  });
 });

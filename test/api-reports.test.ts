@@ -6,29 +6,10 @@ import { after, before, describe, it } from 'node:test';
 import type { Kysely } from 'kysely';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { parseUnits } from '../domain/money.ts';
+import { parseCsv } from './support/csv.ts';
 import { merchantWithKey } from './support/merchant.ts';
 import { generateHistory, insertHistory, type History } from './support/report-history.ts';
 import { startTestService, type RunningService } from './support/service.ts';
-
-/** An RFC 4180 reader, enough for the reports: quoted cells, doubled quotes, CRLF. */
-function parseCsv(text: string): string[][] {
-  const rows: string[][] = [];
-  let row: string[] = [];
-  let cell = '';
-  let quoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!;
-    if (quoted) {
-      if (c === '"' && text[i + 1] === '"') ((cell += '"'), i++);
-      else if (c === '"') quoted = false;
-      else cell += c;
-    } else if (c === '"') quoted = true;
-    else if (c === ',') (row.push(cell), (cell = ''));
-    else if (c === '\r' && text[i + 1] === '\n') (row.push(cell), rows.push(row), (row = []), (cell = ''), i++);
-    else cell += c;
-  }
-  return rows;
-}
 
 describe('reports API', () => {
   let svc: RunningService;

@@ -3,27 +3,8 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { csvCell, csvLine } from '../api/csv.ts';
+import { parseCsv } from './support/csv.ts';
 import { instantOf, isTimeZone, ZonedDates } from '../projections/report-time.ts';
-
-/** An RFC 4180 reader, just enough to read back what the writer wrote. */
-function parseCsv(text: string): string[][] {
-  const rows: string[][] = [];
-  let row: string[] = [];
-  let cell = '';
-  let quoted = false;
-  for (let i = 0; i < text.length; i++) {
-    const c = text[i]!;
-    if (quoted) {
-      if (c === '"' && text[i + 1] === '"') ((cell += '"'), i++);
-      else if (c === '"') quoted = false;
-      else cell += c;
-    } else if (c === '"') quoted = true;
-    else if (c === ',') (row.push(cell), (cell = ''));
-    else if (c === '\r' && text[i + 1] === '\n') (row.push(cell), rows.push(row), (row = []), (cell = ''), i++);
-    else cell += c;
-  }
-  return rows;
-}
 
 describe('report CSV', () => {
   it('quotes every value, doubles quotes, keeps commas and line breaks inside, ends lines with CRLF', () => {

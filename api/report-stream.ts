@@ -4,7 +4,6 @@
 // memory stays at a page.
 import { Readable } from 'node:stream';
 import type { Kysely } from 'kysely';
-import { ZonedDates } from '../projections/report-time.ts';
 import {
   columnsOf,
   ledgerCells,
@@ -50,22 +49,21 @@ export async function reportChunks(
     })();
   }
   const columns = columnsOf(kind);
-  const dates = new ZonedDates(timeZone);
   if (format === 'ndjson') {
     return (async function* () {
-      for await (const page of reportPages(db, kind, scope, dates)) {
-        let chunk = '';
-        for (const record of page) {
-          chunk += `${JSON.stringify({ ...objectOf(columns, record.cells), metadata: record.metadata ?? {} })}\n`;
-        }
-        yield chunk;
+      for await (const page of reportPages(db, kind, scope, timeZone)) {
+        yield page
+          .map(
+            (record) => `${JSON.stringify({ ...objectOf(columns, record.cells), metadata: record.metadata ?? {} })}\n`,
+          )
+          .join('');
       }
     })();
   }
   const keys = await metadataKeysOf(db, kind as RecordKind, scope);
   return (async function* () {
     yield csvLine([...columns, ...keys.map(metadataColumn)]);
-    for await (const page of reportPages(db, kind, scope, dates)) {
+    for await (const page of reportPages(db, kind, scope, timeZone)) {
       let chunk = '';
       for (const record of page) {
         const metadata = record.metadata ?? {};

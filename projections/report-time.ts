@@ -1,7 +1,7 @@
-// Time in the finance reports: dates are written in the time zone the report
-// was asked for, and a `from`/`to` given without an offset means that zone's
-// wall clock (a finance team's "2026-01-01" in Europe/Berlin is Berlin's
-// midnight, not UTC's).
+// Time in the finance reports: a `from`/`to` given without an offset means
+// the report's zone's wall clock (a finance team's "2026-01-01" in
+// Europe/Berlin is Berlin's midnight, not UTC's). The dates written are
+// formatted by PostgreSQL in that zone (projections/reports.ts, `zoned`).
 
 /** True for a time zone Intl knows by its IANA name ('UTC', 'Europe/Berlin'). */
 export function isTimeZone(name: string): boolean {
@@ -43,43 +43,6 @@ function offsetMinutesAt(timeZone: string, ms: number): number {
   return Math.round((wall - (ms - (((ms % 1000) + 1000) % 1000))) / 60_000);
 }
 
-const QUARTER_HOUR = 15 * 60_000;
-
-/**
- * Writes dates of one report in one zone. Zone offsets change only at whole
- * quarter hours of UTC, so the offset is looked up once per quarter hour a
- * date falls in (Intl is the slow part of a million dates).
- */
-export class ZonedDates {
-  private readonly offsets = new Map<number, number>();
-  constructor(readonly timeZone: string) {}
-
-  /** ISO 8601 with the zone's offset ('2026-03-29T03:00:00.000+02:00'); UTC ends in 'Z'. */
-  format(date: Date | null | undefined): string | null {
-    if (date === null || date === undefined) return null;
-    const ms = date.getTime();
-    if (this.timeZone === 'UTC') return date.toISOString();
-    const offset = this.offsetAt(ms);
-    const shifted = new Date(ms + offset * 60_000).toISOString().slice(0, -1);
-    const sign = offset < 0 ? '-' : '+';
-    const abs = Math.abs(offset);
-    return `${shifted}${sign}${pad(Math.floor(abs / 60))}:${pad(abs % 60)}`;
-  }
-
-  offsetAt(ms: number): number {
-    const bucket = Math.floor(ms / QUARTER_HOUR);
-    let offset = this.offsets.get(bucket);
-    if (offset === undefined) {
-      if (this.offsets.size > 10_000) this.offsets.clear();
-      offset = offsetMinutesAt(this.timeZone, bucket * QUARTER_HOUR);
-      this.offsets.set(bucket, offset);
-    }
-    return offset;
-  }
-}
-
-const pad = (n: number) => String(n).padStart(2, '0');
-
 const DATE_TIME = /^(\d{4})-(\d\d)-(\d\d)(?:T(\d\d):(\d\d)(?::(\d\d)(?:\.(\d{1,9}))?)?)?(Z|[+-]\d\d:?\d\d)?$/;
 
 /**
@@ -112,8 +75,7 @@ export function instantOf(text: string, timeZone: string): Date | undefined {
     return new Date(wall - sign * minutes * 60_000);
   }
   // The wall clock of the zone: the offset at the guess, then at the corrected guess (near a change).
-  const dates = new ZonedDates(timeZone);
-  let ms = wall - dates.offsetAt(wall) * 60_000;
-  ms = wall - dates.offsetAt(ms) * 60_000;
+  let ms = wall - offsetMinutesAt(timeZone, wall) * 60_000;
+  ms = wall - offsetMinutesAt(timeZone, ms) * 60_000;
   return new Date(ms);
 }

@@ -5,7 +5,6 @@
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 import { findToken, isChainName } from '../domain/catalogue.ts';
 import { fiatValueOf, formatUnits, parseUnits } from '../domain/money.ts';
-import type { ZonedDates } from './report-time.ts';
 import type { InvoicesTable, PaymentsTable, ReadModelTables, RefundsTable, SettlementsTable } from './schema.ts';
 
 export const reportKinds = ['invoices', 'payments', 'settlements', 'refunds', 'fees', 'ledger'] as const;
@@ -43,7 +42,7 @@ interface RecordReport<Row extends { cursor_at: string; cursor_id: string; metad
    * precision stored) and `cursor_id`; `page` limits it to one page.
    */
   query(scope: ReportScope, page: Paging): RawBuilder<Row>;
-  cells(row: Row, dates: ZonedDates): ReportCell[];
+  cells(row: Row): ReportCell[];
 }
 
 /** Where a page starts and how long it is; `all` for no paging (the metadata pre-pass). */
@@ -106,40 +105,55 @@ function ofMerchantInRangeOnPage(
   return sql`where ${merchant} = ${scope.merchantId} and ${inRange(time, scope)} and ${p.where} ${p.tail}`;
 }
 
+/** A table's row with its dates as text (`zoned`): what a report query gives. */
+type AsText<Row> = {
+  [K in keyof Row]: Row[K] extends Date ? string : Row[K] extends Date | null ? string | null : Row[K];
+};
+
+/**
+ * A timestamp written by PostgreSQL as ISO 8601 in the session's time zone,
+ * which each page's transaction sets to the report's (`reportPages`): the
+ * database writes dates faster than this process parses them into Dates and
+ * formats them again.
+ */
+const zoned = (column: string) => sql`to_char(${sql.ref(column)}, 'YYYY-MM-DD"T"HH24:MI:SS.MSTZH:TZM')`;
+
 /** What every record row has beside its table's columns: the cursor, the invoice's metadata, the quote's rate. */
 interface ReportExtras {
   cursor_at: string;
   cursor_id: string;
   metadata: Record<string, unknown> | null;
   rate: string | null;
-  quoted_at: Date | null;
+  quoted_at: string | null;
 }
 
 const rateColumns = ['rate', 'rate_source', 'rate_quoted_at'] as const;
-const rateCells = (row: { rate: string | null; quoted_at: Date | null }, dates: ZonedDates): ReportCell[] =>
-  row.rate === null ? [null, null, null] : [row.rate, RATE_SOURCE, dates.format(row.quoted_at)];
+const rateCells = (row: { rate: string | null; quoted_at: string | null }): ReportCell[] =>
+  row.rate === null ? [null, null, null] : [row.rate, RATE_SOURCE, row.quoted_at];
 
-type InvoiceRow = Pick<
-  InvoicesTable,
-  | 'id'
-  | 'created_at'
-  | 'updated_at'
-  | 'expires_at'
-  | 'status'
-  | 'cancelled'
-  | 'amount'
-  | 'currency'
-  | 'description'
-  | 'chain'
-  | 'token'
-  | 'crypto_amount'
-  | 'payment_status'
-  | 'paid_late'
-  | 'total_received_amount'
-  | 'total_received_currency'
-  | 'settled_amount'
-  | 'refund_status'
-  | 'subscriber_id'
+type InvoiceRow = AsText<
+  Pick<
+    InvoicesTable,
+    | 'id'
+    | 'created_at'
+    | 'updated_at'
+    | 'expires_at'
+    | 'status'
+    | 'cancelled'
+    | 'amount'
+    | 'currency'
+    | 'description'
+    | 'chain'
+    | 'token'
+    | 'crypto_amount'
+    | 'payment_status'
+    | 'paid_late'
+    | 'total_received_amount'
+    | 'total_received_currency'
+    | 'settled_amount'
+    | 'refund_status'
+    | 'subscriber_id'
+  >
 > &
   ReportExtras;
 
@@ -167,15 +181,15 @@ const invoicesReport: RecordReport<InvoiceRow> = {
     'updated_at',
   ],
   query: (scope, page) => sql<InvoiceRow>`
-    select i.created_at::text as cursor_at, i.id::text as cursor_id, i.id, i.created_at, i.updated_at,
-      i.expires_at, i.status, i.cancelled, i.amount, i.currency, i.description, i.chain, i.token,
+    select i.created_at::text as cursor_at, i.id::text as cursor_id, i.id, ${zoned('i.created_at')} as created_at,
+      ${zoned('i.updated_at')} as updated_at, ${zoned('i.expires_at')} as expires_at, i.status, i.cancelled, i.amount, i.currency, i.description, i.chain, i.token,
       i.crypto_amount, i.payment_status, i.paid_late, i.total_received_amount, i.total_received_currency,
-      i.settled_amount, i.refund_status, i.subscriber_id, i.metadata, q.rate, q.quoted_at
+      i.settled_amount, i.refund_status, i.subscriber_id, i.metadata, q.rate, ${zoned('q.quoted_at')} as quoted_at
     from invoices i ${quoteOf(sql.ref('i.id'), sql.ref('i.chain'), sql.ref('i.token'))}
     ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page)}`,
-  cells: (r, dates) => [
+  cells: (r) => [
     r.id,
-    dates.format(r.created_at),
+    r.created_at,
     r.status,
     bool(r.cancelled),
     r.amount,
@@ -183,7 +197,7 @@ const invoicesReport: RecordReport<InvoiceRow> = {
     r.chain,
     r.token,
     r.crypto_amount,
-    ...rateCells(r, dates),
+    ...rateCells(r),
     r.payment_status,
     bool(r.paid_late),
     r.total_received_amount,
@@ -192,28 +206,30 @@ const invoicesReport: RecordReport<InvoiceRow> = {
     r.refund_status,
     r.description,
     r.subscriber_id,
-    dates.format(r.expires_at),
-    dates.format(r.updated_at),
+    r.expires_at,
+    r.updated_at,
   ],
 };
 
-type PaymentRow = Pick<
-  PaymentsTable,
-  | 'payment_id'
-  | 'invoice_id'
-  | 'chain'
-  | 'token'
-  | 'token_decimals'
-  | 'amount'
-  | 'to_address'
-  | 'tx_hash'
-  | 'output_index'
-  | 'block_number'
-  | 'wrong_token'
-  | 'status'
-  | 'confirmations'
-  | 'detected_at'
-  | 'confirmed_at'
+type PaymentRow = AsText<
+  Pick<
+    PaymentsTable,
+    | 'payment_id'
+    | 'invoice_id'
+    | 'chain'
+    | 'token'
+    | 'token_decimals'
+    | 'amount'
+    | 'to_address'
+    | 'tx_hash'
+    | 'output_index'
+    | 'block_number'
+    | 'wrong_token'
+    | 'status'
+    | 'confirmations'
+    | 'detected_at'
+    | 'confirmed_at'
+  >
 > &
   ReportExtras & {
     currency: string;
@@ -243,26 +259,26 @@ const paymentsReport: RecordReport<PaymentRow> = {
   query: (scope, page) => sql<PaymentRow>`
     select p.detected_at::text as cursor_at, p.payment_id::text as cursor_id, p.payment_id, p.invoice_id,
       p.chain, p.token, p.token_decimals, p.amount::text as amount, p.to_address, p.tx_hash, p.output_index,
-      p.block_number, p.wrong_token, p.status, p.confirmations, p.detected_at, p.confirmed_at, i.currency,
-      i.metadata, a.rate, a.quoted_at
+      p.block_number, p.wrong_token, p.status, p.confirmations, ${zoned('p.detected_at')} as detected_at,
+      ${zoned('p.confirmed_at')} as confirmed_at, i.currency, i.metadata, a.rate, ${zoned('a.quoted_at')} as quoted_at
     from payments p
     join invoices i on i.id = p.invoice_id
     left join invoice_addresses a on a.chain = p.chain and a.address = p.to_address and a.token = p.token
     ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('p.detected_at'), sql.ref('p.payment_id'), scope, page)}`,
-  cells: (r, dates) => {
+  cells: (r) => {
     const amount = unitsShown(r.amount, r.token_decimals);
     return [
       r.payment_id,
       r.invoice_id,
-      dates.format(r.detected_at),
-      dates.format(r.confirmed_at),
+      r.detected_at,
+      r.confirmed_at,
       r.status,
       r.chain,
       r.token,
       amount,
       fiatOf(amount, r.token_decimals, r.rate),
       r.rate === null ? null : r.currency,
-      ...rateCells(r, dates),
+      ...rateCells(r),
       bool(r.wrong_token),
       String(r.confirmations),
       r.to_address,
@@ -273,22 +289,24 @@ const paymentsReport: RecordReport<PaymentRow> = {
   },
 };
 
-type SettlementRow = Pick<
-  SettlementsTable,
-  | 'id'
-  | 'invoice_id'
-  | 'created_at'
-  | 'status'
-  | 'chain'
-  | 'currency'
-  | 'gross_amount'
-  | 'platform_fee'
-  | 'network_fee'
-  | 'amount'
-  | 'merchant_wallet'
-  | 'transaction_hash'
-  | 'completed_at'
-  | 'failure_code'
+type SettlementRow = AsText<
+  Pick<
+    SettlementsTable,
+    | 'id'
+    | 'invoice_id'
+    | 'created_at'
+    | 'status'
+    | 'chain'
+    | 'currency'
+    | 'gross_amount'
+    | 'platform_fee'
+    | 'network_fee'
+    | 'amount'
+    | 'merchant_wallet'
+    | 'transaction_hash'
+    | 'completed_at'
+    | 'failure_code'
+  >
 > &
   ReportExtras & {
     fiat_currency: string;
@@ -316,19 +334,20 @@ const settlementsReport: RecordReport<SettlementRow> = {
     'failure_reason',
   ],
   query: (scope, page) => sql<SettlementRow>`
-    select s.created_at::text as cursor_at, s.id::text as cursor_id, s.id, s.invoice_id, s.created_at, s.status,
-      s.chain, s.currency, s.gross_amount, s.platform_fee, s.network_fee, s.amount, s.merchant_wallet,
-      s.transaction_hash, s.completed_at, s.failure_code, i.currency as fiat_currency, i.metadata, q.rate,
-      q.token_decimals, q.quoted_at
+    select s.created_at::text as cursor_at, s.id::text as cursor_id, s.id, s.invoice_id,
+      ${zoned('s.created_at')} as created_at, s.status, s.chain, s.currency, s.gross_amount, s.platform_fee,
+      s.network_fee, s.amount, s.merchant_wallet, s.transaction_hash, ${zoned('s.completed_at')} as completed_at,
+      s.failure_code, i.currency as fiat_currency, i.metadata, q.rate, q.token_decimals,
+      ${zoned('q.quoted_at')} as quoted_at
     from settlements s
     join invoices i on i.id = s.invoice_id
     ${quoteOf(sql.ref('s.invoice_id'), sql.ref('s.chain'), sql.ref('s.currency'))}
     ${ofMerchantInRangeOnPage(sql.ref('s.merchant_id'), sql.ref('s.created_at'), sql.ref('s.id'), scope, page)}`,
-  cells: (r, dates) => [
+  cells: (r) => [
     r.id,
     r.invoice_id,
-    dates.format(r.created_at),
-    dates.format(r.completed_at),
+    r.created_at,
+    r.completed_at,
     r.status,
     r.chain,
     r.currency,
@@ -338,32 +357,34 @@ const settlementsReport: RecordReport<SettlementRow> = {
     r.amount,
     fiatOf(r.gross_amount, r.token_decimals, r.rate),
     r.rate === null ? null : r.fiat_currency,
-    ...rateCells(r, dates),
+    ...rateCells(r),
     r.merchant_wallet,
     r.transaction_hash,
     r.failure_code,
   ],
 };
 
-type RefundRow = Pick<
-  RefundsTable,
-  | 'id'
-  | 'invoice_id'
-  | 'created_at'
-  | 'status'
-  | 'chain'
-  | 'token'
-  | 'amount'
-  | 'network_fee'
-  | 'net_amount'
-  | 'fiat_amount'
-  | 'fiat_currency'
-  | 'reason'
-  | 'destination'
-  | 'funded_from'
-  | 'transaction_hash'
-  | 'approved_at'
-  | 'completed_at'
+type RefundRow = AsText<
+  Pick<
+    RefundsTable,
+    | 'id'
+    | 'invoice_id'
+    | 'created_at'
+    | 'status'
+    | 'chain'
+    | 'token'
+    | 'amount'
+    | 'network_fee'
+    | 'net_amount'
+    | 'fiat_amount'
+    | 'fiat_currency'
+    | 'reason'
+    | 'destination'
+    | 'funded_from'
+    | 'transaction_hash'
+    | 'approved_at'
+    | 'completed_at'
+  >
 > &
   ReportExtras;
 
@@ -389,20 +410,21 @@ const refundsReport: RecordReport<RefundRow> = {
     'reason',
   ],
   query: (scope, page) => sql<RefundRow>`
-    select r.created_at::text as cursor_at, r.id::text as cursor_id, r.id, r.invoice_id, r.created_at, r.status,
-      r.chain, r.token, r.amount, r.network_fee, r.net_amount, r.fiat_amount, r.fiat_currency, r.reason,
-      r.destination, r.funded_from, r.transaction_hash, r.approved_at, r.completed_at, i.metadata, q.rate,
-      q.quoted_at
+    select r.created_at::text as cursor_at, r.id::text as cursor_id, r.id, r.invoice_id,
+      ${zoned('r.created_at')} as created_at, r.status, r.chain, r.token, r.amount, r.network_fee, r.net_amount,
+      r.fiat_amount, r.fiat_currency, r.reason, r.destination, r.funded_from, r.transaction_hash,
+      ${zoned('r.approved_at')} as approved_at, ${zoned('r.completed_at')} as completed_at, i.metadata, q.rate,
+      ${zoned('q.quoted_at')} as quoted_at
     from refunds r
     join invoices i on i.id = r.invoice_id
     ${quoteOf(sql.ref('r.invoice_id'), sql.ref('r.chain'), sql.ref('r.token'))}
     ${ofMerchantInRangeOnPage(sql.ref('r.merchant_id'), sql.ref('r.created_at'), sql.ref('r.id'), scope, page)}`,
-  cells: (r, dates) => [
+  cells: (r) => [
     r.id,
     r.invoice_id,
-    dates.format(r.created_at),
-    dates.format(r.approved_at),
-    dates.format(r.completed_at),
+    r.created_at,
+    r.approved_at,
+    r.completed_at,
     r.status,
     r.chain,
     r.token,
@@ -411,7 +433,7 @@ const refundsReport: RecordReport<RefundRow> = {
     r.net_amount,
     r.fiat_amount,
     r.fiat_currency,
-    ...rateCells(r, dates),
+    ...rateCells(r),
     r.funded_from,
     r.destination,
     r.transaction_hash,
@@ -427,7 +449,7 @@ interface FeeRow {
   paid_from: string | null;
   source_id: string;
   invoice_id: string;
-  occurred_at: Date;
+  occurred_at: string;
   chain: string;
   token: string;
   amount: string;
@@ -435,7 +457,7 @@ interface FeeRow {
   metadata: Record<string, unknown> | null;
   rate: string | null;
   token_decimals: number | null;
-  quoted_at: Date | null;
+  quoted_at: string | null;
 }
 
 /**
@@ -462,8 +484,10 @@ const feesReport: RecordReport<FeeRow> = {
   query: (scope, page) => {
     const p = paged(page, sql.ref('f.occurred_at'), sql`f.source_id::text || '/' || f.fee_type`, 'text');
     return sql<FeeRow>`
-    select f.occurred_at::text as cursor_at, f.source_id::text || '/' || f.fee_type as cursor_id, f.*,
-      i.currency as fiat_currency, i.metadata, q.rate, q.token_decimals, q.quoted_at
+    select f.occurred_at::text as cursor_at, f.source_id::text || '/' || f.fee_type as cursor_id,
+      f.fee_type, f.source, f.paid_from, f.source_id, f.invoice_id, ${zoned('f.occurred_at')} as occurred_at, f.chain,
+      f.token, f.amount, i.currency as fiat_currency, i.metadata, q.rate, q.token_decimals,
+      ${zoned('q.quoted_at')} as quoted_at
     from (
       select 'platform_fee' as fee_type, 'settlement' as source, 'deposit' as paid_from, s.id as source_id, s.invoice_id,
         s.completed_at as occurred_at, s.chain, s.currency as token, s.platform_fee as amount
@@ -483,8 +507,8 @@ const feesReport: RecordReport<FeeRow> = {
     where ${inRange(sql.ref('f.occurred_at'), scope)} and ${p.where}
     ${p.tail}`;
   },
-  cells: (r, dates) => [
-    dates.format(r.occurred_at),
+  cells: (r) => [
+    r.occurred_at,
     r.fee_type,
     r.source,
     r.paid_from,
@@ -495,7 +519,7 @@ const feesReport: RecordReport<FeeRow> = {
     r.amount,
     fiatOf(r.amount, r.token_decimals, r.rate),
     r.rate === null ? null : r.fiat_currency,
-    ...rateCells(r, dates),
+    ...rateCells(r),
   ],
 };
 
@@ -552,25 +576,25 @@ export async function* reportPages(
   db: Kysely<ReadModelTables>,
   kind: RecordKind,
   scope: ReportScope,
-  dates: ZonedDates,
+  timeZone: string,
   pageRows = REPORT_PAGE_ROWS,
 ): AsyncGenerator<ReportRecord[]> {
   const report = recordReports[kind];
-  const fetchPage = (after: Paging['after']) => {
-    const rows = report
-      .query(scope, { after, rows: pageRows })
-      .execute(db)
-      .then((r) => r.rows);
+  const fetchPage = (after: Paging['after']): Promise<ReportExtras[]> => {
+    const rows = db.transaction().execute(async (trx) => {
+      await sql`select set_config('timezone', ${timeZone}, true)`.execute(trx);
+      return (await report.query(scope, { after, rows: pageRows }).execute(trx)).rows;
+    });
     // A reader that stops early leaves the page in flight: its failure is nobody's to report.
     rows.catch(() => undefined);
     return rows;
   };
-  let next: ReturnType<typeof fetchPage> | undefined = fetchPage(undefined);
+  let next: Promise<ReportExtras[]> | undefined = fetchPage(undefined);
   while (next) {
-    const rows = await next;
-    const last = rows[pageRows - 1];
+    const rows: ReportExtras[] = await next;
+    const last: ReportExtras | undefined = rows[pageRows - 1];
     next = last === undefined ? undefined : fetchPage({ at: last.cursor_at, id: last.cursor_id });
-    if (rows.length > 0) yield rows.map((row) => ({ cells: report.cells(row, dates), metadata: row.metadata }));
+    if (rows.length > 0) yield rows.map((row) => ({ cells: report.cells(row), metadata: row.metadata }));
   }
 }
 

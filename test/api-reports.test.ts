@@ -131,15 +131,25 @@ describe('reports API', () => {
 
   it('writes dates in the requested time zone and filters from (inclusive) to (exclusive)', async () => {
     const berlin = await ndjsonOf('/api/v1/reports/invoices?format=ndjson&timezone=Europe/Berlin');
-    for (const row of berlin) assert.match(row.created_at, /\+0[12]:00$/);
+    for (const row of berlin) assert.match(row.created_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+0[12]:00$/);
+    // The same instant, on Berlin's clock: winter +01:00, summer +02:00.
+    for (const row of berlin) {
+      const invoice = mine.invoices.find((i) => i.id === row.invoice_id)!;
+      assert.equal(new Date(row.created_at).getTime(), invoice.created_at.getTime());
+      const summer =
+        invoice.created_at >= new Date('2026-03-29T01:00:00Z') && invoice.created_at < new Date('2026-10-25T01:00:00Z');
+      assert.ok(row.created_at.endsWith(summer ? '+02:00' : '+01:00'), row.created_at);
+    }
+    const kathmandu = await ndjsonOf('/api/v1/reports/invoices?format=ndjson&timezone=Asia/Kathmandu');
+    for (const row of kathmandu) assert.match(row.created_at, /\+05:45$/);
     const utc = await ndjsonOf('/api/v1/reports/invoices?format=ndjson');
-    for (const row of utc) assert.match(row.created_at, /Z$/);
+    for (const row of utc) assert.match(row.created_at, /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}\+00:00$/);
     const sorted = mine.invoices.map((i) => i.created_at.getTime()).sort((a, b) => a - b);
     const from = new Date(sorted[10]!).toISOString();
     const to = new Date(sorted[30]!).toISOString();
     const window = await ndjsonOf(`/api/v1/reports/invoices?format=ndjson&from=${from}&to=${to}`);
     assert.equal(window.length, 20);
-    assert.equal(window[0].created_at, from);
+    assert.equal(window[0].created_at, from.replace('Z', '+00:00'));
   });
 
   it('makes formula-like text safe in CSV and leaves it as it is in NDJSON', async () => {

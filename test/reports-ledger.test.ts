@@ -11,7 +11,6 @@ import type { Kysely } from 'kysely';
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { parseUnits } from '../domain/money.ts';
 import { ProjectionEngine } from '../projections/engine.ts';
-import { ZonedDates } from '../projections/report-time.ts';
 import { columnsOf, ledgerOf, reportPages } from '../projections/reports.ts';
 import { readModelMigrations, type ReadModelTables } from '../projections/schema.ts';
 import { foldLedger, generateHistory, HISTORY_START, insertHistory, seededRandom } from './support/report-history.ts';
@@ -90,7 +89,7 @@ describe('ledger report', () => {
     const at = (name: string) => columns.indexOf(name);
     const sums = new Map<string, bigint>();
     const decimals: Record<string, number> = { ETH: 18, USDT: 6, BTC: 8 };
-    for await (const page of reportPages(db, 'fees', scope, new ZonedDates('UTC'), 7)) {
+    for await (const page of reportPages(db, 'fees', scope, 'UTC', 7)) {
       for (const { cells } of page) {
         if (cells[at('paid_from')] !== 'deposit') continue;
         const key = `${cells[at('chain')]}/${cells[at('token')]}`;
@@ -110,7 +109,7 @@ describe('ledger report', () => {
         db,
         'payments',
         { merchantId, from: undefined, to: undefined },
-        new ZonedDates('UTC'),
+        'UTC',
         pageRows,
       )) {
         ids.push(...page.map((r) => r.cells[0]!));

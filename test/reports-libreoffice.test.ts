@@ -39,7 +39,10 @@ const missing = async () => {
 
 describe('a report opened in LibreOffice', async () => {
   const absent = await missing();
-  if (absent) console.log(`# skipped LibreOffice test: ${absent} is not installed (apt-get install libreoffice-calc-nogui poppler-utils)`);
+  if (absent)
+    console.log(
+      `# skipped LibreOffice test: ${absent} is not installed (apt-get install libreoffice-calc-nogui poppler-utils)`,
+    );
   let database: SqlDatabase;
   let dir: string;
   const merchantId = randomUUID();
@@ -95,10 +98,14 @@ describe('a report opened in LibreOffice', async () => {
     for await (const chunk of chunks) csv += chunk;
     const csvPath = join(dir, 'ledger.csv');
     await writeFile(csvPath, csv);
-    await run('soffice', ['--headless', `--infilter=${LIBREOFFICE_CSV_FILTER}`, '--convert-to', 'pdf', '--outdir', dir, csvPath], {
-      timeout: 180_000,
-      env: { ...process.env, HOME: dir },
-    });
+    await run(
+      'soffice',
+      ['--headless', `--infilter=${LIBREOFFICE_CSV_FILTER}`, '--convert-to', 'pdf', '--outdir', dir, csvPath],
+      {
+        timeout: 180_000,
+        env: { ...process.env, HOME: dir },
+      },
+    );
     const { stdout: text } = await run('pdftotext', ['-layout', join(dir, 'ledger.pdf'), '-']);
     assert.match(text, /0\.000000000000000001/, text);
     assert.match(text, /100\.000000\b/, text);

@@ -4,6 +4,7 @@
 // memory stays at a page.
 import { Readable } from 'node:stream';
 import type { Kysely } from 'kysely';
+import type { SqlEngine } from '../adapters/sql/database.ts';
 import {
   columnsOf,
   ledgerCells,
@@ -40,6 +41,7 @@ export const metadataColumn = (key: string) => `metadata.${key}`;
 export async function reportChunks(
   db: Kysely<ReadModelTables>,
   { kind, format, scope, timeZone }: ReportRequest,
+  engine: SqlEngine = 'pglite',
 ): Promise<AsyncIterable<string>> {
   if (kind === 'ledger') {
     const rows = (await ledgerOf(db, scope)).map(ledgerCells);
@@ -51,7 +53,7 @@ export async function reportChunks(
   const columns = columnsOf(kind);
   if (format === 'ndjson') {
     return (async function* () {
-      for await (const page of reportPages(db, kind, scope, timeZone)) {
+      for await (const page of reportPages(db, kind, scope, timeZone, { engine })) {
         yield page
           .map(
             (record) => `${JSON.stringify({ ...objectOf(columns, record.cells), metadata: record.metadata ?? {} })}\n`,
@@ -63,7 +65,7 @@ export async function reportChunks(
   const keys = await metadataKeysOf(db, kind as RecordKind, scope);
   return (async function* () {
     yield csvLine([...columns, ...keys.map(metadataColumn)]);
-    for await (const page of reportPages(db, kind, scope, timeZone)) {
+    for await (const page of reportPages(db, kind, scope, timeZone, { engine })) {
       let chunk = '';
       for (const record of page) {
         const metadata = record.metadata ?? {};
@@ -83,8 +85,12 @@ function objectOf(columns: readonly string[], cells: readonly ReportCell[]): Rec
 }
 
 /** The report as a byte stream with backpressure. */
-export async function reportStream(db: Kysely<ReadModelTables>, request: ReportRequest): Promise<Readable> {
-  return Readable.from(await reportChunks(db, request), { objectMode: false });
+export async function reportStream(
+  db: Kysely<ReadModelTables>,
+  request: ReportRequest,
+  engine: SqlEngine = 'pglite',
+): Promise<Readable> {
+  return Readable.from(await reportChunks(db, request, engine), { objectMode: false });
 }
 
 export const contentTypeOf = (format: ReportFormat) =>

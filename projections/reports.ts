@@ -3,6 +3,7 @@
 // read models a page at a time so that a year of a large merchant is never in
 // memory, and the ledger that ties them out per chain and token.
 import { sql, type Kysely, type RawBuilder } from 'kysely';
+import type { SqlEngine } from '../adapters/sql/database.ts';
 import { findToken, isChainName } from '../domain/catalogue.ts';
 import { fiatValueOf, formatUnits, parseUnits } from '../domain/money.ts';
 import type { InvoicesTable, PaymentsTable, ReadModelTables, RefundsTable, SettlementsTable } from './schema.ts';
@@ -48,9 +49,12 @@ interface RecordReport<Row extends { cursor_at: string; cursor_id: string; metad
 /** Where a page starts and how long it is; `all` for no paging (the metadata pre-pass). */
 interface Paging {
   after: { at: string; id: string } | undefined;
+  /** Rows of one page; undefined for all of them, in order when `ordered`. */
   rows: number | undefined;
+  ordered?: boolean;
 }
 const all: Paging = { after: undefined, rows: undefined };
+const allInOrder: Paging = { after: undefined, rows: undefined, ordered: true };
 
 /**
  * The keyset condition and order of a page on the real columns (time, id), so
@@ -63,7 +67,12 @@ function paged(page: Paging, time: RawBuilder<unknown>, id: RawBuilder<unknown>,
       after === undefined
         ? sql`true`
         : sql`(${time}, ${id}) > (${after.at}::timestamptz, ${idType === 'uuid' ? sql`${after.id}::uuid` : sql`${after.id}::text`})`,
-    tail: page.rows === undefined ? sql`` : sql`order by ${time}, ${id} limit ${page.rows}`,
+    tail:
+      page.rows !== undefined
+        ? sql`order by ${time}, ${id} limit ${page.rows}`
+        : page.ordered
+          ? sql`order by ${time}, ${id}`
+          : sql``,
   };
 }
 
@@ -565,25 +574,45 @@ export interface ReportRecord {
 }
 
 /**
- * The records of a report, a page at a time in (time, id) order: each page
- * starts after the last row of the one before (keyset paging, the same on
- * PGlite and PostgreSQL), so memory holds one page whatever the report's size.
- * The next page is asked for as soon as a page arrives, before it is written
- * out, so that on PostgreSQL the database and this process work at once
- * (two pages in memory at most).
+ * The records of a report, a page at a time in (time, id) order, each page
+ * written in `timeZone` (set for the page's transaction, see `zoned`).
+ *
+ * On PostgreSQL, one query through a cursor in one transaction: the database
+ * plans the whole report once (a hash join where pages would repeat index
+ * lookups), the rows are one snapshot, and a connection of the pool is held
+ * while the report streams. On PGlite, whose one connection everything
+ * shares, keyset pages: each starts after the last row of the one before, in
+ * its own short transaction. Either way the next page is read while the last
+ * is written out, and memory holds two pages whatever the report's size.
  */
-export async function* reportPages(
+export function reportPages(
   db: Kysely<ReadModelTables>,
   kind: RecordKind,
   scope: ReportScope,
   timeZone: string,
-  pageRows = REPORT_PAGE_ROWS,
+  { engine = 'pglite', pageRows = REPORT_PAGE_ROWS }: { engine?: SqlEngine; pageRows?: number } = {},
 ): AsyncGenerator<ReportRecord[]> {
   const report = recordReports[kind];
+  const records = (rows: ReportExtras[]) => rows.map((row) => ({ cells: report.cells(row), metadata: row.metadata }));
+  return engine === 'postgres'
+    ? cursorPages(db, report.query(scope, allInOrder), timeZone, pageRows, records)
+    : keysetPages(db, (after) => report.query(scope, { after, rows: pageRows }), timeZone, pageRows, records);
+}
+
+const inZone = (trx: Kysely<ReadModelTables>, timeZone: string) =>
+  sql`select set_config('timezone', ${timeZone}, true)`.execute(trx);
+
+async function* keysetPages(
+  db: Kysely<ReadModelTables>,
+  pageAfter: (after: Paging['after']) => RawBuilder<ReportExtras>,
+  timeZone: string,
+  pageRows: number,
+  records: (rows: ReportExtras[]) => ReportRecord[],
+): AsyncGenerator<ReportRecord[]> {
   const fetchPage = (after: Paging['after']): Promise<ReportExtras[]> => {
     const rows = db.transaction().execute(async (trx) => {
-      await sql`select set_config('timezone', ${timeZone}, true)`.execute(trx);
-      return (await report.query(scope, { after, rows: pageRows }).execute(trx)).rows;
+      await inZone(trx, timeZone);
+      return (await pageAfter(after).execute(trx)).rows;
     });
     // A reader that stops early leaves the page in flight: its failure is nobody's to report.
     rows.catch(() => undefined);
@@ -594,7 +623,65 @@ export async function* reportPages(
     const rows: ReportExtras[] = await next;
     const last: ReportExtras | undefined = rows[pageRows - 1];
     next = last === undefined ? undefined : fetchPage({ at: last.cursor_at, id: last.cursor_id });
-    if (rows.length > 0) yield rows.map((row) => ({ cells: report.cells(row), metadata: row.metadata }));
+    if (rows.length > 0) yield records(rows);
+  }
+}
+
+async function* cursorPages(
+  db: Kysely<ReadModelTables>,
+  query: RawBuilder<ReportExtras>,
+  timeZone: string,
+  pageRows: number,
+  records: (rows: ReportExtras[]) => ReportRecord[],
+): AsyncGenerator<ReportRecord[]> {
+  // One page may wait here while the reader writes out the one before.
+  const waiting: { rows: ReportExtras[] | undefined; taken: () => void; arrived: () => void } = {
+    rows: undefined,
+    taken: () => undefined,
+    arrived: () => undefined,
+  };
+  let finished = false;
+  let stopped = false;
+  const reading = db
+    .transaction()
+    .execute(async (trx) => {
+      await inZone(trx, timeZone);
+      await sql`declare report_rows no scroll cursor for ${query}`.execute(trx);
+      for (;;) {
+        const { rows } = await sql<ReportExtras>`fetch forward ${sql.raw(String(pageRows))} from report_rows`.execute(
+          trx,
+        );
+        if (stopped) return;
+        if (rows.length > 0) {
+          while (waiting.rows !== undefined) await new Promise<void>((resolve) => (waiting.taken = resolve));
+          if (stopped) return;
+          waiting.rows = rows;
+          waiting.arrived();
+        }
+        if (rows.length < pageRows) return;
+      }
+    })
+    .finally(() => {
+      finished = true;
+      waiting.arrived();
+    });
+  reading.catch(() => undefined);
+  try {
+    for (;;) {
+      if (waiting.rows === undefined && !finished) {
+        await new Promise<void>((resolve) => (waiting.arrived = resolve));
+      }
+      const rows = waiting.rows;
+      if (rows === undefined) break;
+      waiting.rows = undefined;
+      waiting.taken();
+      yield records(rows);
+    }
+    await reading;
+  } finally {
+    // A reader that stops early ends the transaction (and the cursor) at the next page.
+    stopped = true;
+    waiting.taken();
   }
 }
 

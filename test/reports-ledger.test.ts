@@ -8,12 +8,20 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import type { Kysely } from 'kysely';
-import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
+import { openPglite, type SqlDatabase, type SqlEngine } from '../adapters/sql/database.ts';
 import { parseUnits } from '../domain/money.ts';
 import { ProjectionEngine } from '../projections/engine.ts';
 import { columnsOf, ledgerOf, reportPages } from '../projections/reports.ts';
 import { readModelMigrations, type ReadModelTables } from '../projections/schema.ts';
-import { foldLedger, generateHistory, HISTORY_START, insertHistory, seededRandom } from './support/report-history.ts';
+import { freshPostgres } from './support/postgres.ts';
+import {
+  foldLedger,
+  generateHistory,
+  HISTORY_START,
+  insertHistory,
+  seededRandom,
+  type History,
+} from './support/report-history.ts';
 
 const DAY = 86_400_000;
 
@@ -89,7 +97,7 @@ describe('ledger report', () => {
     const at = (name: string) => columns.indexOf(name);
     const sums = new Map<string, bigint>();
     const decimals: Record<string, number> = { ETH: 18, USDT: 6, BTC: 8 };
-    for await (const page of reportPages(db, 'fees', scope, 'UTC', 7)) {
+    for await (const page of reportPages(db, 'fees', scope, 'UTC', { pageRows: 7 })) {
       for (const { cells } of page) {
         if (cells[at('paid_from')] !== 'deposit') continue;
         const key = `${cells[at('chain')]}/${cells[at('token')]}`;
@@ -103,22 +111,58 @@ describe('ledger report', () => {
   });
 
   it('pages through every row exactly once, in time order, whatever the page size', async () => {
-    for (const pageRows of [1, 7, 5000]) {
-      const ids: string[] = [];
-      for await (const page of reportPages(
-        db,
-        'payments',
-        { merchantId, from: undefined, to: undefined },
-        'UTC',
-        pageRows,
-      )) {
-        ids.push(...page.map((r) => r.cells[0]!));
+    await assertPagesThroughEveryRow(db, 'pglite', history);
+  });
+});
+
+describe('report paging on PostgreSQL (a cursor in one transaction)', () => {
+  it('reads every row exactly once, in time order, whatever the page size, and stops cleanly', async (t) => {
+    const fresh = await freshPostgres();
+    if (!fresh) return t.skip('TEST_DATABASE_URL is not set or does not answer');
+    const database = await fresh.open();
+    try {
+      await ProjectionEngine.migrate(database, readModelMigrations);
+      const db = database.db as Kysely<ReadModelTables>;
+      const merchantId = randomUUID();
+      const history = generateHistory(41, merchantId, 150);
+      await insertHistory(db, history);
+      await assertPagesThroughEveryRow(db, 'postgres', history);
+      // A reader that stops after the first page leaves no transaction or connection behind.
+      for (let i = 0; i < 15; i++) {
+        for await (const page of reportPages(db, 'payments', { merchantId, from: undefined, to: undefined }, 'UTC', {
+          engine: 'postgres',
+          pageRows: 3,
+        })) {
+          assert.equal(page.length, 3);
+          break;
+        }
       }
-      const expected = history.payments
-        .slice()
-        .sort((a, b) => a.detected_at.getTime() - b.detected_at.getTime() || (a.payment_id < b.payment_id ? -1 : 1))
-        .map((p) => p.payment_id);
-      assert.deepEqual(ids, expected, `page size ${pageRows}`);
+      const ledger = await ledgerOf(db, { merchantId, from: undefined, to: undefined });
+      assert.deepEqual(
+        ledger.map((r) => r.closing),
+        [...foldLedger(history.movements, undefined, undefined).entries()]
+          .sort(([a], [b]) => (a < b ? -1 : 1))
+          .map(([, row]) => row.closing),
+      );
+    } finally {
+      await database.close();
+      await fresh.drop();
     }
   });
 });
+
+async function assertPagesThroughEveryRow(db: Kysely<ReadModelTables>, engine: SqlEngine, history: History) {
+  const merchantId = history.invoices[0]!.merchant_id;
+  for (const pageRows of [1, 7, 5000]) {
+    const ids: string[] = [];
+    const scope = { merchantId, from: undefined, to: undefined };
+    for await (const page of reportPages(db, 'payments', scope, 'UTC', { engine, pageRows })) {
+      ids.push(...page.map((r) => r.cells[0]!));
+    }
+    const expected = history.payments
+      .slice()
+      .sort((a, b) => a.detected_at.getTime() - b.detected_at.getTime() || (a.payment_id < b.payment_id ? -1 : 1))
+      .map((p) => p.payment_id);
+    assert.deepEqual(ids, expected, `${engine}, page size ${pageRows}`);
+  }
+}

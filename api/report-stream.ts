@@ -7,6 +7,7 @@ import type { Kysely } from 'kysely';
 import type { SqlEngine } from '../adapters/sql/database.ts';
 import {
   columnsOf,
+  invoiceCsvPages,
   ledgerCells,
   ledgerColumns,
   ledgerOf,
@@ -65,6 +66,10 @@ export async function reportChunks(
   const keys = await metadataKeysOf(db, kind as RecordKind, scope);
   return (async function* () {
     yield csvLine([...columns, ...keys.map(metadataColumn)]);
+    if (kind === 'invoices') {
+      yield* invoiceCsvPages(db, scope, timeZone, keys, { engine });
+      return;
+    }
     for await (const page of reportPages(db, kind, scope, timeZone, { engine })) {
       let chunk = '';
       for (const record of page) {

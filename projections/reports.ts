@@ -599,17 +599,82 @@ export function reportPages(
     : keysetPages(db, (after) => report.query(scope, { after, rows: pageRows }), timeZone, pageRows, records);
 }
 
+/**
+ * The invoices report's CSV lines as PostgreSQL writes them, a page of text
+ * at a time: the biggest report, where handing each row to this process as an
+ * object of 24 fields was most of the cost (docs/benchmarks.md). The cells
+ * are those of `invoicesReport.cells` followed by the metadata keys, each
+ * through `report_csv_cell` (migration 0010), the same rule as api/csv.ts;
+ * test/api-reports.test.ts checks every cell against the NDJSON's.
+ */
+export function invoiceCsvPages(
+  db: Kysely<ReadModelTables>,
+  scope: ReportScope,
+  timeZone: string,
+  metadataKeys: readonly string[],
+  { engine = 'pglite', pageRows = REPORT_PAGE_ROWS }: { engine?: SqlEngine; pageRows?: number } = {},
+): AsyncGenerator<string> {
+  const text = (rows: { line: string }[]) => rows.map((r) => r.line).join('');
+  const query = (page: Paging) => sql<Cursor & { line: string }>`
+    select i.created_at::text as cursor_at, i.id::text as cursor_id, concat_ws(',', ${sql.join(
+      [
+        sql`i.id::text`,
+        zoned('i.created_at'),
+        sql`i.status`,
+        sql`i.cancelled::text`,
+        sql`i.amount`,
+        sql`i.currency`,
+        sql`i.chain`,
+        sql`i.token`,
+        sql`i.crypto_amount`,
+        sql`q.rate`,
+        sql`case when q.rate is null then null else ${RATE_SOURCE} end`,
+        zoned('q.quoted_at'),
+        sql`i.payment_status`,
+        sql`i.paid_late::text`,
+        sql`i.total_received_amount`,
+        sql`i.total_received_currency`,
+        sql`i.settled_amount`,
+        sql`i.refund_status`,
+        sql`i.description`,
+        sql`i.subscriber_id::text`,
+        zoned('i.expires_at'),
+        zoned('i.updated_at'),
+        ...metadataKeys.map(
+          (key) => sql`case jsonb_typeof(i.metadata -> ${key}) when 'string' then i.metadata ->> ${key}
+            when 'null' then null else (i.metadata -> ${key})::text end`,
+        ),
+      ].map((cell) => sql`report_csv_cell(${cell})`),
+    )}) || chr(13) || chr(10) as line
+    from invoices i ${quoteOf(sql.ref('i.id'), sql.ref('i.chain'), sql.ref('i.token'))}
+    ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page)}`;
+  return engine === 'postgres'
+    ? cursorPages(db, query(allInOrder), timeZone, pageRows, text)
+    : keysetPages<Cursor & { line: string }, string>(
+        db,
+        (after) => query({ after, rows: pageRows }),
+        timeZone,
+        pageRows,
+        text,
+      );
+}
+
 const inZone = (trx: Kysely<ReadModelTables>, timeZone: string) =>
   sql`select set_config('timezone', ${timeZone}, true)`.execute(trx);
 
-async function* keysetPages(
+interface Cursor {
+  cursor_at: string;
+  cursor_id: string;
+}
+
+async function* keysetPages<Row extends Cursor, Out>(
   db: Kysely<ReadModelTables>,
-  pageAfter: (after: Paging['after']) => RawBuilder<ReportExtras>,
+  pageAfter: (after: Paging['after']) => RawBuilder<Row>,
   timeZone: string,
   pageRows: number,
-  records: (rows: ReportExtras[]) => ReportRecord[],
-): AsyncGenerator<ReportRecord[]> {
-  const fetchPage = (after: Paging['after']): Promise<ReportExtras[]> => {
+  records: (rows: Row[]) => Out,
+): AsyncGenerator<Out> {
+  const fetchPage = (after: Paging['after']): Promise<Row[]> => {
     const rows = db.transaction().execute(async (trx) => {
       await inZone(trx, timeZone);
       return (await pageAfter(after).execute(trx)).rows;
@@ -618,24 +683,24 @@ async function* keysetPages(
     rows.catch(() => undefined);
     return rows;
   };
-  let next: Promise<ReportExtras[]> | undefined = fetchPage(undefined);
+  let next: Promise<Row[]> | undefined = fetchPage(undefined);
   while (next) {
-    const rows: ReportExtras[] = await next;
-    const last: ReportExtras | undefined = rows[pageRows - 1];
+    const rows: Row[] = await next;
+    const last: Row | undefined = rows[pageRows - 1];
     next = last === undefined ? undefined : fetchPage({ at: last.cursor_at, id: last.cursor_id });
     if (rows.length > 0) yield records(rows);
   }
 }
 
-async function* cursorPages(
+async function* cursorPages<Row, Out>(
   db: Kysely<ReadModelTables>,
-  query: RawBuilder<ReportExtras>,
+  query: RawBuilder<Row>,
   timeZone: string,
   pageRows: number,
-  records: (rows: ReportExtras[]) => ReportRecord[],
-): AsyncGenerator<ReportRecord[]> {
+  records: (rows: Row[]) => Out,
+): AsyncGenerator<Out> {
   // One page may wait here while the reader writes out the one before.
-  const waiting: { rows: ReportExtras[] | undefined; taken: () => void; arrived: () => void } = {
+  const waiting: { rows: Row[] | undefined; taken: () => void; arrived: () => void } = {
     rows: undefined,
     taken: () => undefined,
     arrived: () => undefined,
@@ -648,9 +713,7 @@ async function* cursorPages(
       await inZone(trx, timeZone);
       await sql`declare report_rows no scroll cursor for ${query}`.execute(trx);
       for (;;) {
-        const { rows } = await sql<ReportExtras>`fetch forward ${sql.raw(String(pageRows))} from report_rows`.execute(
-          trx,
-        );
+        const { rows } = await sql<Row>`fetch forward ${sql.raw(String(pageRows))} from report_rows`.execute(trx);
         if (stopped) return;
         if (rows.length > 0) {
           while (waiting.rows !== undefined) await new Promise<void>((resolve) => (waiting.taken = resolve));

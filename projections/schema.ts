@@ -531,5 +531,14 @@ readModelMigrations['0010_report_paging'] = {
       .columns(['merchant_id', 'completed_at'])
       .where(sql.ref('status'), '=', 'completed')
       .execute();
+    // One CSV cell as api/csv.ts writes it (quoted, quotes doubled, a formula
+    // start made text with a single quote), for the reports PostgreSQL writes
+    // line by line (projections/reports.ts, invoiceCsvPages).
+    await sql`
+      create or replace function report_csv_cell(v text) returns text language sql immutable parallel safe as $$
+        select case when v is null or v = '' then ''
+          else '"' || case when left(v, 1) in ('=', '+', '-', '@', chr(9), chr(13)) then '''' else '' end
+            || replace(v, '"', '""') || '"' end
+      $$`.execute(db);
   },
 };

@@ -88,6 +88,26 @@ describe('reports API', () => {
     assert.deepEqual(theirInvoices.rows.map((r) => r[0]).sort(), theirs.invoices.map((i) => i.id).sort());
   });
 
+  it('writes the invoices CSV (PostgreSQL writes its lines) with the same cells as its NDJSON (written here)', async () => {
+    const path = '/api/v1/reports/invoices?timezone=Asia/Kathmandu';
+    const csv = await csvOf(path);
+    const ndjson = await ndjsonOf(`${path}&format=ndjson`);
+    const raw = await (await get(path)).text();
+    assert.ok(raw.endsWith('\r\n') && !/[^\r]\n/.test(raw), 'CRLF line ends only');
+    assert.ok(raw.includes(`"'-1.5 discount"`), 'a description that starts with - is made text');
+    const shown = (value: string | null | undefined) =>
+      value === null || value === undefined ? '' : /^[=+\-@\t\r]/.test(value) ? `'${value}` : value;
+    assert.equal(csv.rows.length, ndjson.length);
+    csv.rows.forEach((row, n) => {
+      for (const column of csv.header) {
+        const expected = column.startsWith('metadata.')
+          ? (ndjson[n].metadata[column.slice('metadata.'.length)] as string | undefined)
+          : ndjson[n][column];
+        assert.equal(csv.cell(row, column), shown(expected), `row ${n}, ${column}`);
+      }
+    });
+  });
+
   it('flattens metadata into metadata.<key> columns in CSV and keeps it an object in NDJSON', async () => {
     const csv = await csvOf('/api/v1/reports/invoices');
     assert.deepEqual(

@@ -615,39 +615,48 @@ export function invoiceCsvPages(
   { engine = 'pglite', pageRows = REPORT_PAGE_ROWS }: { engine?: SqlEngine; pageRows?: number } = {},
 ): AsyncGenerator<string> {
   const text = (rows: { line: string }[]) => rows.map((r) => r.line).join('');
+  const cells = [
+    sql`i.id::text`,
+    zoned('i.created_at'),
+    sql`i.status`,
+    sql`i.cancelled::text`,
+    sql`i.amount`,
+    sql`i.currency`,
+    sql`i.chain`,
+    sql`i.token`,
+    sql`i.crypto_amount`,
+    sql`q.rate`,
+    sql`case when q.rate is null then null else ${RATE_SOURCE} end`,
+    zoned('q.quoted_at'),
+    sql`i.payment_status`,
+    sql`i.paid_late::text`,
+    sql`i.total_received_amount`,
+    sql`i.total_received_currency`,
+    sql`i.settled_amount`,
+    sql`i.refund_status`,
+    sql`i.description`,
+    sql`i.subscriber_id::text`,
+    zoned('i.expires_at'),
+    zoned('i.updated_at'),
+    ...metadataKeys.map(
+      (key) => sql`case jsonb_typeof(i.metadata -> ${key}) when 'string' then i.metadata ->> ${key}
+        when 'null' then null else (i.metadata -> ${key})::text end`,
+    ),
+  ];
+  // The cells are computed in a subquery that `offset 0` keeps whole: pulled
+  // up, each to_char would run once for every use of its cell in
+  // report_csv_cell (2.5 times the time on 50,000 rows).
   const query = (page: Paging) => sql<Cursor & { line: string }>`
-    select i.created_at::text as cursor_at, i.id::text as cursor_id, concat_ws(',', ${sql.join(
-      [
-        sql`i.id::text`,
-        zoned('i.created_at'),
-        sql`i.status`,
-        sql`i.cancelled::text`,
-        sql`i.amount`,
-        sql`i.currency`,
-        sql`i.chain`,
-        sql`i.token`,
-        sql`i.crypto_amount`,
-        sql`q.rate`,
-        sql`case when q.rate is null then null else ${RATE_SOURCE} end`,
-        zoned('q.quoted_at'),
-        sql`i.payment_status`,
-        sql`i.paid_late::text`,
-        sql`i.total_received_amount`,
-        sql`i.total_received_currency`,
-        sql`i.settled_amount`,
-        sql`i.refund_status`,
-        sql`i.description`,
-        sql`i.subscriber_id::text`,
-        zoned('i.expires_at'),
-        zoned('i.updated_at'),
-        ...metadataKeys.map(
-          (key) => sql`case jsonb_typeof(i.metadata -> ${key}) when 'string' then i.metadata ->> ${key}
-            when 'null' then null else (i.metadata -> ${key})::text end`,
-        ),
-      ].map((cell) => sql`report_csv_cell(${cell})`),
-    )}) || chr(13) || chr(10) as line
-    from invoices i ${quoteOf(sql.ref('i.id'), sql.ref('i.chain'), sql.ref('i.token'))}
-    ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page)}`;
+    select s.cursor_at, s.cursor_id,
+      concat_ws(',', ${sql.join(cells.map((_, n) => sql`report_csv_cell(${sql.ref(`s.c${n}`)})`))}) || chr(13) || chr(10) as line
+    from (
+      select i.created_at as sort_at, i.id as sort_id, i.created_at::text as cursor_at, i.id::text as cursor_id,
+        ${sql.join(cells.map((cell, n) => sql`${cell} as ${sql.ref(`c${n}`)}`))}
+      from invoices i ${quoteOf(sql.ref('i.id'), sql.ref('i.chain'), sql.ref('i.token'))}
+      ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page)}
+      offset 0
+    ) s
+    order by s.sort_at, s.sort_id`;
   return engine === 'postgres'
     ? cursorPages(db, query(allInOrder), timeZone, pageRows, text)
     : keysetPages<Cursor & { line: string }, string>(

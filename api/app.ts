@@ -25,6 +25,7 @@ import { UUID } from './routes/query.ts';
 import { settlementRoutes } from './routes/settlements.ts';
 import { refundRoutes } from './routes/refunds.ts';
 import { refundClaimRoutes } from './routes/refund-claim.ts';
+import { reportRoutes } from './routes/reports.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { liveRoutes } from './routes/live.ts';
 import { checkoutRoutes } from './routes/checkout.ts';
@@ -215,10 +216,10 @@ export async function buildApp(deps: AppDeps) {
 
   app.addHook('onRequest', async (request, reply) => {
     reply.header('X-Correlation-Id', request.id);
-    // The APIs answer JSON only (and an audit trail as JSON lines); a client
-    // that accepts nothing of the kind is told so.
+    // The APIs answer JSON only (and an audit trail and reports as JSON lines,
+    // reports as CSV too); a client that accepts nothing of the kind is told so.
     if (/^\/(api|admin|dev)\//.test(request.url) && request.headers.accept) {
-      const acceptable = new Negotiator(request).mediaType(['application/json', 'application/x-ndjson']);
+      const acceptable = new Negotiator(request).mediaType(['application/json', 'application/x-ndjson', 'text/csv']);
       if (!acceptable)
         return sendError(reply, 406, 'This API answers application/json only; send an Accept header that allows it');
     }
@@ -262,6 +263,7 @@ export async function buildApp(deps: AppDeps) {
   await app.register(async (scope) => settlementRoutes(scope, context));
   await app.register(async (scope) => refundRoutes(scope, context));
   await app.register(async (scope) => refundClaimRoutes(scope, context));
+  await app.register(async (scope) => reportRoutes(scope, context));
   await app.register(async (scope) => subscriptionRoutes(scope, context));
   await app.register(async (scope) => liveRoutes(scope, context, deps.live));
   await app.register(async (scope) => webhookRoutes(scope, context, deps.webhooks));

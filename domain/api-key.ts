@@ -2,7 +2,10 @@
 // ever recorded; the key itself is shown once, when it is issued.
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
 
-/** The permissions of interface.md plus the subscription ones of operations.md and the refund ones of refunds.md. */
+/**
+ * The permissions of interface.md plus the subscription and report ones of
+ * operations.md and the refund ones of refunds.md.
+ */
 export const permissions = [
   'invoices:read',
   'invoices:write',
@@ -13,6 +16,7 @@ export const permissions = [
   'refunds:read',
   'refunds:write',
   'refunds:approve',
+  'reports:read',
 ] as const;
 export type Permission = (typeof permissions)[number];
 

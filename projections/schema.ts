@@ -506,3 +506,39 @@ readModelMigrations['0007_refunds'] = {
     await db.schema.createIndex('refunds_claim_expiry').on('refunds').columns(['status', 'claim_expires_at']).execute();
   },
 };
+
+readModelMigrations['0010_report_paging'] = {
+  async up(db) {
+    // The finance reports page through a merchant's rows in (time, id) order
+    // (projections/reports.ts): these let each page start at its cursor in an
+    // index instead of sorting what is left of the merchant's rows.
+    await db.schema
+      .createIndex('invoices_merchant_created_id')
+      .on('invoices')
+      .columns(['merchant_id', 'created_at', 'id'])
+      .execute();
+    await db.schema.createIndex('payments_detected').on('payments').columns(['detected_at', 'payment_id']).execute();
+    // Fees and the ledger count what completed, when it completed.
+    await db.schema
+      .createIndex('settlements_merchant_completed')
+      .on('settlements')
+      .columns(['merchant_id', 'completed_at'])
+      .where(sql.ref('status'), '=', 'completed')
+      .execute();
+    await db.schema
+      .createIndex('refunds_merchant_completed')
+      .on('refunds')
+      .columns(['merchant_id', 'completed_at'])
+      .where(sql.ref('status'), '=', 'completed')
+      .execute();
+    // One CSV cell as api/csv.ts writes it (quoted, quotes doubled, a formula
+    // start made text with a single quote), for the reports PostgreSQL writes
+    // line by line (projections/reports.ts, invoiceCsvPages).
+    await sql`
+      create or replace function report_csv_cell(v text) returns text language sql immutable parallel safe as $$
+        select case when v is null or v = '' then ''
+          else '"' || case when left(v, 1) in ('=', '+', '-', '@', chr(9), chr(13)) then '''' else '' end
+            || replace(v, '"', '""') || '"' end
+      $$`.execute(db);
+  },
+};

@@ -9,6 +9,7 @@ import { tronRequestsSuite, tronSuite } from './tron.ts';
 import { bitcoinSuite } from './bitcoin.ts';
 import { solanaSuite } from './solana.ts';
 import { httpSuite } from './http.ts';
+import { reportsSuite } from './reports.ts';
 import { benchScale, resolveTargets, wasInterrupted, type BenchSuite, type BenchTarget } from './support.ts';
 import { formatMegabytes, formatSeconds } from './table.ts';
 
@@ -21,6 +22,7 @@ const suites: readonly BenchSuite[] = [
   tronRequestsSuite,
   bitcoinSuite,
   solanaSuite,
+  reportsSuite,
 ];
 
 const rssAtStart = process.memoryUsage().rss;

@@ -1,0 +1,454 @@
+// The merchant dashboard (dashboard.md): server-side pages under /dashboard
+// for the people of a merchant. Sign-in with a password and, for the roles
+// that move money, a TOTP code; a session cookie; a CSRF token on every form
+// that changes something; each page and action checked against the role's
+// permissions here, on the server. It reads through the API's queries and
+// writes through the API's commands, with the user as the events' actor.
+import cookie from '@fastify/cookie';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { qrCodeDataUri } from '../../adapters/keys/qr.ts';
+import { permissions as apiKeyPermissions, type Permission } from '../../domain/api-key.ts';
+import { DomainError } from '../../domain/decider.ts';
+import {
+  isUserRole,
+  normaliseEmail,
+  roleAllows,
+  roleNeedsTotp,
+  type DashboardPermission,
+} from '../../domain/merchant-user.ts';
+import { hashInviteToken, userIdOf } from '../../commands/merchant-users.ts';
+import type { Actor } from '../../commands/handle.ts';
+import { invoiceAddresses, invoiceRow, listInvoices } from '../../projections/invoice-queries.ts';
+import { settlementsNeedingAttention } from '../../projections/settlements.ts';
+import type { RouteContext } from '../app.ts';
+import { pageHeaders } from '../routes/checkout.ts';
+import {
+  hashPassword,
+  newTotpSecret,
+  passwordMatches,
+  passwordProblem,
+  spendPasswordCheck,
+  totpMatches,
+  totpUri,
+} from './credentials.ts';
+import {
+  apiKeysPage,
+  DASHBOARD_CSS,
+  invitePage,
+  invoicePage,
+  invoicesPage,
+  loginPage,
+  messagePage,
+  overviewPage,
+} from './pages.ts';
+import {
+  csrfTokenMatches,
+  lockedOut,
+  needsReauthentication,
+  SESSION_ABSOLUTE_MS,
+  type DashboardSession,
+} from './sessions.ts';
+
+export const SESSION_COOKIE = 'dashboard_session';
+/** One message for every failed sign-in: it never tells whether the address has a user. */
+export const SIGN_IN_FAILED = 'The e-mail address, password or code is not right.';
+export const SIGN_IN_LOCKED = 'Too many failed sign-ins for this address. Try again in 15 minutes.';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    dashboard?: DashboardSession;
+  }
+}
+
+type Form = Record<string, string | string[] | undefined>;
+
+/** The form's fields; a field sent more than once (checkboxes) is a list. */
+function parseForm(body: string): Form {
+  const form: Form = {};
+  for (const [key, value] of new URLSearchParams(body)) {
+    const before = form[key];
+    form[key] = before === undefined ? value : [...[before].flat(), value];
+  }
+  return form;
+}
+const field = (form: Form | undefined, name: string) => {
+  const value = form?.[name];
+  return typeof value === 'string' ? value : '';
+};
+const fields = (form: Form | undefined, name: string) => [form?.[name] ?? []].flat();
+
+export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext) {
+  const { db, users, sessions, merchants, settle, config } = ctx;
+  const secureCookie = config.publicBaseUrl.startsWith('https:');
+  await scope.register(cookie);
+  scope.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_request, body, done) =>
+    done(null, parseForm(body as string)),
+  );
+
+  const html = (reply: FastifyReply, status: number, body: string) => pageHeaders(reply).code(status).send(body);
+  const redirect = (reply: FastifyReply, to: string) => reply.code(303).header('Location', to).send();
+
+  /**
+   * Who is signed in, with the permission a route needs: no session sends a
+   * page to sign-in (401 for a form); a role without the permission gets 403,
+   * whatever the page showed; a form without the session's CSRF token, 403.
+   */
+  const signedIn = (permission?: DashboardPermission) =>
+    async function requireSession(request: FastifyRequest, reply: FastifyReply) {
+      const session = await sessions.find(request.cookies[SESSION_COOKIE]);
+      if (!session) {
+        if (request.method === 'GET') return redirect(reply, '/dashboard/login');
+        return html(reply, 401, messagePage('Signed out', 'Your session has ended. Please sign in again.'));
+      }
+      request.dashboard = session;
+      if (request.method !== 'GET' && !csrfTokenMatches(session, (request.body as Form | undefined)?._csrf)) {
+        return html(
+          reply,
+          403,
+          messagePage('Refused', 'This form has expired. Go back, reload and try again.', session),
+        );
+      }
+      if (permission && !roleAllows(session.role, permission)) {
+        return html(
+          reply,
+          403,
+          messagePage('Not allowed', `Your role (${session.role}) may not do this (${permission}).`, session),
+        );
+      }
+    };
+  const actorOf = (session: DashboardSession): Actor => ({
+    type: 'user',
+    userId: session.userId,
+    email: session.email,
+  });
+
+  scope.get('/dashboard/assets/dashboard.css', { schema: { hide: true } }, async (_request, reply) =>
+    reply.type('text/css; charset=utf-8').header('Cache-Control', 'public, max-age=300').send(DASHBOARD_CSS),
+  );
+
+  // ---- Sign-in ---------------------------------------------------------------------
+
+  scope.get<{ Querystring: { welcome?: string } }>(
+    '/dashboard/login',
+    { schema: { hide: true } },
+    async (request, reply) =>
+      html(
+        reply,
+        200,
+        loginPage({ notice: request.query.welcome ? 'Your account is ready. Sign in to continue.' : undefined }),
+      ),
+  );
+
+  /** The password, and the code where enrolled, of the user of `email`; false for anyone else, in the same time. */
+  async function credentialsMatch(email: string, password: string, code: string) {
+    const user = await users.load(userIdOf(email));
+    if (!user || user.status !== 'active' || !user.passwordHash) {
+      await spendPasswordCheck(password);
+      return undefined;
+    }
+    const passwordRight = await passwordMatches(password, user.passwordHash);
+    const codeRight = user.totpSecret === null || totpMatches(user.totpSecret, code);
+    return passwordRight && codeRight ? user : undefined;
+  }
+
+  scope.post<{ Body: Form }>('/dashboard/login', { schema: { hide: true } }, async (request, reply) => {
+    const email = normaliseEmail(field(request.body, 'email')).slice(0, 254);
+    const password = field(request.body, 'password').slice(0, 200);
+    const code = field(request.body, 'code').trim();
+    if (!email || !password) {
+      return html(reply, 400, loginPage({ error: 'Enter your e-mail address and password.', email }));
+    }
+    if (lockedOut(await sessions.recentFailures(email))) {
+      return html(reply, 429, loginPage({ error: SIGN_IN_LOCKED, email }));
+    }
+    const user = await credentialsMatch(email, password, code);
+    if (!user) {
+      await sessions.recordFailure(email);
+      request.log.info({ event: 'dashboard_sign_in_failed' }, 'dashboard sign-in failed');
+      return html(reply, 401, loginPage({ error: SIGN_IN_FAILED, email }));
+    }
+    const sessionId = await sessions.start(user.id);
+    reply.setCookie(SESSION_COOKIE, sessionId, {
+      path: '/dashboard',
+      httpOnly: true,
+      secure: secureCookie,
+      sameSite: 'lax',
+      maxAge: SESSION_ABSOLUTE_MS / 1000,
+    });
+    return redirect(reply, '/dashboard');
+  });
+
+  scope.post('/dashboard/logout', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
+    await sessions.end(request.cookies[SESSION_COOKIE]!);
+    reply.clearCookie(SESSION_COOKIE, { path: '/dashboard' });
+    return redirect(reply, '/dashboard/login');
+  });
+
+  // ---- Invitations -----------------------------------------------------------------
+
+  /** The invited user of a link, while it can still be used. */
+  async function invitation(token: string) {
+    if (token.length > 100) return undefined;
+    const row = await db
+      .selectFrom('merchant_users')
+      .selectAll()
+      .where('invite_token_hash', '=', hashInviteToken(token))
+      .where('status', '=', 'invited')
+      .executeTakeFirst();
+    return row && new Date(row.invite_expires_at).getTime() > Date.now() ? row : undefined;
+  }
+  const invitationGone = (reply: FastifyReply) =>
+    html(reply, 404, messagePage('Invitation not valid', 'This invitation is not valid any more; ask for a new one.'));
+  /** The invitation's form, offering `secret` to enrol where the role needs an authenticator. */
+  const inviteForm = (row: { email: string; role: string }, secret: string, error?: string) =>
+    invitePage({
+      email: row.email,
+      role: row.role,
+      totp:
+        isUserRole(row.role) && roleNeedsTotp(row.role)
+          ? { secret, qrCode: qrCodeDataUri(totpUri(secret, row.email)) }
+          : null,
+      error,
+    });
+
+  scope.get<{ Params: { token: string } }>(
+    '/dashboard/invite/:token',
+    { schema: { hide: true } },
+    async (request, reply) => {
+      const row = await invitation(request.params.token);
+      if (!row) return invitationGone(reply);
+      return html(reply, 200, inviteForm(row, newTotpSecret()));
+    },
+  );
+
+  scope.post<{ Params: { token: string }; Body: Form }>(
+    '/dashboard/invite/:token',
+    { schema: { hide: true } },
+    async (request, reply) => {
+      // The link's token, unguessable and known only to the invitee, stands for a CSRF token here.
+      const row = await invitation(request.params.token);
+      if (!row) return invitationGone(reply);
+      const needsTotp = isUserRole(row.role) && roleNeedsTotp(row.role);
+      const password = field(request.body, 'password');
+      const offered = field(request.body, 'totpSecret');
+      const secret = /^[A-Z2-7]{32}$/.test(offered) ? offered : newTotpSecret();
+      const again = (error: string) => html(reply, 400, inviteForm(row, secret, error));
+      const problem = passwordProblem(password, row.email);
+      if (problem) return again(problem);
+      if (needsTotp && (secret !== offered || !totpMatches(secret, field(request.body, 'code').trim()))) {
+        return again('The authenticator code is not right. Check the app shows this key, and type its current code.');
+      }
+      try {
+        const { position } = await users.accept(
+          row.id,
+          {
+            token: request.params.token,
+            passwordHash: await hashPassword(password),
+            totpSecret: needsTotp ? secret : null,
+          },
+          request.id,
+        );
+        await settle(position);
+      } catch (error) {
+        if (error instanceof DomainError && error.kind === 'not_found') return invitationGone(reply);
+        throw error;
+      }
+      return redirect(reply, '/dashboard/login?welcome=1');
+    },
+  );
+
+  // ---- Pages -------------------------------------------------------------------------
+
+  scope.get('/dashboard', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
+    const session = request.dashboard!;
+    const [counts, issues, settlementIssues] = await Promise.all([
+      db
+        .selectFrom('invoices')
+        .select(['status', db.fn.countAll<string>().as('n')])
+        .where('merchant_id', '=', session.merchantId)
+        .groupBy('status')
+        .orderBy('status')
+        .execute(),
+      db
+        .selectFrom('invoices')
+        .select(['id', 'payment_issue_type', 'paid_late', 'updated_at'])
+        .where('merchant_id', '=', session.merchantId)
+        .where((eb) => eb.or([eb('payment_issue_type', 'is not', null), eb('paid_late', '=', true)]))
+        .orderBy('updated_at', 'desc')
+        .limit(50)
+        .execute(),
+      settlementsNeedingAttention(db),
+    ]);
+    return html(
+      reply,
+      200,
+      overviewPage(session, {
+        counts: counts.map((c) => ({ status: c.status, n: Number(c.n) })),
+        attention: issues.map((i) => ({
+          invoiceId: i.id,
+          what: `Invoice ${i.id.slice(0, 8)}: ${[i.payment_issue_type, i.paid_late && 'paid late'].filter(Boolean).join(', ')}`,
+          since: i.updated_at,
+        })),
+        settlementsAttention: settlementIssues
+          .filter((s) => s.merchantId === session.merchantId)
+          .map((s) => ({ id: s.subject, invoiceId: s.settlement.invoiceId, what: `Settlement: ${s.reason}` })),
+      }),
+    );
+  });
+
+  scope.get<{ Querystring: { q?: string; status?: string; page?: string } }>(
+    '/dashboard/invoices',
+    { preHandler: signedIn('invoices:read'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const search = (request.query.q ?? '').trim().slice(0, 200);
+      const status = ['pending', 'confirmed', 'settled', 'expired'].includes(request.query.status ?? '')
+        ? request.query.status!
+        : '';
+      const pageNumber = Math.max(1, Math.min(10_000, Number.parseInt(request.query.page ?? '1', 10) || 1));
+      const limit = 50;
+      // Like the API's list: what was written before this request is shown.
+      await ctx.caughtUp();
+      const { rows, total } = await listInvoices(db, {
+        merchantId: session.merchantId,
+        status: status || undefined,
+        search: search || undefined,
+        limit,
+        page: pageNumber,
+      });
+      return html(
+        reply,
+        200,
+        invoicesPage(session, { rows, total, page: pageNumber, pages: Math.ceil(total / limit), search, status }),
+      );
+    },
+  );
+
+  scope.get<{ Params: { id: string } }>(
+    '/dashboard/invoices/:id',
+    { preHandler: signedIn('invoices:read'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const row = await ctx.readInvoice(request.params.id, () => invoiceRow(db, request.params.id));
+      // Another merchant's invoice is as unknown as one that does not exist.
+      if (!row || row.merchant_id !== session.merchantId) {
+        return html(reply, 404, messagePage('Invoice not found', 'There is no such invoice.', session));
+      }
+      const [addresses, payments] = await Promise.all([
+        invoiceAddresses(db, row.id),
+        db.selectFrom('payments').selectAll().where('invoice_id', '=', row.id).orderBy('detected_at').execute(),
+      ]);
+      return html(
+        reply,
+        200,
+        invoicePage(session, row, addresses, payments, `${config.publicBaseUrl}/checkout/${row.id}`),
+      );
+    },
+  );
+
+  // ---- Developers: API keys ------------------------------------------------------------
+
+  const keysOf = (merchantId: string) =>
+    db.selectFrom('api_keys').selectAll().where('merchant_id', '=', merchantId).orderBy('created_at').execute();
+
+  scope.get(
+    '/dashboard/developers/api-keys',
+    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      return html(
+        reply,
+        200,
+        apiKeysPage(session, await keysOf(session.merchantId), {
+          reauthenticate: needsReauthentication(session, new Date()),
+        }),
+      );
+    },
+  );
+
+  /**
+   * A sensitive action's check that the person is still the one who signed
+   * in: their password, and code where enrolled, when the last time they gave
+   * it is more than 5 minutes ago. Undefined when fine, else what is wrong.
+   */
+  async function reauthenticationProblem(request: FastifyRequest) {
+    const session = request.dashboard!;
+    if (!needsReauthentication(session, new Date())) return undefined;
+    const form = request.body as Form | undefined;
+    const user = await users.load(session.userId);
+    const right =
+      user?.passwordHash &&
+      (await passwordMatches(field(form, 'password'), user.passwordHash)) &&
+      (user.totpSecret === null || totpMatches(user.totpSecret, field(form, 'code').trim()));
+    if (!right) return 'Your password or code is not right.';
+    await sessions.reauthenticated(request.cookies[SESSION_COOKIE]!);
+    return undefined;
+  }
+
+  scope.post<{ Body: Form }>(
+    '/dashboard/developers/api-keys',
+    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const refuse = async (status: number, error: string) =>
+        html(
+          reply,
+          status,
+          apiKeysPage(session, await keysOf(session.merchantId), {
+            reauthenticate: needsReauthentication(session, new Date()),
+            error,
+          }),
+        );
+      const reauthentication = await reauthenticationProblem(request);
+      if (reauthentication) return refuse(403, reauthentication);
+      const chosen = fields(request.body, 'permissions');
+      if (chosen.length === 0) return refuse(400, 'Choose at least one permission.');
+      const unknown = chosen.find((p) => !(apiKeyPermissions as readonly string[]).includes(p));
+      if (unknown) return refuse(400, `Unknown permission: ${unknown}`);
+      const name = field(request.body, 'name').trim().slice(0, 200) || null;
+      let expiresAt: string | null = null;
+      const expiresOn = field(request.body, 'expiresOn');
+      if (expiresOn) {
+        const at = /^\d{4}-\d{2}-\d{2}$/.test(expiresOn) ? new Date(`${expiresOn}T00:00:00Z`) : new Date(NaN);
+        if (Number.isNaN(at.getTime())) return refuse(400, 'The expiry must be a date.');
+        if (at.getTime() <= Date.now()) return refuse(400, 'The expiry must be in the future.');
+        expiresAt = at.toISOString();
+      }
+      const { value, position } = await merchants.issueApiKey(
+        session.merchantId,
+        { name, permissions: [...new Set(chosen)] as Permission[], expiresAt },
+        request.id,
+        actorOf(session),
+      );
+      await settle(position);
+      return html(
+        reply,
+        201,
+        apiKeysPage(session, await keysOf(session.merchantId), {
+          reauthenticate: false,
+          created: { key: value.key, name },
+        }),
+      );
+    },
+  );
+
+  scope.post<{ Params: { keyId: string }; Body: Form }>(
+    '/dashboard/developers/api-keys/:keyId/revoke',
+    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const key = /^[0-9a-f-]{36}$/i.test(request.params.keyId)
+        ? await db
+            .selectFrom('api_keys')
+            .select('id')
+            .where('id', '=', request.params.keyId)
+            .where('merchant_id', '=', session.merchantId)
+            .executeTakeFirst()
+        : undefined;
+      if (!key) return html(reply, 404, messagePage('Key not found', 'There is no such API key.', session));
+      const { position } = await merchants.revokeApiKey(key.id, request.id, actorOf(session));
+      await settle(position);
+      return redirect(reply, '/dashboard/developers/api-keys');
+    },
+  );
+}

@@ -1,0 +1,254 @@
+// The merchant dashboard over plain HTTP (dashboard.md): the operator's user
+// API, invitations, sign-in with password and TOTP, the session cookie,
+// CSRF, lock-out, permissions refused on the server, and that no answer
+// shows a password hash, a TOTP secret after enrolment or a key after its
+// creation. The same flows in Chromium: test/dashboard-browser.test.ts.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { totpCode, totpMatches, passwordProblem } from '../api/dashboard/credentials.ts';
+import { SIGN_IN_FAILED, SIGN_IN_LOCKED } from '../api/dashboard/routes.ts';
+import { lockedOut, needsReauthentication, sessionOver } from '../api/dashboard/sessions.ts';
+import { merchantWithKey } from './support/merchant.ts';
+import { startTestService, type RunningService } from './support/service.ts';
+import { dashboardClient, PASSWORD } from './support/dashboard.ts';
+
+describe('dashboard rules (pure)', () => {
+  it('TOTP follows RFC 6238 (its SHA-1 test vectors, last 6 digits)', () => {
+    // RFC 6238 appendix B: the ASCII secret "12345678901234567890", in base32.
+    const secret = 'GEZDGNBVGY3TQOJQGEZDGNBVGY3TQOJQ';
+    const vectors: [number, string][] = [
+      [59, '287082'],
+      [1111111109, '081804'],
+      [1111111111, '050471'],
+      [1234567890, '005924'],
+      [2000000000, '279037'],
+      [20000000000, '353130'],
+    ];
+    for (const [seconds, code] of vectors) {
+      assert.equal(totpCode(secret, seconds * 1000), code, `T = ${seconds}`);
+      assert.ok(totpMatches(secret, code, seconds * 1000));
+    }
+    assert.ok(totpMatches(secret, '287082', 59_000 + 30_000), 'the step before is still taken');
+    assert.ok(!totpMatches(secret, '287082', 59_000 + 90_000), 'two steps later it is not');
+    assert.ok(!totpMatches(secret, '28708', 59_000));
+  });
+
+  it('passwords: at least 12 characters and not a common one', () => {
+    assert.match(passwordProblem('short', 'a@b.c')!, /at least 12/);
+    assert.match(passwordProblem('password1234', 'ann@example.com')!, /most common/);
+    assert.match(passwordProblem('qwertyuiopasdfgh', 'ann@example.com')!, /most common/);
+    assert.equal(passwordProblem(PASSWORD, 'ann@example.com'), undefined);
+  });
+
+  it('sessions end after 12 hours or 30 idle minutes; sensitive actions want the password after 5 minutes', () => {
+    const t0 = new Date('2026-11-01T00:00:00Z');
+    const plus = (minutes: number) => new Date(t0.getTime() + minutes * 60_000);
+    assert.ok(!sessionOver({ createdAt: t0, lastSeenAt: t0 }, plus(29)));
+    assert.ok(sessionOver({ createdAt: t0, lastSeenAt: t0 }, plus(30)));
+    assert.ok(!sessionOver({ createdAt: t0, lastSeenAt: plus(700) }, plus(719)));
+    assert.ok(sessionOver({ createdAt: t0, lastSeenAt: plus(710) }, plus(720)));
+    assert.ok(!needsReauthentication({ authenticatedAt: t0 }, plus(5)));
+    assert.ok(needsReauthentication({ authenticatedAt: t0 }, plus(6)));
+    assert.ok(!lockedOut(9) && lockedOut(10));
+  });
+});
+
+describe('dashboard over HTTP', () => {
+  let svc: RunningService;
+  let merchantId: string;
+  let otherMerchantId: string;
+  const admin = (method: string, path: string, body?: unknown) =>
+    svc.call(method, path, { token: svc.adminToken, body });
+
+  before(async () => {
+    svc = await startTestService({ RATE_LIMITS: 'off' });
+    merchantId = (await merchantWithKey(svc, { name: 'Fish & Chips' })).merchant.id;
+    otherMerchantId = (await merchantWithKey(svc, { name: 'Other shop' })).merchant.id;
+  });
+  after(() => svc.close());
+
+  it('operator invites: 201 with a one-time link valid 7 days; the list never shows a hash or token', async () => {
+    const invited = await admin('POST', `/admin/v1/merchants/${merchantId}/users`, {
+      email: 'Owner@Example.com',
+      role: 'owner',
+    });
+    assert.equal(invited.status, 201, JSON.stringify(invited.body));
+    const user = invited.body.data;
+    assert.deepEqual(Object.keys(user).sort(), ['email', 'id', 'inviteExpiresAt', 'inviteUrl', 'role', 'status']);
+    assert.equal(user.email, 'owner@example.com');
+    assert.equal(user.status, 'invited');
+    assert.match(user.inviteUrl, /\/dashboard\/invite\/[0-9A-Za-z]{43}$/);
+    const days = (Date.parse(user.inviteExpiresAt) - Date.now()) / 86_400_000;
+    assert.ok(days > 6.9 && days <= 7, `${days} days`);
+
+    const list = await admin('GET', `/admin/v1/merchants/${merchantId}/users`);
+    assert.equal(list.status, 200);
+    assert.equal(list.body.data.length, 1);
+    const text = JSON.stringify(list.body);
+    assert.ok(!text.includes(user.inviteUrl.split('/').at(-1)), 'no token');
+    assert.ok(!/hash|secret|password|token/i.test(text), text);
+
+    const bad = await admin('POST', `/admin/v1/merchants/${merchantId}/users`, {
+      email: 'x@example.com',
+      role: 'boss',
+    });
+    assert.equal(bad.status, 400);
+    assert.match(bad.body.message, /role must be one of owner, admin, finance, support, developer, viewer/);
+    const badEmail = await admin('POST', `/admin/v1/merchants/${merchantId}/users`, { email: 'nope', role: 'viewer' });
+    assert.equal(badEmail.status, 400);
+    const taken = await admin('POST', `/admin/v1/merchants/${otherMerchantId}/users`, {
+      email: 'owner@example.com',
+      role: 'viewer',
+    });
+    assert.equal(taken.status, 409);
+  });
+
+  it('an owner accepts with a password and TOTP, signs in, and the cookie is HttpOnly, SameSite=Lax, path /dashboard', async () => {
+    const owner = await dashboardClient(svc, merchantId, 'ann@example.com', 'owner');
+    assert.ok(owner.totpSecret, 'an owner enrols an authenticator');
+    const cookie = owner.setCookie!;
+    assert.match(cookie, /^dashboard_session=[A-Za-z0-9_-]{43};/);
+    assert.match(cookie, /HttpOnly/);
+    assert.match(cookie, /SameSite=Lax/);
+    assert.match(cookie, /Path=\/dashboard/);
+    assert.doesNotMatch(cookie, /Secure/, 'not Secure over http');
+    const overview = await owner.get('/dashboard');
+    assert.equal(overview.status, 200);
+    assert.ok(overview.text.includes('Fish &amp; Chips'));
+    // The invitation is used: its link is gone.
+    const again = await fetch(`${svc.url}${owner.invitePath}`);
+    assert.equal(again.status, 404);
+    // Signing in without the code is refused with the one message.
+    const noCode = await owner.signIn({ code: '' });
+    assert.equal(noCode.status, 401);
+    assert.ok(noCode.text.includes(SIGN_IN_FAILED));
+  });
+
+  it('refuses a weak password and a wrong code at enrolment, showing the same key again', async () => {
+    const invited = await admin('POST', `/admin/v1/merchants/${merchantId}/users`, {
+      email: 'fin@example.com',
+      role: 'finance',
+    });
+    const path = new URL(invited.body.data.inviteUrl).pathname;
+    const page = await (await fetch(`${svc.url}${path}`)).text();
+    const secret = /id="totp-secret">([A-Z2-7]{32})</.exec(page)![1]!;
+    assert.ok(page.includes('data:image/png;base64,'), 'a QR code');
+    const post = (form: Record<string, string>) =>
+      fetch(`${svc.url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/x-www-form-urlencoded' },
+        body: new URLSearchParams(form),
+        redirect: 'manual',
+      });
+    const weak = await post({ password: 'password1234', totpSecret: secret, code: totpCode(secret) });
+    assert.equal(weak.status, 400);
+    assert.ok((await weak.text()).includes('among the most common'));
+    const wrong = await post({
+      password: PASSWORD,
+      totpSecret: secret,
+      code: '000000' === totpCode(secret) ? '111111' : '000000',
+    });
+    assert.equal(wrong.status, 400);
+    assert.ok((await wrong.text()).includes(secret), 'the same key is offered again');
+  });
+
+  it('refuses a form without the session’s CSRF token (403), and takes it with', async () => {
+    const dev = await dashboardClient(svc, merchantId, 'dev@example.com', 'developer');
+    const without = await dev.post('/dashboard/developers/api-keys', { permissions: 'invoices:read' }, { csrf: false });
+    assert.equal(without.status, 403);
+    const wrong = await dev.post(
+      '/dashboard/developers/api-keys',
+      { permissions: 'invoices:read', _csrf: 'x'.repeat(43) },
+      { csrf: false },
+    );
+    assert.equal(wrong.status, 403);
+    const created = await dev.post('/dashboard/developers/api-keys', { permissions: 'invoices:read', name: 'ci' });
+    assert.equal(created.status, 201, created.text);
+  });
+
+  it('creates an API key shown once, which then works over the API, and revokes it', async () => {
+    const dev = await dashboardClient(svc, merchantId, 'dev2@example.com', 'developer');
+    const created = await dev.post('/dashboard/developers/api-keys', {
+      name: 'shop backend',
+      permissions: ['invoices:read', 'invoices:write'],
+    });
+    assert.equal(created.status, 201);
+    const key = /id="new-key">(pk_live_[0-9A-Za-z]{43})</.exec(created.text)![1]!;
+    const invoice = await svc.call('POST', '/api/v1/invoices', {
+      token: key,
+      body: { amount: '12.50', currency: 'USD' },
+    });
+    assert.equal(invoice.status, 201, JSON.stringify(invoice.body));
+    const listed = await dev.get('/dashboard/developers/api-keys');
+    assert.ok(!listed.text.includes(key), 'the key is never shown again');
+    assert.ok(listed.text.includes(key.slice(0, 12)), 'its prefix is');
+    // The event says who created it.
+    const row = listed.text.split('<tr').find((r) => r.includes('shop backend'));
+    const keyId = /data-key-id="([0-9a-f-]{36})"/.exec(row ?? '')?.[1];
+    assert.ok(keyId);
+    const events = await svc.service.store.readStream(`apikey-${keyId}`);
+    assert.deepEqual(events[0]!.metadata.actor, { type: 'user', userId: dev.userId, email: 'dev2@example.com' });
+    const revoked = await dev.post(`/dashboard/developers/api-keys/${keyId}/revoke`, {});
+    assert.equal(revoked.status, 303);
+    assert.equal((await svc.call('GET', '/api/v1/invoices', { token: key })).status, 401);
+  });
+
+  it('a viewer can read but the server refuses every change (403), and cannot open API keys', async () => {
+    const viewer = await dashboardClient(svc, merchantId, 'viewer@example.com', 'viewer');
+    assert.equal((await viewer.get('/dashboard/invoices')).status, 200);
+    assert.equal((await viewer.get('/dashboard/developers/api-keys')).status, 403);
+    const post = await viewer.post('/dashboard/developers/api-keys', { permissions: 'invoices:read' });
+    assert.equal(post.status, 403);
+    assert.equal(
+      (await svc.service.store.readAll(undefined, 10_000)).filter(
+        (e) =>
+          e.type === 'ApiKeyIssued' && (e.metadata.actor as { userId?: string } | undefined)?.userId === viewer.userId,
+      ).length,
+      0,
+    );
+  });
+
+  it('another merchant’s invoice is 404 through the dashboard, as through the API', async () => {
+    const { key } = await merchantWithKey(svc, { name: 'Third shop' });
+    const foreign = (await svc.call('POST', '/api/v1/invoices', { token: key, body: { amount: '5', currency: 'USD' } }))
+      .body.data;
+    const viewer = await dashboardClient(svc, merchantId, 'viewer2@example.com', 'viewer');
+    assert.equal((await viewer.get(`/dashboard/invoices/${foreign.id}`)).status, 404);
+    assert.equal((await viewer.get('/dashboard/invoices/not-a-uuid')).status, 404);
+  });
+
+  it('disabling a user ends their sessions at once', async () => {
+    const support = await dashboardClient(svc, merchantId, 'support@example.com', 'support');
+    assert.equal((await support.get('/dashboard')).status, 200);
+    const disabled = await admin('POST', `/admin/v1/users/${support.userId}/disable`);
+    assert.equal(disabled.status, 200);
+    assert.equal(disabled.body.data.status, 'disabled');
+    const after = await support.get('/dashboard');
+    assert.equal(after.status, 303);
+    assert.equal(after.location, '/dashboard/login');
+    const signIn = await support.signIn();
+    assert.equal(signIn.status, 401);
+    assert.ok(signIn.text.includes(SIGN_IN_FAILED));
+  });
+
+  it('ten wrong passwords lock the address; an unknown address gets the very same answers', async () => {
+    const known = await dashboardClient(svc, merchantId, 'locked@example.com', 'viewer');
+    const unknown = { ...known, email: 'nobody@example.com' };
+    const answers = async (email: string) => {
+      const seen: string[] = [];
+      for (let i = 0; i < 11; i++) {
+        const r = await known.signIn({ email, password: `wrong password ${i}` });
+        seen.push(`${r.status} ${/role="alert">([^<]*)</.exec(r.text)?.[1]}`);
+      }
+      return seen;
+    };
+    const forKnown = await answers('locked@example.com');
+    const forUnknown = await answers(unknown.email);
+    assert.deepEqual(forKnown, forUnknown);
+    assert.deepEqual(forKnown.slice(0, 10), Array(10).fill(`401 ${SIGN_IN_FAILED}`));
+    assert.equal(forKnown[10], `429 ${SIGN_IN_LOCKED}`);
+    // Locked: even the right password is refused.
+    const right = await known.signIn();
+    assert.equal(right.status, 429);
+  });
+});

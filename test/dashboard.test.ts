@@ -4,6 +4,7 @@
 // shows a password hash, a TOTP secret after enrolment or a key after its
 // creation. The same flows in Chromium: test/dashboard-browser.test.ts.
 import assert from 'node:assert/strict';
+import { sql } from 'kysely';
 import { after, before, describe, it } from 'node:test';
 import { totpCode, totpMatches, passwordProblem } from '../api/dashboard/credentials.ts';
 import { SIGN_IN_FAILED, SIGN_IN_LOCKED } from '../api/dashboard/routes.ts';
@@ -193,6 +194,64 @@ describe('dashboard over HTTP', () => {
     assert.equal((await svc.call('GET', '/api/v1/invoices', { token: key })).status, 401);
   });
 
+  /** Moves a user's sessions' times `minutes` into the past, as if that long had gone by. */
+  const age = (userId: string, column: 'authenticated_at' | 'last_seen_at', minutes: number) =>
+    sql`update dashboard_sessions set ${sql.ref(column)} = ${sql.ref(column)} - make_interval(mins => ${minutes})
+        where user_id = ${userId}`.execute(svc.service.database.db);
+
+  it('asks for the password and code again to create a key when the last was over 5 minutes ago', async () => {
+    const owner = await dashboardClient(svc, merchantId, 'reauth@example.com', 'owner');
+    await age(owner.userId, 'authenticated_at', 6);
+    const page = await owner.get('/dashboard/developers/api-keys');
+    assert.ok(page.text.includes('id="reauth-password"') && page.text.includes('id="reauth-code"'));
+    const without = await owner.post('/dashboard/developers/api-keys', { permissions: 'invoices:read' });
+    assert.equal(without.status, 403);
+    assert.ok(without.text.includes('Your password or code is not right.'));
+    const wrongCode = await owner.post('/dashboard/developers/api-keys', {
+      permissions: 'invoices:read',
+      password: PASSWORD,
+      code: totpCode(owner.totpSecret!) === '000000' ? '111111' : '000000',
+    });
+    assert.equal(wrongCode.status, 403);
+    const right = await owner.post('/dashboard/developers/api-keys', {
+      permissions: 'invoices:read',
+      password: PASSWORD,
+      code: totpCode(owner.totpSecret!),
+    });
+    assert.equal(right.status, 201, right.text);
+    // Given just now: the next one asks nothing.
+    assert.ok(!right.text.includes('id="reauth-password"'));
+  });
+
+  it('a session unused for 30 minutes is over', async () => {
+    const viewer = await dashboardClient(svc, merchantId, 'idle@example.com', 'viewer');
+    assert.equal((await viewer.get('/dashboard')).status, 200);
+    await age(viewer.userId, 'last_seen_at', 31);
+    const after = await viewer.get('/dashboard');
+    assert.equal(after.status, 303);
+    assert.equal(after.location, '/dashboard/login');
+  });
+
+  it('no answer shows a password hash, a TOTP key after enrolment, or an API key after its creation', async () => {
+    const owner = await dashboardClient(svc, merchantId, 'secrets@example.com', 'owner');
+    const created = await owner.post('/dashboard/developers/api-keys', { permissions: 'invoices:read' });
+    const key = /id="new-key">([^<]+)</.exec(created.text)![1]!;
+    const user = await svc.service.store.readStream(`merchantuser-${owner.userId}`);
+    const { passwordHash } = user.find((e) => e.type === 'InvitationAccepted')!.data as { passwordHash: string };
+    const answers = [
+      await owner.get('/dashboard'),
+      await owner.get('/dashboard/invoices'),
+      await owner.get('/dashboard/developers/api-keys'),
+      { text: JSON.stringify((await admin('GET', `/admin/v1/merchants/${merchantId}/users`)).body) },
+      { text: JSON.stringify((await admin('GET', `/admin/v1/merchants/${merchantId}/api-keys`)).body) },
+    ];
+    for (const { text } of answers) {
+      for (const secret of [key, owner.totpSecret!, passwordHash, passwordHash.split('$').at(-1)!]) {
+        assert.ok(!text.includes(secret), `an answer shows ${secret.slice(0, 12)}…`);
+      }
+    }
+  });
+
   it('a viewer can read but the server refuses every change (403), and cannot open API keys', async () => {
     const viewer = await dashboardClient(svc, merchantId, 'viewer@example.com', 'viewer');
     assert.equal((await viewer.get('/dashboard/invoices')).status, 200);
@@ -250,5 +309,19 @@ describe('dashboard over HTTP', () => {
     // Locked: even the right password is refused.
     const right = await known.signIn();
     assert.equal(right.status, 429);
+  });
+});
+
+describe('dashboard behind https', () => {
+  it('marks the session cookie Secure', async () => {
+    const svc = await startTestService({ RATE_LIMITS: 'off', PUBLIC_BASE_URL: 'https://pay.example.com' });
+    try {
+      const { merchant } = await merchantWithKey(svc);
+      const user = await dashboardClient(svc, merchant.id, 'tls@example.com', 'viewer');
+      assert.match(user.setCookie!, /; Secure/);
+      assert.match(user.setCookie!, /HttpOnly/);
+    } finally {
+      await svc.close();
+    }
   });
 });

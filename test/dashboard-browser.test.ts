@@ -128,6 +128,14 @@ describe('dashboard in a browser', { skip: existsSync(CHROMIUM) ? false : `${CHR
     // Shown once: the page reloaded does not have it.
     await page.goto(`${svc.url}/dashboard/developers/api-keys`);
     assert.ok(!(await page.content()).includes(key));
+
+    // The team: the owner invites a developer, whose link is shown once.
+    await page.click('text=Team');
+    await page.fill('#invite-email-input', 'dev@fish.example');
+    await page.selectOption('#invite-role-input', 'developer');
+    await Promise.all([page.waitForLoadState('load'), page.click('#invite-submit')]);
+    assert.match((await page.textContent('#invite-url')) ?? '', /\/dashboard\/invite\/[0-9A-Za-z]{43}$/);
+    await screenshot(page, 'team');
     await page.close();
   });
 

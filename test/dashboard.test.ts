@@ -252,6 +252,51 @@ describe('dashboard over HTTP', () => {
     }
   });
 
+  it('team: an admin invites, changes roles and disables, but never touches an owner; others may not', async () => {
+    const admin_ = await dashboardClient(svc, merchantId, 'admin@example.com', 'admin');
+    const owner = await dashboardClient(svc, merchantId, 'owner2@example.com', 'owner');
+    const invited = await admin_.post('/dashboard/team/invite', { email: 'Sam@Example.com', role: 'support' });
+    assert.equal(invited.status, 201, invited.text);
+    const url = /id="invite-url">([^<]+)</.exec(invited.text)![1]!;
+    const samId = /data-user-id="([0-9a-f-]{36})">\s*<td>sam@example.com/.exec(invited.text)![1]!;
+    const invitedEvent = (await svc.service.store.readStream(`merchantuser-${samId}`))[0]!;
+    assert.deepEqual(invitedEvent.metadata.actor, { type: 'user', userId: admin_.userId, email: 'admin@example.com' });
+    const accepted = await fetch(`${svc.url}${new URL(url).pathname}`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ password: PASSWORD }),
+      redirect: 'manual',
+    });
+    assert.equal(accepted.status, 303);
+
+    const ownerInvite = await admin_.post('/dashboard/team/invite', { email: 'boss@example.com', role: 'owner' });
+    assert.equal(ownerInvite.status, 403);
+    assert.equal((await admin_.post(`/dashboard/team/${owner.userId}/disable`, {})).status, 403);
+    assert.equal((await admin_.post(`/dashboard/team/${owner.userId}/role`, { role: 'viewer' })).status, 403);
+    assert.equal((await admin_.post(`/dashboard/team/${admin_.userId}/disable`, {})).status, 403, 'not oneself');
+    assert.equal((await admin_.post(`/dashboard/team/${samId}/role`, { role: 'owner' })).status, 403);
+
+    assert.equal((await admin_.post(`/dashboard/team/${samId}/role`, { role: 'viewer' })).status, 303);
+    const team = await admin_.get('/dashboard/team');
+    assert.match(team.text, /<td>sam@example.com<\/td>[^]*?<option value="viewer" selected>/);
+    assert.equal((await admin_.post(`/dashboard/team/${samId}/disable`, {})).status, 303);
+    const users = (await admin('GET', `/admin/v1/merchants/${merchantId}/users`)).body.data;
+    assert.equal(users.find((u: { id: string }) => u.id === samId).status, 'disabled');
+
+    // Another merchant's user is not found; a role without users:write is refused.
+    const foreign = await dashboardClient(svc, otherMerchantId, 'foreign@example.com', 'viewer');
+    assert.equal((await admin_.post(`/dashboard/team/${foreign.userId}/disable`, {})).status, 404);
+    assert.equal(
+      (await foreign.post('/dashboard/team/invite', { email: 'x@example.com', role: 'viewer' })).status,
+      403,
+    );
+    // An owner may make an owner.
+    assert.equal(
+      (await owner.post('/dashboard/team/invite', { email: 'boss@example.com', role: 'owner' })).status,
+      201,
+    );
+  });
+
   it('a viewer can read but the server refuses every change (403), and cannot open API keys', async () => {
     const viewer = await dashboardClient(svc, merchantId, 'viewer@example.com', 'viewer');
     assert.equal((await viewer.get('/dashboard/invoices')).status, 200);

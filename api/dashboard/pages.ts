@@ -3,8 +3,14 @@
 // under the checkout page's strict Content-Security-Policy (no inline
 // script or style, nothing from another host).
 import { permissions as apiKeyPermissions } from '../../domain/api-key.ts';
-import { roleAllows } from '../../domain/merchant-user.ts';
-import type { ApiKeysTable, InvoiceAddressesTable, InvoicesTable, PaymentsTable } from '../../projections/schema.ts';
+import { roleAllows, userRoles } from '../../domain/merchant-user.ts';
+import type {
+  ApiKeysTable,
+  InvoiceAddressesTable,
+  InvoicesTable,
+  MerchantUsersTable,
+  PaymentsTable,
+} from '../../projections/schema.ts';
 import { formatFiatAmount, markup } from '../routes/checkout.ts';
 import type { DashboardSession } from './sessions.ts';
 
@@ -18,6 +24,7 @@ function nav(session: DashboardSession): Html {
     ['/dashboard', 'Overview', true],
     ['/dashboard/invoices', 'Invoices', roleAllows(session.role, 'invoices:read')],
     ['/dashboard/developers/api-keys', 'API keys', roleAllows(session.role, 'api_keys:write')],
+    ['/dashboard/team', 'Team', roleAllows(session.role, 'users:write')],
   ];
   return markup`<header class="bar">
     <p class="who"><strong id="merchant-name">${session.merchantName}</strong> · <span id="signed-in-as">${session.email}</span> (<span id="role">${session.role}</span>)</p>
@@ -287,6 +294,74 @@ export function apiKeysPage(
   );
 }
 
+/** The roles `session` may give: only an owner makes owners. */
+const grantableRoles = (session: DashboardSession) =>
+  userRoles.filter((r) => r !== 'owner' || roleAllows(session.role, 'owners:write'));
+
+export function teamPage(
+  session: DashboardSession,
+  users: MerchantUsersTable[],
+  options: { reauthenticate: boolean; invited?: { email: string; url: string }; error?: string },
+): string {
+  const roleOptions = (selected: string) =>
+    grantableRoles(session).map(
+      (r) => markup`<option value="${r}"${r === selected ? markup` selected` : ''}>${r}</option>`,
+    );
+  const mayManage = (u: MerchantUsersTable) =>
+    u.id !== session.userId &&
+    u.status !== 'disabled' &&
+    (u.role !== 'owner' || roleAllows(session.role, 'owners:write'));
+  return page(
+    'Team',
+    markup`${
+      options.invited &&
+      markup`<section class="once" aria-labelledby="invited-title">
+        <h2 id="invited-title">Invitation for ${options.invited.email}</h2>
+        <p>Send this link to them; it works once, for 7 days, and is not shown again.</p>
+        <p><code id="invite-url">${options.invited.url}</code></p>
+      </section>`
+    }
+    <div class="scroll"><table id="team">
+      <thead><tr><th scope="col">E-mail</th><th scope="col">Role</th><th scope="col">Status</th><th scope="col">Authenticator</th><th scope="col"></th></tr></thead>
+      <tbody>${users.map(
+        (u) => markup`<tr data-user-id="${u.id}">
+          <td>${u.email}</td>
+          <td>${
+            mayManage(u)
+              ? markup`<form method="post" action="/dashboard/team/${u.id}/role" class="inline">
+                  ${csrfField(session)}
+                  <label class="visually-hidden" for="role-${u.id}">Role of ${u.email}</label>
+                  <select id="role-${u.id}" name="role">${roleOptions(u.role)}</select>
+                  <button type="submit">Change</button>
+                </form>`
+              : u.role
+          }</td>
+          <td>${u.status}</td>
+          <td>${u.totp_enrolled ? 'yes' : 'no'}</td>
+          <td>${
+            mayManage(u) &&
+            markup`<form method="post" action="/dashboard/team/${u.id}/disable" class="inline">
+              ${csrfField(session)}<button type="submit" class="disable">Disable</button>
+            </form>`
+          }</td>
+        </tr>`,
+      )}</tbody>
+    </table></div>
+    <h2>Invite someone</h2>
+    <form method="post" action="/dashboard/team/invite" class="stack" id="invite-user">
+      ${csrfField(session)}
+      <label for="invite-email-input">E-mail</label>
+      <input id="invite-email-input" name="email" type="email" required maxlength="254" />
+      <label for="invite-role-input">Role</label>
+      <select id="invite-role-input" name="role">${roleOptions('viewer')}</select>
+      ${reauthenticationFields(session, options.reauthenticate)}
+      ${errorLine(options.error)}
+      <button type="submit" id="invite-submit">Invite</button>
+    </form>`,
+    session,
+  );
+}
+
 export const DASHBOARD_CSS = `
 :root { color-scheme: light; --ink: #1b1f24; --muted: #57606a; --line: #d0d7de; --accent: #0b57d0; --bad: #b3261e; }
 * { box-sizing: border-box; }
@@ -320,4 +395,5 @@ code { word-break: break-all; }
 .facts { display: grid; grid-template-columns: max-content 1fr; gap: 0.25rem 1rem; }
 .facts dd { margin: 0; word-break: break-all; }
 .pages { display: flex; gap: 1rem; margin-top: 1rem; }
+.visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 `;

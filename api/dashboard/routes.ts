@@ -40,6 +40,7 @@ import {
   loginPage,
   messagePage,
   overviewPage,
+  teamPage,
 } from './pages.ts';
 import {
   csrfTokenMatches,
@@ -449,6 +450,133 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
       const { position } = await merchants.revokeApiKey(key.id, request.id, actorOf(session));
       await settle(position);
       return redirect(reply, '/dashboard/developers/api-keys');
+    },
+  );
+
+  // ---- Team ----------------------------------------------------------------------------
+
+  const teamOf = (merchantId: string) =>
+    db.selectFrom('merchant_users').selectAll().where('merchant_id', '=', merchantId).orderBy('invited_at').execute();
+  const teamAnswer = async (
+    reply: FastifyReply,
+    session: DashboardSession,
+    status: number,
+    options: { invited?: { email: string; url: string }; error?: string } = {},
+  ) =>
+    html(
+      reply,
+      status,
+      teamPage(session, await teamOf(session.merchantId), {
+        reauthenticate: needsReauthentication(session, new Date()) && !options.invited,
+        ...options,
+      }),
+    );
+
+  scope.get(
+    '/dashboard/team',
+    { preHandler: signedIn('users:write'), schema: { hide: true } },
+    async (request, reply) => teamAnswer(reply, request.dashboard!, 200),
+  );
+
+  /** Only an owner makes, changes or removes an owner (dashboard.md: admin is "everything but removing an owner"). */
+  const touchesOwner = (session: DashboardSession, ...roles: string[]) =>
+    roles.includes('owner') && !roleAllows(session.role, 'owners:write');
+
+  scope.post<{ Body: Form }>(
+    '/dashboard/team/invite',
+    { preHandler: signedIn('users:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const reauthentication = await reauthenticationProblem(request);
+      if (reauthentication) return teamAnswer(reply, session, 403, { error: reauthentication });
+      const email = normaliseEmail(field(request.body, 'email'));
+      const role = field(request.body, 'role');
+      if (!/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email) || email.length > 254) {
+        return teamAnswer(reply, session, 400, { error: 'Enter an e-mail address.' });
+      }
+      if (!isUserRole(role)) return teamAnswer(reply, session, 400, { error: 'Choose a role.' });
+      if (touchesOwner(session, role))
+        return teamAnswer(reply, session, 403, { error: 'Only an owner invites an owner.' });
+      try {
+        const { value, position } = await users.invite(
+          session.merchantId,
+          { email, role },
+          actorOf(session),
+          request.id,
+        );
+        await settle(position);
+        const url = `${config.publicBaseUrl}/dashboard/invite/${value.token}`;
+        return teamAnswer(reply, session, 201, { invited: { email, url } });
+      } catch (error) {
+        if (error instanceof DomainError && error.kind === 'conflict') {
+          return teamAnswer(reply, session, 409, { error: error.message });
+        }
+        throw error;
+      }
+    },
+  );
+
+  /** A user of the session's merchant that the session may manage, or the answer why not. */
+  async function manageable(request: FastifyRequest<{ Params: { userId: string } }>, reply: FastifyReply) {
+    const session = request.dashboard!;
+    const target = /^[0-9a-f-]{36}$/i.test(request.params.userId)
+      ? await db
+          .selectFrom('merchant_users')
+          .selectAll()
+          .where('id', '=', request.params.userId)
+          .where('merchant_id', '=', session.merchantId)
+          .executeTakeFirst()
+      : undefined;
+    if (!target) {
+      await html(reply, 404, messagePage('User not found', 'There is no such user.', session));
+      return undefined;
+    }
+    if (target.id === session.userId) {
+      await teamAnswer(reply, session, 403, { error: 'You cannot change your own role or disable yourself.' });
+      return undefined;
+    }
+    if (touchesOwner(session, target.role)) {
+      await teamAnswer(reply, session, 403, { error: 'Only an owner changes or removes an owner.' });
+      return undefined;
+    }
+    return target;
+  }
+
+  scope.post<{ Params: { userId: string }; Body: Form }>(
+    '/dashboard/team/:userId/role',
+    { preHandler: signedIn('users:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const target = await manageable(request, reply);
+      if (!target) return reply;
+      const role = field(request.body, 'role');
+      if (!isUserRole(role)) return teamAnswer(reply, session, 400, { error: 'Choose a role.' });
+      if (touchesOwner(session, role))
+        return teamAnswer(reply, session, 403, { error: 'Only an owner makes an owner.' });
+      try {
+        const { position } = await users.changeRole(target.id, role, actorOf(session), request.id);
+        await settle(position);
+      } catch (error) {
+        if (error instanceof DomainError && error.kind === 'conflict') {
+          return teamAnswer(reply, session, 409, { error: error.message });
+        }
+        throw error;
+      }
+      return redirect(reply, '/dashboard/team');
+    },
+  );
+
+  scope.post<{ Params: { userId: string }; Body: Form }>(
+    '/dashboard/team/:userId/disable',
+    { preHandler: signedIn('users:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const target = await manageable(request, reply);
+      if (!target) return reply;
+      const { position } = await users.disable(target.id, actorOf(session), request.id);
+      await sessions.endAllOf(target.id);
+      await settle(position);
+      return redirect(reply, '/dashboard/team');
     },
   );
 }

@@ -79,7 +79,7 @@ const field = (form: Form | undefined, name: string) => {
 const fields = (form: Form | undefined, name: string) => [form?.[name] ?? []].flat();
 
 export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext) {
-  const { db, users, sessions, merchants, settle, config } = ctx;
+  const { auth, db, users, sessions, merchants, settle, config } = ctx;
   const secureCookie = config.publicBaseUrl.startsWith('https:');
   await scope.register(cookie);
   scope.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_request, body, done) =>
@@ -131,7 +131,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
 
   scope.get<{ Querystring: { welcome?: string } }>(
     '/dashboard/login',
-    { schema: { hide: true } },
+    { onRequest: auth.public, schema: { hide: true } },
     async (request, reply) =>
       html(
         reply,
@@ -152,32 +152,36 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
     return passwordRight && codeRight ? user : undefined;
   }
 
-  scope.post<{ Body: Form }>('/dashboard/login', { schema: { hide: true } }, async (request, reply) => {
-    const email = normaliseEmail(field(request.body, 'email')).slice(0, 254);
-    const password = field(request.body, 'password').slice(0, 200);
-    const code = field(request.body, 'code').trim();
-    if (!email || !password) {
-      return html(reply, 400, loginPage({ error: 'Enter your e-mail address and password.', email }));
-    }
-    if (lockedOut(await sessions.recentFailures(email))) {
-      return html(reply, 429, loginPage({ error: SIGN_IN_LOCKED, email }));
-    }
-    const user = await credentialsMatch(email, password, code);
-    if (!user) {
-      await sessions.recordFailure(email);
-      request.log.info({ event: 'dashboard_sign_in_failed' }, 'dashboard sign-in failed');
-      return html(reply, 401, loginPage({ error: SIGN_IN_FAILED, email }));
-    }
-    const sessionId = await sessions.start(user.id);
-    reply.setCookie(SESSION_COOKIE, sessionId, {
-      path: '/dashboard',
-      httpOnly: true,
-      secure: secureCookie,
-      sameSite: 'lax',
-      maxAge: SESSION_ABSOLUTE_MS / 1000,
-    });
-    return redirect(reply, '/dashboard');
-  });
+  scope.post<{ Body: Form }>(
+    '/dashboard/login',
+    { onRequest: auth.public, schema: { hide: true } },
+    async (request, reply) => {
+      const email = normaliseEmail(field(request.body, 'email')).slice(0, 254);
+      const password = field(request.body, 'password').slice(0, 200);
+      const code = field(request.body, 'code').trim();
+      if (!email || !password) {
+        return html(reply, 400, loginPage({ error: 'Enter your e-mail address and password.', email }));
+      }
+      if (lockedOut(await sessions.recentFailures(email))) {
+        return html(reply, 429, loginPage({ error: SIGN_IN_LOCKED, email }));
+      }
+      const user = await credentialsMatch(email, password, code);
+      if (!user) {
+        await sessions.recordFailure(email);
+        request.log.info({ event: 'dashboard_sign_in_failed' }, 'dashboard sign-in failed');
+        return html(reply, 401, loginPage({ error: SIGN_IN_FAILED, email }));
+      }
+      const sessionId = await sessions.start(user.id);
+      reply.setCookie(SESSION_COOKIE, sessionId, {
+        path: '/dashboard',
+        httpOnly: true,
+        secure: secureCookie,
+        sameSite: 'lax',
+        maxAge: SESSION_ABSOLUTE_MS / 1000,
+      });
+      return redirect(reply, '/dashboard');
+    },
+  );
 
   scope.post('/dashboard/logout', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
     await sessions.end(request.cookies[SESSION_COOKIE]!);
@@ -214,7 +218,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
 
   scope.get<{ Params: { token: string } }>(
     '/dashboard/invite/:token',
-    { schema: { hide: true } },
+    { onRequest: auth.public, schema: { hide: true } },
     async (request, reply) => {
       const row = await invitation(request.params.token);
       if (!row) return invitationGone(reply);
@@ -224,7 +228,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
 
   scope.post<{ Params: { token: string }; Body: Form }>(
     '/dashboard/invite/:token',
-    { schema: { hide: true } },
+    { onRequest: auth.public, schema: { hide: true } },
     async (request, reply) => {
       // The link's token, unguessable and known only to the invitee, stands for a CSRF token here.
       const row = await invitation(request.params.token);
@@ -278,7 +282,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
         .orderBy('updated_at', 'desc')
         .limit(50)
         .execute(),
-      settlementsNeedingAttention(db),
+      settlementsNeedingAttention(db, 50, session.merchantId),
     ]);
     return html(
       reply,
@@ -290,9 +294,11 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
           what: `Invoice ${i.id.slice(0, 8)}: ${[i.payment_issue_type, i.paid_late && 'paid late'].filter(Boolean).join(', ')}`,
           since: i.updated_at,
         })),
-        settlementsAttention: settlementIssues
-          .filter((s) => s.merchantId === session.merchantId)
-          .map((s) => ({ id: s.subject, invoiceId: s.settlement.invoiceId, what: `Settlement: ${s.reason}` })),
+        settlementsAttention: settlementIssues.map((s) => ({
+          id: s.subject,
+          invoiceId: s.settlement.invoiceId,
+          what: `Settlement: ${s.reason}`,
+        })),
       }),
     );
   });

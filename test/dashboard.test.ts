@@ -297,6 +297,35 @@ describe('dashboard over HTTP', () => {
     );
   });
 
+  it('support cancels an invoice as themselves: the API’s events name them; a viewer is refused', async () => {
+    const { merchant, key: shopKey } = await merchantWithKey(svc, { name: 'Cancel shop' });
+    const create = async () =>
+      (await svc.call('POST', '/api/v1/invoices', { token: shopKey, body: { amount: '9', currency: 'USD' } })).body.data
+        .id as string;
+    const first = await create();
+    const second = await create();
+    const support = await dashboardClient(svc, merchant.id, 'support2@example.com', 'support');
+    const viewer = await dashboardClient(svc, merchant.id, 'viewer3@example.com', 'viewer');
+    assert.ok((await support.get(`/dashboard/invoices/${first}`)).text.includes('id="cancel-invoice"'));
+    assert.ok(!(await viewer.get(`/dashboard/invoices/${first}`)).text.includes('id="cancel-invoice"'));
+    assert.equal((await viewer.post(`/dashboard/invoices/${first}/cancel`, {})).status, 403);
+    const cancelled = await support.post(`/dashboard/invoices/${first}/cancel`, {});
+    assert.equal(cancelled.status, 303);
+    const events = (await svc.call('GET', `/api/v1/invoices/${first}/events`, { token: shopKey })).body.data;
+    const cancel = events.find((e: { type: string }) => e.type === 'InvoiceCancelled');
+    assert.deepEqual(cancel.actor, { type: 'user', userId: support.userId, email: 'support2@example.com' });
+    assert.equal(events.find((e: { type: string }) => e.type === 'InvoiceCreated').actor, null);
+    // Through the API, the key is the actor.
+    await svc.call('POST', `/api/v1/invoices/${second}/cancel`, { token: shopKey });
+    const byKey = (await svc.call('GET', `/api/v1/invoices/${second}/events`, { token: shopKey })).body.data.find(
+      (e: { type: string }) => e.type === 'InvoiceCancelled',
+    );
+    assert.equal(byKey.actor.type, 'api_key');
+    // Another merchant's invoice is unknown here too.
+    const foreign = await dashboardClient(svc, merchantId, 'support3@example.com', 'support');
+    assert.equal((await foreign.post(`/dashboard/invoices/${second}/cancel`, {})).status, 404);
+  });
+
   it('a viewer can read but the server refuses every change (403), and cannot open API keys', async () => {
     const viewer = await dashboardClient(svc, merchantId, 'viewer@example.com', 'viewer');
     assert.equal((await viewer.get('/dashboard/invoices')).status, 200);

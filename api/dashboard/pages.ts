@@ -206,6 +206,14 @@ export function invoicePage(
       <dt>Checkout link</dt><dd><a href="${checkoutUrl}" id="checkout-link">${checkoutUrl}</a></dd>
       ${invoice.metadata && markup`<dt>Metadata</dt><dd><code>${JSON.stringify(invoice.metadata)}</code></dd>`}
     </dl>
+    ${
+      roleAllows(session.role, 'invoices:write') &&
+      !invoice.cancelled &&
+      (invoice.status === 'pending' || invoice.status === 'partial') &&
+      markup`<form method="post" action="/dashboard/invoices/${invoice.id}/cancel" class="inline">
+        ${csrfField(session)}<button type="submit" id="cancel-invoice">Cancel this invoice</button>
+      </form>`
+    }
     <h2>Deposit addresses</h2>
     <div class="scroll"><table id="addresses">
       <thead><tr><th scope="col">Chain</th><th scope="col">Token</th><th scope="col">Address</th><th scope="col">Rate</th><th scope="col">Quoted</th></tr></thead>

@@ -353,6 +353,27 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
     },
   );
 
+  scope.post<{ Params: { id: string }; Body: Form }>(
+    '/dashboard/invoices/:id/cancel',
+    { preHandler: signedIn('invoices:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const id = request.params.id;
+      const notFound = () => html(reply, 404, messagePage('Invoice not found', 'There is no such invoice.', session));
+      if (!/^[0-9a-f-]{36}$/i.test(id)) return notFound();
+      try {
+        // The API's own command, which refuses another merchant's invoice as unknown.
+        const { position } = await ctx.invoices.cancel(id, session.merchantId, request.id, actorOf(session));
+        await settle(position);
+      } catch (error) {
+        if (!(error instanceof DomainError)) throw error;
+        if (error.kind === 'not_found') return notFound();
+        return html(reply, 409, messagePage('Not cancelled', error.message, session));
+      }
+      return redirect(reply, `/dashboard/invoices/${id}`);
+    },
+  );
+
   // ---- Developers: API keys ------------------------------------------------------------
 
   const keysOf = (merchantId: string) =>

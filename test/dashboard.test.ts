@@ -119,6 +119,12 @@ describe('dashboard over HTTP', () => {
     // The invitation is used: its link is gone.
     const again = await fetch(`${svc.url}${owner.invitePath}`);
     assert.equal(again.status, 404);
+    // A code is good once: the next step's code signs in, then is refused.
+    const code = totpCode(owner.totpSecret!, Date.now() + 30_000);
+    assert.equal((await owner.signIn({ code })).status, 303);
+    const replayed = await owner.signIn({ code });
+    assert.equal(replayed.status, 401);
+    assert.ok(replayed.text.includes(SIGN_IN_FAILED));
     // Signing in without the code is refused with the one message.
     const noCode = await owner.signIn({ code: '' });
     assert.equal(noCode.status, 401);
@@ -216,7 +222,8 @@ describe('dashboard over HTTP', () => {
     const right = await owner.post('/dashboard/developers/api-keys', {
       permissions: 'invoices:read',
       password: PASSWORD,
-      code: totpCode(owner.totpSecret!),
+      // The next step's code (taken within the window): the current one was used to sign in.
+      code: totpCode(owner.totpSecret!, Date.now() + 30_000),
     });
     assert.equal(right.status, 201, right.text);
     // Given just now: the next one asks nothing.

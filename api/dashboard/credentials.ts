@@ -89,8 +89,14 @@ export const totpUri = (secret: string, email: string) => totpOf(secret, email).
  * clock a few seconds off, or a code typed as it changed.
  */
 export function totpMatches(secret: string, code: string, at: number = Date.now()): boolean {
-  if (!/^\d{6}$/.test(code)) return false;
-  return totpOf(secret).validate({ token: code, timestamp: at, window: 1 }) !== null;
+  return totpStep(secret, code, at) !== undefined;
+}
+
+/** The time step (RFC 6238's T) whose code `code` is, as `totpMatches` finds it; undefined when none. */
+export function totpStep(secret: string, code: string, at: number = Date.now()): number | undefined {
+  if (!/^\d{6}$/.test(code)) return undefined;
+  const delta = totpOf(secret).validate({ token: code, timestamp: at, window: 1 });
+  return delta === null ? undefined : Math.floor(at / 1000 / TOTP_SHAPE.period) + delta;
 }
 
 /** The code of `secret` at `at`: what an authenticator app shows (tests use it as the app). */

@@ -29,6 +29,7 @@ import {
   passwordProblem,
   spendPasswordCheck,
   totpMatches,
+  totpStep,
   totpUri,
 } from './credentials.ts';
 import {
@@ -148,8 +149,14 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
       return undefined;
     }
     const passwordRight = await passwordMatches(password, user.passwordHash);
-    const codeRight = user.totpSecret === null || totpMatches(user.totpSecret, code);
-    return passwordRight && codeRight ? user : undefined;
+    return passwordRight && (await secondFactorRight(user, code)) ? user : undefined;
+  }
+
+  /** No second factor enrolled, or a code of it not given before. */
+  async function secondFactorRight(user: { id: string; totpSecret: string | null }, code: string) {
+    if (user.totpSecret === null) return true;
+    const step = totpStep(user.totpSecret, code);
+    return step !== undefined && (await sessions.useTotpStep(user.id, step));
   }
 
   scope.post<{ Body: Form }>(
@@ -407,7 +414,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
     const right =
       user?.passwordHash &&
       (await passwordMatches(field(form, 'password'), user.passwordHash)) &&
-      (user.totpSecret === null || totpMatches(user.totpSecret, field(form, 'code').trim()));
+      (await secondFactorRight(user, field(form, 'code').trim()));
     if (!right) return 'Your password or code is not right.';
     await sessions.reauthenticated(request.cookies[SESSION_COOKIE]!);
     return undefined;

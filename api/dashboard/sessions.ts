@@ -29,6 +29,8 @@ interface SessionTables {
     authenticated_at: Date;
   };
   dashboard_sign_in_failures: { email: string; failed_at: Date };
+  /** The TOTP time steps each user has signed in with: a code is good once (RFC 6238 §5.2). */
+  dashboard_totp_steps: { user_id: string; step: number; used_at: Date };
 }
 
 const migrations: Record<string, Migration> = {
@@ -53,6 +55,17 @@ const migrations: Record<string, Migration> = {
         .createIndex('dashboard_sign_in_failures_email')
         .on('dashboard_sign_in_failures')
         .columns(['email', 'failed_at'])
+        .execute();
+    },
+  },
+  '0002_totp_steps': {
+    async up(db) {
+      await db.schema
+        .createTable('dashboard_totp_steps')
+        .addColumn('user_id', 'uuid', (c) => c.notNull())
+        .addColumn('step', 'bigint', (c) => c.notNull())
+        .addColumn('used_at', 'timestamptz', (c) => c.notNull())
+        .addPrimaryKeyConstraint('dashboard_totp_steps_pk', ['user_id', 'step'])
         .execute();
     },
   },
@@ -177,6 +190,27 @@ export async function dashboardSessions(database: SqlDatabase, now: () => Date =
     /** Every session of a user, at once (disabled). */
     async endAllOf(userId: string) {
       await db.deleteFrom('dashboard_sessions').where('user_id', '=', userId).execute();
+    },
+
+    /**
+     * Records that `userId` gave the code of TOTP step `step`; false when it
+     * was given before, so a code seen over a shoulder or in a log cannot
+     * be used again within its 90 seconds.
+     */
+    async useTotpStep(userId: string, step: number): Promise<boolean> {
+      const at = now();
+      const inserted = await db
+        .insertInto('dashboard_totp_steps')
+        .values({ user_id: userId, step, used_at: at })
+        .onConflict((oc) => oc.columns(['user_id', 'step']).doNothing())
+        .returning('step')
+        .execute();
+      // Steps older than the window taken are never asked about again.
+      await db
+        .deleteFrom('dashboard_totp_steps')
+        .where('used_at', '<', new Date(at.getTime() - 10 * 60 * 1000))
+        .execute();
+      return inserted.length === 1;
     },
 
     /** Failed sign-ins of `email` in the last 15 minutes, known user or not. */

@@ -10,6 +10,7 @@ import { totpCode, totpMatches, passwordProblem } from '../api/dashboard/credent
 import { SIGN_IN_FAILED, SIGN_IN_LOCKED } from '../api/dashboard/routes.ts';
 import { lockedOut, needsReauthentication, sessionOver } from '../api/dashboard/sessions.ts';
 import { merchantWithKey } from './support/merchant.ts';
+import { assertRebuildGivesTheSameRows } from './support/rebuild.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 import { dashboardClient, PASSWORD } from './support/dashboard.ts';
 
@@ -390,6 +391,10 @@ describe('dashboard over HTTP', () => {
     // Locked: even the right password is refused.
     const right = await known.signIn();
     assert.equal(right.status, 429);
+  });
+
+  it('rebuilds merchant_users from zero into the rows it projected', async () => {
+    await assertRebuildGivesTheSameRows(svc.service, 'merchants');
   });
 });
 

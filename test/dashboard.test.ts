@@ -170,6 +170,15 @@ describe('dashboard over HTTP', () => {
       { csrf: false },
     );
     assert.equal(wrong.status, 403);
+    // The sign-in form too has its token (and cookie): right credentials without them are refused.
+    const login = await fetch(`${svc.url}/dashboard/login`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/x-www-form-urlencoded' },
+      body: new URLSearchParams({ email: 'dev@example.com', password: PASSWORD }),
+      redirect: 'manual',
+    });
+    assert.equal(login.status, 403);
+    assert.equal(login.headers.getSetCookie().filter((c) => c.startsWith('dashboard_session=')).length, 0);
     const created = await dev.post('/dashboard/developers/api-keys', { permissions: 'invoices:read', name: 'ci' });
     assert.equal(created.status, 201, created.text);
   });

@@ -66,11 +66,12 @@ export function page(title: string, body: Html, session?: DashboardSession): str
 export const errorLine = (error: string | undefined) =>
   error && markup`<p class="error" id="form-error" role="alert">${error}</p>`;
 
-export function loginPage(options: { error?: string; email?: string; notice?: string }): string {
+export function loginPage(options: { error?: string; email?: string; notice?: string; csrfToken: string }): string {
   return page(
     'Sign in',
     markup`${options.notice && markup`<p class="notice" role="status">${options.notice}</p>`}
     <form method="post" action="/dashboard/login" class="stack" id="login-form">
+      <input type="hidden" name="_csrf" value="${options.csrfToken}" />
       <label for="email">E-mail</label>
       <input id="email" name="email" type="email" autocomplete="username" required maxlength="254" value="${options.email ?? ''}" />
       <label for="password">Password</label>

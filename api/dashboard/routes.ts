@@ -4,6 +4,7 @@
 // that changes something; each page and action checked against the role's
 // permissions here, on the server. It reads through the API's queries and
 // writes through the API's commands, with the user as the events' actor.
+import { randomBytes } from 'node:crypto';
 import cookie from '@fastify/cookie';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { qrCodeDataUri } from '../../adapters/keys/qr.ts';
@@ -45,6 +46,7 @@ import {
 } from './pages.ts';
 import {
   csrfTokenMatches,
+  sameSecret,
   lockedOut,
   needsReauthentication,
   SESSION_ABSOLUTE_MS,
@@ -52,6 +54,8 @@ import {
 } from './sessions.ts';
 
 export const SESSION_COOKIE = 'dashboard_session';
+/** The sign-in form's own CSRF token, before there is a session to tie one to. */
+export const LOGIN_COOKIE = 'dashboard_login';
 /** One message for every failed sign-in: it never tells whether the address has a user. */
 export const SIGN_IN_FAILED = 'The e-mail address, password or code is not right.';
 export const SIGN_IN_LOCKED = 'Too many failed sign-ins for this address. Try again in 15 minutes.';
@@ -130,15 +134,35 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
 
   // ---- Sign-in ---------------------------------------------------------------------
 
+  /**
+   * The sign-in form, with a token that is also in a cookie of its own
+   * (double submit): another site cannot read either, so it cannot sign a
+   * browser in to an account of its choosing (login CSRF).
+   */
+  const loginForm = (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    status: number,
+    options: Omit<Parameters<typeof loginPage>[0], 'csrfToken'>,
+  ) => {
+    const kept = request.cookies[LOGIN_COOKIE];
+    const token = kept && /^[A-Za-z0-9_-]{43}$/.test(kept) ? kept : randomBytes(32).toString('base64url');
+    reply.setCookie(LOGIN_COOKIE, token, {
+      path: '/dashboard/login',
+      httpOnly: true,
+      secure: secureCookie,
+      sameSite: 'strict',
+    });
+    return html(reply, status, loginPage({ ...options, csrfToken: token }));
+  };
+
   scope.get<{ Querystring: { welcome?: string } }>(
     '/dashboard/login',
     { onRequest: auth.public, schema: { hide: true } },
     async (request, reply) =>
-      html(
-        reply,
-        200,
-        loginPage({ notice: request.query.welcome ? 'Your account is ready. Sign in to continue.' : undefined }),
-      ),
+      loginForm(request, reply, 200, {
+        notice: request.query.welcome ? 'Your account is ready. Sign in to continue.' : undefined,
+      }),
   );
 
   /** The password, and the code where enrolled, of the user of `email`; false for anyone else, in the same time. */
@@ -166,19 +190,24 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
       const email = normaliseEmail(field(request.body, 'email')).slice(0, 254);
       const password = field(request.body, 'password').slice(0, 200);
       const code = field(request.body, 'code').trim();
+      const cookieToken = request.cookies[LOGIN_COOKIE];
+      if (!cookieToken || !sameSecret(cookieToken, field(request.body, '_csrf'))) {
+        return loginForm(request, reply, 403, { error: 'This form has expired. Please try again.', email });
+      }
       if (!email || !password) {
-        return html(reply, 400, loginPage({ error: 'Enter your e-mail address and password.', email }));
+        return loginForm(request, reply, 400, { error: 'Enter your e-mail address and password.', email });
       }
       if (lockedOut(await sessions.recentFailures(email))) {
-        return html(reply, 429, loginPage({ error: SIGN_IN_LOCKED, email }));
+        return loginForm(request, reply, 429, { error: SIGN_IN_LOCKED, email });
       }
       const user = await credentialsMatch(email, password, code);
       if (!user) {
         await sessions.recordFailure(email);
         request.log.info({ event: 'dashboard_sign_in_failed' }, 'dashboard sign-in failed');
-        return html(reply, 401, loginPage({ error: SIGN_IN_FAILED, email }));
+        return loginForm(request, reply, 401, { error: SIGN_IN_FAILED, email });
       }
       const sessionId = await sessions.start(user.id);
+      reply.clearCookie(LOGIN_COOKIE, { path: '/dashboard/login' });
       reply.setCookie(SESSION_COOKIE, sessionId, {
         path: '/dashboard',
         httpOnly: true,

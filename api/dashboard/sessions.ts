@@ -100,11 +100,13 @@ export const needsReauthentication = (session: Pick<DashboardSession, 'authentic
 /** Whether the failures of an address within the window lock it (pure). */
 export const lockedOut = (recentFailures: number) => recentFailures >= LOCK_AFTER_FAILURES;
 
+/** Two secrets compared in constant time (their hashes, so lengths do not matter). */
+export function sameSecret(a: string, b: string): boolean {
+  return timingSafeEqual(createHash('sha256').update(a).digest(), createHash('sha256').update(b).digest());
+}
+
 export function csrfTokenMatches(session: DashboardSession, token: unknown): boolean {
-  if (typeof token !== 'string') return false;
-  const a = createHash('sha256').update(session.csrfToken).digest();
-  const b = createHash('sha256').update(token).digest();
-  return timingSafeEqual(a, b);
+  return typeof token === 'string' && sameSecret(session.csrfToken, token);
 }
 
 /** Sessions use the wall clock: the sandbox's business clock may run days ahead. */

@@ -13,6 +13,7 @@ export interface PageAnswer {
   text: string;
   location: string | null;
   setCookie: string | null;
+  headers: Headers;
 }
 
 export async function dashboardClient(svc: RunningService, merchantId: string, email: string, role: string) {
@@ -24,7 +25,8 @@ export async function dashboardClient(svc: RunningService, merchantId: string, e
   const invitePath = new URL(invited.body.data.inviteUrl as string).pathname;
   const invitePage = await (await fetch(`${svc.url}${invitePath}`)).text();
   const totpSecret = /id="totp-secret">([A-Z2-7]{32})</.exec(invitePage)?.[1];
-  let cookie = '';
+  /** The cookies the service set, by name. */
+  const jar = new Map<string, string>();
   let csrf = '';
 
   async function request(method: string, path: string, form?: Record<string, string | string[]>): Promise<PageAnswer> {
@@ -33,17 +35,24 @@ export async function dashboardClient(svc: RunningService, merchantId: string, e
     const response = await fetch(`${svc.url}${path}`, {
       method,
       headers: {
-        ...(cookie && { cookie }),
+        ...(jar.size > 0 && { cookie: [...jar].map(([name, value]) => `${name}=${value}`).join('; ') }),
         ...(form && { 'content-type': 'application/x-www-form-urlencoded' }),
       },
       body: form ? body : undefined,
       redirect: 'manual',
     });
+    for (const line of response.headers.getSetCookie()) {
+      const [pair] = line.split(';');
+      const [name, value] = pair!.split('=') as [string, string];
+      if (value === '' || /Expires=Thu, 01 Jan 1970/i.test(line)) jar.delete(name);
+      else jar.set(name, value);
+    }
     return {
       status: response.status,
       text: await response.text(),
       location: response.headers.get('location'),
       setCookie: response.headers.get('set-cookie'),
+      headers: response.headers,
     };
   }
 
@@ -63,8 +72,11 @@ export async function dashboardClient(svc: RunningService, merchantId: string, e
     /** Posts a form, with the session's CSRF token unless told not to. */
     post: (path: string, form: Record<string, string | string[]>, options: { csrf?: boolean } = {}) =>
       request('POST', path, options.csrf === false ? form : { _csrf: csrf, ...form }),
+    /** Opens the sign-in form (for its CSRF token and cookie) and sends it. */
     async signIn(overrides: { email?: string; password?: string; code?: string } = {}) {
+      const form = await request('GET', '/dashboard/login');
       return request('POST', '/dashboard/login', {
+        _csrf: /name="_csrf" value="([^"]+)"/.exec(form.text)![1]!,
         email: overrides.email ?? email,
         password: overrides.password ?? PASSWORD,
         code: overrides.code ?? (totpSecret ? totpCode(totpSecret) : ''),
@@ -73,8 +85,7 @@ export async function dashboardClient(svc: RunningService, merchantId: string, e
   };
   const signedIn = await client.signIn();
   assert.equal(signedIn.status, 303, signedIn.text);
-  client.setCookie = signedIn.setCookie;
-  cookie = signedIn.setCookie!.split(';')[0]!;
+  client.setCookie = signedIn.headers.getSetCookie().find((c) => c.startsWith('dashboard_session='))!;
   const overview = await client.get('/dashboard');
   csrf = /name="_csrf" value="([^"]+)"/.exec(overview.text)![1]!;
   return client;

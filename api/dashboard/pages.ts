@@ -16,7 +16,7 @@ import type { DashboardSession } from './sessions.ts';
 
 type Html = ReturnType<typeof markup>;
 
-export const iso = (value: Date | string | null) => (value === null ? '' : new Date(value).toISOString());
+const iso = (value: Date | string | null) => (value === null ? '' : new Date(value).toISOString());
 const day = (value: Date | string) => iso(value).slice(0, 16).replace('T', ' ');
 
 function nav(session: DashboardSession): Html {

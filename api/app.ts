@@ -10,6 +10,9 @@ import type { Kysely } from 'kysely';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { merchantCommands } from '../commands/merchants.ts';
+import { merchantUserCommands } from '../commands/merchant-users.ts';
+import { dashboardRoutes } from './dashboard/routes.ts';
+import { dashboardSessions } from './dashboard/sessions.ts';
 import { ReadModelsBehindError, type ProjectionEngine } from '../projections/engine.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { authentication } from './auth.ts';
@@ -160,11 +163,14 @@ export async function buildApp(deps: AppDeps) {
       throw catchingUp();
     }
   };
+  const merchants = merchantCommands(deps.store);
   const context = {
     ...deps,
     db,
     auth,
-    merchants: merchantCommands(deps.store),
+    merchants,
+    users: merchantUserCommands(deps.store, merchants),
+    sessions: await dashboardSessions(deps.database),
     settle,
     /** For a list: waits until the read models show every write committed before the call (see readInvoice). */
     caughtUp: async () => settle(await deps.store.headPosition()),
@@ -268,6 +274,7 @@ export async function buildApp(deps: AppDeps) {
   await app.register(async (scope) => liveRoutes(scope, context, deps.live));
   await app.register(async (scope) => webhookRoutes(scope, context, deps.webhooks));
   await app.register(async (scope) => checkoutRoutes(scope, context));
+  await app.register(async (scope) => dashboardRoutes(scope, context));
   if (deps.sandbox) {
     const sandbox = deps.sandbox;
     await app.register(async (scope) => sandboxRoutes(scope, context, sandbox));
@@ -282,6 +289,8 @@ export type RouteContext = AppDeps & {
   db: Kysely<ReadModelTables>;
   auth: ReturnType<typeof authentication>;
   merchants: ReturnType<typeof merchantCommands>;
+  users: ReturnType<typeof merchantUserCommands>;
+  sessions: Awaited<ReturnType<typeof dashboardSessions>>;
   settle: (position: string | undefined) => Promise<void>;
   caughtUp: () => Promise<void>;
   readInvoice: <T>(id: string, read: () => Promise<T | undefined>) => Promise<T | undefined>;

@@ -9,6 +9,14 @@ import { ConcurrencyError, type EventMetadata, type EventStore, type NewEvent } 
 /** Namespace of event ids derived from their cause (UUIDv5). */
 const CAUSED_EVENT_NAMESPACE = '6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10';
 
+/**
+ * Who did it, in each event's metadata: a person of the merchant through the
+ * dashboard, the operator, or an API key. Absent where the service itself
+ * acted (a process manager, a scheduler) or the caller is not named yet.
+ */
+export type Actor =
+  { type: 'user'; userId: string; email: string } | { type: 'operator' } | { type: 'api_key'; keyId: string };
+
 export interface HandleOptions {
   /**
    * The event that caused this command, when a process manager issues it: the
@@ -17,6 +25,8 @@ export interface HandleOptions {
    */
   causationId?: string;
   correlationId?: string;
+  /** Who asked for the command (a dashboard user, the operator), recorded with its events. */
+  actor?: Actor;
   maxAttempts?: number;
   /**
    * The stream is named by an id made just now (a random UUID), so it has no
@@ -75,6 +85,7 @@ export async function handleCommands<Command, State, Event extends DomainEvent>(
     const metadata: EventMetadata = {};
     if (options.causationId) metadata.causationId = options.causationId;
     if (options.correlationId) metadata.correlationId = options.correlationId;
+    if (options.actor) metadata.actor = options.actor;
     const toAppend: NewEvent[] = events.map((event, i) => ({
       id: options.causationId
         ? uuidv5(`${options.causationId}/${streamId}/${event.type}/${i}`, CAUSED_EVENT_NAMESPACE)

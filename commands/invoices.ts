@@ -17,7 +17,7 @@ import {
   type RateProvenance,
 } from '../domain/invoice.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
-import { handleCommand, handleCommands, loadState } from './handle.ts';
+import { handleCommand, handleCommands, loadState, type Actor } from './handle.ts';
 import type { Written } from './merchants.ts';
 
 /** A quote's rate holds for this long; it is also the longest life of a payment created with its address. */
@@ -250,14 +250,19 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       }
     },
 
-    async cancel(invoiceId: string, merchantId: string, correlationId?: string): Promise<Written<Invoice>> {
+    async cancel(
+      invoiceId: string,
+      merchantId: string,
+      correlationId?: string,
+      actor?: Actor,
+    ): Promise<Written<Invoice>> {
       await invoiceOf(invoiceId, merchantId);
       const { state, position } = await handleCommand(
         store,
         invoiceDecider,
         invoiceStreamName(invoiceId),
         { type: 'CancelInvoice', cancelledAt: clock.now().toISOString() },
-        { correlationId },
+        { correlationId, actor },
       );
       return { value: state!, position };
     },

@@ -11,7 +11,7 @@ import {
   type MerchantChanges,
   type MerchantProfile,
 } from '../domain/merchant.ts';
-import { handleCommand, loadState } from './handle.ts';
+import { handleCommand, loadState, type Actor } from './handle.ts';
 
 export const API_KEY_PREFIX = 'pk_live_';
 const WEBHOOK_SECRET_PREFIX = 'whsec_';
@@ -78,6 +78,7 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
       merchantId: string,
       request: { name: string | null; permissions: Permission[] | null; expiresAt: string | null },
       correlationId?: string,
+      actor?: Actor,
     ): Promise<Written<{ record: ApiKey; key: string }>> {
       await existingMerchant(merchantId);
       const keyId = randomUUID();
@@ -97,18 +98,18 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
           expiresAt: request.expiresAt,
           now: now().toISOString(),
         },
-        { correlationId },
+        { correlationId, actor },
       );
       return { value: { record: state!, key }, position };
     },
 
-    async revokeApiKey(keyId: string, correlationId?: string): Promise<Written<ApiKey>> {
+    async revokeApiKey(keyId: string, correlationId?: string, actor?: Actor): Promise<Written<ApiKey>> {
       const { state, position } = await handleCommand(
         store,
         apiKeyDecider,
         apiKeyStream(keyId),
         { type: 'RevokeApiKey', now: now().toISOString() },
-        { correlationId },
+        { correlationId, actor },
       );
       return { value: state!, position };
     },

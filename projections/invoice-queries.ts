@@ -1,5 +1,5 @@
 // Reads of the invoice read models, shaped as the contract shows them.
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import type { InvoicesTable, ReadModelTables } from './schema.ts';
 import { newestFirst } from './paging.ts';
@@ -79,9 +79,23 @@ export interface ListFilter {
   currency?: string;
   from?: Date;
   to?: Date;
+  /**
+   * One value the invoice is known by: its id, the order id in its metadata
+   * (`orderId` or `order_id`), one of its deposit addresses or the hash of a
+   * transaction paid to it (the dashboard's search box).
+   */
+  search?: string;
   limit: number;
   page: number;
 }
+
+/** EVM addresses and hashes are hex, typed in any case (checksummed or not); base58 and bech32 are as they are. */
+const hexOrExact = (column: string, value: string) =>
+  /^0x[0-9a-f]+$/i.test(value)
+    ? sql<boolean>`lower(${sql.ref(column)}) = ${value.toLowerCase()}`
+    : sql<boolean>`${sql.ref(column)} = ${value}`;
+
+const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export async function listInvoices(db: Kysely<ReadModelTables>, filter: ListFilter) {
   let query = db.selectFrom('invoices').where('merchant_id', '=', filter.merchantId);
@@ -91,6 +105,30 @@ export async function listInvoices(db: Kysely<ReadModelTables>, filter: ListFilt
   if (filter.currency) query = query.where('currency', '=', filter.currency.toUpperCase());
   if (filter.from) query = query.where('created_at', '>=', filter.from);
   if (filter.to) query = query.where('created_at', '<=', filter.to);
+  const search = filter.search?.trim();
+  if (search) {
+    query = query.where((eb) =>
+      eb.or([
+        ...(UUID_SHAPE.test(search) ? [eb('invoices.id', '=', search.toLowerCase())] : []),
+        eb(sql<string>`metadata->>'orderId'`, '=', search),
+        eb(sql<string>`metadata->>'order_id'`, '=', search),
+        eb.exists(
+          eb
+            .selectFrom('invoice_addresses as a')
+            .select('a.address')
+            .whereRef('a.invoice_id', '=', 'invoices.id')
+            .where(hexOrExact('a.address', search)),
+        ),
+        eb.exists(
+          eb
+            .selectFrom('payments as p')
+            .select('p.tx_hash')
+            .whereRef('p.invoice_id', '=', 'invoices.id')
+            .where(hexOrExact('p.tx_hash', search)),
+        ),
+      ]),
+    );
+  }
   return newestFirst(query, filter);
 }
 

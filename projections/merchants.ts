@@ -1,9 +1,11 @@
-// Projects merchants and their API keys into `merchants` and `api_keys`,
-// which authentication and the operator API read.
+// Projects merchants, their API keys and their dashboard users into
+// `merchants`, `api_keys` and `merchant_users`, which authentication, the
+// operator API and the dashboard read.
 import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { apiKeyDecider, type ApiKey, type ApiKeyEvent } from '../domain/api-key.ts';
 import { merchantDecider, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
+import { merchantUserDecider, type MerchantUser, type MerchantUserEvent } from '../domain/merchant-user.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
@@ -17,28 +19,36 @@ const apiKeyFolds = new StreamFolds<ApiKey | null, ApiKeyEvent>(
   apiKeyDecider,
 );
 
-/** The merchants and API keys a batch touches, each as of the batch's last event of it. */
+const userFolds = new StreamFolds<MerchantUser | null, MerchantUserEvent>(
+  (streamId) => streamId.startsWith('merchantuser-'),
+  merchantUserDecider,
+);
+
+/** The merchants, API keys and users a batch touches, each as of the batch's last event of it. */
 interface Touched {
   merchants: Map<string, Merchant | null>;
   apiKeys: Map<string, ApiKey | null>;
+  users: Map<string, MerchantUser | null>;
 }
 
 export const merchantsProjector: Projector<Touched> = {
   name: 'merchants',
-  tables: ['merchants', 'api_keys'],
+  tables: ['merchants', 'api_keys', 'merchant_users'],
 
   async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-    const [merchants, apiKeys] = await Promise.all([
+    const [merchants, apiKeys, users] = await Promise.all([
       merchantFolds.ofBatch(batch, store),
       apiKeyFolds.ofBatch(batch, store),
+      userFolds.ofBatch(batch, store),
     ]);
-    return { merchants, apiKeys };
+    return { merchants, apiKeys, users };
   },
 
   // Each merchant's and key's row once, as of its last event in the batch (see batch.ts).
-  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { merchants, apiKeys }: Touched) {
+  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { merchants, apiKeys, users }: Touched) {
     await upsertRows(trx, 'merchants', ['id'], rowsOf(merchants.values(), merchantRowOf));
     await upsertRows(trx, 'api_keys', ['id'], rowsOf(apiKeys.values(), apiKeyRowOf));
+    await upsertRows(trx, 'merchant_users', ['id'], rowsOf(users.values(), userRowOf));
   },
 };
 
@@ -67,5 +77,23 @@ function apiKeyRowOf(k: ApiKey) {
     expires_at: dateOrNull(k.expiresAt),
     revoked_at: dateOrNull(k.revokedAt),
     created_at: new Date(k.createdAt),
+  };
+}
+
+/** The secrets stay in the events: sign-in reads the user's own stream. */
+function userRowOf(u: MerchantUser) {
+  return {
+    id: u.id,
+    merchant_id: u.merchantId,
+    email: u.email,
+    role: u.role,
+    status: u.status,
+    invite_token_hash: u.inviteTokenHash,
+    invite_expires_at: new Date(u.inviteExpiresAt),
+    totp_enrolled: u.totpSecret !== null,
+    invited_at: new Date(u.invitedAt),
+    accepted_at: dateOrNull(u.acceptedAt),
+    disabled_at: dateOrNull(u.disabledAt),
+    updated_at: new Date(u.updatedAt),
   };
 }

@@ -209,7 +209,27 @@ export interface RefundsTable {
   completed_at: Date | null;
 }
 
+/** One row per dashboard user (dashboard.md); never a password hash, TOTP secret or invitation token. */
+export interface MerchantUsersTable {
+  id: string;
+  merchant_id: string;
+  email: string;
+  /** owner, admin, finance, support, developer, viewer */
+  role: string;
+  /** invited, active, disabled */
+  status: string;
+  /** SHA-256 of the invitation's token while it can be used, for finding it; null once used */
+  invite_token_hash: string | null;
+  invite_expires_at: Date;
+  totp_enrolled: boolean;
+  invited_at: Date;
+  accepted_at: Date | null;
+  disabled_at: Date | null;
+  updated_at: Date;
+}
+
 export interface ReadModelTables {
+  merchant_users: MerchantUsersTable;
   refunds: RefundsTable;
   subscription_plans: SubscriptionPlansTable;
   subscribers: SubscribersTable;
@@ -504,6 +524,31 @@ readModelMigrations['0007_refunds'] = {
     await db.schema.createIndex('refunds_invoice').on('refunds').columns(['invoice_id', 'created_at']).execute();
     // The expiry timer's look: unused claim links, soonest first.
     await db.schema.createIndex('refunds_claim_expiry').on('refunds').columns(['status', 'claim_expires_at']).execute();
+  },
+};
+
+readModelMigrations['0009_merchant_users'] = {
+  async up(db) {
+    await db.schema
+      .createTable('merchant_users')
+      .addColumn('id', 'uuid', (c) => c.primaryKey())
+      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+      .addColumn('email', 'text', (c) => c.notNull().unique())
+      .addColumn('role', 'text', (c) => c.notNull())
+      .addColumn('status', 'text', (c) => c.notNull())
+      .addColumn('invite_token_hash', 'text', (c) => c.unique())
+      .addColumn('invite_expires_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('totp_enrolled', 'boolean', (c) => c.notNull())
+      .addColumn('invited_at', 'timestamptz', (c) => c.notNull())
+      .addColumn('accepted_at', 'timestamptz')
+      .addColumn('disabled_at', 'timestamptz')
+      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
+      .execute();
+    await db.schema
+      .createIndex('merchant_users_merchant')
+      .on('merchant_users')
+      .columns(['merchant_id', 'invited_at'])
+      .execute();
   },
 };
 

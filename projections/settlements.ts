@@ -88,10 +88,11 @@ export type SettlementAttentionKind = 'settlement_failed' | 'settlement_no_walle
  * failed, waiting for the merchant's wallet, or whose receipts changed after
  * the payout was prepared. Oldest first: what has waited longest.
  */
-export async function settlementsNeedingAttention(db: Kysely<ReadModelTables>, limit = 200) {
-  const rows = await db
-    .selectFrom('settlements')
-    .selectAll()
+export async function settlementsNeedingAttention(db: Kysely<ReadModelTables>, limit = 200, merchantId?: string) {
+  let query = db.selectFrom('settlements').selectAll();
+  // One merchant's (the dashboard's overview), or every merchant's (the operator's list).
+  if (merchantId) query = query.where('merchant_id', '=', merchantId);
+  const rows = await query
     .where((eb) =>
       eb.or([
         eb('status', '=', 'failed'),

@@ -16,6 +16,8 @@ import { settlementsNeedingAttention, settlementView } from '../../projections/s
 import { resolveSettlementAttention } from '../../commands/settlements.ts';
 import { SettlementSchema } from './settlements.ts';
 import { pageOf } from './query.ts';
+import { isUserRole, userRoles } from '../../domain/merchant-user.ts';
+import type { MerchantUsersTable } from '../../projections/schema.ts';
 
 /** A string from a fixed list, with one message for any other value. */
 const OneOf = <T extends string>(values: readonly T[], errorMessage: string) =>
@@ -119,6 +121,43 @@ const WalletView = Type.Object({
 });
 
 const security = [{ adminToken: [] }];
+
+const UserView = Type.Object({
+  id: Type.String(),
+  email: Type.String(),
+  role: Type.String(),
+  status: Type.String({ description: 'invited, active or disabled' }),
+  totpEnrolled: Type.Boolean(),
+  inviteExpiresAt: Nullable(Type.String({ description: 'while the invitation can still be used' })),
+  invitedAt: Type.String(),
+  acceptedAt: Nullable(Type.String()),
+  disabledAt: Nullable(Type.String()),
+});
+const rolesMessage = `role must be one of ${userRoles.join(', ')}`;
+const UserInvite = Type.Object(
+  {
+    email: Type.String({
+      format: 'email',
+      maxLength: 254,
+      errorMessage: 'email must be an e-mail address',
+    }),
+    role: Type.Unsafe<(typeof userRoles)[number]>({ type: 'string', enum: [...userRoles], errorMessage: rolesMessage }),
+  },
+  { additionalProperties: false },
+);
+
+/** A user as the operator sees them: never a hash, a secret or a token. */
+const userView = (u: MerchantUsersTable): Static<typeof UserView> => ({
+  id: u.id,
+  email: u.email,
+  role: u.role,
+  status: u.status,
+  totpEnrolled: u.totp_enrolled,
+  inviteExpiresAt: u.status === 'invited' ? new Date(u.invite_expires_at).toISOString() : null,
+  invitedAt: new Date(u.invited_at).toISOString(),
+  acceptedAt: u.accepted_at && new Date(u.accepted_at).toISOString(),
+  disabledAt: u.disabled_at && new Date(u.disabled_at).toISOString(),
+});
 
 /** How a chain's watcher sees its node (GET /admin/v1/attention lists those not `ok`). */
 export interface ChainCondition {
@@ -484,6 +523,100 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       // Revocation takes effect at once: answer only when authentication sees it.
       await settle(position);
       return { data: apiKeyView(value) };
+    },
+  );
+
+  app.post(
+    '/admin/v1/merchants/:id/users',
+    {
+      schema: {
+        tags: ['operator'],
+        summary: 'Invite a person of the merchant to the dashboard; the link is valid 7 days, once',
+        security,
+        params: Type.Object({ id: Uuid }),
+        body: UserInvite,
+        response: {
+          201: data(
+            Type.Object({
+              id: Type.String(),
+              email: Type.String(),
+              role: Type.String(),
+              status: Type.String(),
+              inviteUrl: Type.String(),
+              inviteExpiresAt: Type.String(),
+            }),
+          ),
+        },
+      },
+    },
+    async (request, reply) => {
+      if (!isUserRole(request.body.role)) throw badRequest(rolesMessage);
+      const { value, position } = await ctx.users.invite(
+        request.params.id,
+        { email: request.body.email, role: request.body.role },
+        { type: 'operator' },
+        request.id,
+      );
+      await settle(position);
+      const { user, token } = value;
+      return reply.code(201).send({
+        data: {
+          id: user.id,
+          email: user.email,
+          role: user.role,
+          status: user.status,
+          inviteUrl: `${config.publicBaseUrl}/dashboard/invite/${token}`,
+          inviteExpiresAt: user.inviteExpiresAt,
+        },
+      });
+    },
+  );
+
+  app.get(
+    '/admin/v1/merchants/:id/users',
+    {
+      schema: {
+        tags: ['operator'],
+        security,
+        params: Type.Object({ id: Uuid }),
+        response: { 200: data(Type.Array(UserView)) },
+      },
+    },
+    async (request) => {
+      await merchants.existingMerchant(request.params.id);
+      const rows = await db
+        .selectFrom('merchant_users')
+        .selectAll()
+        .where('merchant_id', '=', request.params.id)
+        .orderBy('invited_at')
+        .execute();
+      return { data: rows.map(userView) };
+    },
+  );
+
+  app.post(
+    '/admin/v1/users/:userId/disable',
+    {
+      schema: {
+        tags: ['operator'],
+        summary: 'Disable a dashboard user; every session of theirs ends at once',
+        security,
+        params: Type.Object({ userId: Type.String({ format: 'uuid', errorMessage: 'userId must be a UUID' }) }),
+        response: { 200: data(UserView) },
+      },
+    },
+    async (request) => {
+      const { position } = await ctx.users.disable(request.params.userId, { type: 'operator' }, request.id);
+      // Ended here, and refused by every instance once the read model shows the user disabled.
+      await ctx.sessions.endAllOf(request.params.userId);
+      await settle(position);
+      const row = await db
+        .selectFrom('merchant_users')
+        .selectAll()
+        .where('id', '=', request.params.userId)
+        .executeTakeFirst();
+      if (!row) throw notFound('User not found');
+      return { data: userView(row) };
     },
   );
 }

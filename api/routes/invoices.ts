@@ -152,6 +152,17 @@ const EventSchema = Type.Object({
   position: Type.String(),
   recordedAt: Type.String(),
   data: Type.Unknown(),
+  actor: Nullable(
+    Type.Object(
+      {
+        type: Type.String({ description: 'user (a dashboard user), operator or api_key' }),
+        userId: Type.Optional(Type.String()),
+        email: Type.Optional(Type.String()),
+        keyId: Type.Optional(Type.String()),
+      },
+      { description: 'Who asked for the command that wrote the event; null where the service acted by itself' },
+    ),
+  ),
 });
 const ListQuery = Type.Object({
   status: Type.Optional(
@@ -424,7 +435,10 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request) => {
       if (!UUID.test(request.params.id)) throw notFound('Invoice not found');
-      const { value, position } = await invoices.cancel(request.params.id, request.caller!.merchantId, request.id);
+      const { value, position } = await invoices.cancel(request.params.id, request.caller!.merchantId, request.id, {
+        type: 'api_key',
+        keyId: request.caller!.keyId,
+      });
       await settle(position);
       return { data: viewOf(value) };
     },
@@ -570,6 +584,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
           position: e.position,
           recordedAt: e.recordedAt.toISOString(),
           data: e.data,
+          actor: (e.metadata.actor as Static<typeof EventSchema>['actor'] | undefined) ?? null,
         })),
       };
     },

@@ -1,0 +1,645 @@
+// The merchant dashboard (dashboard.md): server-side pages under /dashboard
+// for the people of a merchant. Sign-in with a password and, for the roles
+// that move money, a TOTP code; a session cookie; a CSRF token on every form
+// that changes something; each page and action checked against the role's
+// permissions here, on the server. It reads through the API's queries and
+// writes through the API's commands, with the user as the events' actor.
+import { randomBytes } from 'node:crypto';
+import cookie from '@fastify/cookie';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { qrCodeDataUri } from '../../adapters/keys/qr.ts';
+import { permissions as apiKeyPermissions, type Permission } from '../../domain/api-key.ts';
+import { DomainError } from '../../domain/decider.ts';
+import {
+  isUserRole,
+  normaliseEmail,
+  roleAllows,
+  roleNeedsTotp,
+  type DashboardPermission,
+} from '../../domain/merchant-user.ts';
+import { hashInviteToken, userIdOf } from '../../commands/merchant-users.ts';
+import type { Actor } from '../../commands/handle.ts';
+import { invoiceAddresses, invoiceRow, listInvoices } from '../../projections/invoice-queries.ts';
+import { settlementsNeedingAttention } from '../../projections/settlements.ts';
+import type { RouteContext } from '../app.ts';
+import { pageHeaders } from '../routes/checkout.ts';
+import {
+  hashPassword,
+  newTotpSecret,
+  passwordMatches,
+  passwordProblem,
+  spendPasswordCheck,
+  totpMatches,
+  totpStep,
+  totpUri,
+} from './credentials.ts';
+import {
+  apiKeysPage,
+  DASHBOARD_CSS,
+  invitePage,
+  invoicePage,
+  invoicesPage,
+  loginPage,
+  messagePage,
+  overviewPage,
+  teamPage,
+} from './pages.ts';
+import {
+  csrfTokenMatches,
+  sameSecret,
+  lockedOut,
+  needsReauthentication,
+  SESSION_ABSOLUTE_MS,
+  type DashboardSession,
+} from './sessions.ts';
+
+export const SESSION_COOKIE = 'dashboard_session';
+/** The sign-in form's own CSRF token, before there is a session to tie one to. */
+export const LOGIN_COOKIE = 'dashboard_login';
+/** One message for every failed sign-in: it never tells whether the address has a user. */
+export const SIGN_IN_FAILED = 'The e-mail address, password or code is not right.';
+export const SIGN_IN_LOCKED = 'Too many failed sign-ins for this address. Try again in 15 minutes.';
+
+declare module 'fastify' {
+  interface FastifyRequest {
+    dashboard?: DashboardSession;
+  }
+}
+
+type Form = Record<string, string | string[] | undefined>;
+
+/** The form's fields; a field sent more than once (checkboxes) is a list. */
+function parseForm(body: string): Form {
+  const form: Form = {};
+  for (const [key, value] of new URLSearchParams(body)) {
+    const before = form[key];
+    form[key] = before === undefined ? value : [...[before].flat(), value];
+  }
+  return form;
+}
+const field = (form: Form | undefined, name: string) => {
+  const value = form?.[name];
+  return typeof value === 'string' ? value : '';
+};
+const fields = (form: Form | undefined, name: string) => [form?.[name] ?? []].flat();
+
+export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext) {
+  const { auth, db, users, sessions, merchants, settle, config } = ctx;
+  const secureCookie = config.publicBaseUrl.startsWith('https:');
+  await scope.register(cookie);
+  scope.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_request, body, done) =>
+    done(null, parseForm(body as string)),
+  );
+
+  const html = (reply: FastifyReply, status: number, body: string) => pageHeaders(reply).code(status).send(body);
+  const redirect = (reply: FastifyReply, to: string) => reply.code(303).header('Location', to).send();
+
+  /**
+   * Who is signed in, with the permission a route needs: no session sends a
+   * page to sign-in (401 for a form); a role without the permission gets 403,
+   * whatever the page showed; a form without the session's CSRF token, 403.
+   */
+  const signedIn = (permission?: DashboardPermission) =>
+    async function requireSession(request: FastifyRequest, reply: FastifyReply) {
+      const session = await sessions.find(request.cookies[SESSION_COOKIE]);
+      if (!session) {
+        if (request.method === 'GET') return redirect(reply, '/dashboard/login');
+        return html(reply, 401, messagePage('Signed out', 'Your session has ended. Please sign in again.'));
+      }
+      request.dashboard = session;
+      if (request.method !== 'GET' && !csrfTokenMatches(session, (request.body as Form | undefined)?._csrf)) {
+        return html(
+          reply,
+          403,
+          messagePage('Refused', 'This form has expired. Go back, reload and try again.', session),
+        );
+      }
+      if (permission && !roleAllows(session.role, permission)) {
+        return html(
+          reply,
+          403,
+          messagePage('Not allowed', `Your role (${session.role}) may not do this (${permission}).`, session),
+        );
+      }
+    };
+  const actorOf = (session: DashboardSession): Actor => ({
+    type: 'user',
+    userId: session.userId,
+    email: session.email,
+  });
+
+  scope.get('/dashboard/assets/dashboard.css', { schema: { hide: true } }, async (_request, reply) =>
+    reply.type('text/css; charset=utf-8').header('Cache-Control', 'public, max-age=300').send(DASHBOARD_CSS),
+  );
+
+  // ---- Sign-in ---------------------------------------------------------------------
+
+  /**
+   * The sign-in form, with a token that is also in a cookie of its own
+   * (double submit): another site cannot read either, so it cannot sign a
+   * browser in to an account of its choosing (login CSRF).
+   */
+  const loginForm = (
+    request: FastifyRequest,
+    reply: FastifyReply,
+    status: number,
+    options: Omit<Parameters<typeof loginPage>[0], 'csrfToken'>,
+  ) => {
+    const kept = request.cookies[LOGIN_COOKIE];
+    const token = kept && /^[A-Za-z0-9_-]{43}$/.test(kept) ? kept : randomBytes(32).toString('base64url');
+    reply.setCookie(LOGIN_COOKIE, token, {
+      path: '/dashboard/login',
+      httpOnly: true,
+      secure: secureCookie,
+      sameSite: 'strict',
+    });
+    return html(reply, status, loginPage({ ...options, csrfToken: token }));
+  };
+
+  scope.get<{ Querystring: { welcome?: string } }>(
+    '/dashboard/login',
+    { onRequest: auth.public, schema: { hide: true } },
+    async (request, reply) =>
+      loginForm(request, reply, 200, {
+        notice: request.query.welcome ? 'Your account is ready. Sign in to continue.' : undefined,
+      }),
+  );
+
+  /** The password, and the code where enrolled, of the user of `email`; false for anyone else, in the same time. */
+  async function credentialsMatch(email: string, password: string, code: string) {
+    const user = await users.load(userIdOf(email));
+    if (!user || user.status !== 'active' || !user.passwordHash) {
+      await spendPasswordCheck(password);
+      return undefined;
+    }
+    const passwordRight = await passwordMatches(password, user.passwordHash);
+    return passwordRight && (await secondFactorRight(user, code)) ? user : undefined;
+  }
+
+  /** No second factor enrolled, or a code of it not given before. */
+  async function secondFactorRight(user: { id: string; totpSecret: string | null }, code: string) {
+    if (user.totpSecret === null) return true;
+    const step = totpStep(user.totpSecret, code);
+    return step !== undefined && (await sessions.useTotpStep(user.id, step));
+  }
+
+  scope.post<{ Body: Form }>(
+    '/dashboard/login',
+    { onRequest: auth.public, schema: { hide: true } },
+    async (request, reply) => {
+      const email = normaliseEmail(field(request.body, 'email')).slice(0, 254);
+      const password = field(request.body, 'password').slice(0, 200);
+      const code = field(request.body, 'code').trim();
+      const cookieToken = request.cookies[LOGIN_COOKIE];
+      if (!cookieToken || !sameSecret(cookieToken, field(request.body, '_csrf'))) {
+        return loginForm(request, reply, 403, { error: 'This form has expired. Please try again.', email });
+      }
+      if (!email || !password) {
+        return loginForm(request, reply, 400, { error: 'Enter your e-mail address and password.', email });
+      }
+      if (lockedOut(await sessions.recentFailures(email))) {
+        return loginForm(request, reply, 429, { error: SIGN_IN_LOCKED, email });
+      }
+      const user = await credentialsMatch(email, password, code);
+      if (!user) {
+        await sessions.recordFailure(email);
+        request.log.info({ event: 'dashboard_sign_in_failed' }, 'dashboard sign-in failed');
+        return loginForm(request, reply, 401, { error: SIGN_IN_FAILED, email });
+      }
+      const sessionId = await sessions.start(user.id);
+      reply.clearCookie(LOGIN_COOKIE, { path: '/dashboard/login' });
+      reply.setCookie(SESSION_COOKIE, sessionId, {
+        path: '/dashboard',
+        httpOnly: true,
+        secure: secureCookie,
+        sameSite: 'lax',
+        maxAge: SESSION_ABSOLUTE_MS / 1000,
+      });
+      return redirect(reply, '/dashboard');
+    },
+  );
+
+  scope.post('/dashboard/logout', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
+    await sessions.end(request.cookies[SESSION_COOKIE]!);
+    reply.clearCookie(SESSION_COOKIE, { path: '/dashboard' });
+    return redirect(reply, '/dashboard/login');
+  });
+
+  // ---- Invitations -----------------------------------------------------------------
+
+  /** The invited user of a link, while it can still be used. */
+  async function invitation(token: string) {
+    if (token.length > 100) return undefined;
+    const row = await db
+      .selectFrom('merchant_users')
+      .selectAll()
+      .where('invite_token_hash', '=', hashInviteToken(token))
+      .where('status', '=', 'invited')
+      .executeTakeFirst();
+    return row && new Date(row.invite_expires_at).getTime() > Date.now() ? row : undefined;
+  }
+  const invitationGone = (reply: FastifyReply) =>
+    html(reply, 404, messagePage('Invitation not valid', 'This invitation is not valid any more; ask for a new one.'));
+  /** The invitation's form, offering `secret` to enrol where the role needs an authenticator. */
+  const inviteForm = (row: { email: string; role: string }, secret: string, error?: string) =>
+    invitePage({
+      email: row.email,
+      role: row.role,
+      totp:
+        isUserRole(row.role) && roleNeedsTotp(row.role)
+          ? { secret, qrCode: qrCodeDataUri(totpUri(secret, row.email)) }
+          : null,
+      error,
+    });
+
+  scope.get<{ Params: { token: string } }>(
+    '/dashboard/invite/:token',
+    { onRequest: auth.public, schema: { hide: true } },
+    async (request, reply) => {
+      const row = await invitation(request.params.token);
+      if (!row) return invitationGone(reply);
+      return html(reply, 200, inviteForm(row, newTotpSecret()));
+    },
+  );
+
+  scope.post<{ Params: { token: string }; Body: Form }>(
+    '/dashboard/invite/:token',
+    { onRequest: auth.public, schema: { hide: true } },
+    async (request, reply) => {
+      // The link's token, unguessable and known only to the invitee, stands for a CSRF token here.
+      const row = await invitation(request.params.token);
+      if (!row) return invitationGone(reply);
+      const needsTotp = isUserRole(row.role) && roleNeedsTotp(row.role);
+      const password = field(request.body, 'password');
+      const offered = field(request.body, 'totpSecret');
+      const secret = /^[A-Z2-7]{32}$/.test(offered) ? offered : newTotpSecret();
+      const again = (error: string) => html(reply, 400, inviteForm(row, secret, error));
+      const problem = passwordProblem(password, row.email);
+      if (problem) return again(problem);
+      if (needsTotp && (secret !== offered || !totpMatches(secret, field(request.body, 'code').trim()))) {
+        return again('The authenticator code is not right. Check the app shows this key, and type its current code.');
+      }
+      try {
+        const { position } = await users.accept(
+          row.id,
+          {
+            token: request.params.token,
+            passwordHash: await hashPassword(password),
+            totpSecret: needsTotp ? secret : null,
+          },
+          request.id,
+        );
+        await settle(position);
+      } catch (error) {
+        if (error instanceof DomainError && error.kind === 'not_found') return invitationGone(reply);
+        throw error;
+      }
+      return redirect(reply, '/dashboard/login?welcome=1');
+    },
+  );
+
+  // ---- Pages -------------------------------------------------------------------------
+
+  scope.get('/dashboard', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
+    const session = request.dashboard!;
+    const [counts, issues, settlementIssues] = await Promise.all([
+      db
+        .selectFrom('invoices')
+        .select(['status', db.fn.countAll<string>().as('n')])
+        .where('merchant_id', '=', session.merchantId)
+        .groupBy('status')
+        .orderBy('status')
+        .execute(),
+      db
+        .selectFrom('invoices')
+        .select(['id', 'payment_issue_type', 'paid_late', 'updated_at'])
+        .where('merchant_id', '=', session.merchantId)
+        .where((eb) => eb.or([eb('payment_issue_type', 'is not', null), eb('paid_late', '=', true)]))
+        .orderBy('updated_at', 'desc')
+        .limit(50)
+        .execute(),
+      settlementsNeedingAttention(db, 50, session.merchantId),
+    ]);
+    return html(
+      reply,
+      200,
+      overviewPage(session, {
+        counts: counts.map((c) => ({ status: c.status, n: Number(c.n) })),
+        attention: issues.map((i) => ({
+          invoiceId: i.id,
+          what: `Invoice ${i.id.slice(0, 8)}: ${[i.payment_issue_type, i.paid_late && 'paid late'].filter(Boolean).join(', ')}`,
+          since: i.updated_at,
+        })),
+        settlementsAttention: settlementIssues.map((s) => ({
+          id: s.subject,
+          invoiceId: s.settlement.invoiceId,
+          what: `Settlement: ${s.reason}`,
+        })),
+      }),
+    );
+  });
+
+  scope.get<{ Querystring: { q?: string; status?: string; page?: string } }>(
+    '/dashboard/invoices',
+    { preHandler: signedIn('invoices:read'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const search = (request.query.q ?? '').trim().slice(0, 200);
+      const status = ['pending', 'confirmed', 'settled', 'expired'].includes(request.query.status ?? '')
+        ? request.query.status!
+        : '';
+      const pageNumber = Math.max(1, Math.min(10_000, Number.parseInt(request.query.page ?? '1', 10) || 1));
+      const limit = 50;
+      // Like the API's list: what was written before this request is shown.
+      await ctx.caughtUp();
+      const { rows, total } = await listInvoices(db, {
+        merchantId: session.merchantId,
+        status: status || undefined,
+        search: search || undefined,
+        limit,
+        page: pageNumber,
+      });
+      return html(
+        reply,
+        200,
+        invoicesPage(session, { rows, total, page: pageNumber, pages: Math.ceil(total / limit), search, status }),
+      );
+    },
+  );
+
+  scope.get<{ Params: { id: string } }>(
+    '/dashboard/invoices/:id',
+    { preHandler: signedIn('invoices:read'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const row = await ctx.readInvoice(request.params.id, () => invoiceRow(db, request.params.id));
+      // Another merchant's invoice is as unknown as one that does not exist.
+      if (!row || row.merchant_id !== session.merchantId) {
+        return html(reply, 404, messagePage('Invoice not found', 'There is no such invoice.', session));
+      }
+      const [addresses, payments] = await Promise.all([
+        invoiceAddresses(db, row.id),
+        db.selectFrom('payments').selectAll().where('invoice_id', '=', row.id).orderBy('detected_at').execute(),
+      ]);
+      return html(
+        reply,
+        200,
+        invoicePage(session, row, addresses, payments, `${config.publicBaseUrl}/checkout/${row.id}`),
+      );
+    },
+  );
+
+  scope.post<{ Params: { id: string }; Body: Form }>(
+    '/dashboard/invoices/:id/cancel',
+    { preHandler: signedIn('invoices:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const id = request.params.id;
+      const notFound = () => html(reply, 404, messagePage('Invoice not found', 'There is no such invoice.', session));
+      if (!/^[0-9a-f-]{36}$/i.test(id)) return notFound();
+      try {
+        // The API's own command, which refuses another merchant's invoice as unknown.
+        const { position } = await ctx.invoices.cancel(id, session.merchantId, request.id, actorOf(session));
+        await settle(position);
+      } catch (error) {
+        if (!(error instanceof DomainError)) throw error;
+        if (error.kind === 'not_found') return notFound();
+        return html(reply, 409, messagePage('Not cancelled', error.message, session));
+      }
+      return redirect(reply, `/dashboard/invoices/${id}`);
+    },
+  );
+
+  // ---- Developers: API keys ------------------------------------------------------------
+
+  const keysOf = (merchantId: string) =>
+    db.selectFrom('api_keys').selectAll().where('merchant_id', '=', merchantId).orderBy('created_at').execute();
+
+  scope.get(
+    '/dashboard/developers/api-keys',
+    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      return html(
+        reply,
+        200,
+        apiKeysPage(session, await keysOf(session.merchantId), {
+          reauthenticate: needsReauthentication(session, new Date()),
+        }),
+      );
+    },
+  );
+
+  /**
+   * A sensitive action's check that the person is still the one who signed
+   * in: their password, and code where enrolled, when the last time they gave
+   * it is more than 5 minutes ago. Undefined when fine, else what is wrong.
+   */
+  async function reauthenticationProblem(request: FastifyRequest) {
+    const session = request.dashboard!;
+    if (!needsReauthentication(session, new Date())) return undefined;
+    const form = request.body as Form | undefined;
+    const user = await users.load(session.userId);
+    const right =
+      user?.passwordHash &&
+      (await passwordMatches(field(form, 'password'), user.passwordHash)) &&
+      (await secondFactorRight(user, field(form, 'code').trim()));
+    if (!right) return 'Your password or code is not right.';
+    await sessions.reauthenticated(request.cookies[SESSION_COOKIE]!);
+    return undefined;
+  }
+
+  scope.post<{ Body: Form }>(
+    '/dashboard/developers/api-keys',
+    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const refuse = async (status: number, error: string) =>
+        html(
+          reply,
+          status,
+          apiKeysPage(session, await keysOf(session.merchantId), {
+            reauthenticate: needsReauthentication(session, new Date()),
+            error,
+          }),
+        );
+      const reauthentication = await reauthenticationProblem(request);
+      if (reauthentication) return refuse(403, reauthentication);
+      const chosen = fields(request.body, 'permissions');
+      if (chosen.length === 0) return refuse(400, 'Choose at least one permission.');
+      const unknown = chosen.find((p) => !(apiKeyPermissions as readonly string[]).includes(p));
+      if (unknown) return refuse(400, `Unknown permission: ${unknown}`);
+      const name = field(request.body, 'name').trim().slice(0, 200) || null;
+      let expiresAt: string | null = null;
+      const expiresOn = field(request.body, 'expiresOn');
+      if (expiresOn) {
+        const at = /^\d{4}-\d{2}-\d{2}$/.test(expiresOn) ? new Date(`${expiresOn}T00:00:00Z`) : new Date(NaN);
+        if (Number.isNaN(at.getTime())) return refuse(400, 'The expiry must be a date.');
+        if (at.getTime() <= Date.now()) return refuse(400, 'The expiry must be in the future.');
+        expiresAt = at.toISOString();
+      }
+      const { value, position } = await merchants.issueApiKey(
+        session.merchantId,
+        { name, permissions: [...new Set(chosen)] as Permission[], expiresAt },
+        request.id,
+        actorOf(session),
+      );
+      await settle(position);
+      return html(
+        reply,
+        201,
+        apiKeysPage(session, await keysOf(session.merchantId), {
+          reauthenticate: false,
+          created: { key: value.key, name },
+        }),
+      );
+    },
+  );
+
+  scope.post<{ Params: { keyId: string }; Body: Form }>(
+    '/dashboard/developers/api-keys/:keyId/revoke',
+    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const key = /^[0-9a-f-]{36}$/i.test(request.params.keyId)
+        ? await db
+            .selectFrom('api_keys')
+            .select('id')
+            .where('id', '=', request.params.keyId)
+            .where('merchant_id', '=', session.merchantId)
+            .executeTakeFirst()
+        : undefined;
+      if (!key) return html(reply, 404, messagePage('Key not found', 'There is no such API key.', session));
+      const { position } = await merchants.revokeApiKey(key.id, request.id, actorOf(session));
+      await settle(position);
+      return redirect(reply, '/dashboard/developers/api-keys');
+    },
+  );
+
+  // ---- Team ----------------------------------------------------------------------------
+
+  const teamOf = (merchantId: string) =>
+    db.selectFrom('merchant_users').selectAll().where('merchant_id', '=', merchantId).orderBy('invited_at').execute();
+  const teamAnswer = async (
+    reply: FastifyReply,
+    session: DashboardSession,
+    status: number,
+    options: { invited?: { email: string; url: string }; error?: string } = {},
+  ) =>
+    html(
+      reply,
+      status,
+      teamPage(session, await teamOf(session.merchantId), {
+        reauthenticate: needsReauthentication(session, new Date()) && !options.invited,
+        ...options,
+      }),
+    );
+
+  scope.get(
+    '/dashboard/team',
+    { preHandler: signedIn('users:write'), schema: { hide: true } },
+    async (request, reply) => teamAnswer(reply, request.dashboard!, 200),
+  );
+
+  /** Only an owner makes, changes or removes an owner (dashboard.md: admin is "everything but removing an owner"). */
+  const touchesOwner = (session: DashboardSession, ...roles: string[]) =>
+    roles.includes('owner') && !roleAllows(session.role, 'owners:write');
+
+  scope.post<{ Body: Form }>(
+    '/dashboard/team/invite',
+    { preHandler: signedIn('users:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const reauthentication = await reauthenticationProblem(request);
+      if (reauthentication) return teamAnswer(reply, session, 403, { error: reauthentication });
+      const email = normaliseEmail(field(request.body, 'email'));
+      const role = field(request.body, 'role');
+      if (!/^[^\s@]+@[^\s@]+\.[^\s@]+$/.test(email) || email.length > 254) {
+        return teamAnswer(reply, session, 400, { error: 'Enter an e-mail address.' });
+      }
+      if (!isUserRole(role)) return teamAnswer(reply, session, 400, { error: 'Choose a role.' });
+      if (touchesOwner(session, role))
+        return teamAnswer(reply, session, 403, { error: 'Only an owner invites an owner.' });
+      try {
+        const { value, position } = await users.invite(
+          session.merchantId,
+          { email, role },
+          actorOf(session),
+          request.id,
+        );
+        await settle(position);
+        const url = `${config.publicBaseUrl}/dashboard/invite/${value.token}`;
+        return teamAnswer(reply, session, 201, { invited: { email, url } });
+      } catch (error) {
+        if (error instanceof DomainError && error.kind === 'conflict') {
+          return teamAnswer(reply, session, 409, { error: error.message });
+        }
+        throw error;
+      }
+    },
+  );
+
+  /** A user of the session's merchant that the session may manage, or the answer why not. */
+  async function manageable(request: FastifyRequest<{ Params: { userId: string } }>, reply: FastifyReply) {
+    const session = request.dashboard!;
+    const target = /^[0-9a-f-]{36}$/i.test(request.params.userId)
+      ? await db
+          .selectFrom('merchant_users')
+          .selectAll()
+          .where('id', '=', request.params.userId)
+          .where('merchant_id', '=', session.merchantId)
+          .executeTakeFirst()
+      : undefined;
+    if (!target) {
+      await html(reply, 404, messagePage('User not found', 'There is no such user.', session));
+      return undefined;
+    }
+    if (target.id === session.userId) {
+      await teamAnswer(reply, session, 403, { error: 'You cannot change your own role or disable yourself.' });
+      return undefined;
+    }
+    if (touchesOwner(session, target.role)) {
+      await teamAnswer(reply, session, 403, { error: 'Only an owner changes or removes an owner.' });
+      return undefined;
+    }
+    return target;
+  }
+
+  scope.post<{ Params: { userId: string }; Body: Form }>(
+    '/dashboard/team/:userId/role',
+    { preHandler: signedIn('users:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const target = await manageable(request, reply);
+      if (!target) return reply;
+      const role = field(request.body, 'role');
+      if (!isUserRole(role)) return teamAnswer(reply, session, 400, { error: 'Choose a role.' });
+      if (touchesOwner(session, role))
+        return teamAnswer(reply, session, 403, { error: 'Only an owner makes an owner.' });
+      try {
+        const { position } = await users.changeRole(target.id, role, actorOf(session), request.id);
+        await settle(position);
+      } catch (error) {
+        if (error instanceof DomainError && error.kind === 'conflict') {
+          return teamAnswer(reply, session, 409, { error: error.message });
+        }
+        throw error;
+      }
+      return redirect(reply, '/dashboard/team');
+    },
+  );
+
+  scope.post<{ Params: { userId: string }; Body: Form }>(
+    '/dashboard/team/:userId/disable',
+    { preHandler: signedIn('users:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const target = await manageable(request, reply);
+      if (!target) return reply;
+      const { position } = await users.disable(target.id, actorOf(session), request.id);
+      await sessions.endAllOf(target.id);
+      await settle(position);
+      return redirect(reply, '/dashboard/team');
+    },
+  );
+}

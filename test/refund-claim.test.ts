@@ -1,7 +1,8 @@
 // The customer's refund claim page (refunds.md): over plain HTTP (markup,
 // headers, escaping, the form's refusals), then in Debian's Chromium driven by
-// playwright-core: the customer opens the link, enters an address and sees
-// that the refund waits for the merchant.
+// playwright-core: the customer opens the link, enters an address, sees that
+// the refund waits for the merchant, and once approved and paid, that it was
+// sent, with its transaction.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { after, before, describe, it } from 'node:test';
@@ -120,8 +121,8 @@ describe('refund claim page', () => {
     });
     after(() => browser?.close());
 
-    it('the customer opens the link, enters an address and is told the refund waits for the merchant', async () => {
-      const { claimUrl } = await refund();
+    it('the customer opens the link, enters an address, is told the refund waits for the merchant, then sees it sent with its transaction', async () => {
+      const { id, claimUrl } = await refund();
       const page = await browser.newPage({ viewport: { width: 375, height: 812 } });
       const violations: string[] = [];
       page.on('console', (message) => {
@@ -136,6 +137,21 @@ describe('refund claim page', () => {
       await Promise.all([page.waitForURL(`${svc.url}${pathOf(claimUrl)}`), page.click('#claim-submit')]);
       assert.match((await page.textContent('#status-text')) ?? '', /waiting for the merchant/);
       assert.equal(await page.textContent('#destination'), CUSTOMER);
+
+      // The merchant approves; the refund is paid (from the deposit: this merchant's settlement waits for a wallet).
+      const approved = await svc.call('POST', `/api/v1/refunds/${id}/approve`, { token: key });
+      assert.equal(approved.status, 200, JSON.stringify(approved.body));
+      const sent = await eventually(
+        async () => {
+          await admin('POST', '/dev/v1/chains/tron/blocks', { count: 1 });
+          return (await svc.call('GET', `/api/v1/refunds/${id}`, { token: key })).body.data;
+        },
+        (r) => r.status === 'completed',
+      );
+      await page.reload();
+      assert.equal(await page.textContent('#status-text'), 'The refund was sent.');
+      assert.equal(await page.textContent('#transaction'), sent.transactionHash);
+      assert.equal(await page.$('#claim-form'), null, 'no form once approved');
       assert.deepEqual(violations, []);
       await page.close();
     });

@@ -7,6 +7,8 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { defaultConfirmations } from '../api/config.ts';
+import { catalogue } from '../domain/catalogue.ts';
+import { formatUnits, parseUnits } from '../domain/money.ts';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { runCli } from './support/process.ts';
 import { startTestService, type RunningService } from './support/service.ts';
@@ -212,4 +214,54 @@ describe('refund payouts', () => {
     assert.equal(refused.code, 1);
     assert.match(refused.output, /Refund exceeds the refundable amount/);
   });
+
+  // On every chain's sandbox ledger: an overpayment in the native coin refunded from the deposit, the network fee out of it.
+  for (const chain of catalogue) {
+    it(`${chain.name}: the excess of an overpaid invoice goes back to the customer, to the base unit`, async () => {
+      const { key } = await merchant();
+      const decimals = chain.supportedTokens.find((t) => t.symbol === chain.nativeCurrency)!.decimals;
+      const invoice = async () =>
+        (
+          await svc.call('POST', '/api/v1/payments', {
+            token: key,
+            body: { amount: '10', currency: 'USD', chain: chain.name, token: chain.nativeCurrency },
+          })
+        ).body.data;
+      const paid = await invoice();
+      // Another deposit address of the chain stands for the customer's: an address the chain's rules accept.
+      const customer = (await invoice()).address as string;
+      const quoted = parseUnits(paid.cryptoAmount, decimals)!;
+      const sent = quoted * 2n;
+      const res = await admin('POST', `/dev/v1/chains/${chain.name}/transfers`, {
+        to: paid.address,
+        amount: formatUnits(sent, decimals, decimals),
+        token: chain.nativeCurrency,
+      });
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      await admin('POST', `/dev/v1/chains/${chain.name}/blocks`, { count: defaultConfirmations[chain.name] });
+      await eventually(
+        () => settlementOf(key, paid.paymentId),
+        (s) => s?.status === 'pending',
+      );
+      const created = await svc.call('POST', `/api/v1/invoices/${paid.paymentId}/refunds`, {
+        token: key,
+        body: { kind: 'excess', destination: customer },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      assert.equal(parseUnits(created.body.data.amount, decimals), sent - quoted);
+      const approved = await approve(key, created.body.data.id);
+      assert.equal(approved.status, 200, JSON.stringify(approved.body));
+      const completed = await eventuallyMining(
+        () => admin('POST', `/dev/v1/chains/${chain.name}/blocks`, { count: 1 }),
+        async () => (await refundOf(key, created.body.data.id)).body.data,
+        (r) => r.status === 'completed',
+      );
+      const ledger = await SandboxLedger.open(svc.service.store, chain.name);
+      const payout = ledger.transfersTo(customer).filter((t) => t.txHash === completed.transactionHash);
+      assert.deepEqual(
+        payout.map((t) => [t.token, t.amount]),
+        [[chain.nativeCurrency, sent - quoted - parseUnits(completed.networkFee, decimals)!]],
+      );
+    });
+  }
 });

@@ -215,6 +215,53 @@ describe('refund payouts', () => {
     assert.match(refused.output, /Refund exceeds the refundable amount/);
   });
 
+  it('a wrong-token payment is refunded in that token, from the refund wallet; a partial refund, a second up to the limit, a third refused', async () => {
+    const { key } = await merchant(MERCHANT_WALLET);
+    const { id, deposit } = await overpaid(key);
+    await transfer(deposit, '0.5', 'ETH'); // the wrong token
+    await mine(defaultConfirmations.ethereum);
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${id}/refundable`, { token: key })).body.data,
+      (assets) => assets?.length === 2,
+    );
+    const wrong = await svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+      token: key,
+      body: { chain: 'ethereum', token: 'ETH', kind: 'excess', destination: CUSTOMER },
+    });
+    assert.equal(wrong.status, 201, JSON.stringify(wrong.body));
+    assert.equal(wrong.body.data.token, 'ETH');
+    const approved = await approve(key, wrong.body.data.id);
+    // The settlement pays USDT out: the ETH is paid from the refund wallet, once the merchant funds it.
+    assert.equal(approved.body.data.fundedFrom, 'refund_wallet');
+    assert.equal(approved.body.data.status, 'awaiting_funds');
+    const wallet = (await svc.call('GET', '/api/v1/refund-wallets', { token: key })).body.data.find(
+      (w: { chain: string }) => w.chain === 'ethereum',
+    );
+    await transfer(wallet.address, '0.5', 'ETH');
+    const completed = await eventuallyMining(
+      () => mine(),
+      async () => (await refundOf(key, wrong.body.data.id)).body.data,
+      (r) => r.status === 'completed',
+    );
+    const paid = (await ledgerTransfersTo(CUSTOMER)).filter((t) => t.txHash === completed.transactionHash);
+    assert.deepEqual(
+      paid.map((t) => [t.token, t.amount]),
+      [['ETH', 500_000_000_000_000_000n - parseUnits(completed.networkFee, 18)!]],
+    );
+
+    // USDT: 120 received; 100 then 20 are refundable, a third of 0.000001 is not.
+    const refund = (amount: string) =>
+      svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+        token: key,
+        body: { chain: 'ethereum', token: 'USDT', amount, destination: CUSTOMER },
+      });
+    assert.equal((await refund('100')).status, 201);
+    assert.equal((await refund('20')).status, 201);
+    const third = await refund('0.000001');
+    assert.equal(third.status, 400);
+    assert.equal(third.body.message, 'Refund exceeds the refundable amount');
+  });
+
   // On every chain's sandbox ledger: an overpayment in the native coin refunded from the deposit, the network fee out of it.
   for (const chain of catalogue) {
     it(`${chain.name}: the excess of an overpaid invoice goes back to the customer, to the base unit`, async () => {

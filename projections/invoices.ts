@@ -9,6 +9,7 @@ import {
   refundStatusOf,
   type Invoice,
   type InvoiceEvent,
+  type RateProvenance,
 } from '../domain/invoice.ts';
 import { paymentDecider, type Payment, type PaymentEvent } from '../domain/payment.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
@@ -104,6 +105,16 @@ function addressRowOf(invoiceId: string, recorded: RecordedEvent) {
     crypto_amount: d.cryptoAmount,
     quoted_at: new Date(d.quotedAt),
     rate_valid_until: new Date(d.rateValidUntil),
+    ...provenanceOf(d),
+  };
+}
+
+/** The sources a quote used and when its rate was observed, where it recorded them. */
+function provenanceOf(quote: RateProvenance) {
+  const used = quote.rateSources?.filter((s) => s.used).map((s) => s.name);
+  return {
+    rate_source: used?.length ? used.join('+') : null,
+    rate_observed_at: quote.rateObservedAt ? new Date(quote.rateObservedAt) : null,
   };
 }
 
@@ -116,6 +127,7 @@ async function requoteAddress(trx: Kysely<ReadModelTables>, recorded: RecordedEv
       crypto_amount: d.cryptoAmount,
       quoted_at: new Date(d.quotedAt),
       rate_valid_until: new Date(d.rateValidUntil),
+      ...provenanceOf(d),
     })
     .where('chain', '=', d.chain)
     .where('address', '=', d.address)

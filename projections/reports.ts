@@ -25,9 +25,9 @@ export interface ReportScope {
 export type ReportCell = string | null;
 
 /**
- * Where each fiat value's rate comes from. The read models keep the rate of
- * the invoice's quote (invoice_addresses.rate, fixed when the address was
- * quoted), not which provider gave it: docs/reports.md says so.
+ * Where a fiat value's rate comes from when its quote recorded no sources
+ * (quotes from before they were kept): the invoice's quote, nothing more
+ * known. Otherwise the sources the quote used (invoice_addresses.rate_source).
  */
 const RATE_SOURCE = 'invoice_quote';
 
@@ -97,7 +97,7 @@ const bool = (value: boolean | null) => (value === null ? null : value ? 'true' 
 /** The quote of an invoice for a chain and token: the rate a fiat value is computed at. */
 const quoteOf = (invoiceId: RawBuilder<unknown>, chain: RawBuilder<unknown>, token: RawBuilder<unknown>) => sql`
   left join lateral (
-    select a.rate, a.token_decimals, a.quoted_at from invoice_addresses a
+    select a.rate, a.rate_source, a.token_decimals, a.quoted_at from invoice_addresses a
     where a.invoice_id = ${invoiceId} and a.chain = ${chain} and a.token = ${token}
     order by a.quoted_at desc limit 1
   ) q on true`;
@@ -133,12 +133,14 @@ interface ReportExtras {
   cursor_id: string;
   metadata: Record<string, unknown> | null;
   rate: string | null;
+  /** The sources whose answers made the rate (kraken+coinbase, fixed), where the quote recorded them. */
+  rate_source: string | null;
   quoted_at: string | null;
 }
 
 const rateColumns = ['rate', 'rate_source', 'rate_quoted_at'] as const;
-const rateCells = (row: { rate: string | null; quoted_at: string | null }): ReportCell[] =>
-  row.rate === null ? [null, null, null] : [row.rate, RATE_SOURCE, row.quoted_at];
+const rateCells = (row: { rate: string | null; rate_source: string | null; quoted_at: string | null }): ReportCell[] =>
+  row.rate === null ? [null, null, null] : [row.rate, row.rate_source ?? RATE_SOURCE, row.quoted_at];
 
 type InvoiceRow = AsText<
   Pick<
@@ -193,7 +195,7 @@ const invoicesReport: RecordReport<InvoiceRow> = {
     select i.created_at::text as cursor_at, i.id::text as cursor_id, i.id, ${zoned('i.created_at')} as created_at,
       ${zoned('i.updated_at')} as updated_at, ${zoned('i.expires_at')} as expires_at, i.status, i.cancelled, i.amount, i.currency, i.description, i.chain, i.token,
       i.crypto_amount, i.payment_status, i.paid_late, i.total_received_amount, i.total_received_currency,
-      i.settled_amount, i.refund_status, i.subscriber_id, i.metadata, q.rate, ${zoned('q.quoted_at')} as quoted_at
+      i.settled_amount, i.refund_status, i.subscriber_id, i.metadata, q.rate, q.rate_source, ${zoned('q.quoted_at')} as quoted_at
     from invoices i ${quoteOf(sql.ref('i.id'), sql.ref('i.chain'), sql.ref('i.token'))}
     ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page)}`,
   cells: (r) => [
@@ -269,7 +271,7 @@ const paymentsReport: RecordReport<PaymentRow> = {
     select p.detected_at::text as cursor_at, p.payment_id::text as cursor_id, p.payment_id, p.invoice_id,
       p.chain, p.token, p.token_decimals, p.amount::text as amount, p.to_address, p.tx_hash, p.output_index,
       p.block_number, p.wrong_token, p.status, p.confirmations, ${zoned('p.detected_at')} as detected_at,
-      ${zoned('p.confirmed_at')} as confirmed_at, i.currency, i.metadata, a.rate, ${zoned('a.quoted_at')} as quoted_at
+      ${zoned('p.confirmed_at')} as confirmed_at, i.currency, i.metadata, a.rate, a.rate_source, ${zoned('a.quoted_at')} as quoted_at
     from payments p
     join invoices i on i.id = p.invoice_id
     left join invoice_addresses a on a.chain = p.chain and a.address = p.to_address and a.token = p.token
@@ -346,7 +348,7 @@ const settlementsReport: RecordReport<SettlementRow> = {
     select s.created_at::text as cursor_at, s.id::text as cursor_id, s.id, s.invoice_id,
       ${zoned('s.created_at')} as created_at, s.status, s.chain, s.currency, s.gross_amount, s.platform_fee,
       s.network_fee, s.amount, s.merchant_wallet, s.transaction_hash, ${zoned('s.completed_at')} as completed_at,
-      s.failure_code, i.currency as fiat_currency, i.metadata, q.rate, q.token_decimals,
+      s.failure_code, i.currency as fiat_currency, i.metadata, q.rate, q.rate_source, q.token_decimals,
       ${zoned('q.quoted_at')} as quoted_at
     from settlements s
     join invoices i on i.id = s.invoice_id
@@ -422,7 +424,7 @@ const refundsReport: RecordReport<RefundRow> = {
     select r.created_at::text as cursor_at, r.id::text as cursor_id, r.id, r.invoice_id,
       ${zoned('r.created_at')} as created_at, r.status, r.chain, r.token, r.amount, r.network_fee, r.net_amount,
       r.fiat_amount, r.fiat_currency, r.reason, r.destination, r.funded_from, r.transaction_hash,
-      ${zoned('r.approved_at')} as approved_at, ${zoned('r.completed_at')} as completed_at, i.metadata, q.rate,
+      ${zoned('r.approved_at')} as approved_at, ${zoned('r.completed_at')} as completed_at, i.metadata, q.rate, q.rate_source,
       ${zoned('q.quoted_at')} as quoted_at
     from refunds r
     join invoices i on i.id = r.invoice_id
@@ -465,6 +467,7 @@ interface FeeRow {
   fiat_currency: string;
   metadata: Record<string, unknown> | null;
   rate: string | null;
+  rate_source: string | null;
   token_decimals: number | null;
   quoted_at: string | null;
 }
@@ -495,7 +498,7 @@ const feesReport: RecordReport<FeeRow> = {
     return sql<FeeRow>`
     select f.occurred_at::text as cursor_at, f.source_id::text || '/' || f.fee_type as cursor_id,
       f.fee_type, f.source, f.paid_from, f.source_id, f.invoice_id, ${zoned('f.occurred_at')} as occurred_at, f.chain,
-      f.token, f.amount, i.currency as fiat_currency, i.metadata, q.rate, q.token_decimals,
+      f.token, f.amount, i.currency as fiat_currency, i.metadata, q.rate, q.rate_source, q.token_decimals,
       ${zoned('q.quoted_at')} as quoted_at
     from (
       select 'platform_fee' as fee_type, 'settlement' as source, 'deposit' as paid_from, s.id as source_id, s.invoice_id,
@@ -626,7 +629,7 @@ export function invoiceCsvPages(
     sql`i.token`,
     sql`i.crypto_amount`,
     sql`q.rate`,
-    sql`case when q.rate is null then null else ${RATE_SOURCE} end`,
+    sql`case when q.rate is null then null else coalesce(q.rate_source, ${RATE_SOURCE}) end`,
     zoned('q.quoted_at'),
     sql`i.payment_status`,
     sql`i.paid_late::text`,

@@ -77,6 +77,9 @@ export interface InvoiceAddressesTable {
   crypto_amount: string;
   quoted_at: Date;
   rate_valid_until: Date;
+  /** The sources whose answers made the rate, joined by '+' (null: a quote from before they were recorded). */
+  rate_source: string | null;
+  rate_observed_at: Date | null;
 }
 
 export interface PaymentsTable {
@@ -585,5 +588,16 @@ readModelMigrations['0010_report_paging'] = {
           else '"' || case when left(v, 1) in ('=', '+', '-', '@', chr(9), chr(13)) then '''' else '' end
             || replace(v, '"', '""') || '"' end
       $$`.execute(db);
+  },
+};
+
+readModelMigrations['0011_rate_provenance'] = {
+  async up(db) {
+    // Where each quote's rate came from, for the finance reports' rate_source (docs/rates.md).
+    await db.schema
+      .alterTable('invoice_addresses')
+      .addColumn('rate_source', 'text')
+      .addColumn('rate_observed_at', 'timestamptz')
+      .execute();
   },
 };

@@ -133,7 +133,7 @@ describe('reports API', () => {
     const eth = csv.rows.find((r) => csv.cell(r, 'token') === 'ETH')!;
     assert.match(csv.cell(eth, 'amount'), /^\d+\.\d{18}$/);
     assert.equal(csv.cell(eth, 'rate'), '3012.55');
-    assert.equal(csv.cell(eth, 'rate_source'), 'invoice_quote');
+    assert.equal(csv.cell(eth, 'rate_source'), 'kraken+coinbase');
     assert.match(csv.cell(eth, 'fiat_value'), /^\d+\.\d{8}$/);
     assert.equal(csv.cell(eth, 'fiat_currency'), 'USD');
     const units = parseUnits(csv.cell(eth, 'amount'), 18)!;
@@ -144,7 +144,7 @@ describe('reports API', () => {
     if (wrong) assert.deepEqual([csv.cell(wrong, 'fiat_value'), csv.cell(wrong, 'rate')], ['', '']);
     const settlements = await csvOf('/api/v1/reports/settlements');
     for (const row of settlements.rows) {
-      assert.equal(settlements.cell(row, 'rate_source'), 'invoice_quote');
+      assert.equal(settlements.cell(row, 'rate_source'), 'kraken+coinbase');
       assert.notEqual(settlements.cell(row, 'gross_fiat_value'), '');
     }
   });
@@ -238,5 +238,18 @@ describe('reports API', () => {
       assert.equal(body.error, 'Bad Request', path);
       assert.equal(body.message, message, path);
     }
+  });
+
+  it('names the sources a quote used as the rate source of an invoice quoted through the service', async () => {
+    const fresh = await merchantWithKey(svc, { name: 'Fresh Shop' });
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: fresh.key,
+      body: { amount: '10', currency: 'USD', chain: 'ethereum', token: 'USDT' },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const [row] = await ndjsonOf('/api/v1/reports/invoices?format=ndjson', fresh.key);
+    // The development table records itself as the source `fixed` (docs/rates.md).
+    assert.equal(row.rate_source, 'fixed');
+    assert.equal(row.rate, created.body.data.exchangeRate);
   });
 });

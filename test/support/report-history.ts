@@ -90,6 +90,8 @@ export function generateHistory(seed: number, merchantId: string, invoiceCount: 
       crypto_amount: quoted.toString(),
       quoted_at: at(created),
       rate_valid_until: at(created + 900_000),
+      rate_source: 'kraken+coinbase',
+      rate_observed_at: at(created - 1_000),
     });
     // Payments: one in full, or partial ones, some after the invoice expired (late).
     const paymentCount = rnd.int(4);

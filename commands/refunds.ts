@@ -235,7 +235,7 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  * chain whose sweep spends the deposit's coins whole, no settlement).
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
-  const { store, clock, chains } = deps;
+  const { store, clock } = deps;
   const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
   const settlement = await loadState(store, settlementDecider, stream);
   if (!settlement) return undefined;
@@ -331,7 +331,12 @@ async function runRefusable(store: EventStore, action: RefundSagaAction, now: st
     return;
   }
   if (action.to === 'settlement') {
-    await handleCommand(store, settlementDecider, settlementStreamName(action.settlementId), action.command, options);
+    try {
+      await handleCommand(store, settlementDecider, settlementStreamName(action.settlementId), action.command, options);
+    } catch (error) {
+      // No settlement (the invoice never confirmed): there is no hold to give back.
+      if (!(error instanceof DomainError && error.kind === 'not_found')) throw error;
+    }
     return;
   }
   try {

@@ -47,8 +47,12 @@ export function reactToRefundEvent(refundId: string, event: RefundEvent): Refund
       return d.fundedFrom === 'deposit' ? [recorded, endHold(d.invoiceId, true, d.completedAt)] : [recorded];
     }
     // Never to be paid: the amount is given back to what the invoice can refund.
-    case 'RefundCanceled':
-      return release(event.data.invoiceId, event.data.canceledAt);
+    case 'RefundCanceled': {
+      // A hold taken by an approval that crashed before it was recorded is given back too
+      // (a settlement with no hold for this refund changes nothing).
+      const { invoiceId, canceledAt } = event.data;
+      return [...release(invoiceId, canceledAt), endHold(invoiceId, false, canceledAt)];
+    }
     case 'RefundExpired':
       return release(event.data.invoiceId, event.data.expiredAt);
     case 'RefundFailed': {

@@ -22,9 +22,15 @@ describe('crashes during a refund payout', () => {
   // From the deposit: the settlement's hold taken, the approval not yet recorded.
   it('a kill between the hold on the settlement and the approval, then approving again, pays once from the deposit', () =>
     killAndRestart('refund:after-payer', 'deposit'));
+  it('a kill between the hold and the approval, then a cancel, gives the settlement its whole amount back', () =>
+    killAndRestart('refund:after-payer', 'deposit', 'cancel'));
 });
 
-async function killAndRestart(failpoint: string, funding: 'deposit' | 'refund_wallet'): Promise<void> {
+async function killAndRestart(
+  failpoint: string,
+  funding: 'deposit' | 'refund_wallet',
+  then: 'approve' | 'cancel' = 'approve',
+): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'invoicing-refund-crash-'));
   const env = { DATA_DIR: dir, CHAIN_TRON_CONFIRMATIONS: '3', ADMIN_TOKEN: ADMIN, PLATFORM_FEE_BPS: '100' };
   let running: ServiceProcess | undefined = await startProcess(env);
@@ -81,6 +87,24 @@ async function killAndRestart(failpoint: string, funding: 'deposit' | 'refund_wa
 
     running = await startProcess(env);
     url = running.url;
+    if (then === 'cancel') {
+      const canceled = await call(url, 'POST', `/api/v1/refunds/${refund.id}/cancel`, key);
+      assert.equal(canceled.body.data?.status, 'canceled', JSON.stringify(canceled.body));
+      await call(url, 'PATCH', `/admin/v1/merchants/${merchant.id}`, ADMIN, { settlementWallets: { tron: WALLET } });
+      const settlement = await until(
+        async () => {
+          await mine(1);
+          return (await call(url, 'GET', `/api/v1/invoices/${payment.paymentId}/settlement`, key)).body.data;
+        },
+        (s) => s?.status === 'completed',
+        60_000,
+      );
+      // 60 received, less the 1% platform fee: the hold the crashed approval took was given back.
+      assert.equal(settlement.amount, '59.400000');
+      const customer = (await call(url, 'GET', `/dev/v1/chains/tron/addresses/${CUSTOMER}`, ADMIN)).body.data;
+      assert.equal(customer.transfers.length, 0, 'nothing to the customer');
+      return;
+    }
     // Approving again is harmless, and where the kill came before the approval, it is the approval.
     const approved = await call(url, 'POST', `/api/v1/refunds/${refund.id}/approve`, key);
     assert.equal(approved.status, 200, JSON.stringify(approved.body));

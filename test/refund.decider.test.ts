@@ -427,7 +427,15 @@ describe('the refund saga', () => {
     assert.deepEqual(reactToRefundEvent(REFUND_ID, failed(T1)), []);
     assert.deepEqual(
       reactToRefundEvent(REFUND_ID, { type: 'RefundCanceled', data: { invoiceId: INVOICE_ID, canceledAt: T1 } }),
-      release(T1),
+      [
+        ...release(T1),
+        // A hold an approval took before it crashed is given back with it.
+        {
+          to: 'settlement',
+          settlementId: settlementIdOf(INVOICE_ID),
+          command: { type: 'ReleaseRefund', refundId: REFUND_ID, paid: false, now: T1 },
+        },
+      ],
     );
     assert.deepEqual(
       reactToRefundEvent(REFUND_ID, { type: 'RefundExpired', data: { invoiceId: INVOICE_ID, expiredAt: T1 } }),

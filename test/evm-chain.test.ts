@@ -8,14 +8,8 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { eventually, merchantWithKey } from './support/merchant.ts';
 import type { RunningService } from './support/service.ts';
-import {
-  baseUnits,
-  hardhatOrSkip,
-  randomWallet,
-  serviceOnNode,
-  tokenBalance,
-  type EvmFixture,
-} from './support/evm-flow.ts';
+import { baseUnits, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
+import { hardhatOrSkip, serviceOnNode } from './support/evm-service.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
 const { node, skip } = await hardhatOrSkip('EVM service tests');

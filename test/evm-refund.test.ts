@@ -11,14 +11,8 @@ import { AbiCoder, getAddress } from 'ethers';
 import { TRANSFER_TOPIC } from '../adapters/chains/evm.ts';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import type { RunningService } from './support/service.ts';
-import {
-  baseUnits,
-  hardhatOrSkip,
-  randomWallet,
-  serviceOnNode,
-  tokenBalance,
-  type EvmFixture,
-} from './support/evm-flow.ts';
+import { baseUnits, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
+import { hardhatOrSkip, serviceOnNode } from './support/evm-service.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
 const { node, skip } = await hardhatOrSkip('EVM refund tests');

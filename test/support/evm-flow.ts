@@ -1,10 +1,8 @@
 // Shared steps of the EVM integration tests: a service pointed at the local
 // Hardhat node, invoices paid from Hardhat's funded account, and balances
 // read on the chain.
-import { after, before } from 'node:test';
 import { Wallet, type Contract } from 'ethers';
-import { deployToken, HARDHAT_CHAIN_ID, startHardhat, type LocalNode } from './hardhat.ts';
-import { startTestService, type RunningService } from './service.ts';
+import { deployToken, HARDHAT_CHAIN_ID, type LocalNode } from './hardhat.ts';
 
 export const SERVICE_MNEMONIC =
   'abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about';
@@ -31,31 +29,6 @@ export async function evmFixture(node: LocalNode, extra: Record<string, string> 
     ...extra,
   };
   return { node, usdt, usdc, env };
-}
-
-/** The Hardhat node for a suite, or why its tests skip (said once, naming `tests`). */
-export async function hardhatOrSkip(tests: string): Promise<{ node: LocalNode; skip: string | false }> {
-  const started = await startHardhat();
-  const skip = 'skip' in started ? started.skip : false;
-  if (skip) console.log(`# skipped ${tests}: ${skip}`);
-  return { node: started as LocalNode, skip };
-}
-
-/**
- * Inside a describe: the fixture and a service on it before the tests
- * (handed to `ready`), the service and the node stopped after them.
- */
-export function serviceOnNode(node: LocalNode, ready: (fx: EvmFixture, svc: RunningService) => void): void {
-  let svc: RunningService | undefined;
-  before(async () => {
-    const fx = await evmFixture(node);
-    svc = await startTestService(fx.env);
-    ready(fx, svc);
-  });
-  after(async () => {
-    await svc?.close();
-    await node.stop();
-  });
 }
 
 /** A decimal string of the API (8 places shown) in base units of a token with `decimals`. */

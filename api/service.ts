@@ -303,7 +303,7 @@ export async function startService(
     addresses: depositAddresses,
     networkFee: (chain, token) => {
       try {
-        return settlementDeps.chains.get(chain as ChainName)?.networkFee(token) ?? 0n;
+        return settlementDeps.chains.get(chain as ChainName)?.networkFee(token, 'refund') ?? 0n;
       } catch {
         return 0n; // no fee quote yet: the payout prices it again
       }

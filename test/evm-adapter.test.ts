@@ -189,4 +189,29 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
     assert.equal(await chain.balanceOf(merchant), transfer.amount);
     assert.equal(await chain.balanceOf(key.address), 0n, 'the deposit address keeps nothing');
   });
+
+  it("pays a native refund as one transfer at the quoted price, the payer spending exactly the refund's fee", async () => {
+    const key = keyring.deriveDepositKey('ethereum', 901);
+    const customer = Wallet.createRandom().address;
+    const held = 10n ** 17n;
+    await (await node.payer.sendTransaction({ to: key.address, value: held })).wait();
+    await chain.head(); // a fresh fee quote, the same for both questions below
+    const network = chain.networkFee('ETH', 'refund');
+    // A settlement with a platform fee is two transfers; a refund is one, and its fee is one's gas.
+    assert.equal(network * 2n, chain.networkFee('ETH'));
+    const amount = 3n * 10n ** 16n;
+    const prepared = await chain.prepareTransfer({
+      from: { address: key.address, derivationIndex: 901 },
+      to: customer,
+      token: 'ETH',
+      amount,
+      reference: 'adapter-test/refund',
+      fees: { platform: 0n, network },
+    });
+    await chain.broadcast(prepared);
+    const receipt = (await node.provider.getTransactionReceipt(prepared.txHash))!;
+    assert.equal(receipt.gasUsed * receipt.gasPrice, network);
+    assert.equal(await chain.balanceOf(customer), amount);
+    assert.equal(await chain.balanceOf(key.address), held - amount - network, 'nothing else left the payer');
+  });
 });

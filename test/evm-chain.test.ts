@@ -5,29 +5,19 @@
 // the token sweep goes through the fee wallet's gas top-up; a reorg that
 // drops a detected payment withdraws it.
 import assert from 'node:assert/strict';
-import { after, before, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { eventually, merchantWithKey } from './support/merchant.ts';
-import { startTestService, type RunningService } from './support/service.ts';
-import { startHardhat, type LocalNode } from './support/hardhat.ts';
-import { baseUnits, evmFixture, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
+import type { RunningService } from './support/service.ts';
+import { baseUnits, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
+import { hardhatOrSkip, serviceOnNode } from './support/evm-service.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
-const started = await startHardhat();
-const skip = 'skip' in started ? started.skip : false;
-if (skip) console.log(`# skipped EVM service tests: ${skip}`);
+const { node, skip } = await hardhatOrSkip('EVM service tests');
 
 describe('payments and settlement on a local EVM node', { skip }, () => {
-  const node = started as LocalNode;
   let fx: EvmFixture;
   let svc: RunningService;
-  before(async () => {
-    fx = await evmFixture(node);
-    svc = await startTestService(fx.env);
-  });
-  after(async () => {
-    await svc?.close();
-    await node.stop();
-  });
+  serviceOnNode(node, (f, s) => ([fx, svc] = [f, s]));
 
   const admin = (method: string, path: string, body?: unknown) =>
     svc.call(method, path, { token: svc.adminToken, body });
@@ -192,8 +182,7 @@ describe('payments and settlement on a local EVM node', { skip }, () => {
     assert.equal(after.paymentIssueType, null, 'the gas top-up is not a wrong-token payment');
     assert.equal(after.mismatchPayment, null);
 
-    // A refund of it is recorded but not paid: refund payouts are not proven on this adapter yet
-    // (docs/refunds.md), and money is never sent by a path no test has run.
+    // A refund of it, once approved, waits for the merchant's refund wallet to hold it (test/evm-refund.test.ts pays one).
     const customer = randomWallet();
     const refund = await svc.call('POST', `/api/v1/invoices/${p.paymentId}/refunds`, {
       token: key,
@@ -201,12 +190,9 @@ describe('payments and settlement on a local EVM node', { skip }, () => {
     });
     assert.equal(refund.status, 201, JSON.stringify(refund.body));
     const approve = await svc.call('POST', `/api/v1/refunds/${refund.body.data.id}/approve`, { token: key });
-    assert.equal(approve.status, 409);
-    assert.equal(approve.body.message, 'Refunds on ethereum cannot be paid by the service yet');
-    assert.equal(
-      (await svc.call('GET', `/api/v1/refunds/${refund.body.data.id}`, { token: key })).body.data.status,
-      'awaiting_approval',
-    );
+    assert.equal(approve.status, 200, JSON.stringify(approve.body));
+    assert.equal(approve.body.data.fundedFrom, 'refund_wallet');
+    assert.equal(approve.body.data.status, 'awaiting_funds');
     assert.equal(await tokenBalance(fx.usdt, customer), 0n);
   });
 

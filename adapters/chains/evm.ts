@@ -24,7 +24,10 @@
 // transaction has 21,000 gas at one price per gas (EIP-1559 with the tip equal
 // to the fee cap, so the price paid is exactly the cap; a legacy gas price
 // where the chain has no base fee), so the merchant receives the net amount
-// to the wei and the deposit address keeps nothing.
+// to the wei and the deposit address keeps nothing. A refund is the same
+// payout with no platform fee: one transaction, whose fee was quoted for one
+// (`networkFee(token, 'refund')`), so the payer spends exactly the refund's
+// amount; a token refund leaves the rest of a deposit for its settlement.
 import {
   AbiCoder,
   getAddress,
@@ -229,6 +232,8 @@ export function bloomMayContain(bloomHex: string | undefined, value: string): bo
 
 export class EvmChain implements ChainAdapter {
   readonly chain: ChainName;
+  /** Proven on Hardhat (test/evm-refund.test.ts): part of a deposit, ETH or a token, and the refund wallet. */
+  readonly paysRefunds = true;
   readonly chainId: bigint;
   readonly treasury: string;
   readonly feeWallet: string;
@@ -494,13 +499,14 @@ export class EvmChain implements ChainAdapter {
 
   /**
    * A native settlement's fee: 21,000 gas per transaction (the payout and,
-   * with a platform fee, the fee's transfer) at the current fee cap. Token
-   * settlements' gas is paid by the fee wallet: 0.
+   * with a platform fee, the fee's transfer) at the current fee cap; a
+   * refund's, one transaction's. Token payouts' gas is paid by the fee
+   * wallet: 0.
    */
-  networkFee(token: string): bigint {
+  networkFee(token: string, payout: 'settlement' | 'refund' = 'settlement'): bigint {
     if (token !== this.native) return 0n;
     if (!this.fee) throw new Error(`${this.chain}: no fee quote yet`);
-    return NATIVE_GAS * this.fee.maxFeePerGas * this.transactionsPerNativeSettlement;
+    return NATIVE_GAS * this.fee.maxFeePerGas * (payout === 'refund' ? 1n : this.transactionsPerNativeSettlement);
   }
 
   // -------------------------------------------------------------------------
@@ -553,7 +559,9 @@ export class EvmChain implements ChainAdapter {
   }
 
   private async prepareNative(wallet: Wallet, transfer: OutgoingTransfer): Promise<PreparedTransaction> {
-    const count = this.transactionsPerNativeSettlement;
+    // Without a platform fee (a refund) the payout is the only transaction, and it spends the whole network fee.
+    const platform = transfer.fees?.platform ?? 0n;
+    const count = platform > 0n ? this.transactionsPerNativeSettlement : 1n;
     const network = transfer.fees?.network ?? this.networkFee(this.native);
     const perGas = network / (NATIVE_GAS * count);
     if (perGas <= 0n || perGas * NATIVE_GAS * count !== network) {
@@ -569,7 +577,6 @@ export class EvmChain implements ChainAdapter {
     const gas = NATIVE_GAS * perGas;
     const fee: FeeQuote = { maxFeePerGas: perGas, maxPriorityFeePerGas: perGas, eip1559: this.fee?.eip1559 ?? true };
     // The platform fee, or what is left of it when an earlier attempt already sent it.
-    const platform = transfer.fees?.platform ?? 0n;
     const feeAmount = [platform, balance - transfer.amount - 2n * gas].reduce((a, b) => (a < b ? a : b));
     const steps: Transaction[] = [];
     if (feeAmount > 0n) {

@@ -182,8 +182,13 @@ export interface ChainAdapter {
    */
   receivingProblem?(address: string): Promise<string | undefined>;
 
-  /** What the chain charges to send `token`, in base units of `token` (0 where the fee is paid in another coin). */
-  networkFee(token: string): bigint;
+  /**
+   * What the chain charges to send `token`, in base units of `token` (0 where
+   * the fee is paid in another coin). `payout` 'refund': a refund's payout,
+   * one transfer with no platform fee beside it (EVM: a native settlement
+   * with a platform fee is two transactions, a refund one).
+   */
+  networkFee(token: string, payout?: 'settlement' | 'refund'): bigint;
   /**
    * What this payout costs now, in base units of its token, where that
    * depends on its addresses or on an exchange rate (Tron: a token call's

@@ -6,6 +6,7 @@ import { formatUnits } from '../domain/money.ts';
 import { refundDecider, type Refund, type RefundEvent } from '../domain/refund.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
+import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, RefundsTable } from './schema.ts';
 
 const isRefundStream = (streamId: string) => streamId.startsWith('refund-');
@@ -98,6 +99,18 @@ export function publicRefundView(row: RefundsTable, merchantName: string) {
     destination: row.destination,
     claimExpiresAt: iso(row.claim_expires_at)!,
   };
+}
+
+/** A merchant's refunds, newest first: the API's list and the dashboard's Refunds page. */
+export function listRefunds(
+  db: Kysely<ReadModelTables>,
+  filter: { merchantId: string; status?: string; invoiceId?: string },
+  page: Page,
+) {
+  let query = db.selectFrom('refunds').where('merchant_id', '=', filter.merchantId);
+  if (filter.status) query = query.where('status', '=', filter.status);
+  if (filter.invoiceId !== undefined) query = query.where('invoice_id', '=', filter.invoiceId);
+  return newestFirst(query, page);
 }
 
 export const refundById = (db: Kysely<ReadModelTables>, id: string) =>

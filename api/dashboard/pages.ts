@@ -23,6 +23,7 @@ function nav(session: DashboardSession): Html {
   const links: [string, string, boolean][] = [
     ['/dashboard', 'Overview', true],
     ['/dashboard/invoices', 'Invoices', roleAllows(session.role, 'invoices:read')],
+    ['/dashboard/refunds', 'Refunds', roleAllows(session.role, 'refunds:read')],
     ['/dashboard/developers/api-keys', 'API keys', roleAllows(session.role, 'api_keys:write')],
     ['/dashboard/team', 'Team', roleAllows(session.role, 'users:write')],
   ];
@@ -193,6 +194,8 @@ export function invoicePage(
   addresses: InvoiceAddressesTable[],
   payments: PaymentsTable[],
   checkoutUrl: string,
+  /** The invoice's refunds and the form for one, for the roles that read refunds. */
+  refunds?: Html,
 ): string {
   return page(
     `Invoice ${formatFiatAmount(invoice.amount, invoice.currency)}`,
@@ -228,7 +231,8 @@ export function invoicePage(
       <thead><tr><th scope="col">Transaction</th><th scope="col">Chain</th><th scope="col">Confirmations</th><th scope="col">Status</th></tr></thead>
       <tbody>${payments.map((p) => markup`<tr><td><code>${p.tx_hash}</code></td><td>${p.chain} ${p.token}</td><td>${p.confirmations} of ${p.required_confirmations}</td><td>${p.status}${p.wrong_token ? ' (wrong token)' : ''}</td></tr>`)}</tbody>
     </table></div>`
-    }`,
+    }
+    ${refunds}`,
     session,
   );
 }

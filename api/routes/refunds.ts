@@ -2,8 +2,13 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { newestFirst } from '../../projections/paging.ts';
-import { publicRefundView, refundByClaimToken, refundById, refundView } from '../../projections/refunds.ts';
+import {
+  listRefunds,
+  publicRefundView,
+  refundByClaimToken,
+  refundById,
+  refundView,
+} from '../../projections/refunds.ts';
 import type { RouteContext } from '../app.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
@@ -134,13 +139,12 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
       const q = request.query;
       const { limit, page } = pageOf(q);
       await caughtUp();
-      let query = db.selectFrom('refunds').where('merchant_id', '=', request.caller!.merchantId);
-      if (q.status) query = query.where('status', '=', q.status);
-      if (q.invoiceId !== undefined) {
-        if (!UUID.test(q.invoiceId)) throw badRequest('invoiceId must be a UUID');
-        query = query.where('invoice_id', '=', q.invoiceId);
-      }
-      const { rows, total } = await newestFirst(query, { limit, page });
+      if (q.invoiceId !== undefined && !UUID.test(q.invoiceId)) throw badRequest('invoiceId must be a UUID');
+      const { rows, total } = await listRefunds(
+        db,
+        { merchantId: request.caller!.merchantId, status: q.status, invoiceId: q.invoiceId },
+        { limit, page },
+      );
       return { data: rows.map(view), pagination: { total, page, limit, totalPages: Math.ceil(total / limit) } };
     },
   );

@@ -480,6 +480,10 @@ describe('dashboard over HTTP', () => {
     const foreign = await dashboardClient(svc, merchantId, 'support-f@example.com', 'support');
     assert.equal((await foreign.get(`/dashboard/refunds/${secondId}`)).status, 404);
     assert.equal((await foreign.post(`/dashboard/refunds/${secondId}/cancel`, {})).status, 404);
+    // Through the API the key is the actor, as the dashboard's user is here.
+    assert.equal((await svc.call('POST', `/api/v1/refunds/${secondId}/cancel`, { token: key })).status, 200);
+    const byKey = (await svc.service.store.readStream(`refund-${secondId}`)).find((e) => e.type === 'RefundCanceled')!;
+    assert.equal((byKey.metadata.actor as { type: string }).type, 'api_key');
   });
 
   it('a viewer can read but the server refuses every change (403), and cannot open API keys', async () => {

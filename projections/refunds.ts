@@ -113,6 +113,17 @@ export function listRefunds(
   return newestFirst(query, page);
 }
 
+/** Refunds waiting on the merchant: for an approval, or for funds in the refund wallet; oldest first. */
+export const refundsWaiting = (db: Kysely<ReadModelTables>, merchantId: string, limit: number) =>
+  db
+    .selectFrom('refunds')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .where('status', 'in', ['awaiting_approval', 'awaiting_funds'])
+    .orderBy('created_at')
+    .limit(limit)
+    .execute();
+
 export const refundById = (db: Kysely<ReadModelTables>, id: string) =>
   db.selectFrom('refunds').selectAll().where('id', '=', id).executeTakeFirst();
 

@@ -426,6 +426,13 @@ describe('dashboard over HTTP', () => {
     assert.ok(!(await viewer.get('/dashboard/refunds?status=completed')).text.includes(refundId));
     assert.ok((await viewer.get(`/dashboard/invoices/${invoiceId}`)).text.includes(`data-refund-id="${refundId}"`));
 
+    // The overview says it waits for approval.
+    const overview = await finance.get('/dashboard');
+    assert.match(
+      overview.text,
+      new RegExp(`href="/dashboard/refunds/${refundId}"[^>]*>Refund 20.000000 USDT on ethereum: waiting for approval<`),
+    );
+
     const approved = await finance.post(`/dashboard/refunds/${refundId}/approve`, {});
     assert.equal(approved.status, 303, approved.text);
     const after = (await svc.call('GET', `/api/v1/refunds/${refundId}`, { token: key })).body.data;

@@ -126,6 +126,8 @@ export interface Overview {
   counts: { status: string; n: number }[];
   attention: { invoiceId: string; what: string; since: Date }[];
   settlementsAttention: { id: string; invoiceId: string; what: string }[];
+  /** Refunds waiting for the merchant's approval or for funds in the refund wallet. */
+  refundsAttention: { id: string; what: string }[];
 }
 
 export function overviewPage(session: DashboardSession, overview: Overview): string {
@@ -138,11 +140,12 @@ export function overviewPage(session: DashboardSession, overview: Overview): str
     <section aria-labelledby="attention-title">
       <h2 id="attention-title">Needs attention</h2>
       ${
-        overview.attention.length + overview.settlementsAttention.length === 0
+        overview.attention.length + overview.settlementsAttention.length + overview.refundsAttention.length === 0
           ? markup`<p id="attention-empty">Nothing needs attention.</p>`
           : markup`<ul id="attention">
             ${overview.attention.map((a) => markup`<li><a href="/dashboard/invoices/${a.invoiceId}">${a.what}</a> <span class="hint">since ${day(a.since)}</span></li>`)}
             ${overview.settlementsAttention.map((s) => markup`<li><a href="/dashboard/invoices/${s.invoiceId}">${s.what}</a></li>`)}
+            ${overview.refundsAttention.map((r) => markup`<li><a href="/dashboard/refunds/${r.id}" class="refund-attention">${r.what}</a></li>`)}
           </ul>`
       }
     </section>`,

@@ -20,7 +20,7 @@ import {
 import { hashInviteToken, userIdOf } from '../../commands/merchant-users.ts';
 import type { Actor } from '../../commands/handle.ts';
 import { invoiceAddresses, invoiceRow, listInvoices } from '../../projections/invoice-queries.ts';
-import { listRefunds, refundById, refundView } from '../../projections/refunds.ts';
+import { listRefunds, refundById, refundsWaiting, refundView } from '../../projections/refunds.ts';
 import { invoiceDecider, invoiceStreamName, refundableOf } from '../../domain/invoice.ts';
 import { formatUnits } from '../../domain/money.ts';
 import { loadState } from '../../commands/handle.ts';
@@ -334,7 +334,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
 
   scope.get('/dashboard', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
     const session = request.dashboard!;
-    const [counts, issues, settlementIssues] = await Promise.all([
+    const [counts, issues, settlementIssues, waitingRefunds] = await Promise.all([
       db
         .selectFrom('invoices')
         .select(['status', db.fn.countAll<string>().as('n')])
@@ -351,6 +351,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
         .limit(50)
         .execute(),
       settlementsNeedingAttention(db, 50, session.merchantId),
+      roleAllows(session.role, 'refunds:read') ? refundsWaiting(db, session.merchantId, 50) : [],
     ]);
     return html(
       reply,
@@ -366,6 +367,10 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
           id: s.subject,
           invoiceId: s.settlement.invoiceId,
           what: `Settlement: ${s.reason}`,
+        })),
+        refundsAttention: waitingRefunds.map((r) => ({
+          id: r.id,
+          what: `Refund ${r.amount} ${r.token} on ${r.chain}: ${r.status === 'awaiting_approval' ? 'waiting for approval' : 'waiting for funds in the refund wallet'}`,
         })),
       }),
     );

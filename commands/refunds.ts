@@ -41,7 +41,7 @@ import type { Projector, Reactor } from '../projections/engine.ts';
 import { expiredClaims, refundRowOf, refundView } from '../projections/refunds.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
-import { handleCommand, loadState } from './handle.ts';
+import { handleCommand, loadState, type Actor } from './handle.ts';
 import { enqueueWebhook } from './webhook-delivery.ts';
 import { webhookEventId } from './webhook-events.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
@@ -125,8 +125,9 @@ const quotedRate = (invoice: Invoice, asset: RefundableAsset) =>
 export function refundCommands(deps: RefundCommandDeps) {
   const { store, clock, networkFee, destinationProblem } = deps;
   const now = () => clock.now().toISOString();
-  const act = (refundId: string, command: RefundCommand) =>
-    handleCommand(store, refundDecider, refundStreamName(refundId), command);
+  // The actor, where given (a dashboard user), is recorded on the refund's events.
+  const act = (refundId: string, command: RefundCommand, actor?: Actor) =>
+    handleCommand(store, refundDecider, refundStreamName(refundId), command, { actor });
   const wallets = refundWallets(deps);
 
   async function checkedDestination(chain: string, address: string) {
@@ -141,7 +142,7 @@ export function refundCommands(deps: RefundCommandDeps) {
      * a retry after a lost reply then finds the refund the first one made,
      * before the limit (which that refund now holds) is checked again.
      */
-    async create(merchantId: string, invoiceId: string, input: NewRefund, id?: string) {
+    async create(merchantId: string, invoiceId: string, input: NewRefund, id?: string, actor?: Actor) {
       if (id !== undefined) {
         const made = await loadState(store, refundDecider, refundStreamName(id));
         if (made && made.merchantId === merchantId && made.invoiceId === invoiceId) {
@@ -160,26 +161,30 @@ export function refundCommands(deps: RefundCommandDeps) {
       const rate = quotedRate(invoice, asset);
       const at = clock.now();
       const refundId = id ?? randomUUID();
-      const created = await act(refundId, {
-        type: 'CreateRefund',
+      const created = await act(
         refundId,
-        invoiceId,
-        merchantId,
-        chain: asset.chain,
-        token: asset.token,
-        tokenDecimals: asset.tokenDecimals,
-        amount,
-        networkFee: networkFee(asset.chain, asset.token),
-        // A token the invoice never quoted (a wrong-token payment) has no rate of its own: its value is not claimed.
-        fiatAmount: rate === undefined ? '0.00000000' : fiatValueOf(amount, asset.tokenDecimals, rate),
-        fiatCurrency: invoice.currency,
-        reason: input.reason ?? null,
-        destination,
-        // 256 random bits, URL-safe: the link is the customer's only credential.
-        claimToken: randomBytes(32).toString('base64url'),
-        claimExpiresAt: new Date(at.getTime() + days * 86_400_000).toISOString(),
-        now: at.toISOString(),
-      });
+        {
+          type: 'CreateRefund',
+          refundId,
+          invoiceId,
+          merchantId,
+          chain: asset.chain,
+          token: asset.token,
+          tokenDecimals: asset.tokenDecimals,
+          amount,
+          networkFee: networkFee(asset.chain, asset.token),
+          // A token the invoice never quoted (a wrong-token payment) has no rate of its own: its value is not claimed.
+          fiatAmount: rate === undefined ? '0.00000000' : fiatValueOf(amount, asset.tokenDecimals, rate),
+          fiatCurrency: invoice.currency,
+          reason: input.reason ?? null,
+          destination,
+          // 256 random bits, URL-safe: the link is the customer's only credential.
+          claimToken: randomBytes(32).toString('base64url'),
+          claimExpiresAt: new Date(at.getTime() + days * 86_400_000).toISOString(),
+          now: at.toISOString(),
+        },
+        actor,
+      );
       // The saga's first step, taken now so that a refund over the limit is refused in this answer.
       const [recorded] = created.events as RefundEvent[];
       for (const action of reactToRefundEvent(refundId, recorded!)) await runRefusable(store, action, now());
@@ -199,7 +204,7 @@ export function refundCommands(deps: RefundCommandDeps) {
      * merchant's refund wallet, at once when it holds enough, else once it
      * does. Approving again changes nothing.
      */
-    async approve(merchantId: string, refundId: string) {
+    async approve(merchantId: string, refundId: string, actor?: Actor) {
       const refund = await loadState(store, refundDecider, refundStreamName(refundId));
       if (!refund || refund.merchantId !== merchantId) throw new DomainError('not_found', 'Refund not found');
       if (refund.approvedAt !== null) return { position: undefined };
@@ -212,12 +217,12 @@ export function refundCommands(deps: RefundCommandDeps) {
       // A crash here leaves a hold without its approval: approving again finds the hold and takes it.
       failpoint('refund:after-payer');
       const funded = payer.fundedFrom === 'deposit' || (await wallets.holds(refund, payer));
-      return act(refundId, { type: 'Approve', payer, funded, now: now() });
+      return act(refundId, { type: 'Approve', payer, funded, now: now() }, actor);
     },
 
     refundWallets: wallets.list,
 
-    cancel: (refundId: string) => act(refundId, { type: 'Cancel', now: now() }),
+    cancel: (refundId: string, actor?: Actor) => act(refundId, { type: 'Cancel', now: now() }, actor),
     expire: (refundId: string) => act(refundId, { type: 'Expire', now: now() }),
   };
 }

@@ -6,6 +6,7 @@ import { formatUnits } from '../domain/money.ts';
 import { refundDecider, type Refund, type RefundEvent } from '../domain/refund.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
+import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, RefundsTable } from './schema.ts';
 
 const isRefundStream = (streamId: string) => streamId.startsWith('refund-');
@@ -99,6 +100,29 @@ export function publicRefundView(row: RefundsTable, merchantName: string) {
     claimExpiresAt: iso(row.claim_expires_at)!,
   };
 }
+
+/** A merchant's refunds, newest first: the API's list and the dashboard's Refunds page. */
+export function listRefunds(
+  db: Kysely<ReadModelTables>,
+  filter: { merchantId: string; status?: string; invoiceId?: string },
+  page: Page,
+) {
+  let query = db.selectFrom('refunds').where('merchant_id', '=', filter.merchantId);
+  if (filter.status) query = query.where('status', '=', filter.status);
+  if (filter.invoiceId !== undefined) query = query.where('invoice_id', '=', filter.invoiceId);
+  return newestFirst(query, page);
+}
+
+/** Refunds waiting on the merchant: for an approval, or for funds in the refund wallet; oldest first. */
+export const refundsWaiting = (db: Kysely<ReadModelTables>, merchantId: string, limit: number) =>
+  db
+    .selectFrom('refunds')
+    .selectAll()
+    .where('merchant_id', '=', merchantId)
+    .where('status', 'in', ['awaiting_approval', 'awaiting_funds'])
+    .orderBy('created_at')
+    .limit(limit)
+    .execute();
 
 export const refundById = (db: Kysely<ReadModelTables>, id: string) =>
   db.selectFrom('refunds').selectAll().where('id', '=', id).executeTakeFirst();

@@ -3,7 +3,8 @@
 // enrolment with the key read from the page), signs in, creates an API key
 // and uses it over HTTP, and finds an invoice by its deposit address; a
 // viewer can change nothing; a disabled user's session ends; ten wrong
-// passwords lock an address exactly as they "lock" an unknown one. The
+// passwords lock an address exactly as they "lock" an unknown one; an owner
+// refunds an overpayment's excess and approves it. The
 // screenshots go to docs/dashboard/ for docs/dashboard.md.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
@@ -13,7 +14,7 @@ import type { Browser, Page } from 'playwright-core';
 import { totpCode } from '../api/dashboard/credentials.ts';
 import { SIGN_IN_FAILED, SIGN_IN_LOCKED } from '../api/dashboard/routes.ts';
 import { PASSWORD } from './support/dashboard.ts';
-import { merchantWithKey } from './support/merchant.ts';
+import { eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 const CHROMIUM = '/usr/bin/chromium';
@@ -136,6 +137,56 @@ describe('dashboard in a browser', { skip: existsSync(CHROMIUM) ? false : `${CHR
     await Promise.all([page.waitForLoadState('load'), page.click('#invite-submit')]);
     assert.match((await page.textContent('#invite-url')) ?? '', /\/dashboard\/invite\/[0-9A-Za-z]{43}$/);
     await screenshot(page, 'team');
+    await page.close();
+  });
+
+  it('an owner refunds an overpayment’s excess from the invoice page, approves it, and sees it paid', async () => {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 800 } });
+    const { path } = await invite('refunds@fish.example', 'owner');
+    const secret = await accept(page, path);
+    await signIn(page, 'refunds@fish.example', secret);
+    // 100 USD paid with 120 USDT on the sandbox Ethereum, confirmed: 20 USDT over.
+    const payment = await svc.call('POST', '/api/v1/payments', {
+      token: shopKey,
+      body: { amount: '100', currency: 'USD', chain: 'ethereum', token: 'USDT' },
+    });
+    assert.equal(payment.status, 201, JSON.stringify(payment.body));
+    const { paymentId, address } = payment.body.data;
+    const mine = () => admin('POST', '/dev/v1/chains/ethereum/blocks', { count: 1 });
+    assert.equal(
+      (await admin('POST', '/dev/v1/chains/ethereum/transfers', { to: address, amount: '120', token: 'USDT' })).status,
+      201,
+    );
+    await eventuallyMining(
+      mine,
+      async () => (await svc.call('GET', `/api/v1/invoices/${paymentId}/status`)).body.data.status,
+      (status) => status === 'confirmed',
+    );
+
+    await page.goto(`${svc.url}/dashboard/invoices/${paymentId}`);
+    await page.check('#refund-kind-excess');
+    await page.fill('#refund-destination', '0x8ba1f109551bD432803012645Ac136ddd64DBA72');
+    await page.fill('#refund-reason', 'paid 20 USDT too much');
+    await screenshot(page, 'invoice-refund');
+    await Promise.all([page.waitForURL(/\/dashboard\/refunds\/[0-9a-f-]{36}$/), page.click('#refund-submit')]);
+    assert.equal(await page.textContent('#refund-status'), 'awaiting_approval');
+    await Promise.all([page.waitForLoadState('load'), page.click('#approve-refund')]);
+    const refundUrl = page.url();
+    // The payout goes out on the sandbox chain as blocks are mined.
+    await eventuallyMining(
+      mine,
+      async () => {
+        await page.goto(refundUrl);
+        return (await page.textContent('#refund-status')) ?? '';
+      },
+      (status) => status === 'sending' || status === 'completed',
+    );
+    await screenshot(page, 'refund');
+    const refundId = refundUrl.split('/').at(-1)!;
+    await Promise.all([page.waitForURL(/\/dashboard\/refunds$/), page.click('a[href="/dashboard/refunds"]')]);
+    const row = page.locator(`tr[data-refund-id="${refundId}"] .refund-status`);
+    assert.match((await row.textContent()) ?? '', /^(sending|completed)$/);
+    await screenshot(page, 'refunds');
     await page.close();
   });
 

@@ -9,7 +9,8 @@ import { after, before, describe, it } from 'node:test';
 import { totpCode, totpMatches, passwordProblem } from '../api/dashboard/credentials.ts';
 import { SIGN_IN_FAILED, SIGN_IN_LOCKED } from '../api/dashboard/routes.ts';
 import { lockedOut, needsReauthentication, sessionOver } from '../api/dashboard/sessions.ts';
-import { merchantWithKey } from './support/merchant.ts';
+import { defaultConfirmations } from '../api/config.ts';
+import { eventually, merchantWithKey } from './support/merchant.ts';
 import { assertRebuildGivesTheSameRows } from './support/rebuild.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 import { dashboardClient, PASSWORD } from './support/dashboard.ts';
@@ -341,6 +342,155 @@ describe('dashboard over HTTP', () => {
     // Another merchant's invoice is unknown here too.
     const foreign = await dashboardClient(svc, merchantId, 'support3@example.com', 'support');
     assert.equal((await foreign.post(`/dashboard/invoices/${second}/cancel`, {})).status, 404);
+  });
+
+  /** A 100 USD invoice of `key`'s merchant paid 120 USDT on the sandbox Ethereum, confirmed: 20 USDT excess. */
+  async function overpaidInvoice(key: string) {
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '100', currency: 'USD', chain: 'ethereum', token: 'USDT' },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const p = created.body.data;
+    const sent = await admin('POST', '/dev/v1/chains/ethereum/transfers', {
+      to: p.address,
+      amount: '120',
+      token: 'USDT',
+    });
+    assert.equal(sent.status, 201, JSON.stringify(sent.body));
+    await admin('POST', '/dev/v1/chains/ethereum/blocks', { count: defaultConfirmations.ethereum });
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/status`)).body.data,
+      (s) => s.status === 'confirmed',
+    );
+    return p.paymentId as string;
+  }
+  const CUSTOMER = '0x8ba1f109551bD432803012645Ac136ddd64DBA72';
+
+  it('refunds: support creates (as themselves) but the server refuses their approval; a viewer does neither; finance approves', async () => {
+    const { merchant, key } = await merchantWithKey(svc, { name: 'Refund shop' });
+    const invoiceId = await overpaidInvoice(key);
+    const support = await dashboardClient(svc, merchant.id, 'support-r@example.com', 'support');
+    const viewer = await dashboardClient(svc, merchant.id, 'viewer-r@example.com', 'viewer');
+    const finance = await dashboardClient(svc, merchant.id, 'finance-r@example.com', 'finance');
+    const refundForm = { asset: 'ethereum:USDT', kind: 'excess', destination: CUSTOMER, reason: 'paid too much' };
+
+    // The form is offered to support, not to a viewer, and the server refuses a viewer all the same.
+    assert.ok((await support.get(`/dashboard/invoices/${invoiceId}`)).text.includes('id="refund-form"'));
+    const viewerPage = await viewer.get(`/dashboard/invoices/${invoiceId}`);
+    assert.ok(viewerPage.text.includes('id="no-refunds"') && !viewerPage.text.includes('id="refund-form"'));
+    assert.equal((await viewer.post(`/dashboard/invoices/${invoiceId}/refunds`, refundForm)).status, 403);
+    // Without the session's CSRF token, refused too.
+    assert.equal(
+      (await support.post(`/dashboard/invoices/${invoiceId}/refunds`, refundForm, { csrf: false })).status,
+      403,
+    );
+    // Bad input is the form again with why, not a 500; the command's own checks say theirs.
+    const noAmount = await support.post(`/dashboard/invoices/${invoiceId}/refunds`, { asset: 'ethereum:USDT' });
+    assert.equal(noAmount.status, 400);
+    assert.ok(noAmount.text.includes('Enter the amount to refund'));
+    const tooMuch = await support.post(`/dashboard/invoices/${invoiceId}/refunds`, {
+      asset: 'ethereum:USDT',
+      amount: '121',
+    });
+    assert.equal(tooMuch.status, 400);
+    assert.match(tooMuch.text, /role="alert">[^<]+</);
+    assert.equal((await svc.call('GET', `/api/v1/refunds?invoiceId=${invoiceId}`, { token: key })).body.data.length, 0);
+
+    const created = await support.post(`/dashboard/invoices/${invoiceId}/refunds`, refundForm);
+    assert.equal(created.status, 303, created.text);
+    const refundId = /^\/dashboard\/refunds\/([0-9a-f-]{36})$/.exec(created.location ?? '')![1]!;
+    // The API sees the same refund, made by the same command.
+    const viaApi = (await svc.call('GET', `/api/v1/refunds/${refundId}`, { token: key })).body.data;
+    assert.equal(viaApi.amount, '20.000000');
+    assert.equal(viaApi.status, 'awaiting_approval');
+    assert.equal(viaApi.reason, 'paid too much');
+    const events = await svc.service.store.readStream(`refund-${refundId}`);
+    assert.deepEqual(events[0]!.metadata.actor, {
+      type: 'user',
+      userId: support.userId,
+      email: 'support-r@example.com',
+    });
+
+    const supportView = await support.get(`/dashboard/refunds/${refundId}`);
+    assert.ok(supportView.text.includes('id="cancel-refund"') && !supportView.text.includes('id="approve-refund"'));
+    assert.equal((await support.post(`/dashboard/refunds/${refundId}/approve`, {})).status, 403);
+    assert.equal((await viewer.post(`/dashboard/refunds/${refundId}/approve`, {})).status, 403);
+    assert.equal((await viewer.post(`/dashboard/refunds/${refundId}/cancel`, {})).status, 403);
+    assert.equal((await finance.post(`/dashboard/refunds/${refundId}/approve`, {}, { csrf: false })).status, 403);
+    assert.equal((await svc.call('GET', `/api/v1/refunds/${refundId}`, { token: key })).body.data.approvedAt, null);
+
+    const listed = await viewer.get('/dashboard/refunds?status=awaiting_approval');
+    assert.equal(listed.status, 200);
+    assert.ok(listed.text.includes(`data-refund-id="${refundId}"`));
+    assert.ok(!(await viewer.get('/dashboard/refunds?status=completed')).text.includes(refundId));
+    assert.ok((await viewer.get(`/dashboard/invoices/${invoiceId}`)).text.includes(`data-refund-id="${refundId}"`));
+
+    // The overview says it waits for approval.
+    const overview = await finance.get('/dashboard');
+    assert.match(
+      overview.text,
+      new RegExp(`href="/dashboard/refunds/${refundId}"[^>]*>Refund 20.000000 USDT on ethereum: waiting for approval<`),
+    );
+
+    const approved = await finance.post(`/dashboard/refunds/${refundId}/approve`, {});
+    assert.equal(approved.status, 303, approved.text);
+    const after = (await svc.call('GET', `/api/v1/refunds/${refundId}`, { token: key })).body.data;
+    assert.notEqual(after.approvedAt, null);
+    assert.ok(['awaiting_funds', 'sending', 'completed'].includes(after.status), after.status);
+    const approval = (await svc.service.store.readStream(`refund-${refundId}`)).find(
+      (e) => e.type === 'RefundApproved',
+    )!;
+    assert.deepEqual(approval.metadata.actor, { type: 'user', userId: finance.userId, email: 'finance-r@example.com' });
+    // Approved: it cannot be canceled any more, and the page says why.
+    const late = await support.post(`/dashboard/refunds/${refundId}/cancel`, {});
+    if (after.status !== 'awaiting_funds') assert.equal(late.status, 409);
+  });
+
+  it('refunds: a claim link while the customer has not given an address; support cancels; approving after 5 minutes asks for the password', async () => {
+    const { merchant, key } = await merchantWithKey(svc, { name: 'Claim shop' });
+    const invoiceId = await overpaidInvoice(key);
+    const support = await dashboardClient(svc, merchant.id, 'support-c@example.com', 'support');
+    const owner = await dashboardClient(svc, merchant.id, 'owner-c@example.com', 'owner');
+    const created = await support.post(`/dashboard/invoices/${invoiceId}/refunds`, {
+      asset: 'ethereum:USDT',
+      amount: '5',
+    });
+    assert.equal(created.status, 303, created.text);
+    const refundId = created.location!.split('/').at(-1)!;
+    const claimUrl = (await svc.call('GET', `/api/v1/refunds/${refundId}`, { token: key })).body.data.claimUrl;
+    const page = await owner.get(`/dashboard/refunds/${refundId}`);
+    assert.ok(page.text.includes(`id="claim-link">${claimUrl}<`), 'the claim link is shown');
+    assert.ok(!page.text.includes('id="approve-refund"'), 'nothing to approve before the address');
+
+    await age(owner.userId, 'authenticated_at', 6);
+    const second = await support.post(`/dashboard/invoices/${invoiceId}/refunds`, {
+      asset: 'ethereum:USDT',
+      amount: '1',
+      destination: CUSTOMER,
+    });
+    const secondId = second.location!.split('/').at(-1)!;
+    assert.ok((await owner.get(`/dashboard/refunds/${secondId}`)).text.includes('id="reauth-password"'));
+    const without = await owner.post(`/dashboard/refunds/${secondId}/approve`, {});
+    assert.equal(without.status, 403);
+    assert.ok(without.text.includes('Your password or code is not right.'));
+    assert.equal((await svc.call('GET', `/api/v1/refunds/${secondId}`, { token: key })).body.data.approvedAt, null);
+
+    const canceled = await support.post(`/dashboard/refunds/${refundId}/cancel`, {});
+    assert.equal(canceled.status, 303);
+    assert.equal((await svc.call('GET', `/api/v1/refunds/${refundId}`, { token: key })).body.data.status, 'canceled');
+    const cancelEvent = (await svc.service.store.readStream(`refund-${refundId}`)).find(
+      (e) => e.type === 'RefundCanceled',
+    )!;
+    assert.equal((cancelEvent.metadata.actor as { userId: string }).userId, support.userId);
+    // Another merchant's refund is unknown.
+    const foreign = await dashboardClient(svc, merchantId, 'support-f@example.com', 'support');
+    assert.equal((await foreign.get(`/dashboard/refunds/${secondId}`)).status, 404);
+    assert.equal((await foreign.post(`/dashboard/refunds/${secondId}/cancel`, {})).status, 404);
+    // Through the API the key is the actor, as the dashboard's user is here.
+    assert.equal((await svc.call('POST', `/api/v1/refunds/${secondId}/cancel`, { token: key })).status, 200);
+    const byKey = (await svc.service.store.readStream(`refund-${secondId}`)).find((e) => e.type === 'RefundCanceled')!;
+    assert.equal((byKey.metadata.actor as { type: string }).type, 'api_key');
   });
 
   it('a viewer can read but the server refuses every change (403), and cannot open API keys', async () => {

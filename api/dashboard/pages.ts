@@ -23,6 +23,7 @@ function nav(session: DashboardSession): Html {
   const links: [string, string, boolean][] = [
     ['/dashboard', 'Overview', true],
     ['/dashboard/invoices', 'Invoices', roleAllows(session.role, 'invoices:read')],
+    ['/dashboard/refunds', 'Refunds', roleAllows(session.role, 'refunds:read')],
     ['/dashboard/developers/api-keys', 'API keys', roleAllows(session.role, 'api_keys:write')],
     ['/dashboard/team', 'Team', roleAllows(session.role, 'users:write')],
   ];
@@ -125,6 +126,8 @@ export interface Overview {
   counts: { status: string; n: number }[];
   attention: { invoiceId: string; what: string; since: Date }[];
   settlementsAttention: { id: string; invoiceId: string; what: string }[];
+  /** Refunds waiting for the merchant's approval or for funds in the refund wallet. */
+  refundsAttention: { id: string; what: string }[];
 }
 
 export function overviewPage(session: DashboardSession, overview: Overview): string {
@@ -137,11 +140,12 @@ export function overviewPage(session: DashboardSession, overview: Overview): str
     <section aria-labelledby="attention-title">
       <h2 id="attention-title">Needs attention</h2>
       ${
-        overview.attention.length + overview.settlementsAttention.length === 0
+        overview.attention.length + overview.settlementsAttention.length + overview.refundsAttention.length === 0
           ? markup`<p id="attention-empty">Nothing needs attention.</p>`
           : markup`<ul id="attention">
             ${overview.attention.map((a) => markup`<li><a href="/dashboard/invoices/${a.invoiceId}">${a.what}</a> <span class="hint">since ${day(a.since)}</span></li>`)}
             ${overview.settlementsAttention.map((s) => markup`<li><a href="/dashboard/invoices/${s.invoiceId}">${s.what}</a></li>`)}
+            ${overview.refundsAttention.map((r) => markup`<li><a href="/dashboard/refunds/${r.id}" class="refund-attention">${r.what}</a></li>`)}
           </ul>`
       }
     </section>`,
@@ -193,6 +197,8 @@ export function invoicePage(
   addresses: InvoiceAddressesTable[],
   payments: PaymentsTable[],
   checkoutUrl: string,
+  /** The invoice's refunds and the form for one, for the roles that read refunds. */
+  refunds?: Html,
 ): string {
   return page(
     `Invoice ${formatFiatAmount(invoice.amount, invoice.currency)}`,
@@ -228,7 +234,8 @@ export function invoicePage(
       <thead><tr><th scope="col">Transaction</th><th scope="col">Chain</th><th scope="col">Confirmations</th><th scope="col">Status</th></tr></thead>
       <tbody>${payments.map((p) => markup`<tr><td><code>${p.tx_hash}</code></td><td>${p.chain} ${p.token}</td><td>${p.confirmations} of ${p.required_confirmations}</td><td>${p.status}${p.wrong_token ? ' (wrong token)' : ''}</td></tr>`)}</tbody>
     </table></div>`
-    }`,
+    }
+    ${refunds}`,
     session,
   );
 }

@@ -20,6 +20,11 @@ import {
 import { hashInviteToken, userIdOf } from '../../commands/merchant-users.ts';
 import type { Actor } from '../../commands/handle.ts';
 import { invoiceAddresses, invoiceRow, listInvoices } from '../../projections/invoice-queries.ts';
+import { listRefunds, refundById, refundsWaiting, refundView } from '../../projections/refunds.ts';
+import { invoiceDecider, invoiceStreamName, refundableOf } from '../../domain/invoice.ts';
+import { formatUnits } from '../../domain/money.ts';
+import { loadState } from '../../commands/handle.ts';
+import type { NewRefund } from '../../commands/refunds.ts';
 import { settlementsNeedingAttention } from '../../projections/settlements.ts';
 import type { RouteContext } from '../app.ts';
 import { pageHeaders } from '../routes/checkout.ts';
@@ -44,6 +49,13 @@ import {
   overviewPage,
   teamPage,
 } from './pages.ts';
+import {
+  invoiceRefundsSection,
+  REFUND_STATUSES,
+  refundPage,
+  refundsPage,
+  type RefundableLine,
+} from './refund-pages.ts';
 import {
   csrfTokenMatches,
   sameSecret,
@@ -82,6 +94,26 @@ const field = (form: Form | undefined, name: string) => {
   return typeof value === 'string' ? value : '';
 };
 const fields = (form: Form | undefined, name: string) => [form?.[name] ?? []].flat();
+
+/** The refund form as the API's body: `asset` is `chain:token`; an amount or a kind; or what is wrong with it. */
+export function refundInput(form: Form | undefined): NewRefund | string {
+  const [chain, token] = field(form, 'asset').split(':');
+  const kind = field(form, 'kind') || 'amount';
+  const amount = field(form, 'amount').trim();
+  const destination = field(form, 'destination').trim();
+  const reason = field(form, 'reason').trim();
+  if (kind !== 'amount' && kind !== 'full' && kind !== 'excess') return 'Choose how much to refund.';
+  if (kind === 'amount' && !/^\d+(\.\d+)?$/.test(amount)) return 'Enter the amount to refund, in the token.';
+  if (destination.length > 128) return 'The address is too long.';
+  if (reason.length > 500) return 'The reason is at most 500 characters.';
+  return {
+    ...(chain && { chain }),
+    ...(token && { token }),
+    ...(kind === 'amount' ? { amount } : { kind }),
+    ...(destination && { destination }),
+    ...(reason && { reason }),
+  };
+}
 
 export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const { auth, db, users, sessions, merchants, settle, config } = ctx;
@@ -302,7 +334,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
 
   scope.get('/dashboard', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
     const session = request.dashboard!;
-    const [counts, issues, settlementIssues] = await Promise.all([
+    const [counts, issues, settlementIssues, waitingRefunds] = await Promise.all([
       db
         .selectFrom('invoices')
         .select(['status', db.fn.countAll<string>().as('n')])
@@ -319,6 +351,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
         .limit(50)
         .execute(),
       settlementsNeedingAttention(db, 50, session.merchantId),
+      roleAllows(session.role, 'refunds:read') ? refundsWaiting(db, session.merchantId, 50) : [],
     ]);
     return html(
       reply,
@@ -334,6 +367,10 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
           id: s.subject,
           invoiceId: s.settlement.invoiceId,
           what: `Settlement: ${s.reason}`,
+        })),
+        refundsAttention: waitingRefunds.map((r) => ({
+          id: r.id,
+          what: `Refund ${r.amount} ${r.token} on ${r.chain}: ${r.status === 'awaiting_approval' ? 'waiting for approval' : 'waiting for funds in the refund wallet'}`,
         })),
       }),
     );
@@ -367,25 +404,98 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
     },
   );
 
+  /** The session merchant's invoice row, or undefined for another's or none. */
+  async function ownInvoice(session: DashboardSession, id: string) {
+    if (!/^[0-9a-f-]{36}$/i.test(id)) return undefined;
+    const row = await ctx.readInvoice(id, () => invoiceRow(db, id));
+    // Another merchant's invoice is as unknown as one that does not exist.
+    return row && row.merchant_id === session.merchantId ? row : undefined;
+  }
+  const invoiceNotFound = (reply: FastifyReply, session: DashboardSession) =>
+    html(reply, 404, messagePage('Invoice not found', 'There is no such invoice.', session));
+
+  /** What the invoice can still give back, per chain and token: the API's refundable, from the invoice's stream. */
+  async function refundableLines(invoiceId: string): Promise<RefundableLine[]> {
+    const invoice = await loadState(ctx.store, invoiceDecider, invoiceStreamName(invoiceId));
+    return (invoice ? refundableOf(invoice) : []).map((a) => ({
+      chain: a.chain,
+      token: a.token,
+      refundable: formatUnits(a.refundable, a.tokenDecimals, a.tokenDecimals),
+      excess: formatUnits(a.excess, a.tokenDecimals, a.tokenDecimals),
+    }));
+  }
+
+  /** The invoice page; its refunds for the roles that read them. */
+  async function invoiceAnswer(
+    reply: FastifyReply,
+    session: DashboardSession,
+    row: NonNullable<Awaited<ReturnType<typeof ownInvoice>>>,
+    status = 200,
+    refundError?: string,
+  ) {
+    const readsRefunds = roleAllows(session.role, 'refunds:read');
+    const [addresses, payments, refunds, refundable] = await Promise.all([
+      invoiceAddresses(db, row.id),
+      db.selectFrom('payments').selectAll().where('invoice_id', '=', row.id).orderBy('detected_at').execute(),
+      readsRefunds
+        ? listRefunds(db, { merchantId: session.merchantId, invoiceId: row.id }, { limit: 100, page: 1 })
+        : undefined,
+      roleAllows(session.role, 'refunds:write') ? refundableLines(row.id) : [],
+    ]);
+    const section =
+      refunds &&
+      invoiceRefundsSection(
+        session,
+        row.id,
+        refunds.rows.map((r) => refundView(r, config.publicBaseUrl)),
+        refundable,
+        refundError,
+      );
+    return html(
+      reply,
+      status,
+      invoicePage(session, row, addresses, payments, `${config.publicBaseUrl}/checkout/${row.id}`, section),
+    );
+  }
+
   scope.get<{ Params: { id: string } }>(
     '/dashboard/invoices/:id',
     { preHandler: signedIn('invoices:read'), schema: { hide: true } },
     async (request, reply) => {
       const session = request.dashboard!;
-      const row = await ctx.readInvoice(request.params.id, () => invoiceRow(db, request.params.id));
-      // Another merchant's invoice is as unknown as one that does not exist.
-      if (!row || row.merchant_id !== session.merchantId) {
-        return html(reply, 404, messagePage('Invoice not found', 'There is no such invoice.', session));
+      const row = await ownInvoice(session, request.params.id);
+      if (!row) return invoiceNotFound(reply, session);
+      // Like the API's list: a refund made before this request is shown.
+      if (roleAllows(session.role, 'refunds:read')) await ctx.caughtUp();
+      return invoiceAnswer(reply, session, row);
+    },
+  );
+
+  scope.post<{ Params: { id: string }; Body: Form }>(
+    '/dashboard/invoices/:id/refunds',
+    { preHandler: signedIn('refunds:write'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const row = await ownInvoice(session, request.params.id);
+      if (!row) return invoiceNotFound(reply, session);
+      const input = refundInput(request.body);
+      if (typeof input === 'string') return invoiceAnswer(reply, session, row, 400, input);
+      try {
+        // The API's own command: the limit, the asset and the destination are checked there.
+        const { refundId, position } = await ctx.refunds.create(
+          session.merchantId,
+          row.id,
+          input,
+          undefined,
+          actorOf(session),
+        );
+        await settle(position);
+        return redirect(reply, `/dashboard/refunds/${refundId}`);
+      } catch (error) {
+        if (!(error instanceof DomainError)) throw error;
+        if (error.kind === 'not_found') return invoiceNotFound(reply, session);
+        return invoiceAnswer(reply, session, row, error.kind === 'bad_request' ? 400 : 409, error.message);
       }
-      const [addresses, payments] = await Promise.all([
-        invoiceAddresses(db, row.id),
-        db.selectFrom('payments').selectAll().where('invoice_id', '=', row.id).orderBy('detected_at').execute(),
-      ]);
-      return html(
-        reply,
-        200,
-        invoicePage(session, row, addresses, payments, `${config.publicBaseUrl}/checkout/${row.id}`),
-      );
     },
   );
 
@@ -408,6 +518,103 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
       }
       return redirect(reply, `/dashboard/invoices/${id}`);
     },
+  );
+
+  // ---- Refunds ---------------------------------------------------------------------------
+
+  scope.get<{ Querystring: { status?: string } }>(
+    '/dashboard/refunds',
+    { preHandler: signedIn('refunds:read'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      const status = (REFUND_STATUSES as readonly string[]).includes(request.query.status ?? '')
+        ? request.query.status!
+        : '';
+      await ctx.caughtUp();
+      const { rows, total } = await listRefunds(
+        db,
+        { merchantId: session.merchantId, status: status || undefined },
+        { limit: 100, page: 1 },
+      );
+      return html(
+        reply,
+        200,
+        refundsPage(session, { rows: rows.map((r) => refundView(r, config.publicBaseUrl)), total, status }),
+      );
+    },
+  );
+
+  /** The session merchant's refund, or undefined (another merchant's is unknown, as in the API). */
+  async function ownRefund(session: DashboardSession, id: string) {
+    const row = /^[0-9a-f-]{36}$/i.test(id) ? await refundById(db, id) : undefined;
+    return row && row.merchant_id === session.merchantId ? row : undefined;
+  }
+  const refundNotFound = (reply: FastifyReply, session: DashboardSession) =>
+    html(reply, 404, messagePage('Refund not found', 'There is no such refund.', session));
+  const refundAnswer = async (
+    reply: FastifyReply,
+    session: DashboardSession,
+    id: string,
+    status = 200,
+    error?: string,
+  ) =>
+    html(
+      reply,
+      status,
+      refundPage(session, refundView((await refundById(db, id))!, config.publicBaseUrl), {
+        reauthenticate: needsReauthentication(session, new Date()),
+        error,
+      }),
+    );
+
+  scope.get<{ Params: { id: string } }>(
+    '/dashboard/refunds/:id',
+    { preHandler: signedIn('refunds:read'), schema: { hide: true } },
+    async (request, reply) => {
+      const session = request.dashboard!;
+      await ctx.caughtUp();
+      const row = await ownRefund(session, request.params.id);
+      if (!row) return refundNotFound(reply, session);
+      return refundAnswer(reply, session, row.id);
+    },
+  );
+
+  /** Runs the API's command on the session merchant's refund, answering with its page (or why not). */
+  const refundAction = (
+    permission: DashboardPermission,
+    run: (session: DashboardSession, refundId: string) => Promise<{ position?: string }>,
+    options: { sensitive: boolean },
+  ) => ({
+    preHandler: signedIn(permission),
+    schema: { hide: true },
+    handler: async (request: FastifyRequest<{ Params: { id: string }; Body: Form }>, reply: FastifyReply) => {
+      const session = request.dashboard!;
+      const row = await ownRefund(session, request.params.id);
+      if (!row) return refundNotFound(reply, session);
+      if (options.sensitive) {
+        const reauthentication = await reauthenticationProblem(request);
+        if (reauthentication) return refundAnswer(reply, session, row.id, 403, reauthentication);
+      }
+      try {
+        await settle((await run(session, row.id)).position);
+      } catch (error) {
+        if (!(error instanceof DomainError)) throw error;
+        return refundAnswer(reply, session, row.id, error.kind === 'not_found' ? 404 : 409, error.message);
+      }
+      return redirect(reply, `/dashboard/refunds/${row.id}`);
+    },
+  });
+
+  // Approving pays money out: it asks for the password again after 5 minutes, as creating a key does.
+  scope.post(
+    '/dashboard/refunds/:id/approve',
+    refundAction('refunds:approve', (session, id) => ctx.refunds.approve(session.merchantId, id, actorOf(session)), {
+      sensitive: true,
+    }),
+  );
+  scope.post(
+    '/dashboard/refunds/:id/cancel',
+    refundAction('refunds:write', (session, id) => ctx.refunds.cancel(id, actorOf(session)), { sensitive: false }),
   );
 
   // ---- Developers: API keys ------------------------------------------------------------

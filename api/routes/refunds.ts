@@ -1,9 +1,15 @@
 // Refunds (refunds.md): the merchant's endpoints and the customer's claim API.
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { Actor } from '../../commands/handle.ts';
 import { Type } from 'typebox';
-import { newestFirst } from '../../projections/paging.ts';
-import { publicRefundView, refundByClaimToken, refundById, refundView } from '../../projections/refunds.ts';
+import {
+  listRefunds,
+  publicRefundView,
+  refundByClaimToken,
+  refundById,
+  refundView,
+} from '../../projections/refunds.ts';
 import type { RouteContext } from '../app.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
@@ -84,6 +90,8 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const { auth, db, refunds, settle, caughtUp, config } = ctx;
   const key = [{ apiKey: [] }];
   const view = (row: Parameters<typeof refundView>[0]) => refundView(row, config.publicBaseUrl);
+  /** The key that asked, recorded on the refund's events as the dashboard records its user. */
+  const keyActor = (request: FastifyRequest): Actor => ({ type: 'api_key', keyId: request.caller!.keyId });
 
   /** The caller's refund, or 404 as refunds.md says (also for another merchant's). */
   async function ownRefund(id: string, merchantId: string) {
@@ -112,6 +120,7 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
         request.params.id,
         request.body,
         keyedId(request, `refund of ${request.params.id}`),
+        keyActor(request),
       );
       await settle(position);
       return reply.code(201).send({ data: view((await refundById(db, refundId))!) });
@@ -134,13 +143,12 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
       const q = request.query;
       const { limit, page } = pageOf(q);
       await caughtUp();
-      let query = db.selectFrom('refunds').where('merchant_id', '=', request.caller!.merchantId);
-      if (q.status) query = query.where('status', '=', q.status);
-      if (q.invoiceId !== undefined) {
-        if (!UUID.test(q.invoiceId)) throw badRequest('invoiceId must be a UUID');
-        query = query.where('invoice_id', '=', q.invoiceId);
-      }
-      const { rows, total } = await newestFirst(query, { limit, page });
+      if (q.invoiceId !== undefined && !UUID.test(q.invoiceId)) throw badRequest('invoiceId must be a UUID');
+      const { rows, total } = await listRefunds(
+        db,
+        { merchantId: request.caller!.merchantId, status: q.status, invoiceId: q.invoiceId },
+        { limit, page },
+      );
       return { data: rows.map(view), pagination: { total, page, limit, totalPages: Math.ceil(total / limit) } };
     },
   );
@@ -174,7 +182,7 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request) => {
       const row = await ownRefund(request.params.id, request.caller!.merchantId);
-      await settle((await refunds.cancel(row.id)).position);
+      await settle((await refunds.cancel(row.id, keyActor(request))).position);
       return { data: view((await refundById(db, row.id))!) };
     },
   );
@@ -193,7 +201,7 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request) => {
       const row = await ownRefund(request.params.id, request.caller!.merchantId);
-      await settle((await refunds.approve(row.merchant_id, row.id)).position);
+      await settle((await refunds.approve(row.merchant_id, row.id, keyActor(request))).position);
       return { data: view((await refundById(db, row.id))!) };
     },
   );

@@ -106,29 +106,14 @@ export const payoutQueueProjector: Projector = {
     const event = { type: recorded.type, data: recorded.data } as SettlementEvent;
     switch (event.type) {
       case 'SettlementRequested':
-        await trx
-          .insertInto('payout_queue')
-          .values({
-            payout_id: payoutId,
-            kind: 'settlement',
-            merchant_id: event.data.merchantId,
-            chain: event.data.chain,
-            state: 'open',
-            due_at: now,
-            looks: 0,
-            version: 0,
-          })
-          .onConflict((oc) => oc.column('payout_id').doNothing())
-          .execute();
+        await enqueue(trx, payoutId, 'settlement', event.data, now);
         return;
       case 'SettlementCompleted':
         await trx.deleteFrom('payout_queue').where('payout_id', '=', payoutId).execute();
         return;
-      case 'SettlementFailed': {
-        const { retryAt } = event.data;
-        await setDue(trx, payoutId, retryAt === null ? 'parked' : 'open', retryAt === null ? now : new Date(retryAt));
+      case 'SettlementFailed':
+        await dueAfterFailure(trx, payoutId, event.data.retryAt, now);
         return;
-      }
       case 'SettlementAttentionRaised':
       case 'SettlementAttentionResolved':
         return; // for a person; it changes nothing the worker could do
@@ -146,31 +131,16 @@ async function applyRefundEvent(trx: Kysely<QueueTables>, recorded: RecordedEven
   const event = { type: recorded.type, data: recorded.data } as RefundEvent;
   switch (event.type) {
     case 'RefundApproved':
-      await trx
-        .insertInto('payout_queue')
-        .values({
-          payout_id: payoutId,
-          kind: 'refund',
-          merchant_id: event.data.merchantId,
-          chain: event.data.chain,
-          state: 'open',
-          due_at: now,
-          looks: 0,
-          version: 0,
-        })
-        .onConflict((oc) => oc.column('payout_id').doNothing())
-        .execute();
+      await enqueue(trx, payoutId, 'refund', event.data, now);
       return;
     case 'RefundCompleted':
     case 'RefundCanceled':
     case 'RefundExpired':
       await trx.deleteFrom('payout_queue').where('payout_id', '=', payoutId).execute();
       return;
-    case 'RefundFailed': {
-      const { retryAt } = event.data;
-      await setDue(trx, payoutId, retryAt === null ? 'parked' : 'open', retryAt === null ? now : new Date(retryAt));
+    case 'RefundFailed':
+      await dueAfterFailure(trx, payoutId, event.data.retryAt, now);
       return;
-    }
     case 'RefundFunded':
     case 'RefundTransactionPrepared':
     case 'RefundSubmitted':
@@ -181,6 +151,34 @@ async function applyRefundEvent(trx: Kysely<QueueTables>, recorded: RecordedEven
       return; // before its approval: not a payout yet
   }
 }
+
+/** A new payout, due at once (once only: a replayed event finds it there). */
+function enqueue(
+  trx: Kysely<QueueTables>,
+  payoutId: string,
+  kind: string,
+  { merchantId, chain }: { merchantId: string; chain: string },
+  now: Date,
+) {
+  return trx
+    .insertInto('payout_queue')
+    .values({
+      payout_id: payoutId,
+      kind,
+      merchant_id: merchantId,
+      chain,
+      state: 'open',
+      due_at: now,
+      looks: 0,
+      version: 0,
+    })
+    .onConflict((oc) => oc.column('payout_id').doNothing())
+    .execute();
+}
+
+/** A failure is looked at again when its retry is due; a final one is parked until an event reopens it. */
+const dueAfterFailure = (trx: Kysely<QueueTables>, payoutId: string, retryAt: string | null, now: Date) =>
+  retryAt === null ? setDue(trx, payoutId, 'parked', now) : setDue(trx, payoutId, 'open', new Date(retryAt));
 
 function setDue(trx: Kysely<QueueTables>, payoutId: string, state: 'open' | 'parked', due: Date) {
   return trx

@@ -13,18 +13,18 @@ import { merchantCommands } from '../commands/merchants.ts';
 import { merchantUserCommands } from '../commands/merchant-users.ts';
 import { dashboardRoutes } from './dashboard/routes.ts';
 import { dashboardSessions } from './dashboard/sessions.ts';
-import { ReadModelsBehindError, type ProjectionEngine } from '../projections/engine.ts';
+import type { ProjectionEngine } from '../projections/engine.ts';
+import { readYourWrites } from './read-your-writes.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { authentication } from './auth.ts';
 import type { Config } from './config.ts';
-import { catchingUp, errorBody, handleError, sendError } from './errors.ts';
+import { errorBody, handleError, sendError } from './errors.ts';
 import type { Metrics } from './metrics.ts';
 import type { RateLimiter } from './rate-limit.ts';
-import { adminRoutes, type ChainCondition, type OperatorWallet } from './routes/admin.ts';
+import { adminRoutes, type AdminRouteDeps } from './routes/admin.ts';
 import { catalogueRoutes } from './routes/catalogue.ts';
 import { healthRoutes } from './routes/health.ts';
 import { invoiceRoutes } from './routes/invoices.ts';
-import { UUID } from './routes/query.ts';
 import { settlementRoutes } from './routes/settlements.ts';
 import { refundRoutes } from './routes/refunds.ts';
 import { refundClaimRoutes } from './routes/refund-claim.ts';
@@ -32,19 +32,20 @@ import { reportRoutes } from './routes/reports.ts';
 import { subscriptionRoutes } from './routes/subscriptions.ts';
 import { liveRoutes } from './routes/live.ts';
 import { checkoutRoutes } from './routes/checkout.ts';
-import { webhookRoutes, type WebhookRouteDeps } from './routes/webhooks.ts';
+import { webhookRoutes, type WebhookSending } from './routes/webhooks.ts';
 import type { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { sandboxRoutes, type Sandbox } from './routes/sandbox.ts';
 import { idempotency } from './idempotency.ts';
 import type { Clock } from '../adapters/clock.ts';
-import type { ChainName } from '../domain/catalogue.ts';
 import type { InvoiceCommands } from '../commands/invoices.ts';
-import { invoiceStreamName } from '../domain/invoice.ts';
 import type { SubscriptionCommands } from '../commands/subscriptions.ts';
 import type { RefundCommands } from '../commands/refunds.ts';
-import type { RateDisagreement } from '../adapters/rates/median.ts';
 
-export interface AppDeps {
+/** What the service gives the HTTP application; the operator's views of wallets, nodes and prices are AdminRouteDeps'. */
+export interface AppDeps extends Pick<
+  AdminRouteDeps,
+  'wallets' | 'chainConditions' | 'rateDisagreements' | 'settlementWalletProblem'
+> {
   config: Config;
   clock: Clock;
   invoices: InvoiceCommands;
@@ -52,15 +53,7 @@ export interface AppDeps {
   refunds: RefundCommands;
   sandbox: Sandbox | undefined;
   live: LiveInvoiceStatus;
-  webhooks: WebhookRouteDeps;
-  /** GET /admin/v1/wallets: each enabled chain's fee wallet and treasury. */
-  wallets: () => Promise<OperatorWallet[]>;
-  /** How each chain's watcher sees its node, for GET /admin/v1/attention. */
-  chainConditions?: () => ChainCondition[];
-  /** Pairs the price sources lately disagreed about, for GET /admin/v1/attention. */
-  rateDisagreements?: () => RateDisagreement[];
-  /** Why `address` cannot be a settlement wallet on `chain`, or undefined when it can. */
-  settlementWalletProblem: (chain: ChainName, address: string) => Promise<string | undefined>;
+  webhooks: WebhookSending;
   adminToken: string;
   database: SqlDatabase;
   store: EventStore;
@@ -141,29 +134,8 @@ export async function buildApp(deps: AppDeps) {
 
   const db = deps.database.db as Kysely<ReadModelTables>;
   const auth = authentication({ database: deps.database, rateLimiter: deps.rateLimiter, adminToken: deps.adminToken });
-  /**
-   * Lets the answer to a write wait until the read models show it, so a
-   * GET right after it sees what it wrote; and a read wait until they show
-   * what it must (readInvoice, caughtUp). Only the read models: the
-   * process managers and webhook outboxes that also follow the log add
-   * nothing a read needs, and waiting for the slowest of them cost a
-   * payment creation most of its time. Read models further behind than the
-   * wait give a 503: answering from them would deny what was written (a
-   * fresh invoice's 404, a fresh key's 401), which a client must not take
-   * for the truth. A write has committed by then; its claim on an
-   * Idempotency-Key is held as for any 5xx (api/idempotency.ts).
-   */
-  const settle = async (position: string | undefined) => {
-    if (!position) return;
-    try {
-      await deps.projections.waitFor(position, 10_000, deps.readModels);
-    } catch (error) {
-      if (!(error instanceof ReadModelsBehindError)) throw error;
-      app.log.warn({ err: error }, 'read models lag');
-      throw catchingUp();
-    }
-  };
   const merchants = merchantCommands(deps.store);
+  // Everything a route module may ask for; each takes only what it names in its own deps type.
   const context = {
     ...deps,
     db,
@@ -171,30 +143,7 @@ export async function buildApp(deps: AppDeps) {
     merchants,
     users: merchantUserCommands(deps.store, merchants),
     sessions: await dashboardSessions(deps.database),
-    settle,
-    /** For a list: waits until the read models show every write committed before the call (see readInvoice). */
-    caughtUp: async () => settle(await deps.store.headPosition()),
-    /**
-     * A read of an invoice from the read models; undefined for an id that is
-     * not a UUID or an invoice that does not exist. Invoices and payments
-     * are answered as soon as their events are committed, without waiting
-     * for the read models (a third of a payment creation's throughput); so
-     * a read that finds nothing asks the event store whether the invoice
-     * exists, and if it does, waits until the read models show it and reads
-     * again. A client that creates and at once reads, from this instance or
-     * another, never gets a 404: they share the event store and the read
-     * models. Every other write still settles before answering, because a
-     * row that is there but stale cannot be told from a current one.
-     */
-    readInvoice: async <T>(id: string, read: () => Promise<T | undefined>): Promise<T | undefined> => {
-      if (!UUID.test(id)) return undefined;
-      const found = await read();
-      if (found !== undefined) return found;
-      const last = (await deps.store.readStream(invoiceStreamName(id))).at(-1);
-      if (!last) return undefined;
-      await settle(last.position);
-      return read();
-    },
+    ...readYourWrites({ store: deps.store, projections: deps.projections, readModels: deps.readModels, log: app.log }),
   };
 
   await app.register(swagger, {
@@ -262,36 +211,23 @@ export async function buildApp(deps: AppDeps) {
   app.addHook('preHandler', idempotent.claim);
   app.addHook('onSend', idempotent.record);
 
-  await app.register(async (scope) => healthRoutes(scope, context));
-  await app.register(async (scope) => catalogueRoutes(scope, context));
-  await app.register(async (scope) => adminRoutes(scope, context));
-  await app.register(async (scope) => invoiceRoutes(scope, context));
-  await app.register(async (scope) => settlementRoutes(scope, context));
-  await app.register(async (scope) => refundRoutes(scope, context));
-  await app.register(async (scope) => refundClaimRoutes(scope, context));
-  await app.register(async (scope) => reportRoutes(scope, context));
-  await app.register(async (scope) => subscriptionRoutes(scope, context));
-  await app.register(async (scope) => liveRoutes(scope, context, deps.live));
-  await app.register(async (scope) => webhookRoutes(scope, context, deps.webhooks));
-  await app.register(async (scope) => checkoutRoutes(scope, context));
-  await app.register(async (scope) => dashboardRoutes(scope, context));
-  if (deps.sandbox) {
-    const sandbox = deps.sandbox;
-    await app.register(async (scope) => sandboxRoutes(scope, context, sandbox));
-  }
+  await app.register(healthRoutes, context);
+  await app.register(catalogueRoutes, context);
+  await app.register(adminRoutes, context);
+  await app.register(invoiceRoutes, context);
+  await app.register(settlementRoutes, context);
+  await app.register(refundRoutes, context);
+  await app.register(refundClaimRoutes, context);
+  await app.register(reportRoutes, context);
+  await app.register(subscriptionRoutes, context);
+  await app.register(liveRoutes, context);
+  await app.register(webhookRoutes, context);
+  await app.register(checkoutRoutes, context);
+  await app.register(dashboardRoutes, context);
+  if (deps.sandbox) await app.register(sandboxRoutes, { ...context, sandbox: deps.sandbox });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());
   return app;
 }
 
 export type App = Awaited<ReturnType<typeof buildApp>>;
-export type RouteContext = AppDeps & {
-  db: Kysely<ReadModelTables>;
-  auth: ReturnType<typeof authentication>;
-  merchants: ReturnType<typeof merchantCommands>;
-  users: ReturnType<typeof merchantUserCommands>;
-  sessions: Awaited<ReturnType<typeof dashboardSessions>>;
-  settle: (position: string | undefined) => Promise<void>;
-  caughtUp: () => Promise<void>;
-  readInvoice: <T>(id: string, read: () => Promise<T | undefined>) => Promise<T | undefined>;
-};

@@ -1,7 +1,7 @@
 // Read-model tables, the ones finance tools may query directly (documented in
 // the README). Every table belongs to one projector and is rebuilt from the
 // events by it.
-import { sql, type Migration } from 'kysely';
+import { sql, type Kysely, type Migration } from 'kysely';
 
 export interface MerchantsTable {
   id: string;
@@ -243,6 +243,9 @@ export interface ReadModelTables {
   invoice_addresses: InvoiceAddressesTable;
   payments: PaymentsTable;
 }
+
+/** The read models' database, as the API and the queries beside each projector read it. */
+export type ReadModels = Kysely<ReadModelTables>;
 
 export const readModelMigrations: Record<string, Migration> = {
   '0001_merchants_and_keys': {

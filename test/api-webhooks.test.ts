@@ -8,8 +8,8 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import Fastify from 'fastify';
-import type { RouteContext } from '../api/app.ts';
 import { authentication } from '../api/auth.ts';
+import type { ReadModels } from '../projections/schema.ts';
 import { handleError } from '../api/errors.ts';
 import { webhookRoutes, WEBHOOK_EVENT_TYPES } from '../api/routes/webhooks.ts';
 import { verifyWebhookSignature } from '../adapters/webhooks/sender.ts';
@@ -30,9 +30,7 @@ async function webhookApp(svc: RunningService, policy: WebhookTargetPolicy) {
   const db = svc.service.database.db;
   const auth = authentication({ database: svc.service.database, rateLimiter: undefined, adminToken: svc.adminToken });
   const worker = new WebhookDeliveryWorker(svc.service.database, { policy, schedule: [60_000] });
-  await app.register(async (scope) =>
-    webhookRoutes(scope, { auth, db } as unknown as RouteContext, { worker, policy }),
-  );
+  await app.register(webhookRoutes, { auth, db: db as ReadModels, webhooks: { worker, policy } });
   const url = await app.listen({ port: 0, host: '127.0.0.1' });
   return {
     worker,

@@ -15,7 +15,7 @@ import {
   type BlockMined,
   type SandboxLedgerCommand,
   type SandboxLedgerEvent,
-} from '../domain/sandbox-ledger.ts';
+} from '../adapters/chains/sandbox-ledger-decider.ts';
 import { given } from './support/decider.ts';
 
 const base58 = basex('123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz');

@@ -21,7 +21,7 @@ import {
   type SandboxLedgerCommand,
   type SandboxLedgerEvent,
   type SandboxLedgerState,
-} from '../../domain/sandbox-ledger.ts';
+} from './sandbox-ledger-decider.ts';
 import { systemClock, type Clock } from '../clock.ts';
 import { ConcurrencyError, type EventStore } from '../event-store/port.ts';
 import { findChain } from '../../domain/catalogue.ts';

@@ -26,7 +26,16 @@ import { formatUnits } from '../../domain/money.ts';
 import { loadState } from '../../commands/handle.ts';
 import type { NewRefund } from '../../commands/refunds.ts';
 import { settlementsNeedingAttention } from '../../projections/settlements.ts';
-import type { RouteContext } from '../app.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { Authentication } from '../auth.ts';
+import type { Config } from '../config.ts';
+import type { DashboardSessions } from './sessions.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
+import type { MerchantUserCommands } from '../../commands/merchant-users.ts';
+import type { MerchantCommands } from '../../commands/merchants.ts';
+import type { InvoiceCommands } from '../../commands/invoices.ts';
+import type { RefundCommands } from '../../commands/refunds.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { pageHeaders } from '../routes/checkout.ts';
 import {
   hashPassword,
@@ -115,7 +124,20 @@ export function refundInput(form: Form | undefined): NewRefund | string {
   };
 }
 
-export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext) {
+/** What these routes use of the service. */
+export interface DashboardRouteDeps extends Pick<ReadYourWrites, 'settle' | 'caughtUp' | 'readInvoice'> {
+  auth: Authentication;
+  db: ReadModels;
+  users: MerchantUserCommands;
+  sessions: DashboardSessions;
+  merchants: MerchantCommands;
+  config: Config;
+  store: EventStore;
+  refunds: RefundCommands;
+  invoices: InvoiceCommands;
+}
+
+export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRouteDeps) {
   const { auth, db, users, sessions, merchants, settle, config } = ctx;
   const secureCookie = config.publicBaseUrl.startsWith('https:');
   await scope.register(cookie);

@@ -6,7 +6,17 @@ import { permissions, type ApiKey } from '../../domain/api-key.ts';
 import { isChainName, type ChainName } from '../../domain/catalogue.ts';
 import { withDeadline } from '../../adapters/deadline.ts';
 import { merchantStatuses, merchantTiers, type Merchant, type MerchantChanges } from '../../domain/merchant.ts';
-import type { RouteContext } from '../app.ts';
+import type { Authentication } from '../auth.ts';
+import type { Config } from '../config.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
+import type { DashboardSessions } from '../dashboard/sessions.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { SqlDatabase } from '../../adapters/sql/database.ts';
+import type { Clock } from '../../adapters/clock.ts';
+import type { RateDisagreement } from '../../adapters/rates/median.ts';
+import type { MerchantCommands } from '../../commands/merchants.ts';
+import type { MerchantUserCommands } from '../../commands/merchant-users.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, HttpError, notFound } from '../errors.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
 import { Nullable, Pagination, data } from './schemas.ts';
@@ -181,7 +191,28 @@ const AttentionItem = Type.Object({
   since: Nullable(Type.String()),
 });
 
-export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
+/** What the operator API uses of the service. */
+export interface AdminRouteDeps extends Pick<ReadYourWrites, 'settle'> {
+  auth: Authentication;
+  config: Config;
+  clock: Clock;
+  store: EventStore;
+  database: SqlDatabase;
+  db: ReadModels;
+  merchants: MerchantCommands;
+  users: MerchantUserCommands;
+  sessions: DashboardSessions;
+  /** GET /admin/v1/wallets: each enabled chain's fee wallet and treasury. */
+  wallets: () => Promise<OperatorWallet[]>;
+  /** How each chain's watcher sees its node, for GET /admin/v1/attention. */
+  chainConditions?: () => ChainCondition[];
+  /** Pairs the price sources lately disagreed about, for GET /admin/v1/attention. */
+  rateDisagreements?: () => RateDisagreement[];
+  /** Why `address` cannot be a settlement wallet on `chain`, or undefined when it can. */
+  settlementWalletProblem: (chain: ChainName, address: string) => Promise<string | undefined>;
+}
+
+export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const { auth, merchants, settle, db, config } = ctx;
   app.addHook('onRequest', async (request) => {

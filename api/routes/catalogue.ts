@@ -1,7 +1,8 @@
 import { Type } from 'typebox';
 import type { FastifyInstance } from 'fastify';
 import { catalogue, listTokens } from '../../domain/catalogue.ts';
-import type { RouteContext } from '../app.ts';
+import type { Authentication } from '../auth.ts';
+import type { Config } from '../config.ts';
 
 const TokenOnChain = Type.Object({
   symbol: Type.String(),
@@ -34,7 +35,13 @@ const Token = Type.Object({
   ),
 });
 
-export async function catalogueRoutes(app: FastifyInstance, { config, auth }: RouteContext) {
+/** What these routes use of the service. */
+export interface CatalogueRouteDeps {
+  config: Config;
+  auth: Authentication;
+}
+
+export async function catalogueRoutes(app: FastifyInstance, { config, auth }: CatalogueRouteDeps) {
   const chains = catalogue.filter((c) => config.chains.includes(c.name));
   const tokens = listTokens(config.chains);
   app.get(

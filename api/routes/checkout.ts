@@ -15,7 +15,12 @@ import {
   invoiceStatus,
   type InvoiceStatusView,
 } from '../../projections/invoice-queries.ts';
-import type { RouteContext } from '../app.ts';
+import type { Clock } from '../../adapters/clock.ts';
+import type { SqlDatabase } from '../../adapters/sql/database.ts';
+import type { Authentication } from '../auth.ts';
+import type { Config } from '../config.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 
 export const CHECKOUT_CSP =
   "default-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; style-src 'self'; script-src 'self'; " +
@@ -227,7 +232,16 @@ export const pageHeaders = (reply: FastifyReply) =>
 
 // ---- Routes --------------------------------------------------------------------
 
-export async function checkoutRoutes(scope: FastifyInstance, ctx: RouteContext) {
+/** What these routes use of the service. */
+export interface CheckoutRouteDeps extends Pick<ReadYourWrites, 'readInvoice'> {
+  auth: Authentication;
+  db: ReadModels;
+  database: SqlDatabase;
+  clock: Clock;
+  config: Config;
+}
+
+export async function checkoutRoutes(scope: FastifyInstance, ctx: CheckoutRouteDeps) {
   const { auth, db, database, clock, readInvoice } = ctx;
   const requests = paymentRequests(ctx.config);
   const stylesheet = await readFile(new URL('../checkout/checkout.css', import.meta.url), 'utf8');

@@ -1,9 +1,18 @@
 import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
-import type { RouteContext } from '../app.ts';
+import type { SqlDatabase } from '../../adapters/sql/database.ts';
+import type { Metrics } from '../metrics.ts';
+import type { ProjectionEngine } from '../../projections/engine.ts';
 import { sendError } from '../errors.ts';
 
-export async function healthRoutes(app: FastifyInstance, { database, projections, metrics }: RouteContext) {
+/** What these routes use of the service. */
+export interface HealthRouteDeps {
+  database: SqlDatabase;
+  projections: ProjectionEngine;
+  metrics: Metrics;
+}
+
+export async function healthRoutes(app: FastifyInstance, { database, projections, metrics }: HealthRouteDeps) {
   // Liveness: the process answers.
   app.get('/healthz', { schema: { hide: true } }, async () => ({ data: { status: 'ok' } }));
 

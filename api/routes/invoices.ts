@@ -27,7 +27,13 @@ import {
   invoiceView,
   listInvoices,
 } from '../../projections/invoice-queries.ts';
-import type { RouteContext } from '../app.ts';
+import type { EventStore } from '../../adapters/event-store/port.ts';
+import type { SqlDatabase } from '../../adapters/sql/database.ts';
+import type { Authentication } from '../auth.ts';
+import type { Config } from '../config.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
+import type { InvoiceCommands } from '../../commands/invoices.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
@@ -183,7 +189,17 @@ type InvoiceInput = Static<typeof InvoiceBody>;
 
 const MAX_FIAT_UNITS = 10n ** 15n * 10n ** BigInt(FIAT_DECIMALS);
 
-export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
+/** What these routes use of the service. */
+export interface InvoiceRouteDeps extends Pick<ReadYourWrites, 'settle' | 'caughtUp' | 'readInvoice'> {
+  auth: Authentication;
+  invoices: InvoiceCommands;
+  db: ReadModels;
+  database: SqlDatabase;
+  config: Config;
+  store: EventStore;
+}
+
+export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const { auth, invoices, db, database, config, settle, caughtUp, readInvoice, store } = ctx;
   const requests = paymentRequests(config);

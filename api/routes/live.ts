@@ -6,7 +6,10 @@ import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { WebSocket } from 'ws';
 import { invoiceStatus, type InvoiceStatusView } from '../../projections/invoice-queries.ts';
 import type { LiveInvoiceStatus } from '../../projections/live-status.ts';
-import type { RouteContext } from '../app.ts';
+import type { SqlDatabase } from '../../adapters/sql/database.ts';
+import type { Authentication } from '../auth.ts';
+import type { Config } from '../config.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
 import { HttpError, sendError } from '../errors.ts';
 import { UUID } from './query.ts';
 
@@ -24,11 +27,15 @@ export const closeCodes = {
 const isFinal = (status: InvoiceStatusView) => status.status === 'settled' || status.status === 'expired';
 const HEARTBEAT_MS = 30_000;
 
-export async function liveRoutes(
-  app: FastifyInstance,
-  { auth, database, config, readInvoice }: RouteContext,
-  live: LiveInvoiceStatus,
-) {
+/** What these routes use of the service. */
+export interface LiveRouteDeps extends Pick<ReadYourWrites, 'readInvoice'> {
+  auth: Authentication;
+  database: SqlDatabase;
+  config: Config;
+  live: LiveInvoiceStatus;
+}
+
+export async function liveRoutes(app: FastifyInstance, { auth, database, config, readInvoice, live }: LiveRouteDeps) {
   // Compression costs tens of kilobytes per socket; status messages are small.
   await app.register(websocket, { options: { perMessageDeflate: false, maxPayload: 1024 } });
 

@@ -7,7 +7,10 @@ import type { FastifyInstance } from 'fastify';
 import { DomainError } from '../../domain/decider.ts';
 import { refundByClaimToken } from '../../projections/refunds.ts';
 import type { RefundsTable } from '../../projections/schema.ts';
-import type { RouteContext } from '../app.ts';
+import type { Authentication } from '../auth.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
+import type { RefundCommands } from '../../commands/refunds.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { HttpError } from '../errors.ts';
 import { layout, markup, pageHeaders } from './checkout.ts';
 
@@ -76,7 +79,14 @@ function notFoundPage(): string {
   );
 }
 
-export async function refundClaimRoutes(scope: FastifyInstance, { auth, db, refunds, settle }: RouteContext) {
+/** What these routes use of the service. */
+export interface RefundClaimRouteDeps extends Pick<ReadYourWrites, 'settle'> {
+  auth: Authentication;
+  db: ReadModels;
+  refunds: RefundCommands;
+}
+
+export async function refundClaimRoutes(scope: FastifyInstance, { auth, db, refunds, settle }: RefundClaimRouteDeps) {
   // The form's own encoding, parsed by the platform's URLSearchParams, in this scope only.
   scope.addContentTypeParser('application/x-www-form-urlencoded', { parseAs: 'string' }, (_request, body, done) =>
     done(null, Object.fromEntries(new URLSearchParams(body as string))),

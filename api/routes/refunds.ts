@@ -10,7 +10,11 @@ import {
   refundById,
   refundView,
 } from '../../projections/refunds.ts';
-import type { RouteContext } from '../app.ts';
+import type { Authentication } from '../auth.ts';
+import type { Config } from '../config.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
+import type { RefundCommands } from '../../commands/refunds.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
 import { pageOf, UUID } from './query.ts';
@@ -85,7 +89,15 @@ const DestinationBody = Type.Object({
   address: Type.String({ minLength: 1, maxLength: 128, errorMessage: 'address is required' }),
 });
 
-export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
+/** What these routes use of the service. */
+export interface RefundRouteDeps extends Pick<ReadYourWrites, 'settle' | 'caughtUp'> {
+  auth: Authentication;
+  db: ReadModels;
+  refunds: RefundCommands;
+  config: Config;
+}
+
+export async function refundRoutes(scope: FastifyInstance, ctx: RefundRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const { auth, db, refunds, settle, caughtUp, config } = ctx;
   const key = [{ apiKey: [] }];

@@ -5,7 +5,9 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { instantOf, isTimeZone } from '../../projections/report-time.ts';
 import { isReportKind, reportKinds } from '../../projections/reports.ts';
-import type { RouteContext } from '../app.ts';
+import type { SqlDatabase } from '../../adapters/sql/database.ts';
+import type { Authentication } from '../auth.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest } from '../errors.ts';
 import { contentTypeOf, reportStream, type ReportFormat, type ReportRequest } from '../report-stream.ts';
 
@@ -43,7 +45,14 @@ export function reportRequestOf(
   return { kind, format: format as ReportFormat, timeZone, scope: { merchantId, from, to } };
 }
 
-export async function reportRoutes(scope: FastifyInstance, { auth, db, database }: RouteContext) {
+/** What these routes use of the service. */
+export interface ReportRouteDeps {
+  auth: Authentication;
+  db: ReadModels;
+  database: SqlDatabase;
+}
+
+export async function reportRoutes(scope: FastifyInstance, { auth, db, database }: ReportRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   app.get(
     '/api/v1/reports/:kind',

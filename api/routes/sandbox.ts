@@ -10,7 +10,7 @@ import type { FixedRateProvider } from '../../adapters/rates/fixed.ts';
 import type { SandboxClock } from '../../adapters/sandbox-clock.ts';
 import { findChain, findToken, type ChainName } from '../../domain/catalogue.ts';
 import { formatUnits, parseUnits } from '../../domain/money.ts';
-import type { RouteContext } from '../app.ts';
+import type { Authentication } from '../auth.ts';
 import { badRequest, notFound } from '../errors.ts';
 
 export interface Sandbox {
@@ -25,7 +25,13 @@ export interface Sandbox {
 const ChainParams = Type.Object({ chain: Type.String() });
 const security = [{ adminToken: [] }];
 
-export async function sandboxRoutes(scope: FastifyInstance, { auth }: RouteContext, sandbox: Sandbox) {
+/** What these routes use of the service. */
+export interface SandboxRouteDeps {
+  auth: Authentication;
+  sandbox: Sandbox;
+}
+
+export async function sandboxRoutes(scope: FastifyInstance, { auth, sandbox }: SandboxRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   app.addHook('onRequest', auth.admin);
 

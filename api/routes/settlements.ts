@@ -4,7 +4,9 @@ import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import { settlementView } from '../../projections/settlements.ts';
 import { newestFirst } from '../../projections/paging.ts';
-import type { RouteContext } from '../app.ts';
+import type { Authentication } from '../auth.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { forbidden, notFound } from '../errors.ts';
 import { pageOf, timeOf, UUID } from './query.ts';
 import { Nullable, Pagination } from './schemas.ts';
@@ -47,7 +49,13 @@ const ListQuery = Type.Object({
   page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
 });
 const IdParams = Type.Object({ id: Type.String() });
-export async function settlementRoutes(scope: FastifyInstance, { auth, db, readInvoice }: RouteContext) {
+/** What these routes use of the service. */
+export interface SettlementRouteDeps extends Pick<ReadYourWrites, 'readInvoice'> {
+  auth: Authentication;
+  db: ReadModels;
+}
+
+export async function settlementRoutes(scope: FastifyInstance, { auth, db, readInvoice }: SettlementRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const security = [{ apiKey: [] }];
 

@@ -24,7 +24,11 @@ import {
   subscriberRow,
   subscriberRowView,
 } from '../../projections/subscriptions.ts';
-import type { RouteContext } from '../app.ts';
+import type { Authentication } from '../auth.ts';
+import type { Config } from '../config.ts';
+import type { ReadYourWrites } from '../read-your-writes.ts';
+import type { SubscriptionCommands } from '../../commands/subscriptions.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { pageOf, UUID } from './query.ts';
 import { Nullable, data, Pagination } from './schemas.ts';
@@ -131,7 +135,15 @@ function wholeNumberOr(value: unknown, fallback: number, message: string): numbe
   return value;
 }
 
-export async function subscriptionRoutes(scope: FastifyInstance, ctx: RouteContext) {
+/** What these routes use of the service. */
+export interface SubscriptionRouteDeps extends Pick<ReadYourWrites, 'settle'> {
+  auth: Authentication;
+  db: ReadModels;
+  config: Config;
+  subscriptions: SubscriptionCommands;
+}
+
+export async function subscriptionRoutes(scope: FastifyInstance, ctx: SubscriptionRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const { auth, db, config, settle, subscriptions } = ctx;
   const security = [{ apiKey: [] }];

@@ -14,7 +14,8 @@ import {
   listWebhookDeliveries,
   type WebhookDeliveryWorker,
 } from '../../commands/webhook-delivery.ts';
-import type { RouteContext } from '../app.ts';
+import type { Authentication } from '../auth.ts';
+import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { pageOf } from './query.ts';
 import { Nullable, Pagination } from './schemas.ts';
@@ -106,14 +107,21 @@ const EVENT_TYPE_MESSAGE = `eventType must be one of ${WEBHOOK_EVENT_TYPES.join(
 const isEventType = (value: unknown): value is WebhookEventType =>
   typeof value === 'string' && (WEBHOOK_EVENT_TYPES as readonly string[]).includes(value);
 
-export interface WebhookRouteDeps {
+/** The delivery worker (test events, redelivery) and the rule for webhook URLs. */
+export interface WebhookSending {
   worker: WebhookDeliveryWorker;
   policy: WebhookTargetPolicy;
 }
 
-export async function webhookRoutes(scope: FastifyInstance, ctx: RouteContext, webhooks: WebhookRouteDeps) {
+/** What these routes use of the service. */
+export interface WebhookRouteDeps {
+  auth: Authentication;
+  db: ReadModels;
+  webhooks: WebhookSending;
+}
+
+export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks }: WebhookRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
-  const { auth, db } = ctx;
   const { worker, policy } = webhooks;
   const security = [{ apiKey: [] }];
   const onRequest = auth.merchant('webhooks:write');

@@ -9,8 +9,8 @@
 // block's hash: the watcher finds reorgs by comparing hashes.
 import { createHash } from 'node:crypto';
 import { encodeBase58 } from 'ethers/utils';
-import { findChain, findToken, type ChainName, type ChainType } from './catalogue.ts';
-import { type Decider, type DomainEvent, DomainError } from './decider.ts';
+import { findChain, findToken, type ChainName, type ChainType } from '../../domain/catalogue.ts';
+import { type Decider, type DomainEvent, DomainError } from '../../domain/decider.ts';
 
 export const sandboxLedgerStreamName = (chain: ChainName): string => `sandbox-ledger-${chain}`;
 

@@ -4,7 +4,8 @@
 // excess from the deposit before a pending settlement pays the rest; a
 // settled USDT invoice refunded from the merchant's refund wallet once it is
 // funded; an ETH overpayment's excess from the deposit, the payer spending
-// exactly the refund's network fee.
+// exactly the refund's network fee; a settled ETH invoice refunded from the
+// refund wallet, funded with exactly the refund's amount and left empty.
 import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
 import { AbiCoder, getAddress } from 'ethers';
@@ -207,5 +208,50 @@ describe('refunds paid on a local EVM node', { skip }, () => {
       received - amount - BigInt(priced.platformFee) - BigInt(priced.networkFee),
     );
     assert.equal(await node.provider.getBalance(p.address), 0n);
+  });
+
+  it('a settled ETH invoice is refunded from the refund wallet, funded with exactly the amount and left empty', async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    await setWallet(merchant.id, randomWallet());
+    const p = await invoice(key, undefined, '12');
+    await (await node.payer.sendTransaction({ to: p.address, value: baseUnits(p.cryptoAmount, 18) })).wait();
+    await eventuallyMining(
+      mine,
+      () => invoiceOf(p.paymentId, key),
+      (i) => i.status === 'settled',
+      90_000,
+    );
+
+    const customer = randomWallet();
+    const approved = await refund(key, p.paymentId, { amount: '0.001', destination: customer });
+    assert.equal(approved.fundedFrom, 'refund_wallet');
+    assert.equal(approved.status, 'awaiting_funds');
+    const amount = baseUnits(approved.amount, 18);
+    const wallet = (
+      (await svc.call('GET', '/api/v1/refund-wallets', { token: key })).body.data as {
+        chain: string;
+        address: string;
+      }[]
+    ).find((w) => w.chain === 'ethereum')!;
+    // One wei short waits; the last wei lets it go.
+    await (await node.payer.sendTransaction({ to: wallet.address, value: amount - 1n })).wait();
+    await mine();
+    // Longer than the refund engine's look at a waiting wallet (5 s): it has seen the balance and still waits.
+    await new Promise((resolve) => setTimeout(resolve, 6_000));
+    assert.equal((await refundOf(approved.id, key)).status, 'awaiting_funds');
+    await (await node.payer.sendTransaction({ to: wallet.address, value: 1n })).wait();
+
+    const done = await completed(approved.id, key);
+    const net = baseUnits(done.netAmount, 18);
+    const networkFee = baseUnits(done.networkFee, 18);
+    assert.equal(net + networkFee, amount);
+    assert.equal(await node.provider.getBalance(customer), net);
+    const tx = (await node.provider.getTransaction(done.transactionHash))!;
+    assert.equal(tx.from, getAddress(wallet.address));
+    assert.equal(tx.to, customer);
+    assert.equal(tx.value, net);
+    const receipt = (await node.provider.getTransactionReceipt(done.transactionHash))!;
+    assert.equal(receipt.gasUsed * receipt.gasPrice, networkFee, 'one transfer, its gas exactly the fee');
+    assert.equal(await node.provider.getBalance(wallet.address), 0n, 'the refund wallet spent exactly what it held');
   });
 });

@@ -8,6 +8,7 @@ import { classifyPayment, invoiceDecider, invoiceStreamName } from '../domain/in
 import { paymentDecider, paymentStreamName, type PaymentEvent } from '../domain/payment.ts';
 import type { Reactor } from '../projections/engine.ts';
 import { handleCommand, loadState } from './handle.ts';
+import { streams } from '../domain/streams.ts';
 
 export interface WatchedAddress {
   invoiceId: string;
@@ -102,7 +103,7 @@ export function paymentsToInvoices(store: EventStore): Reactor {
   return {
     name: 'payments-to-invoices',
     async react(recorded: RecordedEvent) {
-      if (!recorded.streamId.startsWith('payment-')) return;
+      if (!streams.payment.holds(recorded.streamId)) return;
       const event = { type: recorded.type, data: recorded.data } as PaymentEvent;
       const options = { causationId: recorded.id, correlationId: recorded.metadata.correlationId };
       try {

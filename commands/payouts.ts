@@ -30,6 +30,7 @@ import type { SettlementEvent, SettlementFailureReason } from '../domain/settlem
 import type { Projector } from '../projections/engine.ts';
 import type { StatusLookup } from './pass-statuses.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
+import { streams } from '../domain/streams.ts';
 
 export interface PayoutQueueTable {
   payout_id: string;
@@ -72,7 +73,7 @@ export async function migratePayoutQueue(database: SqlDatabase): Promise<void> {
   await migrate(database.db, 'payout_migrations', queueMigrations);
 }
 
-const settlementIdOfStream = (streamId: string) => streamId.slice('settlement-'.length);
+const settlementIdOfStream = streams.settlement.idOf;
 
 /**
  * Keeps `payout_queue` as the payout events say: a new payout is due at
@@ -94,14 +95,14 @@ export const payoutQueueProjector: Projector = {
       await trx
         .updateTable('payout_queue')
         .set({ due_at: now, looks: 0, version: sql`version + 1` })
-        .where('merchant_id', '=', recorded.streamId.slice('merchant-'.length))
+        .where('merchant_id', '=', streams.merchant.idOf(recorded.streamId))
         .where('chain', 'in', chains)
         .where('state', '=', 'open')
         .execute();
       return;
     }
-    if (recorded.streamId.startsWith('refund-')) return applyRefundEvent(trx, recorded);
-    if (!recorded.streamId.startsWith('settlement-')) return;
+    if (streams.refund.holds(recorded.streamId)) return applyRefundEvent(trx, recorded);
+    if (!streams.settlement.holds(recorded.streamId)) return;
     const payoutId = settlementIdOfStream(recorded.streamId);
     const event = { type: recorded.type, data: recorded.data } as SettlementEvent;
     switch (event.type) {
@@ -127,7 +128,7 @@ export const payoutQueueProjector: Projector = {
 /** A refund is a payout from its approval to its end (refunds.md); before that there is nothing to pay. */
 async function applyRefundEvent(trx: Kysely<QueueTables>, recorded: RecordedEvent) {
   const now = recorded.recordedAt;
-  const payoutId = recorded.streamId.slice('refund-'.length);
+  const payoutId = streams.refund.idOf(recorded.streamId);
   const event = { type: recorded.type, data: recorded.data } as RefundEvent;
   switch (event.type) {
     case 'RefundApproved':

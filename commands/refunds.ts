@@ -56,6 +56,7 @@ import {
   type PayoutStanding,
 } from './payouts.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
+import { streams } from '../domain/streams.ts';
 
 /** A claim link lives this long unless the merchant says otherwise (refunds.md: 1 to 90 days). */
 export const DEFAULT_CLAIM_DAYS = 30;
@@ -361,8 +362,8 @@ export function refundManager(
   return {
     name: 'refund-manager',
     async react(recorded: RecordedEvent) {
-      if (!recorded.streamId.startsWith('refund-')) return;
-      const refundId = recorded.streamId.slice('refund-'.length);
+      if (!streams.refund.holds(recorded.streamId)) return;
+      const refundId = streams.refund.idOf(recorded.streamId);
       const event = { type: recorded.type, data: recorded.data } as RefundEvent;
       for (const action of reactToRefundEvent(refundId, event)) {
         try {
@@ -431,8 +432,8 @@ export function refundWebhooks(publicBaseUrl: string): Projector<RefundHistories
     tables: [],
 
     async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-      const streams = [...eventsByStream(batch, (s) => s.startsWith('refund-')).keys()];
-      const refunds = new Map(await Promise.all(streams.map(async (s) => [s, await store.readStream(s)] as const)));
+      const touched = [...eventsByStream(batch, streams.refund.holds).keys()];
+      const refunds = new Map(await Promise.all(touched.map(async (s) => [s, await store.readStream(s)] as const)));
       const urls = new Map<string, string | null>();
       for (const [stream, history] of refunds) {
         const refund = fold(

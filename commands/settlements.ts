@@ -37,6 +37,7 @@ import {
   type PayoutRecorder,
   type PayoutStanding,
 } from './payouts.ts';
+import { streams } from '../domain/streams.ts';
 
 /** How soon a settlement waiting for the merchant's wallet looks again (setting one also wakes it). */
 const WALLET_LOOK_MS = 60_000;
@@ -54,7 +55,7 @@ export interface SettlementDeps {
 /** The saga's input, from a recorded event; events recorded before they carried what it needs are completed here. */
 async function sagaInput(store: EventStore, recorded: RecordedEvent): Promise<SettlementSagaEvent | undefined> {
   if (recorded.type === 'InvoiceConfirmed' || recorded.type === 'InvoiceReceiptsChanged') {
-    const invoiceId = recorded.streamId.slice('invoice-'.length);
+    const invoiceId = streams.invoice.idOf(recorded.streamId);
     const event = { type: recorded.type, data: recorded.data } as InvoiceConfirmed | InvoiceReceiptsChanged;
     if (event.type === 'InvoiceConfirmed' && event.data.merchantId === undefined) {
       const invoice = await loadState(store, invoiceDecider, recorded.streamId);

@@ -49,6 +49,7 @@ import type { InvoiceCommands } from './invoices.ts';
 import type { Written } from './merchants.ts';
 import { enqueueWebhook } from './webhook-delivery.ts';
 import { invoicePayload, webhookEventId } from './webhook-events.ts';
+import { streams } from '../domain/streams.ts';
 
 /** A reservation whose subscriber never got written (a crash in between) is taken over after this long. */
 const ABANDONED_RESERVATION_MS = 60_000;
@@ -440,7 +441,7 @@ export function subscriptionManager(store: EventStore, subscriptions: Subscripti
     async react(recorded: RecordedEvent) {
       const options = { causationId: recorded.id, correlationId: recorded.metadata.correlationId };
       try {
-        if (recorded.streamId.startsWith('invoice-') && invoiceOutcomes.has(recorded.type)) {
+        if (streams.invoice.holds(recorded.streamId) && invoiceOutcomes.has(recorded.type)) {
           const invoice = await loadState(store, invoiceDecider, recorded.streamId);
           if (!invoice?.subscriberId) return;
           const event = { type: recorded.type, data: recorded.data } as InvoiceEvent;
@@ -457,7 +458,7 @@ export function subscriptionManager(store: EventStore, subscriptions: Subscripti
             command = { type: 'RecordInvoiceClosed', invoiceId: invoice.id, closedAt: event.data.cancelledAt };
           } else return;
           await handleCommand(store, subscriberDecider, subscriberStreamName(invoice.subscriberId), command, options);
-        } else if (recorded.streamId.startsWith('subscriber-') && recorded.type === 'SubscriberCancelled') {
+        } else if (streams.subscriber.holds(recorded.streamId) && recorded.type === 'SubscriberCancelled') {
           const subscriber = subscriberIn(await loadState(store, subscriberDecider, recorded.streamId));
           if (subscriber) await subscriptions.afterCancellation(subscriber, options);
         }
@@ -573,7 +574,7 @@ interface SubscriberHistories {
   comparePositions: (a: string, b: string) => number;
 }
 
-const isSubscriberStream = (streamId: string) => streamId.startsWith('subscriber-');
+const isSubscriberStream = streams.subscriber.holds;
 const webhookNameOf = (event: RecordedEvent): string | undefined =>
   Object.hasOwn(SUBSCRIBER_WEBHOOKS, event.type)
     ? SUBSCRIBER_WEBHOOKS[event.type as keyof typeof SUBSCRIBER_WEBHOOKS]

@@ -21,6 +21,7 @@ import { settlementRowOf, settlementView } from '../projections/settlements.ts';
 import { eventsByStream } from '../projections/batch.ts';
 import type { Projector } from '../projections/engine.ts';
 import { enqueueWebhook } from './webhook-delivery.ts';
+import { streams } from '../domain/streams.ts';
 
 const WEBHOOK_EVENT_NAMESPACE = '8e0f5a36-6a3e-4f44-9b8e-2d7c1b9e4a51';
 
@@ -102,7 +103,7 @@ export const webhookEvents: Projector<Histories> = {
     // A stream the batch begins (a new payment's invoice) needs no read: `apply` folds up to events in the batch.
     const invoices = new Map(
       await Promise.all(
-        [...eventsByStream(batch, (s) => s.startsWith('invoice-'))].map(
+        [...eventsByStream(batch, streams.invoice.holds)].map(
           async ([s, events]) => [s, events[0]!.revision === 0 ? events : await store.readStream(s)] as const,
         ),
       ),
@@ -110,7 +111,7 @@ export const webhookEvents: Projector<Histories> = {
     // A settlement that failed: its webhook goes where its invoice's do, with the Settlement as data.
     const settlements = new Map(
       await Promise.all(
-        [...eventsByStream(batch, (s) => s.startsWith('settlement-'))]
+        [...eventsByStream(batch, streams.settlement.holds)]
           .filter(([, events]) => events.some((e) => e.type === 'SettlementFailed'))
           .map(async ([s]) => [s, await store.readStream(s)] as const),
       ),

@@ -1,6 +1,7 @@
 // The API key aggregate (stream apikey-<id>). Only the key's SHA-256 hash is
 // ever recorded; the key itself is shown once, when it is issued.
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
+import { streams } from './streams.ts';
 
 /**
  * The permissions of interface.md plus the subscription and report ones of
@@ -71,7 +72,7 @@ export const apiKeyDecider: Decider<ApiKeyCommand, ApiKey | null, ApiKeyEvent> =
   },
 };
 
-export const apiKeyStream = (keyId: string) => `apikey-${keyId}`;
+export const apiKeyStream = streams.apiKey.name;
 
 export type KeyRejection = 'API key has been revoked' | 'API key has expired';
 

@@ -16,6 +16,7 @@ import { invoiceDecider, invoicePaymentView, invoiceStreamName, refundStatusOf, 
 import { refundDecider, type RefundEvent } from './refund.ts';
 import { formatUnits } from './money.ts';
 import { settlementDecider, settlementIdOf, settlementStreamName, type SettlementEvent } from './settlement.ts';
+import { streams } from './streams.ts';
 
 export interface AuditEvent {
   eventId: string;
@@ -163,7 +164,7 @@ export interface ReplayedInvoice {
 }
 
 export function replayAuditTrail(lines: readonly AuditEvent[]): ReplayedInvoice {
-  const invoiceLines = lines.filter((l) => l.streamId.startsWith('invoice-'));
+  const invoiceLines = lines.filter((l) => streams.invoice.holds(l.streamId));
   const invoice = fold(
     invoiceDecider,
     invoiceLines.map((l) => ({ type: l.type, data: l.data }) as InvoiceEvent),
@@ -178,7 +179,7 @@ export function replayAuditTrail(lines: readonly AuditEvent[]): ReplayedInvoice 
       .filter((l) => l.streamId === settlementStreamName(settlementIdOf(invoice.id)))
       .map((l) => ({ type: l.type, data: l.data }) as SettlementEvent),
   );
-  const refunds = [...new Set(lines.filter((l) => l.streamId.startsWith('refund-')).map((l) => l.streamId))].flatMap(
+  const refunds = [...new Set(lines.filter((l) => streams.refund.holds(l.streamId)).map((l) => l.streamId))].flatMap(
     (streamId) => {
       const refund = fold(
         refundDecider,

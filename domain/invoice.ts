@@ -19,8 +19,9 @@ import {
   paymentProgress,
   quoteCryptoAmount,
 } from './money.ts';
+import { streams } from './streams.ts';
 
-export const invoiceStreamName = (invoiceId: string): string => `invoice-${invoiceId}`;
+export const invoiceStreamName = streams.invoice.name;
 
 export type InvoiceStatus = 'pending' | 'partial' | 'confirmed' | 'settled' | 'expired';
 export type JsonObject = { [key: string]: unknown };

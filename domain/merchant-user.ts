@@ -6,6 +6,7 @@
 // password are recorded; the TOTP secret must be kept to check codes.
 import { permissions as apiKeyPermissions, type Permission } from './api-key.ts';
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
+import { streams } from './streams.ts';
 
 export const userRoles = ['owner', 'admin', 'finance', 'support', 'developer', 'viewer'] as const;
 export type UserRole = (typeof userRoles)[number];
@@ -216,4 +217,4 @@ export const merchantUserDecider: Decider<MerchantUserCommand, MerchantUserState
   },
 };
 
-export const merchantUserStream = (userId: string) => `merchantuser-${userId}`;
+export const merchantUserStream = streams.merchantUser.name;

@@ -1,6 +1,7 @@
 // The merchant aggregate (stream merchant-<id>): who may use the API, on which
 // tier, where webhooks go and where settlements are paid.
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
+import { streams } from './streams.ts';
 
 export const merchantTiers = ['free', 'pro'] as const;
 export type MerchantTier = (typeof merchantTiers)[number];
@@ -131,4 +132,4 @@ export const merchantDecider: Decider<MerchantCommand, MerchantState, MerchantEv
   },
 };
 
-export const merchantStream = (merchantId: string) => `merchant-${merchantId}`;
+export const merchantStream = streams.merchant.name;

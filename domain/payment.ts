@@ -8,6 +8,7 @@
 // `wrongToken` flag and every reader handles one event instead of two.
 import { v5 as uuidv5 } from 'uuid';
 import { type Decider, type DomainEvent, DomainError } from './decider.ts';
+import { streams } from './streams.ts';
 
 /** Fixed namespace of payment ids. Never change it: ids already stored would no longer match. */
 export const PAYMENT_ID_NAMESPACE = 'a9d7d292-d32c-4981-aa64-803e6756124f';
@@ -24,7 +25,7 @@ export function paymentId(chain: string, txHash: string, outputIndex: number): s
 }
 
 export const paymentStreamName = (chain: string, txHash: string, outputIndex: number): string =>
-  `payment-${chain}-${txHash}-${outputIndex}`;
+  streams.payment.name(`${chain}-${txHash}-${outputIndex}`);
 
 // ---------------------------------------------------------------- events
 

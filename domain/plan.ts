@@ -5,8 +5,9 @@
 // enrolled on (the subscriber keeps a copy of them).
 import { type Decider, type DomainEvent, DomainError } from './decider.ts';
 import { FIAT_DECIMALS, parseUnits } from './money.ts';
+import { streams } from './streams.ts';
 
-export const planStreamName = (planId: string): string => `plan-${planId}`;
+export const planStreamName = streams.plan.name;
 
 export const billingIntervals = ['day', 'week', 'month', 'year'] as const;
 export type BillingInterval = (typeof billingIntervals)[number];

@@ -20,8 +20,9 @@ import {
   type PayoutAttempts,
 } from './payout-attempt.ts';
 import type { SettlementFailureReason } from './settlement.ts';
+import { streams } from './streams.ts';
 
-export const refundStreamName = (refundId: string) => `refund-${refundId}`;
+export const refundStreamName = streams.refund.name;
 
 export type RefundStatus =
   | 'awaiting_destination'

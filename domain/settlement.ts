@@ -23,12 +23,13 @@ import {
   noAttemptYet,
   type PayoutAttempts,
 } from './payout-attempt.ts';
+import { streams } from './streams.ts';
 
 const SETTLEMENT_ID_NAMESPACE = '3d4b8f6e-9a1c-4e2b-8c7d-5f0a1b2c3d4e';
 
 /** One settlement per invoice: its id follows from the invoice's. */
 export const settlementIdOf = (invoiceId: string) => uuidv5(`${invoiceId}/settlement`, SETTLEMENT_ID_NAMESPACE);
-export const settlementStreamName = (settlementId: string) => `settlement-${settlementId}`;
+export const settlementStreamName = streams.settlement.name;
 
 export type SettlementStatus = 'pending' | 'submitted' | 'completed' | 'failed';
 

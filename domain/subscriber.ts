@@ -21,8 +21,9 @@
 import { v5 as uuidv5 } from 'uuid';
 import { type Decider, type DomainEvent, DomainError } from './decider.ts';
 import { addHours, periodEnd, type Plan, type PlanTerms } from './plan.ts';
+import { streams } from './streams.ts';
 
-export const subscriberStreamName = (subscriberId: string): string => `subscriber-${subscriberId}`;
+export const subscriberStreamName = streams.subscriber.name;
 
 const PERIOD_INVOICE_NAMESPACE = 'c1f7e2a4-8b3d-4f6a-9e5c-2d7b0a4f8e13';
 /**
@@ -43,7 +44,7 @@ export const normalizeEmail = (email: string): string => email.trim().toLowerCas
  * not in the name, only a UUIDv5 of it.
  */
 export const enrollmentStreamName = (merchantId: string, planId: string, email: string): string =>
-  `enrollment-${uuidv5(`${merchantId}/${planId}/${normalizeEmail(email)}`, ENROLLMENT_NAMESPACE)}`;
+  streams.enrollment.name(uuidv5(`${merchantId}/${planId}/${normalizeEmail(email)}`, ENROLLMENT_NAMESPACE));
 
 export type SubscriberStatus = 'pending' | 'active' | 'past_due' | 'cancelled';
 export const subscriberStatuses: readonly SubscriberStatus[] = ['pending', 'active', 'past_due', 'cancelled'];

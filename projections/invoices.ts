@@ -15,9 +15,10 @@ import { paymentDecider, type Payment, type PaymentEvent } from '../domain/payme
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
+import { streams } from '../domain/streams.ts';
 
-const isInvoiceStream = (streamId: string) => streamId.startsWith('invoice-');
-const isPaymentStream = (streamId: string) => streamId.startsWith('payment-');
+const isInvoiceStream = streams.invoice.holds;
+const isPaymentStream = streams.payment.holds;
 
 const invoiceFolds = new StreamFolds<Invoice | null, InvoiceEvent>(isInvoiceStream, invoiceDecider);
 const paymentFolds = new StreamFolds<Payment | null, PaymentEvent>(isPaymentStream, paymentDecider);

@@ -8,6 +8,7 @@ import type { SqlDatabase } from '../adapters/sql/database.ts';
 import type { ProjectionEngine } from './engine.ts';
 import { invoiceStatus, type InvoiceStatusView } from './invoice-queries.ts';
 import type { ReadModelTables } from './schema.ts';
+import { streams } from '../domain/streams.ts';
 
 export type StatusListener = (status: InvoiceStatusView) => void;
 
@@ -90,8 +91,8 @@ export class LiveInvoiceStatus {
 
   /** The invoice an event changes the status of, if any. */
   private async invoiceOf(event: RecordedEvent): Promise<string | undefined> {
-    if (event.streamId.startsWith('invoice-')) return event.streamId.slice('invoice-'.length);
-    if (!event.streamId.startsWith('payment-')) return undefined;
+    if (streams.invoice.holds(event.streamId)) return streams.invoice.idOf(event.streamId);
+    if (!streams.payment.holds(event.streamId)) return undefined;
     // Confirmation counts show in the status; their events name only the payment.
     const data = event.data as { invoiceId?: string; paymentId?: string };
     if (data.invoiceId) return data.invoiceId;

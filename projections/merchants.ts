@@ -9,18 +9,13 @@ import { merchantUserDecider, type MerchantUser, type MerchantUserEvent } from '
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables } from './schema.ts';
+import { streams } from '../domain/streams.ts';
 
-const merchantFolds = new StreamFolds<Merchant | null, MerchantEvent>(
-  (streamId) => streamId.startsWith('merchant-'),
-  merchantDecider,
-);
-const apiKeyFolds = new StreamFolds<ApiKey | null, ApiKeyEvent>(
-  (streamId) => streamId.startsWith('apikey-'),
-  apiKeyDecider,
-);
+const merchantFolds = new StreamFolds<Merchant | null, MerchantEvent>(streams.merchant.holds, merchantDecider);
+const apiKeyFolds = new StreamFolds<ApiKey | null, ApiKeyEvent>(streams.apiKey.holds, apiKeyDecider);
 
 const userFolds = new StreamFolds<MerchantUser | null, MerchantUserEvent>(
-  (streamId) => streamId.startsWith('merchantuser-'),
+  streams.merchantUser.holds,
   merchantUserDecider,
 );
 

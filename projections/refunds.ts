@@ -8,8 +8,9 @@ import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, RefundsTable } from './schema.ts';
+import { streams } from '../domain/streams.ts';
 
-const isRefundStream = (streamId: string) => streamId.startsWith('refund-');
+const isRefundStream = streams.refund.holds;
 
 const refundFolds = new StreamFolds<Refund | null, RefundEvent>(isRefundStream, refundDecider);
 

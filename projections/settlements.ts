@@ -7,8 +7,9 @@ import { settlementDecider, type Settlement, type SettlementEvent } from '../dom
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import type { ReadModelTables, SettlementsTable } from './schema.ts';
+import { streams } from '../domain/streams.ts';
 
-const isSettlementStream = (streamId: string) => streamId.startsWith('settlement-');
+const isSettlementStream = streams.settlement.holds;
 
 const settlementFolds = new StreamFolds<Settlement | null, SettlementEvent>(isSettlementStream, settlementDecider);
 

@@ -17,10 +17,11 @@ import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
 import type { Projector } from './engine.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, SubscribersTable, SubscriptionPlansTable } from './schema.ts';
+import { streams } from '../domain/streams.ts';
 
 const iso = (value: Date | string) => new Date(value).toISOString();
-const isPlanStream = (streamId: string) => streamId.startsWith('plan-');
-const isSubscriberStream = (streamId: string) => streamId.startsWith('subscriber-');
+const isPlanStream = streams.plan.holds;
+const isSubscriberStream = streams.subscriber.holds;
 
 const planFolds = new StreamFolds<Plan | null, PlanEvent>(isPlanStream, planDecider);
 const subscriberFolds = new StreamFolds<SubscriberState, SubscriberEvent>(isSubscriberStream, subscriberDecider);

@@ -11,8 +11,9 @@ import { createHash } from 'node:crypto';
 import { encodeBase58 } from 'ethers/utils';
 import { findChain, findToken, type ChainName, type ChainType } from '../../domain/catalogue.ts';
 import { type Decider, type DomainEvent, DomainError } from '../../domain/decider.ts';
+import { streams } from '../../domain/streams.ts';
 
-export const sandboxLedgerStreamName = (chain: ChainName): string => `sandbox-ledger-${chain}`;
+export const sandboxLedgerStreamName = (chain: ChainName): string => streams.sandboxLedger.name(chain);
 
 /** The most blocks one command may mine (POST /dev/v1/chains/{chain}/blocks `count`). */
 export const MAX_BLOCKS_PER_COMMAND = 10_000;

@@ -14,67 +14,26 @@ import { eventually, eventuallyMining, merchantWithKey } from './support/merchan
 import type { RunningService } from './support/service.ts';
 import { baseUnits, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
 import { hardhatOrSkip, serviceOnNode } from './support/evm-service.ts';
-import { settlementAmounts } from './support/settlement.ts';
+import { refundFlow } from './support/refund-flow.ts';
 
 const { node, skip } = await hardhatOrSkip('EVM refund tests');
 
 describe('refunds paid on a local EVM node', { skip }, () => {
   let fx: EvmFixture;
   let svc: RunningService;
-  serviceOnNode(node, (f, s) => ([fx, svc] = [f, s]));
+  let flow: ReturnType<typeof refundFlow>;
+  const mine = () => node.mine(1);
+  serviceOnNode(node, (f, s) => {
+    [fx, svc] = [f, s];
+    flow = refundFlow(s, 'ethereum', mine);
+  });
   before(async () => {
     // The fee wallet tops deposit addresses and refund wallets up with the gas of token payouts.
-    const feeWallet = (await admin('GET', '/admin/v1/wallets')).body.data[0].feeWallet as string;
+    const feeWallet = (await flow.admin('GET', '/admin/v1/wallets')).body.data[0].feeWallet as string;
     await (await node.payer.sendTransaction({ to: feeWallet, value: 10n ** 18n })).wait();
   });
 
-  const admin = (method: string, path: string, body?: unknown) =>
-    svc.call(method, path, { token: svc.adminToken, body });
-  const mine = () => node.mine(1);
-  const invoiceOf = async (id: string, key: string) =>
-    (await svc.call('GET', `/api/v1/invoices/${id}`, { token: key })).body.data;
-  const refundOf = async (id: string, key: string) =>
-    (await svc.call('GET', `/api/v1/refunds/${id}`, { token: key })).body.data;
-  const settlementOf = async (id: string, key: string) =>
-    (await svc.call('GET', `/api/v1/settlements?invoiceId=${id}`, { token: key })).body.data?.[0];
-  const settlementPriced = async (id: string, key: string) =>
-    settlementAmounts((await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data);
-  const setWallet = (merchantId: string, wallet: string) =>
-    admin('PATCH', `/admin/v1/merchants/${merchantId}`, { settlementWallets: { ethereum: wallet } });
-
-  async function invoice(key: string, token: string | undefined, amount: string) {
-    const res = await svc.call('POST', '/api/v1/payments', {
-      token: key,
-      body: { amount, currency: 'USD', chain: 'ethereum', ...(token && { token }) },
-    });
-    assert.equal(res.status, 201, JSON.stringify(res.body));
-    return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
-  }
-
   const payUsdt = async (to: string, units: bigint) => (await fx.usdt.getFunction('transfer')(to, units)).wait();
-
-  /** Waits until the invoice's payment is confirmed (3 blocks) and its settlement requested, mining. */
-  const confirmed = (id: string, key: string) =>
-    eventuallyMining(
-      mine,
-      () => settlementOf(id, key),
-      (s) => s !== undefined,
-    );
-
-  async function refund(key: string, invoiceId: string, body: Record<string, unknown>) {
-    const created = await svc.call('POST', `/api/v1/invoices/${invoiceId}/refunds`, { token: key, body });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const approved = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
-    assert.equal(approved.status, 200, JSON.stringify(approved.body));
-    return approved.body.data as { id: string; status: string; fundedFrom: string; amount: string };
-  }
-
-  const completed = (id: string, key: string) =>
-    eventuallyMining(
-      mine,
-      () => refundOf(id, key),
-      (r) => r.status === 'completed',
-    );
 
   /** The USDT Transfer logs of a transaction: from, to, amount. */
   async function usdtTransfers(txHash: string) {
@@ -92,16 +51,16 @@ describe('refunds paid on a local EVM node', { skip }, () => {
 
   it("a USDT overpayment's excess is paid from the deposit; the settlement then pays the rest", async () => {
     const { key, merchant } = await merchantWithKey(svc);
-    const p = await invoice(key, 'USDT', '20');
+    const p = await flow.invoice(key, 'USDT', '20');
     const received = baseUnits(p.cryptoAmount, 6) + 5_000_000n;
     await payUsdt(p.address, received);
-    await confirmed(p.paymentId, key);
-    assert.equal((await settlementOf(p.paymentId, key))?.status, 'pending', 'no settlement wallet yet');
+    await flow.confirmed(p.paymentId, key);
+    assert.equal((await flow.settlementOf(p.paymentId, key))?.status, 'pending', 'no settlement wallet yet');
 
     const customer = randomWallet();
-    const approved = await refund(key, p.paymentId, { kind: 'excess', destination: customer });
+    const approved = await flow.refund(key, p.paymentId, { kind: 'excess', destination: customer });
     assert.equal(approved.fundedFrom, 'deposit');
-    const done = await completed(approved.id, key);
+    const done = await flow.completed(approved.id, key);
     assert.equal(done.networkFee, '0.000000', "the fee wallet pays a token payout's gas");
     const net = baseUnits(done.netAmount, 6);
     assert.equal(net, 5_000_000n);
@@ -112,50 +71,41 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     assert.equal(await tokenBalance(fx.usdt, p.address), received - net, 'the rest stays for the settlement');
 
     const merchantWallet = randomWallet();
-    assert.equal((await setWallet(merchant.id, merchantWallet)).status, 200);
+    assert.equal((await flow.setWallet(merchant.id, merchantWallet)).status, 200);
     await eventuallyMining(
       mine,
-      () => settlementOf(p.paymentId, key),
+      () => flow.settlementOf(p.paymentId, key),
       (s) => s?.status === 'completed',
       90_000,
     );
     // The platform fee (1%) stays on all that was received: it is not given back.
     const platformFee = received / 100n;
-    assert.equal(BigInt((await settlementPriced(p.paymentId, key)).platformFee), platformFee);
+    assert.equal(BigInt((await flow.settlementPriced(p.paymentId, key)).platformFee), platformFee);
     assert.equal(await tokenBalance(fx.usdt, merchantWallet), received - net - platformFee);
     assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
   });
 
   it('a settled USDT invoice is refunded from the refund wallet once it is funded', async () => {
     const { key, merchant } = await merchantWithKey(svc);
-    await setWallet(merchant.id, randomWallet());
-    const p = await invoice(key, 'USDT', '10');
+    await flow.setWallet(merchant.id, randomWallet());
+    const p = await flow.invoice(key, 'USDT', '10');
     await payUsdt(p.address, baseUnits(p.cryptoAmount, 6));
-    await eventuallyMining(
-      mine,
-      () => invoiceOf(p.paymentId, key),
-      (i) => i.status === 'settled',
-      90_000,
-    );
+    await flow.settled(p.paymentId, key);
 
     const customer = randomWallet();
-    const approved = await refund(key, p.paymentId, { amount: '4', destination: customer });
+    const approved = await flow.refund(key, p.paymentId, { amount: '4', destination: customer });
     assert.equal(approved.fundedFrom, 'refund_wallet');
     assert.equal(approved.status, 'awaiting_funds');
-    const wallets = (await svc.call('GET', '/api/v1/refund-wallets', { token: key })).body.data as {
-      chain: string;
-      address: string;
-      balances: Record<string, string | null>;
-    }[];
+    const wallets = await flow.refundWallets(key);
     const wallet = wallets.find((w) => w.chain === 'ethereum')!;
     assert.equal(wallet.balances.USDT, '0.000000');
     await payUsdt(wallet.address, 4_000_000n);
     await eventually(
-      async () => (await svc.call('GET', '/api/v1/refund-wallets', { token: key })).body.data,
-      (ws: typeof wallets) => ws.find((w) => w.chain === 'ethereum')?.balances.USDT === '4.000000',
+      () => flow.refundWallets(key),
+      (ws) => ws.find((w) => w.chain === 'ethereum')?.balances.USDT === '4.000000',
     );
 
-    const done = await completed(approved.id, key);
+    const done = await flow.completed(approved.id, key);
     const net = baseUnits(done.netAmount, 6);
     assert.equal(net, 4_000_000n);
     assert.equal(await tokenBalance(fx.usdt, customer), net);
@@ -167,16 +117,16 @@ describe('refunds paid on a local EVM node', { skip }, () => {
 
   it("an ETH overpayment's excess is refunded to the wei; the payer spends exactly the network fee", async () => {
     const { key, merchant } = await merchantWithKey(svc);
-    const p = await invoice(key, undefined, '25');
+    const p = await flow.invoice(key, undefined, '25');
     const excess = 10n ** 16n;
     const received = baseUnits(p.cryptoAmount, 18) + excess;
     await (await node.payer.sendTransaction({ to: p.address, value: received })).wait();
-    await confirmed(p.paymentId, key);
+    await flow.confirmed(p.paymentId, key);
 
     const customer = randomWallet();
-    const approved = await refund(key, p.paymentId, { kind: 'excess', destination: customer });
+    const approved = await flow.refund(key, p.paymentId, { kind: 'excess', destination: customer });
     assert.equal(approved.fundedFrom, 'deposit');
-    const done = await completed(approved.id, key);
+    const done = await flow.completed(approved.id, key);
     const amount = baseUnits(done.amount, 18);
     const networkFee = baseUnits(done.networkFee, 18);
     const net = baseUnits(done.netAmount, 18);
@@ -194,14 +144,14 @@ describe('refunds paid on a local EVM node', { skip }, () => {
 
     // The settlement pays out all the rest: the deposit address keeps nothing.
     const merchantWallet = randomWallet();
-    await setWallet(merchant.id, merchantWallet);
+    await flow.setWallet(merchant.id, merchantWallet);
     await eventuallyMining(
       mine,
-      () => settlementOf(p.paymentId, key),
+      () => flow.settlementOf(p.paymentId, key),
       (s) => s?.status === 'completed',
       90_000,
     );
-    const priced = await settlementPriced(p.paymentId, key);
+    const priced = await flow.settlementPriced(p.paymentId, key);
     assert.equal(BigInt(priced.platformFee), received / 100n);
     assert.equal(
       await node.provider.getBalance(merchantWallet),

@@ -687,4 +687,68 @@ describe('the Solana adapter', () => {
       node.congestionFee = 0;
     }
   });
+
+  it('refunds SOL under congestion: the payout and the quoted fee, priority included, back to the fee wallet; the rest stays', async () => {
+    node.congestionFee = 50_000;
+    await node.mine(150);
+    const congested = await SolanaChain.open({ rpcUrl: node.url, keyring });
+    try {
+      const network = congested.networkFee('SOL', 'refund');
+      assert.equal(network, 10_000n + 50n, 'the same two signatures and 1,000 units as a sweep');
+      const deposit = keyring.deriveDepositKey('solana', 40).address;
+      await node.sendSol(payer, deposit, 50_000_000n);
+      await node.mine();
+      const customer = Keypair.generate().publicKey.toBase58();
+      const feeBefore = await node.balance(congested.feeWallet);
+      const refund = await congested.prepareTransfer({
+        from: { address: deposit, derivationIndex: 40 },
+        to: customer,
+        token: 'SOL',
+        amount: 10_000_000n - network,
+        reference: `refund/r40/1/${customer}/${10_000_000n - network}`,
+        fees: { platform: 0n, network },
+      });
+      await congested.broadcast(refund);
+      await node.mine();
+      assert.equal(await node.balance(customer), 10_000_000n - network);
+      assert.equal(node.feeOf(refund.txHash), network, 'the runtime charged exactly the quoted fee');
+      assert.equal(await node.balance(congested.feeWallet), feeBefore, 'and the fee wallet got it back');
+      assert.equal(await node.balance(deposit), 40_000_000n, 'nothing to the treasury: the rest stays');
+    } finally {
+      congested.close();
+      node.congestionFee = 0;
+    }
+  });
+
+  it('refuses, for good, a SOL refund that would leave its payer under the rent-exempt minimum', async () => {
+    const deposit = keyring.deriveDepositKey('solana', 41).address;
+    await node.sendSol(payer, deposit, 10_500_000n);
+    await node.mine();
+    const customer = Keypair.generate().publicKey.toBase58();
+    const refund = {
+      from: { address: deposit, derivationIndex: 41 },
+      to: customer,
+      token: 'SOL',
+      fees: { platform: 0n, network: 10_000n },
+    };
+    await assert.rejects(
+      chain.prepareTransfer({ ...refund, amount: 9_990_000n, reference: `refund/r41/1/${customer}/9990000` }),
+      (error: Error) => {
+        assert.ok(error instanceof PayoutRefusedError);
+        assert.equal(error.reason, 'fees_exceed_amount');
+        assert.match(error.message, /leaves it 500000: under the rent-exempt minimum of 890880/);
+        return true;
+      },
+    );
+    // All of it is taken: the payer is left with nothing, which the runtime allows.
+    const whole = await chain.prepareTransfer({
+      ...refund,
+      amount: 10_490_000n,
+      reference: `refund/r41/2/${customer}/10490000`,
+    });
+    await chain.broadcast(whole);
+    await node.mine();
+    assert.equal(await node.balance(customer), 10_490_000n);
+    assert.equal(await node.balance(deposit), 0n);
+  });
 });

@@ -2,9 +2,11 @@
 // (SIGKILL) and restarted: a kill while payments are being detected (and
 // payments made while it is down) misses none and counts none twice; a kill
 // between a sweep's signing and its broadcast, or between its broadcast and
-// its record, sends exactly one payout; and a sweep signed but never sent
-// whose blockhash expired while the service was down is replaced only once
-// the chain shows it can never land.
+// its record, sends exactly one payout; a kill at the same steps of a refund
+// from the deposit pays the customer once, and the settlement then pays
+// exactly what the refund left; and a sweep signed but never sent whose
+// blockhash expired while the service was down is replaced only once the
+// chain shows it can never land.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -172,6 +174,67 @@ describe('crashes on the Solana test node', () => {
         url = await start();
         const history = await paidOnce(url, p, key, wallet, token);
         assert.equal(history.filter((e) => e.type === 'SettlementTransactionPrepared').length, 1, 'one attempt');
+      });
+    });
+  }
+
+  for (const [failpoint, token] of [
+    ['refund:after-prepare', undefined],
+    ['refund:after-broadcast', 'USDT'],
+  ] as const) {
+    it(`a kill at ${failpoint} (${token ?? 'SOL'}) pays the customer once from the deposit; the settlement then pays the rest`, async () => {
+      await withDataDir(async () => {
+        let url = await start({ FAILPOINTS: failpoint });
+        await fundServiceWallets(url);
+        // No settlement wallet yet: the settlement waits, unprepared, and the deposit pays the refund.
+        const m = (await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'Solana' })).body.data;
+        const key = (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data.key;
+        const p = await invoice(url, key, token);
+        const excess = token ? 3_000_000n : 10_000_000n;
+        const received = baseUnits(p.cryptoAmount, token ? 6 : 9) + excess;
+        if (token) await node.sendToken(payer, p.address, token, received);
+        else await node.sendSol(payer, p.address, received);
+        await mineUntil(url, p.paymentId, (s) => s.status === 'confirmed');
+        const customer = Keypair.generate().publicKey.toBase58();
+        const created = await call(url, 'POST', `/api/v1/invoices/${p.paymentId}/refunds`, key, {
+          kind: 'excess',
+          destination: customer,
+        });
+        assert.equal(created.status, 201, JSON.stringify(created.body));
+        const refundId = created.body.data.id as string;
+        await call(url, 'POST', `/api/v1/refunds/${refundId}/approve`, key).catch(() => undefined);
+        await mineUntilKilled();
+
+        url = await start();
+        const refund = await until(
+          async () => {
+            const r = (await call(url, 'GET', `/api/v1/refunds/${refundId}`, key)).body.data;
+            if (r.status !== 'completed') node.mine(1);
+            return r;
+          },
+          (r) => r.status === 'completed',
+          90_000,
+        );
+        assert.equal(refund.fundedFrom, 'deposit');
+        const net = baseUnits(refund.netAmount, token ? 6 : 9);
+        assert.equal(baseUnits(refund.amount, token ? 6 : 9), excess);
+        assert.deepEqual(
+          node.paymentsTo(customer, token),
+          [{ signature: refund.transactionHash, amount: net }],
+          'paid once, exactly',
+        );
+
+        const wallet = Keypair.generate().publicKey.toBase58();
+        await call(url, 'PATCH', `/admin/v1/merchants/${m.id}`, ADMIN, { settlementWallets: { solana: wallet } });
+        const history = await paidOnce(url, p, key, wallet, token);
+        const priced = settlementAmounts(history);
+        assert.equal(
+          BigInt(priced.netAmount),
+          received - excess - BigInt(priced.platformFee) - BigInt(priced.networkFee),
+          'the settlement pays what the refund left, less its fees',
+        );
+        const prepared = history.filter((e) => e.type === 'RefundTransactionPrepared');
+        assert.equal(prepared.length, 1, 'one refund attempt');
       });
     });
   }

@@ -27,6 +27,12 @@
 //     when missing (rent paid by the fee wallet), the payout and the platform
 //     fee by transferChecked, then the deposit's token account closed, its
 //     rent to the treasury.
+// A refund (from a deposit before its settlement, or from a merchant's refund
+// wallet) is the same transaction without the rest: SOL, the payout and the
+// quoted fee back to the fee wallet, the payer keeping what is left; tokens,
+// the customer's associated token account created when missing (rent paid by
+// the fee wallet, as for a merchant's) and the payout by transferChecked from
+// the payer's token accounts, none of them closed.
 // Every sweep carries a recent blockhash of a finalized block (a fork cannot
 // take it away) and is valid until `lastValidBlockHeight`. It is recorded
 // before it is sent; after a crash the same bytes are sent again while that
@@ -320,8 +326,52 @@ const computeBudget = (units: bigint, microLamports: bigint): TransactionInstruc
 const landed = (status: SignatureStatus | undefined): status is SignatureStatus =>
   status?.confirmationStatus === 'confirmed' || status?.confirmationStatus === 'finalized';
 
+/**
+ * A refund's payout (commands/refunds.ts, RefundPayouts, names its reference
+ * `refund/<id>/...`): it takes its amount and leaves the rest where it is, for
+ * the deposit's settlement or in the merchant's refund wallet. A settlement's
+ * sweep takes the deposit whole.
+ */
+const isRefund = (transfer: OutgoingTransfer) => transfer.reference.startsWith('refund/');
+
+/**
+ * A token refund's instructions: the customer's associated token account
+ * created where missing (its rent paid by the fee wallet, `payer`, as for a
+ * merchant's: the refund's network fee stays 0), then the amount by
+ * transferChecked from the payer's token accounts, its associated one first,
+ * each giving what it holds until the amount is met. No account is closed:
+ * what is left stays for the settlement, or in the refund wallet.
+ */
+function tokenRefund(
+  from: PublicKey,
+  accounts: readonly { address: PublicKey; amount: bigint }[],
+  associated: PublicKey,
+  transfer: Pick<OutgoingTransfer, 'to' | 'amount'>,
+  token: SolanaToken,
+  payer: PublicKey,
+): TransactionInstruction[] {
+  const mint = new PublicKey(token.mint);
+  const customer = new PublicKey(transfer.to);
+  const destination = getAssociatedTokenAddressSync(mint, customer, true);
+  const instructions = [createAssociatedTokenAccountIdempotentInstruction(payer, destination, customer, mint)];
+  const ordered = [...accounts].sort(
+    (a, b) => Number(b.address.equals(associated)) - Number(a.address.equals(associated)),
+  );
+  let left = transfer.amount;
+  for (const account of ordered) {
+    if (left === 0n) break;
+    const take = account.amount < left ? account.amount : left;
+    if (take === 0n) continue;
+    instructions.push(createTransferCheckedInstruction(account.address, mint, destination, from, take, token.decimals));
+    left -= take;
+  }
+  return instructions;
+}
+
 export class SolanaChain implements ChainAdapter {
   readonly chain: ChainName = 'solana';
+  /** Proven on the test node (test/solana-refund.test.ts): SOL and tokens, part of a deposit, and the refund wallet. */
+  readonly paysRefunds = true;
   readonly treasury: string;
   readonly feeWallet: string;
   private readonly feePayer: Keypair;
@@ -651,8 +701,11 @@ export class SolanaChain implements ChainAdapter {
    * A SOL sweep's two signatures at the base fee and its priority fee at the
    * current price, taken from the deposit and returned to the fee wallet that
    * paid them; tokens cost the deposit nothing (the fee wallet pays in SOL).
+   * A refund's (`payout` 'refund') is the same: one transaction with the same
+   * two signatures and compute units, whoever pays it (the deposit or the
+   * refund wallet).
    */
-  networkFee(token: string): bigint {
+  networkFee(token: string, _payout?: 'settlement' | 'refund'): bigint {
     if (token !== 'SOL') return 0n;
     const priority =
       (this.priorityPrice.microLamports * SOL_SWEEP_COMPUTE_UNITS + MICRO_LAMPORTS - 1n) / MICRO_LAMPORTS;
@@ -703,7 +756,8 @@ export class SolanaChain implements ChainAdapter {
    * treasury, or to the fee wallet while the treasury would stay under the
    * rent-exempt minimum: the runtime refuses to leave an account under it
    * (a fresh treasury holds nothing, and a 1% fee is often less), and would
-   * refuse every retry the same way.
+   * refuse every retry the same way. A refund leaves everything else where
+   * it is.
    */
   private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<Sweep> {
     const [balance, treasuryHeld, merchantHeld, rentExempt] = await Promise.all([
@@ -731,6 +785,21 @@ export class SolanaChain implements ChainAdapter {
     }
     const send = (to: string | PublicKey, lamports: bigint) =>
       SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
+    if (isRefund(transfer)) {
+      if (rest > 0n && rest < rentExempt) {
+        // The runtime refuses to leave the payer with less than the minimum (0 is allowed), at every retry.
+        throw new PayoutRefusedError(
+          'fees_exceed_amount',
+          `a refund of ${transfer.amount + network} lamports from ${deposit.toBase58()}, which holds ${balance}, leaves it ${rest}: under the rent-exempt minimum of ${rentExempt}`,
+        );
+      }
+      const instructions = [
+        ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
+        send(transfer.to, transfer.amount),
+        send(this.feePayer.publicKey, network),
+      ];
+      return { instructions, held: balance };
+    }
     const toTreasury = rest > 0n && treasuryHeld + rest >= rentExempt ? rest : 0n;
     const instructions = [
       ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
@@ -775,12 +844,12 @@ export class SolanaChain implements ChainAdapter {
    * The deposit's other token accounts emptied into its associated one (created
    * where missing) and closed; then the merchant's account created where
    * missing, payout and fee by transferChecked, the associated account closed.
+   * A refund takes only its amount (see tokenRefund).
    */
   private async tokenSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<Sweep> {
     const token = this.tokenOf(transfer.token);
     const mint = new PublicKey(token.mint);
     const payer = this.feePayer.publicKey;
-    const treasury = new PublicKey(this.treasury);
     const source = getAssociatedTokenAddressSync(mint, deposit, true);
     const accounts = await this.depositTokenAccounts(deposit, mint);
     const others = accounts.filter((a) => !a.address.equals(source));
@@ -790,19 +859,22 @@ export class SolanaChain implements ChainAdapter {
       );
     }
     const held = accounts.reduce((sum, a) => sum + a.amount, 0n);
-    // Whatever the deposit holds beyond the payout (the platform fee, an overpayment) is the treasury's.
+    // A sweep gives whatever the deposit holds beyond the payout (the platform fee, an overpayment) to the treasury.
     const toTreasury = held - transfer.amount;
     if (toTreasury < 0n)
       throw new TransactionRejectedError(
         `${deposit.toBase58()} holds ${held} ${token.symbol}, less than ${transfer.amount}`,
       );
+    // Enough compute for the account creations, the transfers and the closes, whatever the default.
+    const budget = computeBudget(BigInt(200_000 + others.length * 30_000), this.priorityPrice.microLamports);
+    if (isRefund(transfer)) {
+      return { instructions: [...budget, ...tokenRefund(deposit, accounts, source, transfer, token, payer)], held };
+    }
     const merchant = new PublicKey(transfer.to);
     const merchantAccount = getAssociatedTokenAddressSync(mint, merchant, true);
+    const treasury = new PublicKey(this.treasury);
     const treasuryAccount = getAssociatedTokenAddressSync(mint, treasury, true);
-    const instructions: TransactionInstruction[] = [
-      // Enough compute for the account creations, the transfers and the closes, whatever the default.
-      ...computeBudget(BigInt(200_000 + others.length * 30_000), this.priorityPrice.microLamports),
-    ];
+    const instructions: TransactionInstruction[] = [...budget];
     if (others.length > 0) {
       instructions.push(createAssociatedTokenAccountIdempotentInstruction(payer, source, deposit, mint));
       for (const other of others) {

@@ -1,0 +1,294 @@
+// Refunds paid on the Solana test node (the real runtime behind a JSON-RPC
+// façade), over the service's HTTP API, each payout read back from the node
+// (getTransaction), its instructions decoded and checked to the base unit:
+// a SOL overpayment's excess and a USDT overpayment's excess (paid into two
+// token accounts of the deposit) from the deposit before the pending
+// settlement pays exactly the re-priced rest; settled USDC and SOL invoices
+// refunded from the merchant's refund wallet once it is funded.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import { Keypair, Message, SystemInstruction, SystemProgram, Transaction } from '@solana/web3.js';
+import {
+  ASSOCIATED_TOKEN_PROGRAM_ID,
+  TOKEN_PROGRAM_ID,
+  TokenInstruction,
+  decodeTransferCheckedInstruction,
+} from '@solana/spl-token';
+import { eventually, merchantWithKey } from './support/merchant.ts';
+import type { RunningService } from './support/service.ts';
+import { baseUnits } from './support/evm-flow.ts';
+import type { SolanaTestNode } from './support/solana-node.ts';
+import { startSolanaService, stopSolanaService } from './support/solana-flow.ts';
+import { refundFlow } from './support/refund-flow.ts';
+
+const COMPUTE_BUDGET = 'ComputeBudget111111111111111111111111111111';
+
+/** A payout's moves, decoded from its instructions: SOL by System transfer, tokens by transferChecked. */
+type Move =
+  | { sol: bigint; from: string; to: string }
+  | { token: string; amount: bigint; from: string; to: string; authority: string }
+  | { createsAccount: string; owner: string; payer: string };
+
+describe('refunds paid on the Solana test node', () => {
+  let node: SolanaTestNode;
+  let svc: RunningService;
+  let payer: Keypair;
+  let feeWallet: string;
+  let flow: ReturnType<typeof refundFlow>;
+  before(async () => {
+    ({ node, svc, payer } = await startSolanaService());
+    flow = refundFlow(svc, 'solana', () => node.mine(1));
+    const [solana] = (await flow.admin('GET', '/admin/v1/wallets')).body.data;
+    feeWallet = solana.feeWallet;
+    await node.sendSol(payer, feeWallet, 2_000_000_000n);
+    await node.sendSol(payer, solana.treasury, 1_000_000n); // the treasury exists, as a real one would
+    await node.mine();
+  });
+  after(() => stopSolanaService(node, svc));
+
+  const newWallet = () => Keypair.generate().publicKey.toBase58();
+  const tokenAccount = (owner: string, symbol: string) => node.tokenAccount(owner, symbol).toBase58();
+
+  /**
+   * The refund's transaction as the node gives it (getTransaction, confirmed):
+   * its fee payer, its fee, and its instructions decoded (compute budget left out).
+   */
+  async function payout(signature: string): Promise<{ feePayer: string; fee: bigint; moves: Move[] }> {
+    const answer = (await (
+      await fetch(node.url, {
+        method: 'POST',
+        body: JSON.stringify({
+          jsonrpc: '2.0',
+          id: 1,
+          method: 'getTransaction',
+          params: [signature, { commitment: 'confirmed', encoding: 'json' }],
+        }),
+      })
+    ).json()) as {
+      result: { meta: { err: unknown; fee: number }; transaction: { message: any; signatures: string[] } };
+    };
+    const { meta, transaction } = answer.result;
+    assert.equal(meta.err, null);
+    const tx = Transaction.populate(new Message(transaction.message), transaction.signatures);
+    const moves: Move[] = [];
+    for (const ix of tx.instructions) {
+      const program = ix.programId.toBase58();
+      if (program === COMPUTE_BUDGET) continue;
+      if (ix.programId.equals(SystemProgram.programId)) {
+        assert.equal(SystemInstruction.decodeInstructionType(ix), 'Transfer');
+        const { fromPubkey, toPubkey, lamports } = SystemInstruction.decodeTransfer(ix);
+        moves.push({ sol: lamports, from: fromPubkey.toBase58(), to: toPubkey.toBase58() });
+      } else if (ix.programId.equals(TOKEN_PROGRAM_ID)) {
+        assert.equal(ix.data[0], TokenInstruction.TransferChecked, 'a token payout moves by transferChecked only');
+        const { keys, data } = decodeTransferCheckedInstruction(ix);
+        const symbol = node.tokens.find((t) => t.mint === keys.mint.pubkey.toBase58())!.symbol;
+        moves.push({
+          token: symbol,
+          amount: data.amount,
+          from: keys.source.pubkey.toBase58(),
+          to: keys.destination.pubkey.toBase58(),
+          authority: keys.owner.pubkey.toBase58(),
+        });
+      } else {
+        // CreateIdempotent (1): payer, the account, its owner, the mint, System, Token.
+        assert.ok(ix.programId.equals(ASSOCIATED_TOKEN_PROGRAM_ID), `unexpected program ${program}`);
+        assert.deepEqual([...ix.data], [1]);
+        moves.push({
+          createsAccount: ix.keys[1]!.pubkey.toBase58(),
+          owner: ix.keys[2]!.pubkey.toBase58(),
+          payer: ix.keys[0]!.pubkey.toBase58(),
+        });
+      }
+    }
+    return { feePayer: tx.feePayer!.toBase58(), fee: BigInt(meta.fee), moves };
+  }
+
+  /**
+   * Once the merchant has a wallet, the settlement pays it exactly what the
+   * refund left, less the platform fee on all that was received (refunds.md:
+   * it is not given back) and the settlement's own network fee.
+   */
+  async function settlesTheRest(
+    merchantId: string,
+    key: string,
+    invoiceId: string,
+    { received, refunded, token }: { received: bigint; refunded: bigint; token: string },
+  ) {
+    const merchantWallet = newWallet();
+    assert.equal((await flow.setWallet(merchantId, merchantWallet)).status, 200);
+    await flow.settled(invoiceId, key);
+    const { transactionHash } = await flow.settlementOf(invoiceId, key);
+    const priced = await flow.settlementPriced(invoiceId, key);
+    assert.equal(BigInt(priced.platformFee), received / 100n);
+    const rest = received - refunded - BigInt(priced.platformFee) - BigInt(priced.networkFee);
+    assert.equal(BigInt(priced.netAmount), rest);
+    assert.deepEqual(node.paymentsTo(merchantWallet, token), [{ signature: transactionHash, amount: rest }]);
+  }
+
+  it("a SOL overpayment's excess is paid from the deposit; the settlement then pays exactly the re-priced rest", async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await flow.invoice(key, undefined, '25');
+    const excess = 10_000_000n; // 0.01 SOL: above a new wallet's rent-exempt minimum
+    const received = baseUnits(p.cryptoAmount, 9) + excess;
+    await node.sendSol(payer, p.address, received);
+    await node.mine();
+    await flow.confirmed(p.paymentId, key);
+    assert.equal((await flow.settlementOf(p.paymentId, key))?.status, 'pending', 'no settlement wallet yet');
+
+    const customer = newWallet();
+    // Read before the approval: the payout is sent from it on, and the node runs a transaction as it takes it.
+    const feeBefore = await node.balance(feeWallet);
+    const approved = await flow.refund(key, p.paymentId, { kind: 'excess', destination: customer });
+    assert.equal(approved.fundedFrom, 'deposit');
+    const done = await flow.completed(approved.id, key);
+    const amount = baseUnits(done.amount, 9);
+    const networkFee = baseUnits(done.networkFee, 9);
+    const net = baseUnits(done.netAmount, 9);
+    assert.equal(amount, excess);
+    assert.equal(networkFee, 10_000n, 'two signatures at 5,000 lamports (no priority fee on an idle node)');
+    assert.equal(net, amount - networkFee);
+
+    const tx = await payout(done.transactionHash);
+    assert.equal(tx.feePayer, feeWallet, 'the fee wallet pays the fee');
+    assert.deepEqual(tx.moves, [
+      { sol: net, from: p.address, to: customer },
+      { sol: networkFee, from: p.address, to: feeWallet },
+    ]);
+    assert.equal(tx.fee, networkFee, 'the quoted fee is what the runtime charged');
+    assert.equal(await node.balance(customer), net);
+    assert.equal(await node.balance(p.address), received - amount, 'the rest stays for the settlement');
+    assert.equal(await node.balance(feeWallet), feeBefore, 'the fee wallet paid the fee and got it back');
+
+    await settlesTheRest(merchant.id, key, p.paymentId, { received, refunded: amount, token: 'SOL' });
+    assert.equal(await node.balance(p.address), 0n, 'the settlement took the rest whole');
+  });
+
+  it("a USDT overpayment's excess is paid from the deposit's two token accounts; the settlement then pays the rest", async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await flow.invoice(key, 'USDT', '20');
+    const invoiced = baseUnits(p.cryptoAmount, 6);
+    // 2 USDT into the deposit's associated account, the rest and 5 USDT over into one a wallet made for it.
+    await node.sendToken(payer, p.address, 'USDT', 2_000_000n);
+    const other = await node.sendTokenToNewAccount(payer, p.address, 'USDT', invoiced - 2_000_000n + 5_000_000n);
+    await node.mine();
+    const received = invoiced + 5_000_000n;
+    await flow.confirmed(p.paymentId, key);
+
+    const customer = newWallet();
+    assert.equal(await node.exists(tokenAccount(customer, 'USDT')), false, 'the customer has no USDT account yet');
+    const [feeBefore, depositSol] = [await node.balance(feeWallet), await node.balance(p.address)];
+    const approved = await flow.refund(key, p.paymentId, { kind: 'excess', destination: customer });
+    assert.equal(approved.fundedFrom, 'deposit');
+    const done = await flow.completed(approved.id, key);
+    assert.equal(done.networkFee, '0.000000', 'the fee wallet pays the fee and the rent in SOL');
+    const net = baseUnits(done.netAmount, 6);
+    assert.equal(net, 5_000_000n);
+
+    const tx = await payout(done.transactionHash);
+    const associated = tokenAccount(p.address, 'USDT');
+    const customerAccount = tokenAccount(customer, 'USDT');
+    assert.equal(tx.feePayer, feeWallet);
+    assert.deepEqual(tx.moves, [
+      { createsAccount: customerAccount, owner: customer, payer: feeWallet },
+      { token: 'USDT', amount: 2_000_000n, from: associated, to: customerAccount, authority: p.address },
+      { token: 'USDT', amount: 3_000_000n, from: other.account.toBase58(), to: customerAccount, authority: p.address },
+    ]);
+    assert.equal(await node.tokenBalance(customer, 'USDT'), net);
+    const rent = await node.balance(customerAccount);
+    assert.equal(
+      feeBefore - (await node.balance(feeWallet)),
+      tx.fee + rent,
+      "the fee wallet paid the fee and the account's rent",
+    );
+    assert.equal(await node.balance(p.address), depositSol, 'the deposit address spent no SOL');
+    assert.equal(await node.exists(other.account), true, 'no account of the deposit is closed');
+    assert.equal(await node.tokenBalance(p.address, 'USDT'), 0n);
+    assert.equal(await node.exists(associated), true);
+
+    await settlesTheRest(merchant.id, key, p.paymentId, { received, refunded: net, token: 'USDT' });
+    assert.equal(await node.exists(associated), false, "the settlement closed the deposit's accounts");
+    assert.equal(await node.exists(other.account), false);
+  });
+
+  it('a settled USDC invoice is refunded from the refund wallet once it is funded', async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    await flow.setWallet(merchant.id, newWallet());
+    const p = await flow.invoice(key, 'USDC', '10');
+    await node.sendToken(payer, p.address, 'USDC', baseUnits(p.cryptoAmount, 6));
+    await node.mine();
+    await flow.settled(p.paymentId, key);
+
+    // The customer has a USDC account already: the idempotent creation finds it, and no rent is paid.
+    const customer = Keypair.generate();
+    await node.mintTokens(customer.publicKey, 'USDC', 1n);
+    await node.mine();
+    const feeBefore = await node.balance(feeWallet);
+    const approved = await flow.refund(key, p.paymentId, { amount: '4', destination: customer.publicKey.toBase58() });
+    assert.equal(approved.fundedFrom, 'refund_wallet');
+    assert.equal(approved.status, 'awaiting_funds');
+    const wallet = (await flow.refundWallets(key)).find((w) => w.chain === 'solana')!;
+    assert.equal(wallet.balances.USDC, '0.000000');
+    await node.sendToken(payer, wallet.address, 'USDC', 4_500_000n);
+    await node.mine();
+    await eventually(
+      () => flow.refundWallets(key),
+      (ws) => ws.find((w) => w.chain === 'solana')?.balances.USDC === '4.500000',
+    );
+
+    const done = await flow.completed(approved.id, key);
+    const net = baseUnits(done.netAmount, 6);
+    assert.equal(net, 4_000_000n);
+    const tx = await payout(done.transactionHash);
+    const customerAccount = tokenAccount(customer.publicKey.toBase58(), 'USDC');
+    assert.equal(tx.feePayer, feeWallet);
+    assert.deepEqual(tx.moves, [
+      { createsAccount: customerAccount, owner: customer.publicKey.toBase58(), payer: feeWallet },
+      {
+        token: 'USDC',
+        amount: net,
+        from: tokenAccount(wallet.address, 'USDC'),
+        to: customerAccount,
+        authority: wallet.address,
+      },
+    ]);
+    assert.equal(await node.tokenBalance(customer.publicKey, 'USDC'), 1n + net);
+    assert.equal(feeBefore - (await node.balance(feeWallet)), tx.fee, 'the fee wallet paid the fee only');
+    assert.equal(await node.tokenBalance(wallet.address, 'USDC'), 500_000n, 'the rest stays in the refund wallet');
+  });
+
+  it('a settled SOL invoice is refunded from the refund wallet once it is funded, the wallet keeping the rest', async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    await flow.setWallet(merchant.id, newWallet());
+    const p = await flow.invoice(key, undefined, '10');
+    await node.sendSol(payer, p.address, baseUnits(p.cryptoAmount, 9));
+    await node.mine();
+    await flow.settled(p.paymentId, key);
+
+    const customer = newWallet();
+    const approved = await flow.refund(key, p.paymentId, { amount: '0.01', destination: customer });
+    assert.equal(approved.fundedFrom, 'refund_wallet');
+    assert.equal(approved.status, 'awaiting_funds');
+    const wallet = (await flow.refundWallets(key)).find((w) => w.chain === 'solana')!;
+    const funded = 12_000_000n;
+    const feeBefore = await node.balance(feeWallet);
+    await node.sendSol(payer, wallet.address, funded);
+    await node.mine();
+
+    const done = await flow.completed(approved.id, key);
+    const amount = baseUnits(done.amount, 9);
+    const networkFee = baseUnits(done.networkFee, 9);
+    const net = baseUnits(done.netAmount, 9);
+    assert.equal(amount, 10_000_000n);
+    assert.equal(net, amount - networkFee);
+    const tx = await payout(done.transactionHash);
+    assert.equal(tx.feePayer, feeWallet);
+    assert.deepEqual(tx.moves, [
+      { sol: net, from: wallet.address, to: customer },
+      { sol: networkFee, from: wallet.address, to: feeWallet },
+    ]);
+    assert.equal(tx.fee, networkFee);
+    assert.equal(await node.balance(customer), net);
+    assert.equal(await node.balance(wallet.address), funded - amount);
+    assert.equal(await node.balance(feeWallet), feeBefore);
+  });
+});

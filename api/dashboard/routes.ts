@@ -27,7 +27,7 @@ import { loadState } from '../../commands/handle.ts';
 import type { NewRefund } from '../../commands/refunds.ts';
 import { settlementsNeedingAttention } from '../../projections/settlements.ts';
 import type { RouteContext } from '../app.ts';
-import { pageHeaders } from '../routes/checkout.ts';
+import { markup, pageHeaders } from '../routes/checkout.ts';
 import {
   hashPassword,
   newTotpSecret,
@@ -38,6 +38,7 @@ import {
   totpStep,
   totpUri,
 } from './credentials.ts';
+import { developerRoutes, invoiceSections } from './developer-routes.ts';
 import {
   apiKeysPage,
   DASHBOARD_CSS,
@@ -78,7 +79,7 @@ declare module 'fastify' {
   }
 }
 
-type Form = Record<string, string | string[] | undefined>;
+export type Form = Record<string, string | string[] | undefined>;
 
 /** The form's fields; a field sent more than once (checkboxes) is a list. */
 function parseForm(body: string): Form {
@@ -434,13 +435,14 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
     refundError?: string,
   ) {
     const readsRefunds = roleAllows(session.role, 'refunds:read');
-    const [addresses, payments, refunds, refundable] = await Promise.all([
+    const [addresses, payments, refunds, refundable, history] = await Promise.all([
       invoiceAddresses(db, row.id),
       db.selectFrom('payments').selectAll().where('invoice_id', '=', row.id).orderBy('detected_at').execute(),
       readsRefunds
         ? listRefunds(db, { merchantId: session.merchantId, invoiceId: row.id }, { limit: 100, page: 1 })
         : undefined,
       roleAllows(session.role, 'refunds:write') ? refundableLines(row.id) : [],
+      invoiceSections(ctx, session, row.id),
     ]);
     const section =
       refunds &&
@@ -454,7 +456,14 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
     return html(
       reply,
       status,
-      invoicePage(session, row, addresses, payments, `${config.publicBaseUrl}/checkout/${row.id}`, section),
+      invoicePage(
+        session,
+        row,
+        addresses,
+        payments,
+        `${config.publicBaseUrl}/checkout/${row.id}`,
+        markup`${section}${history}`,
+      ),
     );
   }
 
@@ -849,4 +858,5 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
       return redirect(reply, '/dashboard/team');
     },
   );
+  await developerRoutes(scope, ctx, { signedIn, html, redirect, actorOf, reauthenticationProblem });
 }

@@ -4,7 +4,8 @@
 // checkout.client.ts), through the same WebSocket (/ws/invoices/{id}), and
 // polls the public status endpoint if the socket fails. On each change it
 // fetches the page again and swaps in the parts marked data-live (the
-// facts, payments, webhook deliveries and history), leaving the forms alone.
+// facts, payments, webhook deliveries and history), leaving the forms alone
+// and the keyboard focus where it was.
 // It also offers to copy the checkout link. Served by
 // api/dashboard/developer-routes.ts, its types stripped as the checkout's are.
 import type { InvoiceStatusView } from '../../projections/invoice-queries.ts';
@@ -28,7 +29,19 @@ const say = (text: string) => {
 let refreshing = false;
 let wanted = false;
 
-/** The page again, its live parts swapped in; a part holding the keyboard focus waits for the next change. */
+const FOCUSABLE = 'a, button, input, select, textarea';
+
+/** The part swapped for `fresh`, the keyboard focus kept on the same control of it. */
+function swap(part: HTMLElement, fresh: HTMLElement) {
+  const controls = [...part.querySelectorAll<HTMLElement>(FOCUSABLE)];
+  const focused = controls.indexOf(document.activeElement as HTMLElement);
+  const replacement = document.importNode(fresh, true);
+  part.replaceWith(replacement);
+  offerCopy();
+  if (focused >= 0) replacement.querySelectorAll<HTMLElement>(FOCUSABLE)[focused]?.focus();
+}
+
+/** The page again, its live parts swapped in. */
 async function refresh(): Promise<void> {
   if (refreshing) {
     wanted = true;
@@ -41,9 +54,8 @@ async function refresh(): Promise<void> {
     const next = new DOMParser().parseFromString(await response.text(), 'text/html');
     for (const part of document.querySelectorAll<HTMLElement>('[data-live]')) {
       const fresh = next.getElementById(part.id);
-      if (fresh && !part.contains(document.activeElement)) part.replaceWith(document.importNode(fresh, true));
+      if (fresh) swap(part, fresh);
     }
-    offerCopy();
     say(`Following live: ${shownStatus()}.`);
   } catch {
     // offline for a moment: the next change tries again

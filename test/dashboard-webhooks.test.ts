@@ -11,6 +11,7 @@ import { sql } from 'kysely';
 import { after, before, describe, it } from 'node:test';
 import { actorName, eventSentence } from '../api/dashboard/developer-routes.ts';
 import { INVALID_URL } from '../api/webhook-url.ts';
+import { failingWebhookTargets } from '../commands/webhook-delivery.ts';
 import { dashboardClient, PASSWORD } from './support/dashboard.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
@@ -185,6 +186,13 @@ describe('dashboard webhooks over HTTP', () => {
     const second = await dev.get('/dashboard/developers/webhooks?status=failed&page=2');
     assert.equal(deliveryIds(second.text).length, 1);
     assert.ok(!deliveryIds(failed.text).includes(deliveryIds(second.text)[0]!));
+    // The overview's needs-attention source: this merchant's failing URL, and no other merchant's.
+    const failing = await failingWebhookTargets(svc.service.database.db, 3, merchantId);
+    assert.deepEqual(
+      failing.map((f) => [f.url, f.failing, f.lastStatusCode]),
+      [[url, 21, 410]],
+    );
+    assert.deepEqual(await failingWebhookTargets(svc.service.database.db, 3, otherMerchantId), []);
   });
 
   it('only developers, admins and owners: a viewer and support are refused on the server; another merchant’s delivery is 404', async () => {

@@ -199,7 +199,7 @@ export function invoicePage(
   payments: PaymentsTable[],
   checkoutUrl: string,
   /** The sections after the payments: refunds, the timeline, webhook deliveries, each for the roles that may see it. */
-  refunds?: Html,
+  sections?: Html,
 ): string {
   return page(
     `Invoice ${formatFiatAmount(invoice.amount, invoice.currency)}`,
@@ -238,7 +238,7 @@ export function invoicePage(
     </table></div>`
     }
     </section>
-    ${refunds}`,
+    ${sections}`,
     session,
   );
 }

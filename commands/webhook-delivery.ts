@@ -265,13 +265,22 @@ const deliveryNotFound = () => new DomainError('not_found', 'Webhook delivery no
 export async function listWebhookDeliveries(
   db: Kysely<any>,
   merchantId: string,
-  query: { status?: string; event?: string; limit: number; page: number },
+  query: {
+    status?: string;
+    event?: string;
+    /** Only the webhooks of these events (an invoice's, in the dashboard). */
+    eventIds?: readonly string[];
+    limit: number;
+    page: number;
+  },
 ): Promise<{ items: WebhookDeliveryView[]; total: number }> {
+  if (query.eventIds?.length === 0) return { items: [], total: 0 };
   const base = (db as Kysely<WebhookTables>)
     .selectFrom('webhook_deliveries')
     .where('merchant_id', '=', merchantId)
     .$if(query.status !== undefined, (q) => q.where('status', '=', query.status as DeliveryStatus))
-    .$if(query.event !== undefined, (q) => q.where('event', '=', query.event!));
+    .$if(query.event !== undefined, (q) => q.where('event', '=', query.event!))
+    .$if(query.eventIds !== undefined, (q) => q.where('event_id', 'in', query.eventIds!));
   const [rows, count] = await Promise.all([
     base
       .select(DELIVERY_COLUMNS)
@@ -296,11 +305,17 @@ export interface FailingWebhookTarget {
 
 /**
  * Targets with deliveries given up on, or still retrying after `attempts`
- * attempts in their series: most failing first.
+ * attempts in their series: most failing first. One merchant's only when
+ * `merchantId` is given (the dashboard's needs-attention list).
  */
-export async function failingWebhookTargets(db: Kysely<any>, attempts = 3): Promise<FailingWebhookTarget[]> {
+export async function failingWebhookTargets(
+  db: Kysely<any>,
+  attempts = 3,
+  merchantId?: string,
+): Promise<FailingWebhookTarget[]> {
   const rows = await (db as Kysely<WebhookTables>)
     .selectFrom('webhook_deliveries')
+    .$if(merchantId !== undefined, (q) => q.where('merchant_id', '=', merchantId!))
     .select((eb) => [
       'merchant_id',
       'url',

@@ -162,36 +162,26 @@ describe('refunds paid on a local EVM node', { skip }, () => {
 
   it('a settled ETH invoice is refunded from the refund wallet, funded with exactly the amount and left empty', async () => {
     const { key, merchant } = await merchantWithKey(svc);
-    await setWallet(merchant.id, randomWallet());
-    const p = await invoice(key, undefined, '12');
+    await flow.setWallet(merchant.id, randomWallet());
+    const p = await flow.invoice(key, undefined, '12');
     await (await node.payer.sendTransaction({ to: p.address, value: baseUnits(p.cryptoAmount, 18) })).wait();
-    await eventuallyMining(
-      mine,
-      () => invoiceOf(p.paymentId, key),
-      (i) => i.status === 'settled',
-      90_000,
-    );
+    await flow.settled(p.paymentId, key);
 
     const customer = randomWallet();
-    const approved = await refund(key, p.paymentId, { amount: '0.001', destination: customer });
+    const approved = await flow.refund(key, p.paymentId, { amount: '0.001', destination: customer });
     assert.equal(approved.fundedFrom, 'refund_wallet');
     assert.equal(approved.status, 'awaiting_funds');
     const amount = baseUnits(approved.amount, 18);
-    const wallet = (
-      (await svc.call('GET', '/api/v1/refund-wallets', { token: key })).body.data as {
-        chain: string;
-        address: string;
-      }[]
-    ).find((w) => w.chain === 'ethereum')!;
+    const wallet = (await flow.refundWallets(key)).find((w) => w.chain === 'ethereum')!;
     // One wei short waits; the last wei lets it go.
     await (await node.payer.sendTransaction({ to: wallet.address, value: amount - 1n })).wait();
     await mine();
     // Longer than the refund engine's look at a waiting wallet (5 s): it has seen the balance and still waits.
     await new Promise((resolve) => setTimeout(resolve, 6_000));
-    assert.equal((await refundOf(approved.id, key)).status, 'awaiting_funds');
+    assert.equal((await flow.refundOf(approved.id, key)).status, 'awaiting_funds');
     await (await node.payer.sendTransaction({ to: wallet.address, value: 1n })).wait();
 
-    const done = await completed(approved.id, key);
+    const done = await flow.completed(approved.id, key);
     const net = baseUnits(done.netAmount, 18);
     const networkFee = baseUnits(done.networkFee, 18);
     assert.equal(net + networkFee, amount);

@@ -25,6 +25,7 @@ function nav(session: DashboardSession): Html {
     ['/dashboard/invoices', 'Invoices', roleAllows(session.role, 'invoices:read')],
     ['/dashboard/refunds', 'Refunds', roleAllows(session.role, 'refunds:read')],
     ['/dashboard/developers/api-keys', 'API keys', roleAllows(session.role, 'api_keys:write')],
+    ['/dashboard/developers/webhooks', 'Webhooks', roleAllows(session.role, 'webhooks:write')],
     ['/dashboard/team', 'Team', roleAllows(session.role, 'users:write')],
   ];
   return markup`<header class="bar">
@@ -197,12 +198,12 @@ export function invoicePage(
   addresses: InvoiceAddressesTable[],
   payments: PaymentsTable[],
   checkoutUrl: string,
-  /** The invoice's refunds and the form for one, for the roles that read refunds. */
-  refunds?: Html,
+  /** The sections after the payments: refunds, the timeline, webhook deliveries, each for the roles that may see it. */
+  sections?: Html,
 ): string {
   return page(
     `Invoice ${formatFiatAmount(invoice.amount, invoice.currency)}`,
-    markup`<dl class="facts" id="invoice">
+    markup`<dl class="facts" id="invoice" data-live data-status="${invoice.status}">
       <dt>Id</dt><dd id="invoice-id">${invoice.id}</dd>
       <dt>Status</dt><dd id="invoice-status">${invoice.status}${invoice.cancelled ? ' (cancelled)' : ''}</dd>
       ${invoice.payment_issue_type && markup`<dt>Issue</dt><dd>${invoice.payment_issue_type}</dd>`}
@@ -210,7 +211,7 @@ export function invoicePage(
       <dt>Description</dt><dd>${invoice.description ?? ''}</dd>
       <dt>Created</dt><dd>${day(invoice.created_at)}</dd>
       <dt>Expires</dt><dd>${day(invoice.expires_at)}</dd>
-      <dt>Checkout link</dt><dd><a href="${checkoutUrl}" id="checkout-link">${checkoutUrl}</a></dd>
+      <dt>Checkout link</dt><dd><a href="${checkoutUrl}" id="checkout-link">${checkoutUrl}</a> <button type="button" id="copy-checkout-link" hidden>Copy</button></dd>
       ${invoice.metadata && markup`<dt>Metadata</dt><dd><code>${JSON.stringify(invoice.metadata)}</code></dd>`}
     </dl>
     ${
@@ -226,7 +227,8 @@ export function invoicePage(
       <thead><tr><th scope="col">Chain</th><th scope="col">Token</th><th scope="col">Address</th><th scope="col">Rate</th><th scope="col">Quoted</th></tr></thead>
       <tbody>${addresses.map((a) => markup`<tr><td>${a.chain}</td><td>${a.token}</td><td><code>${a.address}</code></td><td>${a.rate}</td><td>${day(a.quoted_at)}</td></tr>`)}</tbody>
     </table></div>
-    <h2>Payments</h2>
+    <section id="payments-section" data-live aria-labelledby="payments-title">
+    <h2 id="payments-title">Payments</h2>
     ${
       payments.length === 0
         ? markup`<p>No payment yet.</p>`
@@ -235,22 +237,26 @@ export function invoicePage(
       <tbody>${payments.map((p) => markup`<tr><td><code>${p.tx_hash}</code></td><td>${p.chain} ${p.token}</td><td>${p.confirmations} of ${p.required_confirmations}</td><td>${p.status}${p.wrong_token ? ' (wrong token)' : ''}</td></tr>`)}</tbody>
     </table></div>`
     }
-    ${refunds}`,
+    </section>
+    ${sections}`,
     session,
   );
 }
 
-/** Fields asking for the password (and code) again, when the last time was too long ago. */
-export const reauthenticationFields = (session: DashboardSession, needed: boolean) =>
+/**
+ * Fields asking for the password (and code) again, when the last time was
+ * too long ago; `prefix` keeps their ids apart where a page has two such forms.
+ */
+export const reauthenticationFields = (session: DashboardSession, needed: boolean, prefix = 'reauth') =>
   needed &&
   markup`<fieldset>
     <legend>Confirm it is you</legend>
-    <label for="reauth-password">Your password</label>
-    <input id="reauth-password" name="password" type="password" autocomplete="current-password" required />
+    <label for="${prefix}-password">Your password</label>
+    <input id="${prefix}-password" name="password" type="password" autocomplete="current-password" required />
     ${
       session.totpEnrolled &&
-      markup`<label for="reauth-code">Authenticator code</label>
-      <input id="reauth-code" name="code" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" maxlength="6" required />`
+      markup`<label for="${prefix}-code">Authenticator code</label>
+      <input id="${prefix}-code" name="code" inputmode="numeric" autocomplete="one-time-code" pattern="[0-9]{6}" maxlength="6" required />`
     }
   </fieldset>`;
 
@@ -411,5 +417,8 @@ code { word-break: break-all; }
 .facts { display: grid; grid-template-columns: max-content 1fr; gap: 0.25rem 1rem; }
 .facts dd { margin: 0; word-break: break-all; }
 .pages { display: flex; gap: 1rem; margin-top: 1rem; }
+.timeline { padding-left: 1.25rem; }
+.timeline li { margin: 0.25rem 0; }
+.by { color: var(--muted); }
 .visually-hidden { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); white-space: nowrap; }
 `;

@@ -36,7 +36,8 @@ import type { MerchantCommands } from '../../commands/merchants.ts';
 import type { InvoiceCommands } from '../../commands/invoices.ts';
 import type { RefundCommands } from '../../commands/refunds.ts';
 import type { ReadModels } from '../../projections/schema.ts';
-import { pageHeaders } from '../routes/checkout.ts';
+import type { WebhookSending } from '../routes/webhooks.ts';
+import { markup, pageHeaders } from '../routes/checkout.ts';
 import {
   hashPassword,
   newTotpSecret,
@@ -47,6 +48,7 @@ import {
   totpStep,
   totpUri,
 } from './credentials.ts';
+import { developerRoutes, invoiceSections } from './developer-routes.ts';
 import {
   apiKeysPage,
   DASHBOARD_CSS,
@@ -87,7 +89,7 @@ declare module 'fastify' {
   }
 }
 
-type Form = Record<string, string | string[] | undefined>;
+export type Form = Record<string, string | string[] | undefined>;
 
 /** The form's fields; a field sent more than once (checkboxes) is a list. */
 function parseForm(body: string): Form {
@@ -135,6 +137,7 @@ export interface DashboardRouteDeps extends Pick<ReadYourWrites, 'settle' | 'cau
   store: EventStore;
   refunds: RefundCommands;
   invoices: InvoiceCommands;
+  webhooks: WebhookSending;
 }
 
 export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRouteDeps) {
@@ -456,13 +459,14 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     refundError?: string,
   ) {
     const readsRefunds = roleAllows(session.role, 'refunds:read');
-    const [addresses, payments, refunds, refundable] = await Promise.all([
+    const [addresses, payments, refunds, refundable, history] = await Promise.all([
       invoiceAddresses(db, row.id),
       db.selectFrom('payments').selectAll().where('invoice_id', '=', row.id).orderBy('detected_at').execute(),
       readsRefunds
         ? listRefunds(db, { merchantId: session.merchantId, invoiceId: row.id }, { limit: 100, page: 1 })
         : undefined,
       roleAllows(session.role, 'refunds:write') ? refundableLines(row.id) : [],
+      invoiceSections(ctx, session, row.id),
     ]);
     const section =
       refunds &&
@@ -476,7 +480,14 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     return html(
       reply,
       status,
-      invoicePage(session, row, addresses, payments, `${config.publicBaseUrl}/checkout/${row.id}`, section),
+      invoicePage(
+        session,
+        row,
+        addresses,
+        payments,
+        `${config.publicBaseUrl}/checkout/${row.id}`,
+        markup`${section}${history}`,
+      ),
     );
   }
 
@@ -871,4 +882,5 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
       return redirect(reply, '/dashboard/team');
     },
   );
+  await developerRoutes(scope, ctx, { signedIn, html, redirect, actorOf, reauthenticationProblem });
 }

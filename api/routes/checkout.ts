@@ -4,7 +4,7 @@
 // follows the payment live. Nothing is loaded from another host, so the page
 // can run under a strict Content-Security-Policy.
 import { readFile } from 'node:fs/promises';
-import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ChainName } from '../../domain/catalogue.ts';
 import { parseUnits } from '../../domain/money.ts';
 import { notFound } from '../errors.ts';
@@ -209,8 +209,8 @@ function notFoundPage(): string {
  * that serves no checkout page never holds it), and its helper process is
  * stopped once done.
  */
-async function clientScript(): Promise<string> {
-  const source = await readFile(new URL('../checkout/checkout.client.ts', import.meta.url), 'utf8');
+async function clientScript(file: URL): Promise<string> {
+  const source = await readFile(file, 'utf8');
   const esbuild = await import('esbuild');
   try {
     const { code } = await esbuild.transform(source, { loader: 'ts', format: 'esm', target: 'es2020' });
@@ -218,6 +218,25 @@ async function clientScript(): Promise<string> {
   } finally {
     await esbuild.stop();
   }
+}
+
+/**
+ * A route answering with the client script `file` (a path from one folder
+ * below api/, so that the bundle finds it too), transpiled when first asked for.
+ */
+export function clientScriptRoute(file: URL) {
+  let script: Promise<string> | undefined;
+  return async (_request: FastifyRequest, reply: FastifyReply) => {
+    script ??= clientScript(file).catch((error: unknown) => {
+      script = undefined; // asked for again, it is tried again
+      throw error;
+    });
+    return reply
+      .type('text/javascript; charset=utf-8')
+      .header('X-Content-Type-Options', 'nosniff')
+      .header('Cache-Control', 'no-cache')
+      .send(await script);
+  };
 }
 
 export const pageHeaders = (reply: FastifyReply) =>
@@ -245,7 +264,6 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: CheckoutRouteD
   const { auth, db, database, clock, readInvoice } = ctx;
   const requests = paymentRequests(ctx.config);
   const stylesheet = await readFile(new URL('../checkout/checkout.css', import.meta.url), 'utf8');
-  let script: Promise<string> | undefined;
 
   /**
    * The address a payment already went to: after the first payment the
@@ -306,17 +324,11 @@ export async function checkoutRoutes(scope: FastifyInstance, ctx: CheckoutRouteD
     },
   );
 
-  scope.get('/checkout/assets/checkout.js', { schema: { hide: true } }, async (_request, reply) => {
-    script ??= clientScript().catch((error: unknown) => {
-      script = undefined; // asked for again, it is tried again
-      throw error;
-    });
-    return reply
-      .type('text/javascript; charset=utf-8')
-      .header('X-Content-Type-Options', 'nosniff')
-      .header('Cache-Control', 'no-cache')
-      .send(await script);
-  });
+  scope.get(
+    '/checkout/assets/checkout.js',
+    { schema: { hide: true } },
+    clientScriptRoute(new URL('../checkout/checkout.client.ts', import.meta.url)),
+  );
   scope.get('/checkout/assets/checkout.css', { schema: { hide: true } }, async (_request, reply) =>
     reply
       .type('text/css; charset=utf-8')

@@ -2,9 +2,10 @@
 // address endpoints, and the audit trail (operations.md §3).
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
+import type { Kysely } from 'kysely';
 import { Type, type Static } from 'typebox';
 import { paymentRequests } from '../payment-request.ts';
-import type { RecordedEvent } from '../../adapters/event-store/port.ts';
+import type { EventStore, RecordedEvent } from '../../adapters/event-store/port.ts';
 import { chainAuditTrail } from '../../domain/audit-trail.ts';
 import { loadState } from '../../commands/handle.ts';
 import { refundStreamName } from '../../domain/refund.ts';
@@ -27,13 +28,12 @@ import {
   invoiceView,
   listInvoices,
 } from '../../projections/invoice-queries.ts';
-import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
 import type { Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { InvoiceCommands } from '../../commands/invoices.ts';
-import type { ReadModels } from '../../projections/schema.ts';
+import type { ReadModels, ReadModelTables } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
@@ -560,20 +560,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
     },
     async (request, reply) => {
       const row = await ownInvoice(request.params.id, request.caller!.merchantId);
-      const payments = await db
-        .selectFrom('payments')
-        .select(['chain', 'tx_hash', 'output_index'])
-        .where('invoice_id', '=', row.id)
-        .execute();
-      const refunds = await db.selectFrom('refunds').select('id').where('invoice_id', '=', row.id).execute();
-      const streams = [
-        invoiceStreamName(row.id),
-        ...new Set(payments.map((p) => paymentStreamName(p.chain, p.tx_hash, p.output_index))),
-        settlementStreamName(settlementIdOf(row.id)),
-        ...refunds.map((r) => refundStreamName(r.id)),
-      ];
-      const events = (await Promise.all(streams.map((s) => store.readStream(s)))).flat();
-      events.sort((a: RecordedEvent, b: RecordedEvent) => store.comparePositions(a.position, b.position));
+      const events = await invoiceHistory(store, db, row.id);
       if (request.query.format === 'ndjson') {
         const lines = chainAuditTrail(
           events.map((e) => ({
@@ -605,4 +592,30 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
       };
     },
   );
+}
+
+/**
+ * The invoice's whole history, in log order: its events and those of its
+ * payments, settlement and refunds (the events endpoint, and the dashboard's
+ * timeline).
+ */
+export async function invoiceHistory(
+  store: EventStore,
+  db: Kysely<ReadModelTables>,
+  invoiceId: string,
+): Promise<RecordedEvent[]> {
+  const payments = await db
+    .selectFrom('payments')
+    .select(['chain', 'tx_hash', 'output_index'])
+    .where('invoice_id', '=', invoiceId)
+    .execute();
+  const refunds = await db.selectFrom('refunds').select('id').where('invoice_id', '=', invoiceId).execute();
+  const streams = [
+    invoiceStreamName(invoiceId),
+    ...new Set(payments.map((p) => paymentStreamName(p.chain, p.tx_hash, p.output_index))),
+    settlementStreamName(settlementIdOf(invoiceId)),
+    ...refunds.map((r) => refundStreamName(r.id)),
+  ];
+  const events = (await Promise.all(streams.map((s) => store.readStream(s)))).flat();
+  return events.sort((a, b) => store.comparePositions(a.position, b.position));
 }

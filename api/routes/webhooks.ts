@@ -122,7 +122,7 @@ export interface WebhookRouteDeps {
 
 export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks }: WebhookRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
-  const { worker, policy } = webhooks;
+  const { worker } = webhooks;
   const security = [{ apiKey: [] }];
   const onRequest = auth.merchant('webhooks:write');
 
@@ -140,32 +140,7 @@ export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks
     },
     async (request) => {
       const { webhookUrl, eventType } = request.body ?? {};
-      if (typeof webhookUrl !== 'string') throw badRequest('Invalid webhook URL format');
-      if (!isEventType(eventType)) throw badRequest(EVENT_TYPE_MESSAGE);
-      const literal = webhookUrlProblem(webhookUrl, policy);
-      if (literal) throw badRequest(literal);
-      // Resolved here too, so a name pointing inside gets the contract's 400
-      // instead of a logged failure; the sender checks again when it connects.
-      const target = await checkWebhookTarget(webhookUrl, policy);
-      if (!target.ok && target.kind === 'refused') throw badRequest(target.problem);
-      const merchantId = request.caller!.merchantId;
-      const eventId = randomUUID();
-      const { delivery, result } = await worker.sendNow({
-        eventId,
-        event: eventType,
-        merchantId,
-        url: webhookUrl,
-        payload: sampleWebhookEvent(eventType, eventId, merchantId, new Date()),
-      });
-      return {
-        data: {
-          delivered: result.ok,
-          statusCode: result.statusCode,
-          error: result.error,
-          deliveryId: delivery.id,
-          eventId,
-        },
-      };
+      return { data: await sendTestEvent(webhooks, request.caller!.merchantId, webhookUrl, eventType) };
     },
   );
 
@@ -233,6 +208,42 @@ export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks
       data: await worker.redeliver(request.params.id, request.caller!.merchantId, request.body?.to ?? 'recorded'),
     }),
   );
+}
+
+/**
+ * POST /api/v1/webhooks/test's work (the dashboard's test event too): the
+ * URL and event type checked, a sample event sent now and logged. Bad input
+ * is the contract's 400.
+ */
+export async function sendTestEvent(
+  { worker, policy }: WebhookSending,
+  merchantId: string,
+  webhookUrl: unknown,
+  eventType: unknown,
+) {
+  if (typeof webhookUrl !== 'string') throw badRequest('Invalid webhook URL format');
+  if (!isEventType(eventType)) throw badRequest(EVENT_TYPE_MESSAGE);
+  const literal = webhookUrlProblem(webhookUrl, policy);
+  if (literal) throw badRequest(literal);
+  // Resolved here too, so a name pointing inside gets the contract's 400
+  // instead of a logged failure; the sender checks again when it connects.
+  const target = await checkWebhookTarget(webhookUrl, policy);
+  if (!target.ok && target.kind === 'refused') throw badRequest(target.problem);
+  const eventId = randomUUID();
+  const { delivery, result } = await worker.sendNow({
+    eventId,
+    event: eventType,
+    merchantId,
+    url: webhookUrl,
+    payload: sampleWebhookEvent(eventType, eventId, merchantId, new Date()),
+  });
+  return {
+    delivered: result.ok,
+    statusCode: result.statusCode,
+    error: result.error,
+    deliveryId: delivery.id,
+    eventId,
+  };
 }
 
 /**

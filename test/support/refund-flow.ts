@@ -24,6 +24,7 @@ export function refundFlow(svc: RunningService, chain: ChainName, mine: () => un
   return {
     admin,
     invoiceOf,
+    refundOf,
     settlementOf,
     settlementPriced: async (id: string, key: string) =>
       settlementAmounts((await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data),

@@ -32,7 +32,11 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
   return {
     existingMerchant,
 
-    async register(profile: Omit<MerchantProfile, 'status'>, correlationId?: string): Promise<Written<Merchant>> {
+    async register(
+      profile: Omit<MerchantProfile, 'status'>,
+      correlationId?: string,
+      actor?: Actor,
+    ): Promise<Written<Merchant>> {
       const merchantId = randomUUID();
       const { state, position } = await handleCommand(
         store,
@@ -45,30 +49,35 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
           webhookSecret: randomSecret(WEBHOOK_SECRET_PREFIX),
           now: now().toISOString(),
         },
-        { correlationId },
+        { correlationId, actor },
       );
       return { value: state!, position };
     },
 
-    async update(merchantId: string, changes: MerchantChanges, correlationId?: string): Promise<Written<Merchant>> {
+    async update(
+      merchantId: string,
+      changes: MerchantChanges,
+      correlationId?: string,
+      actor?: Actor,
+    ): Promise<Written<Merchant>> {
       const { state, position } = await handleCommand(
         store,
         merchantDecider,
         merchantStream(merchantId),
         { type: 'UpdateMerchant', changes, now: now().toISOString() },
-        { correlationId },
+        { correlationId, actor },
       );
       return { value: state!, position };
     },
 
-    async rotateWebhookSecret(merchantId: string, correlationId?: string): Promise<Written<string>> {
+    async rotateWebhookSecret(merchantId: string, correlationId?: string, actor?: Actor): Promise<Written<string>> {
       const webhookSecret = randomSecret(WEBHOOK_SECRET_PREFIX);
       const { position } = await handleCommand(
         store,
         merchantDecider,
         merchantStream(merchantId),
         { type: 'RotateWebhookSecret', webhookSecret, now: now().toISOString() },
-        { correlationId },
+        { correlationId, actor },
       );
       return { value: webhookSecret, position };
     },

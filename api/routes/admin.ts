@@ -4,10 +4,11 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { permissions, type ApiKey } from '../../domain/api-key.ts';
 import { isChainName, type ChainName } from '../../domain/catalogue.ts';
-import { withDeadline } from '../../adapters/deadline.ts';
 import { merchantStatuses, merchantTiers, type Merchant, type MerchantChanges } from '../../domain/merchant.ts';
+import type { Actor } from '../../commands/handle.ts';
 import type { RouteContext } from '../app.ts';
-import { badRequest, HttpError, notFound } from '../errors.ts';
+import { badRequest, notFound } from '../errors.ts';
+import { settlementWalletProblem } from '../settlement-wallet.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
 import { Nullable, Pagination, data } from './schemas.ts';
 import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
@@ -22,9 +23,6 @@ import type { MerchantUsersTable } from '../../projections/schema.ts';
 /** A string from a fixed list, with one message for any other value. */
 const OneOf = <T extends string>(values: readonly T[], errorMessage: string) =>
   Type.Unsafe<T>({ type: 'string', enum: [...values], errorMessage });
-
-/** How long a settlement wallet's check may wait for its chain's node. */
-const WALLET_CHECK_MS = 10_000;
 
 const Uuid = Type.String({ format: 'uuid', errorMessage: 'id must be a UUID' });
 const Wallets = Type.Record(Type.String(), Type.String({ minLength: 1, maxLength: 128 }));
@@ -121,6 +119,8 @@ const WalletView = Type.Object({
 });
 
 const security = [{ adminToken: [] }];
+/** Every command of this API is the operator's, and its events say so. */
+const operator: Actor = { type: 'operator' };
 
 const UserView = Type.Object({
   id: Type.String(),
@@ -324,17 +324,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       if (!isChainName(chain)) throw badRequest(`Unknown chain in settlementWallets: ${chain}`);
     }
     for (const [chain, address] of Object.entries(body.settlementWallets ?? {})) {
-      let problem: string | undefined;
-      try {
-        problem = await withDeadline(
-          ctx.settlementWalletProblem(chain as ChainName, address),
-          WALLET_CHECK_MS,
-          `${chain} node`,
-        );
-      } catch (error) {
-        app.log.warn({ err: error, chain }, 'settlement wallet check failed');
-        throw new HttpError(503, `Could not check the ${chain} settlement wallet with the ${chain} node; try again`);
-      }
+      const problem = await settlementWalletProblem(ctx, chain as ChainName, address, app.log);
       if (problem) throw badRequest(`settlementWallets.${chain}: ${problem}`);
     }
   };
@@ -359,6 +349,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
           settlementWallets: request.body.settlementWallets ?? {},
         },
         request.id,
+        operator,
       );
       await settle(position);
       return reply.code(201).send({ data: { ...merchantView(value), webhookSecret: value.webhookSecret } });
@@ -395,6 +386,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
         request.params.id,
         request.body as MerchantChanges,
         request.id,
+        operator,
       );
       await settle(position);
       return { data: merchantView(value) };
@@ -412,7 +404,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       },
     },
     async (request) => {
-      const { value, position } = await merchants.rotateWebhookSecret(request.params.id, request.id);
+      const { value, position } = await merchants.rotateWebhookSecret(request.params.id, request.id, operator);
       await settle(position);
       return { data: { webhookSecret: value } };
     },
@@ -456,6 +448,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
         request.params.id,
         { name: body.name ?? null, permissions: body.permissions ?? null, expiresAt },
         request.id,
+        operator,
       );
       await settle(position);
       const { record, key } = value;
@@ -519,7 +512,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       },
     },
     async (request) => {
-      const { value, position } = await merchants.revokeApiKey(request.params.keyId, request.id);
+      const { value, position } = await merchants.revokeApiKey(request.params.keyId, request.id, operator);
       // Revocation takes effect at once: answer only when authentication sees it.
       await settle(position);
       return { data: apiKeyView(value) };
@@ -554,7 +547,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       const { value, position } = await ctx.users.invite(
         request.params.id,
         { email: request.body.email, role: request.body.role },
-        { type: 'operator' },
+        operator,
         request.id,
       );
       await settle(position);
@@ -606,7 +599,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: RouteContext) {
       },
     },
     async (request) => {
-      const { position } = await ctx.users.disable(request.params.userId, { type: 'operator' }, request.id);
+      const { position } = await ctx.users.disable(request.params.userId, operator, request.id);
       // Ended here, and refused by every instance once the read model shows the user disabled.
       await ctx.sessions.endAllOf(request.params.userId);
       await settle(position);

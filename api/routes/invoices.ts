@@ -28,6 +28,7 @@ import {
   listInvoices,
 } from '../../projections/invoice-queries.ts';
 import type { RouteContext } from '../app.ts';
+import { keyActor } from '../auth.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
@@ -316,6 +317,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         request.caller!.merchantId,
         { ...input, chain, token, id: keyedId(request, 'invoice') },
         request.id,
+        keyActor(request),
       );
       return reply.code(201).send({ data: paymentView(value.invoice, value.address, request.caller!.merchantName) });
     },
@@ -340,6 +342,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
         request.caller!.merchantId,
         { ...input, id: keyedId(request, 'invoice') },
         request.id,
+        keyActor(request),
       );
       return reply.code(201).send({ data: viewOf(value) });
     },
@@ -435,10 +438,12 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: RouteContext) {
     },
     async (request) => {
       if (!UUID.test(request.params.id)) throw notFound('Invoice not found');
-      const { value, position } = await invoices.cancel(request.params.id, request.caller!.merchantId, request.id, {
-        type: 'api_key',
-        keyId: request.caller!.keyId,
-      });
+      const { value, position } = await invoices.cancel(
+        request.params.id,
+        request.caller!.merchantId,
+        request.id,
+        keyActor(request),
+      );
       await settle(position);
       return { data: viewOf(value) };
     },

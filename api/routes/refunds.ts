@@ -1,7 +1,6 @@
 // Refunds (refunds.md): the merchant's endpoints and the customer's claim API.
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Actor } from '../../commands/handle.ts';
+import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import {
   listRefunds,
@@ -11,6 +10,7 @@ import {
   refundView,
 } from '../../projections/refunds.ts';
 import type { RouteContext } from '../app.ts';
+import { keyActor } from '../auth.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
 import { pageOf, UUID } from './query.ts';
@@ -91,7 +91,6 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RouteContext) {
   const key = [{ apiKey: [] }];
   const view = (row: Parameters<typeof refundView>[0]) => refundView(row, config.publicBaseUrl);
   /** The key that asked, recorded on the refund's events as the dashboard records its user. */
-  const keyActor = (request: FastifyRequest): Actor => ({ type: 'api_key', keyId: request.caller!.keyId });
 
   /** The caller's refund, or 404 as refunds.md says (also for another merchant's). */
   async function ownRefund(id: string, merchantId: string) {

@@ -24,8 +24,11 @@ function nav(session: DashboardSession): Html {
     ['/dashboard', 'Overview', true],
     ['/dashboard/invoices', 'Invoices', roleAllows(session.role, 'invoices:read')],
     ['/dashboard/refunds', 'Refunds', roleAllows(session.role, 'refunds:read')],
+    ['/dashboard/settlements', 'Settlements', roleAllows(session.role, 'settlements:read')],
+    ['/dashboard/activity', 'Activity', roleAllows(session.role, 'activity:read')],
     ['/dashboard/developers/api-keys', 'API keys', roleAllows(session.role, 'api_keys:write')],
     ['/dashboard/team', 'Team', roleAllows(session.role, 'users:write')],
+    ['/dashboard/settings', 'Settings', true],
   ];
   return markup`<header class="bar">
     <p class="who"><strong id="merchant-name">${session.merchantName}</strong> · <span id="signed-in-as">${session.email}</span> (<span id="role">${session.role}</span>)</p>

@@ -56,6 +56,7 @@ import {
   refundsPage,
   type RefundableLine,
 } from './refund-pages.ts';
+import { settingsRoutes } from './settings-routes.ts';
 import {
   csrfTokenMatches,
   sameSecret,
@@ -78,7 +79,7 @@ declare module 'fastify' {
   }
 }
 
-type Form = Record<string, string | string[] | undefined>;
+export type Form = Record<string, string | string[] | undefined>;
 
 /** The form's fields; a field sent more than once (checkboxes) is a list. */
 function parseForm(body: string): Form {
@@ -89,7 +90,7 @@ function parseForm(body: string): Form {
   }
   return form;
 }
-const field = (form: Form | undefined, name: string) => {
+export const field = (form: Form | undefined, name: string) => {
   const value = form?.[name];
   return typeof value === 'string' ? value : '';
 };
@@ -849,4 +850,6 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
       return redirect(reply, '/dashboard/team');
     },
   );
+
+  await settingsRoutes(scope, ctx, { signedIn, html, redirect, actorOf, reauthenticationProblem });
 }

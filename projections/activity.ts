@@ -61,6 +61,18 @@ export const activityProjector: Projector<ActivityTable[]> = {
   },
 };
 
+/**
+ * A word more on what an event changed, where its type alone does not say:
+ * a merchant's changed fields (names only: a wallet or URL is read in
+ * Settings), a user's new role.
+ */
+function detailOf(event: RecordedEvent): string | null {
+  const data = event.data as { changes?: Record<string, unknown>; role?: string };
+  if (event.type === 'MerchantUpdated') return Object.keys(data.changes ?? {}).join(', ') || null;
+  if (event.type === 'UserRoleChanged') return data.role ?? null;
+  return null;
+}
+
 function activityRowOf(event: RecordedEvent, merchantId: string, actor: Actor): ActivityTable {
   return {
     id: event.id,
@@ -70,6 +82,7 @@ function activityRowOf(event: RecordedEvent, merchantId: string, actor: Actor): 
     actor_type: actor.type,
     actor_id: actor.type === 'user' ? actor.userId : actor.type === 'api_key' ? actor.keyId : null,
     actor_email: actor.type === 'user' ? actor.email : null,
+    detail: detailOf(event),
     created_at: event.recordedAt,
   };
 }

@@ -243,6 +243,8 @@ export interface ActivityTable {
   /** The user's or the key's id; null for the operator. */
   actor_id: string | null;
   actor_email: string | null;
+  /** What changed, where the type does not say: a merchant's changed fields, a user's new role. */
+  detail: string | null;
   /** When the event was recorded. */
   created_at: Date;
 }
@@ -630,6 +632,7 @@ readModelMigrations['0012_activity'] = {
       .addColumn('actor_type', 'text', (c) => c.notNull())
       .addColumn('actor_id', 'text')
       .addColumn('actor_email', 'text')
+      .addColumn('detail', 'text')
       .addColumn('created_at', 'timestamptz', (c) => c.notNull())
       .execute();
     // The Activity page: a merchant's rows, newest first (projections/paging.ts).

@@ -229,7 +229,7 @@ describe('dashboard settlements, settings and activity over HTTP', () => {
     );
     const prefix = (await admin('GET', `/admin/v1/merchants/${merchant.id}/api-keys`)).body.data[0].keyPrefix;
     for (const line of [
-      'owner-a@example.com: merchant updated',
+      'owner-a@example.com: merchant updated: name',
       'owner-a@example.com: invoice cancelled',
       `API key ${prefix}…: invoice created`,
       'the operator: user invited',
@@ -239,7 +239,7 @@ describe('dashboard settlements, settings and activity over HTTP', () => {
     ]) {
       assert.ok(rows.includes(line), `${line} in ${rows.join('; ')}`);
     }
-    assert.equal(rows[0], 'owner-a@example.com: merchant updated', 'newest first');
+    assert.equal(rows[0], 'owner-a@example.com: merchant updated: name', 'newest first');
     assert.ok(!page.text.includes('quiet-a@example.com'), "another merchant's actions are not here");
     assert.ok(page.text.includes(`href="/dashboard/invoices/${invoiceId}"`));
     assert.equal((await owner.get('/dashboard/activity?page=x')).status, 400);

@@ -391,7 +391,7 @@ a { color: var(--accent); }
 a:focus, button:focus, input:focus, select:focus { outline: 3px solid #f9ab00; outline-offset: 1px; }
 .bar { display: flex; flex-wrap: wrap; gap: 0.5rem 1.5rem; align-items: center; padding: 0.5rem 1rem; background: #24292f; color: #fff; }
 .bar a { color: #fff; }
-.bar ul { display: flex; gap: 1rem; list-style: none; margin: 0; padding: 0; }
+.bar ul { display: flex; flex-wrap: wrap; gap: 0.25rem 1rem; list-style: none; margin: 0; padding: 0; }
 .who { margin: 0; }
 .stack { display: grid; gap: 0.5rem; max-width: 28rem; }
 .filters { display: flex; flex-wrap: wrap; gap: 0.5rem; align-items: end; }

@@ -124,7 +124,10 @@ export function settingsPage(
     wallets: Record<string, string>;
     chains: readonly string[];
     reauthenticate: boolean;
-    error?: string;
+    /** Why the name or the wallet was not saved, shown at its form; the wallet form keeps what was typed. */
+    nameError?: string;
+    walletError?: string;
+    entered?: { chain: string; address: string };
     saved?: string;
   },
 ): string {
@@ -133,7 +136,6 @@ export function settingsPage(
   return page(
     'Settings',
     markup`${settings.saved && markup`<p class="notice" role="status" id="saved">${settings.saved}</p>`}
-    ${errorLine(settings.error)}
     <section aria-labelledby="name-title">
       <h2 id="name-title">Name</h2>
       ${
@@ -142,6 +144,7 @@ export function settingsPage(
               ${csrfField(session)}
               <label for="merchant-name-input">The name your customers see at checkout</label>
               <input id="merchant-name-input" name="name" required maxlength="200" value="${settings.name}" />
+              ${errorLine(settings.nameError)}
               <button type="submit" id="save-name">Save name</button>
             </form>`
           : markup`<p>${settings.name}</p>`
@@ -162,10 +165,13 @@ export function settingsPage(
         markup`<form method="post" action="/dashboard/settings/wallets" class="stack" id="wallet-form">
           ${csrfField(session)}
           <label for="wallet-chain">Chain</label>
-          <select id="wallet-chain" name="chain">${settings.chains.map((c) => markup`<option value="${c}">${c}</option>`)}</select>
+          <select id="wallet-chain" name="chain">${settings.chains.map(
+            (c) => markup`<option value="${c}"${c === settings.entered?.chain ? markup` selected` : ''}>${c}</option>`,
+          )}</select>
           <label for="wallet-address">Address <span class="hint">(empty to remove the chain's wallet)</span></label>
-          <input id="wallet-address" name="address" maxlength="128" spellcheck="false" autocomplete="off" />
+          <input id="wallet-address" name="address" maxlength="128" spellcheck="false" autocomplete="off" value="${settings.entered?.address ?? ''}" />
           ${reauthenticationFields(session, settings.reauthenticate)}
+          ${errorLine(settings.walletError)}
           <button type="submit" id="save-wallet">Save wallet</button>
         </form>`
       }
@@ -209,7 +215,7 @@ export function activityPage(
         (r) => markup`<tr>
           <td>${when(r.created_at)}</td>
           <td class="actor">${actorText(r)}</td>
-          <td class="what">${inWords(r.event_type)}</td>
+          <td class="what">${inWords(r.event_type)}${r.detail && markup`: ${r.detail}`}</td>
           <td>${subjectOf(r.stream_id)}</td>
         </tr>`,
       )}</tbody>

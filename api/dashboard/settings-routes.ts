@@ -182,7 +182,7 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: RouteContext, 
     reply: FastifyReply,
     session: DashboardSession,
     status: number,
-    options: { error?: string; saved?: string } = {},
+    options: Pick<Parameters<typeof settingsPage>[1], 'nameError' | 'walletError' | 'entered' | 'saved'> = {},
   ) => {
     const merchant = await merchants.existingMerchant(session.merchantId);
     return html(
@@ -214,7 +214,7 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: RouteContext, 
       const name = field(request.body, 'name').trim();
       // The operator API's rule (MerchantCreate in api/routes/admin.ts).
       if (name.length < 1 || name.length > 200) {
-        return settingsAnswer(reply, session, 400, { error: 'The name is 1 to 200 characters.' });
+        return settingsAnswer(reply, session, 400, { nameError: 'The name is 1 to 200 characters.' });
       }
       const { position } = await merchants.update(session.merchantId, { name }, request.id, actorOf(session));
       await settle(position);
@@ -228,11 +228,12 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: RouteContext, 
     { preHandler: signedIn('wallets:write'), schema: { hide: true } },
     async (request, reply) => {
       const session = request.dashboard!;
-      const refuse = (status: number, error: string) => settingsAnswer(reply, session, status, { error });
-      const reauthentication = await reauthenticationProblem(request);
-      if (reauthentication) return refuse(403, reauthentication);
       const chain = field(request.body, 'chain');
       const address = field(request.body, 'address').trim();
+      const refuse = (status: number, error: string) =>
+        settingsAnswer(reply, session, status, { walletError: error, entered: { chain, address } });
+      const reauthentication = await reauthenticationProblem(request);
+      if (reauthentication) return refuse(403, reauthentication);
       if (!isChainName(chain) || !chains.includes(chain)) return refuse(400, 'Choose a chain from the list.');
       if (address.length > 128) return refuse(400, 'The address is too long.');
       if (address) {

@@ -8,17 +8,13 @@
 // screenshots go to docs/dashboard/ for docs/dashboard.md.
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, Page } from 'playwright-core';
 import { totpCode } from '../api/dashboard/credentials.ts';
 import { SIGN_IN_FAILED, SIGN_IN_LOCKED } from '../api/dashboard/routes.ts';
-import { PASSWORD } from './support/dashboard.ts';
+import { CHROMIUM, launchChromium, PASSWORD, screenshot } from './support/dashboard.ts';
 import { eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
-
-const CHROMIUM = '/usr/bin/chromium';
-const SCREENSHOTS = new URL('../docs/dashboard/', import.meta.url);
 
 describe('dashboard in a browser', { skip: existsSync(CHROMIUM) ? false : `${CHROMIUM} does not exist` }, () => {
   let svc: RunningService;
@@ -27,21 +23,13 @@ describe('dashboard in a browser', { skip: existsSync(CHROMIUM) ? false : `${CHR
   let shopKey: string;
   const admin = (method: string, path: string, body?: unknown) =>
     svc.call(method, path, { token: svc.adminToken, body });
-  const screenshot = (page: Page, name: string) =>
-    page.screenshot({ path: new URL(`${name}.png`, SCREENSHOTS).pathname, fullPage: true });
 
   before(async () => {
-    await mkdir(SCREENSHOTS, { recursive: true });
     svc = await startTestService({ RATE_LIMITS: 'off' });
     const shop = await merchantWithKey(svc, { name: 'Fish & Chips' });
     merchantId = shop.merchant.id;
     shopKey = shop.key;
-    const { chromium } = await import('playwright-core');
-    browser = await chromium.launch({
-      executablePath: CHROMIUM,
-      headless: true,
-      args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run', '--disable-sync'],
-    });
+    browser = await launchChromium();
   });
   after(async () => {
     await browser?.close();

@@ -2,6 +2,9 @@
 // accepted (password, and the TOTP key read from the page where the role
 // needs one), signed in, with the session cookie and CSRF token kept.
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import { mkdir } from 'node:fs/promises';
+import type { Browser, Page } from 'playwright-core';
 import { totpCode } from '../../api/dashboard/credentials.ts';
 import type { RunningService } from './service.ts';
 
@@ -89,4 +92,26 @@ export async function dashboardClient(svc: RunningService, merchantId: string, e
   const overview = await client.get('/dashboard');
   csrf = /name="_csrf" value="([^"]+)"/.exec(overview.text)![1]!;
   return client;
+}
+
+/** Debian's Chromium, which the browser tests drive with playwright-core; they are skipped without it. */
+export const CHROMIUM = '/usr/bin/chromium';
+/** Why a browser test is skipped, or false when it runs. */
+export const withoutChromium = existsSync(CHROMIUM) ? false : `${CHROMIUM} does not exist`;
+const SCREENSHOTS = new URL('../../docs/dashboard/', import.meta.url);
+
+/** Chromium, headless, for a browser test. */
+export async function launchChromium(): Promise<Browser> {
+  const { chromium } = await import('playwright-core');
+  return chromium.launch({
+    executablePath: CHROMIUM,
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--no-first-run', '--disable-sync'],
+  });
+}
+
+/** The whole page in docs/dashboard/<name>.png, the pictures of docs/dashboard.md. */
+export async function screenshot(page: Page, name: string): Promise<void> {
+  await mkdir(SCREENSHOTS, { recursive: true });
+  await page.screenshot({ path: new URL(`${name}.png`, SCREENSHOTS).pathname, fullPage: true });
 }

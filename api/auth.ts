@@ -4,6 +4,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
 import { hashApiKey } from '../adapters/secrets.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
+import type { Actor } from '../commands/handle.ts';
 import { API_KEY_PREFIX } from '../commands/merchants.ts';
 import { keyAllows, keyRejection, type Permission } from '../domain/api-key.ts';
 import type { MerchantTier } from '../domain/merchant.ts';
@@ -26,6 +27,9 @@ declare module 'fastify' {
     caller?: Caller;
   }
 }
+
+/** The API key that called, as the actor of the commands it asks for. */
+export const keyActor = (request: FastifyRequest): Actor => ({ type: 'api_key', keyId: request.caller!.keyId });
 
 function bearerToken(request: FastifyRequest): string | undefined {
   const match = /^Bearer ([^\s]+)$/.exec(request.headers.authorization ?? '');

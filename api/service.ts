@@ -43,6 +43,7 @@ import {
 import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { refundsProjector } from '../projections/refunds.ts';
+import { activityProjector } from '../projections/activity.ts';
 import { RefundExpiry, RefundPayouts, refundCommands, refundManager, refundWebhooks } from '../commands/refunds.ts';
 import { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
@@ -65,6 +66,7 @@ export const projectors = [
   settlementsProjector,
   subscriptionsProjector,
   refundsProjector,
+  activityProjector,
 ];
 
 /** Expired and cancelled invoices' addresses are watched this long for late payments. */

@@ -117,7 +117,12 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     } as const;
   }
 
-  async function create(merchantId: string, input: NewInvoice, correlationId?: string): Promise<Written<Invoice>> {
+  async function create(
+    merchantId: string,
+    input: NewInvoice,
+    correlationId?: string,
+    actor?: Actor,
+  ): Promise<Written<Invoice>> {
     if (input.id !== undefined) {
       const existing = await loadState(store, invoiceDecider, invoiceStreamName(input.id));
       if (existing) return { value: existing, position: undefined };
@@ -127,6 +132,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     try {
       const { state, position } = await handleCommand(store, invoiceDecider, invoiceStreamName(id), command, {
         correlationId,
+        actor,
         newStream: input.id === undefined,
       });
       return { value: state!, position };
@@ -213,6 +219,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       merchantId: string,
       input: NewInvoice & { chain: string; token: string | undefined },
       correlationId?: string,
+      actor?: Actor,
     ): Promise<Written<{ invoice: Invoice; address: AssignedAddress }>> {
       // Checked before anything is written, so a bad chain leaves no invoice behind.
       const chainInfo = findChain(input.chain, enabledChains);
@@ -239,7 +246,7 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
           invoiceDecider,
           invoiceStreamName(id),
           [createInvoice, assignCommandOf(chainInfo.name, token, rate, quotedAt, derivationIndex, address)],
-          { correlationId, newStream: true },
+          { correlationId, actor, newStream: true },
         );
         return { value: { invoice: state!, address: state!.addresses[0]! }, position };
       } catch (error) {

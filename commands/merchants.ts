@@ -32,7 +32,11 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
   return {
     existingMerchant,
 
-    async register(profile: Omit<MerchantProfile, 'status'>, correlationId?: string): Promise<Written<Merchant>> {
+    async register(
+      profile: Omit<MerchantProfile, 'status'>,
+      correlationId?: string,
+      actor?: Actor,
+    ): Promise<Written<Merchant>> {
       const merchantId = randomUUID();
       const { state, position } = await handleCommand(
         store,
@@ -45,7 +49,7 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
           webhookSecret: randomSecret(WEBHOOK_SECRET_PREFIX),
           now: now().toISOString(),
         },
-        { correlationId },
+        { correlationId, actor },
       );
       return { value: state!, position };
     },

@@ -22,6 +22,10 @@ export const dashboardOnlyPermissions = [
   'owners:write',
   'wallets:write',
   'reports:export',
+  // The merchant's own settings (its name); settlement wallets are wallets:write.
+  'merchant:write',
+  // Who did what (the Activity page): for those who answer for the merchant's money and people.
+  'activity:read',
 ] as const;
 export type DashboardPermission = Permission | (typeof dashboardOnlyPermissions)[number];
 export const dashboardPermissions: readonly DashboardPermission[] = [...apiKeyPermissions, ...dashboardOnlyPermissions];
@@ -33,7 +37,7 @@ export const rolePermissions: Record<UserRole, readonly DashboardPermission[]> =
   owner: dashboardPermissions,
   // Everything but removing (or demoting, or making) an owner.
   admin: dashboardPermissions.filter((p) => p !== 'owners:write'),
-  finance: [...reads, 'reports:export', 'refunds:approve', 'wallets:write'],
+  finance: [...reads, 'reports:export', 'refunds:approve', 'wallets:write', 'activity:read'],
   // Cancelling an invoice is invoices:write; a refund is created but never approved.
   support: ['invoices:read', 'settlements:read', 'refunds:read', 'refunds:write', 'invoices:write'],
   developer: ['invoices:read', 'api_keys:write', 'webhooks:write'],

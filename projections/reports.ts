@@ -19,6 +19,8 @@ export interface ReportScope {
   merchantId: string;
   from: Date | undefined;
   to: Date | undefined;
+  /** The settlements report of a filtered list (the dashboard's Settlements page): only these. */
+  settlements?: { status?: string; chain?: string; token?: string };
 }
 
 /** A row of a report: its cells in column order, each a string or empty. */
@@ -109,9 +111,17 @@ function ofMerchantInRangeOnPage(
   id: RawBuilder<unknown>,
   scope: ReportScope,
   page: Paging,
+  also: RawBuilder<unknown> = sql`true`,
 ) {
   const p = paged(page, time, id);
-  return sql`where ${merchant} = ${scope.merchantId} and ${inRange(time, scope)} and ${p.where} ${p.tail}`;
+  return sql`where ${merchant} = ${scope.merchantId} and ${inRange(time, scope)} and ${also} and ${p.where} ${p.tail}`;
+}
+
+/** The settlements of the scope's filter: each given field must match. */
+function settlementFilterOf({ settlements: filter = {} }: ReportScope) {
+  const is = (column: string, value: string | undefined) =>
+    value === undefined ? sql`true` : sql`${sql.ref(column)} = ${value}`;
+  return sql`${is('s.status', filter.status)} and ${is('s.chain', filter.chain)} and ${is('s.currency', filter.token)}`;
 }
 
 /** A table's row with its dates as text (`zoned`): what a report query gives. */
@@ -353,7 +363,7 @@ const settlementsReport: RecordReport<SettlementRow> = {
     from settlements s
     join invoices i on i.id = s.invoice_id
     ${quoteOf(sql.ref('s.invoice_id'), sql.ref('s.chain'), sql.ref('s.currency'))}
-    ${ofMerchantInRangeOnPage(sql.ref('s.merchant_id'), sql.ref('s.created_at'), sql.ref('s.id'), scope, page)}`,
+    ${ofMerchantInRangeOnPage(sql.ref('s.merchant_id'), sql.ref('s.created_at'), sql.ref('s.id'), scope, page, settlementFilterOf(scope))}`,
   cells: (r) => [
     r.id,
     r.invoice_id,

@@ -231,7 +231,26 @@ export interface MerchantUsersTable {
   updated_at: Date;
 }
 
+/** One row per event an actor asked for (projections/activity.ts). */
+export interface ActivityTable {
+  /** The event's id. */
+  id: string;
+  merchant_id: string;
+  stream_id: string;
+  event_type: string;
+  /** user, operator or api_key */
+  actor_type: string;
+  /** The user's or the key's id; null for the operator. */
+  actor_id: string | null;
+  actor_email: string | null;
+  /** What changed, where the type does not say: a merchant's changed fields, a user's new role. */
+  detail: string | null;
+  /** When the event was recorded. */
+  created_at: Date;
+}
+
 export interface ReadModelTables {
+  activity: ActivityTable;
   merchant_users: MerchantUsersTable;
   refunds: RefundsTable;
   subscription_plans: SubscriptionPlansTable;
@@ -601,6 +620,29 @@ readModelMigrations['0011_rate_provenance'] = {
       .alterTable('invoice_addresses')
       .addColumn('rate_source', 'text')
       .addColumn('rate_observed_at', 'timestamptz')
+      .execute();
+  },
+};
+
+readModelMigrations['0012_activity'] = {
+  async up(db) {
+    await db.schema
+      .createTable('activity')
+      .addColumn('id', 'uuid', (c) => c.primaryKey())
+      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
+      .addColumn('stream_id', 'text', (c) => c.notNull())
+      .addColumn('event_type', 'text', (c) => c.notNull())
+      .addColumn('actor_type', 'text', (c) => c.notNull())
+      .addColumn('actor_id', 'text')
+      .addColumn('actor_email', 'text')
+      .addColumn('detail', 'text')
+      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
+      .execute();
+    // The Activity page: a merchant's rows, newest first (projections/paging.ts).
+    await db.schema
+      .createIndex('activity_merchant_created')
+      .on('activity')
+      .columns(['merchant_id', 'created_at', 'id'])
       .execute();
   },
 };

@@ -1,6 +1,7 @@
 // Projects settlements into `settlements`, which the settlement endpoints and
 // the operator's attention list read.
 import type { Kysely } from 'kysely';
+import { newestFirst, type Page } from './paging.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { formatUnits } from '../domain/money.ts';
 import { settlementDecider, type Settlement, type SettlementEvent } from '../domain/settlement.ts';
@@ -79,6 +80,27 @@ export function settlementView(row: SettlementsTable) {
     attempts: row.attempts,
     nextAttemptAt: row.status === 'failed' ? iso(row.next_attempt_at) : null,
   };
+}
+
+/** Which of a merchant's settlements a list shows: `from` and `to` bound their creation, both inclusive. */
+export interface SettlementFilter {
+  merchantId: string;
+  status?: string;
+  chain?: string;
+  token?: string;
+  from?: Date;
+  to?: Date;
+}
+
+/** A page of a merchant's settlements, newest first: the query of GET /api/v1/settlements and the dashboard's list. */
+export function listSettlements(db: Kysely<ReadModelTables>, filter: SettlementFilter, page: Page) {
+  let query = db.selectFrom('settlements').where('merchant_id', '=', filter.merchantId);
+  if (filter.status) query = query.where('status', '=', filter.status);
+  if (filter.chain) query = query.where('chain', '=', filter.chain);
+  if (filter.token) query = query.where('currency', '=', filter.token);
+  if (filter.from) query = query.where('created_at', '>=', filter.from);
+  if (filter.to) query = query.where('created_at', '<=', filter.to);
+  return newestFirst(query, page);
 }
 
 /** Why a settlement is on the operator's attention list. */

@@ -24,9 +24,12 @@ function nav(session: DashboardSession): Html {
     ['/dashboard', 'Overview', true],
     ['/dashboard/invoices', 'Invoices', roleAllows(session.role, 'invoices:read')],
     ['/dashboard/refunds', 'Refunds', roleAllows(session.role, 'refunds:read')],
+    ['/dashboard/settlements', 'Settlements', roleAllows(session.role, 'settlements:read')],
+    ['/dashboard/activity', 'Activity', roleAllows(session.role, 'activity:read')],
     ['/dashboard/developers/api-keys', 'API keys', roleAllows(session.role, 'api_keys:write')],
     ['/dashboard/developers/webhooks', 'Webhooks', roleAllows(session.role, 'webhooks:write')],
     ['/dashboard/team', 'Team', roleAllows(session.role, 'users:write')],
+    ['/dashboard/settings', 'Settings', true],
   ];
   return markup`<header class="bar">
     <p class="who"><strong id="merchant-name">${session.merchantName}</strong> · <span id="signed-in-as">${session.email}</span> (<span id="role">${session.role}</span>)</p>
@@ -394,7 +397,7 @@ a { color: var(--accent); }
 a:focus, button:focus, input:focus, select:focus { outline: 3px solid #f9ab00; outline-offset: 1px; }
 .bar { display: flex; flex-wrap: wrap; gap: 0.5rem 1.5rem; align-items: center; padding: 0.5rem 1rem; background: #24292f; color: #fff; }
 .bar a { color: #fff; }
-.bar ul { display: flex; gap: 1rem; list-style: none; margin: 0; padding: 0; }
+.bar ul { display: flex; flex-wrap: wrap; gap: 0.25rem 1rem; list-style: none; margin: 0; padding: 0; }
 .who { margin: 0; }
 .stack { display: grid; gap: 0.5rem; max-width: 28rem; }
 .filters { display: flex; flex-wrap: wrap; gap: 0.5rem; align-items: end; }

@@ -36,6 +36,8 @@ import type { MerchantCommands } from '../../commands/merchants.ts';
 import type { InvoiceCommands } from '../../commands/invoices.ts';
 import type { RefundCommands } from '../../commands/refunds.ts';
 import type { ReadModels } from '../../projections/schema.ts';
+import type { SqlDatabase } from '../../adapters/sql/database.ts';
+import type { ChainName } from '../../domain/catalogue.ts';
 import type { WebhookSending } from '../routes/webhooks.ts';
 import { markup, pageHeaders } from '../routes/checkout.ts';
 import {
@@ -67,6 +69,7 @@ import {
   refundsPage,
   type RefundableLine,
 } from './refund-pages.ts';
+import { settingsRoutes } from './settings-routes.ts';
 import {
   csrfTokenMatches,
   sameSecret,
@@ -100,7 +103,7 @@ function parseForm(body: string): Form {
   }
   return form;
 }
-const field = (form: Form | undefined, name: string) => {
+export const field = (form: Form | undefined, name: string) => {
   const value = form?.[name];
   return typeof value === 'string' ? value : '';
 };
@@ -138,6 +141,8 @@ export interface DashboardRouteDeps extends Pick<ReadYourWrites, 'settle' | 'cau
   refunds: RefundCommands;
   invoices: InvoiceCommands;
   webhooks: WebhookSending;
+  database: SqlDatabase;
+  settlementWalletProblem: (chain: ChainName, address: string) => Promise<string | undefined>;
 }
 
 export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRouteDeps) {
@@ -883,4 +888,5 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     },
   );
   await developerRoutes(scope, ctx, { signedIn, html, redirect, actorOf, reauthenticationProblem });
+  await settingsRoutes(scope, ctx, { signedIn, html, redirect, actorOf, reauthenticationProblem });
 }

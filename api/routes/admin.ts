@@ -4,7 +4,6 @@ import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { permissions, type ApiKey } from '../../domain/api-key.ts';
 import { isChainName, type ChainName } from '../../domain/catalogue.ts';
-import { withDeadline } from '../../adapters/deadline.ts';
 import { merchantStatuses, merchantTiers, type Merchant, type MerchantChanges } from '../../domain/merchant.ts';
 import type { Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
@@ -17,7 +16,9 @@ import type { RateDisagreement } from '../../adapters/rates/median.ts';
 import type { MerchantCommands } from '../../commands/merchants.ts';
 import type { MerchantUserCommands } from '../../commands/merchant-users.ts';
 import type { ReadModels } from '../../projections/schema.ts';
-import { badRequest, HttpError, notFound } from '../errors.ts';
+import type { Actor } from '../../commands/handle.ts';
+import { badRequest, notFound } from '../errors.ts';
+import { settlementWalletProblem } from '../settlement-wallet.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
 import { Nullable, Pagination, data } from './schemas.ts';
 import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
@@ -32,9 +33,6 @@ import type { MerchantUsersTable } from '../../projections/schema.ts';
 /** A string from a fixed list, with one message for any other value. */
 const OneOf = <T extends string>(values: readonly T[], errorMessage: string) =>
   Type.Unsafe<T>({ type: 'string', enum: [...values], errorMessage });
-
-/** How long a settlement wallet's check may wait for its chain's node. */
-const WALLET_CHECK_MS = 10_000;
 
 const Uuid = Type.String({ format: 'uuid', errorMessage: 'id must be a UUID' });
 const Wallets = Type.Record(Type.String(), Type.String({ minLength: 1, maxLength: 128 }));
@@ -131,6 +129,8 @@ const WalletView = Type.Object({
 });
 
 const security = [{ adminToken: [] }];
+/** Every command of this API is the operator's, and its events say so. */
+const operator: Actor = { type: 'operator' };
 
 const UserView = Type.Object({
   id: Type.String(),
@@ -355,17 +355,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       if (!isChainName(chain)) throw badRequest(`Unknown chain in settlementWallets: ${chain}`);
     }
     for (const [chain, address] of Object.entries(body.settlementWallets ?? {})) {
-      let problem: string | undefined;
-      try {
-        problem = await withDeadline(
-          ctx.settlementWalletProblem(chain as ChainName, address),
-          WALLET_CHECK_MS,
-          `${chain} node`,
-        );
-      } catch (error) {
-        app.log.warn({ err: error, chain }, 'settlement wallet check failed');
-        throw new HttpError(503, `Could not check the ${chain} settlement wallet with the ${chain} node; try again`);
-      }
+      const problem = await settlementWalletProblem(ctx, chain as ChainName, address, app.log);
       if (problem) throw badRequest(`settlementWallets.${chain}: ${problem}`);
     }
   };
@@ -390,6 +380,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
           settlementWallets: request.body.settlementWallets ?? {},
         },
         request.id,
+        operator,
       );
       await settle(position);
       return reply.code(201).send({ data: { ...merchantView(value), webhookSecret: value.webhookSecret } });
@@ -426,6 +417,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
         request.params.id,
         request.body as MerchantChanges,
         request.id,
+        operator,
       );
       await settle(position);
       return { data: merchantView(value) };
@@ -443,7 +435,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       },
     },
     async (request) => {
-      const { value, position } = await merchants.rotateWebhookSecret(request.params.id, request.id);
+      const { value, position } = await merchants.rotateWebhookSecret(request.params.id, request.id, operator);
       await settle(position);
       return { data: { webhookSecret: value } };
     },
@@ -487,6 +479,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
         request.params.id,
         { name: body.name ?? null, permissions: body.permissions ?? null, expiresAt },
         request.id,
+        operator,
       );
       await settle(position);
       const { record, key } = value;
@@ -550,7 +543,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       },
     },
     async (request) => {
-      const { value, position } = await merchants.revokeApiKey(request.params.keyId, request.id);
+      const { value, position } = await merchants.revokeApiKey(request.params.keyId, request.id, operator);
       // Revocation takes effect at once: answer only when authentication sees it.
       await settle(position);
       return { data: apiKeyView(value) };
@@ -585,7 +578,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       const { value, position } = await ctx.users.invite(
         request.params.id,
         { email: request.body.email, role: request.body.role },
-        { type: 'operator' },
+        operator,
         request.id,
       );
       await settle(position);
@@ -637,7 +630,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       },
     },
     async (request) => {
-      const { position } = await ctx.users.disable(request.params.userId, { type: 'operator' }, request.id);
+      const { position } = await ctx.users.disable(request.params.userId, operator, request.id);
       // Ended here, and refused by every instance once the read model shows the user disabled.
       await ctx.sessions.endAllOf(request.params.userId);
       await settle(position);

@@ -29,7 +29,7 @@ import {
   listInvoices,
 } from '../../projections/invoice-queries.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
-import type { Authentication } from '../auth.ts';
+import { keyActor, type Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { InvoiceCommands } from '../../commands/invoices.ts';
@@ -332,6 +332,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
         request.caller!.merchantId,
         { ...input, chain, token, id: keyedId(request, 'invoice') },
         request.id,
+        keyActor(request),
       );
       return reply.code(201).send({ data: paymentView(value.invoice, value.address, request.caller!.merchantName) });
     },
@@ -356,6 +357,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
         request.caller!.merchantId,
         { ...input, id: keyedId(request, 'invoice') },
         request.id,
+        keyActor(request),
       );
       return reply.code(201).send({ data: viewOf(value) });
     },
@@ -451,10 +453,12 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
     },
     async (request) => {
       if (!UUID.test(request.params.id)) throw notFound('Invoice not found');
-      const { value, position } = await invoices.cancel(request.params.id, request.caller!.merchantId, request.id, {
-        type: 'api_key',
-        keyId: request.caller!.keyId,
-      });
+      const { value, position } = await invoices.cancel(
+        request.params.id,
+        request.caller!.merchantId,
+        request.id,
+        keyActor(request),
+      );
       await settle(position);
       return { data: viewOf(value) };
     },

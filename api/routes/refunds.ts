@@ -1,7 +1,6 @@
 // Refunds (refunds.md): the merchant's endpoints and the customer's claim API.
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
-import type { Actor } from '../../commands/handle.ts';
+import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
 import {
   listRefunds,
@@ -10,7 +9,7 @@ import {
   refundById,
   refundView,
 } from '../../projections/refunds.ts';
-import type { Authentication } from '../auth.ts';
+import { keyActor, type Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { RefundCommands } from '../../commands/refunds.ts';
@@ -103,7 +102,6 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RefundRouteDeps)
   const key = [{ apiKey: [] }];
   const view = (row: Parameters<typeof refundView>[0]) => refundView(row, config.publicBaseUrl);
   /** The key that asked, recorded on the refund's events as the dashboard records its user. */
-  const keyActor = (request: FastifyRequest): Actor => ({ type: 'api_key', keyId: request.caller!.keyId });
 
   /** The caller's refund, or 404 as refunds.md says (also for another merchant's). */
   async function ownRefund(id: string, merchantId: string) {

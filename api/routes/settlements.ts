@@ -2,7 +2,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { settlementView } from '../../projections/settlements.ts';
+import { listSettlements, settlementView } from '../../projections/settlements.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import type { Authentication } from '../auth.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
@@ -105,14 +105,17 @@ export async function settlementRoutes(scope: FastifyInstance, { auth, db, readI
     async (request) => {
       const q = request.query;
       const { limit, page } = pageOf(q);
-      let query = db.selectFrom('settlements').where('merchant_id', '=', request.caller!.merchantId);
-      if (q.status) query = query.where('status', '=', q.status);
-      if (q.chain) query = query.where('chain', '=', q.chain.toLowerCase());
-      const from = timeOf(q.from, 'from');
-      const to = timeOf(q.to, 'to');
-      if (from) query = query.where('created_at', '>=', from);
-      if (to) query = query.where('created_at', '<=', to);
-      const { rows, total } = await newestFirst(query, { limit, page });
+      const { rows, total } = await listSettlements(
+        db,
+        {
+          merchantId: request.caller!.merchantId,
+          status: q.status,
+          chain: q.chain?.toLowerCase(),
+          from: timeOf(q.from, 'from'),
+          to: timeOf(q.to, 'to'),
+        },
+        { limit, page },
+      );
       return {
         data: rows.map(settlementView),
         pagination: { total, page, limit, totalPages: Math.ceil(total / limit) },

@@ -3,27 +3,41 @@
 // rows the filters match in all.
 import { sql, type SelectQueryBuilder } from 'kysely';
 
+/** A row's place in the list's order: its creation time and id. */
+export interface Cursor {
+  at: Date;
+  id: string;
+}
+
 export interface Page {
   limit: number;
   page: number;
+  /**
+   * Keyset paging (the dashboard's): the rows after this one, instead of
+   * skipping `page - 1` pages, so that a page deep in thousands costs what the
+   * first does and rows created meanwhile do not shift it.
+   */
+  after?: Cursor;
 }
 
 export async function newestFirst<DB, TB extends keyof DB>(
   query: SelectQueryBuilder<DB, TB, {}>,
-  { limit, page }: Page,
+  { limit, page, after }: Page,
 ) {
-  const [counted, rows] = await Promise.all([
+  const rows = after
+    ? query.where(sql<boolean>`(created_at < ${after.at} or (created_at = ${after.at} and id > ${after.id}))`)
+    : query.offset((page - 1) * limit);
+  const [counted, found] = await Promise.all([
     // The count's row type is lost to the generic tables; it is one column.
     query.select(sql<string | number>`count(*)`.as('total')).executeTakeFirstOrThrow() as Promise<{
       total: string | number;
     }>,
-    query
+    rows
       .selectAll()
       .orderBy(sql`created_at`, 'desc')
       .orderBy(sql`id`)
       .limit(limit)
-      .offset((page - 1) * limit)
       .execute(),
   ]);
-  return { rows, total: Number(counted.total) };
+  return { rows: found, total: Number(counted.total) };
 }

@@ -19,7 +19,8 @@ import {
 } from '../../domain/merchant-user.ts';
 import { hashInviteToken, userIdOf } from '../../commands/merchant-users.ts';
 import type { Actor } from '../../commands/handle.ts';
-import { invoiceAddresses, invoiceRow, listInvoices } from '../../projections/invoice-queries.ts';
+import { invoiceAddresses, invoiceRow } from '../../projections/invoice-queries.ts';
+import { invoiceCounts, invoicesNeedingAttention } from '../../projections/overview.ts';
 import { listRefunds, refundById, refundsWaiting, refundView } from '../../projections/refunds.ts';
 import { invoiceDecider, invoiceStreamName, refundableOf } from '../../domain/invoice.ts';
 import { formatUnits } from '../../domain/money.ts';
@@ -43,19 +44,13 @@ import {
   DASHBOARD_CSS,
   invitePage,
   invoicePage,
-  invoicesPage,
   loginPage,
   messagePage,
   overviewPage,
   teamPage,
 } from './pages.ts';
-import {
-  invoiceRefundsSection,
-  REFUND_STATUSES,
-  refundPage,
-  refundsPage,
-  type RefundableLine,
-} from './refund-pages.ts';
+import { listRoutes, overviewFiguresOf } from './list-routes.ts';
+import { invoiceRefundsSection, refundPage, type RefundableLine } from './refund-pages.ts';
 import {
   csrfTokenMatches,
   sameSecret,
@@ -332,32 +327,23 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
 
   // ---- Pages -------------------------------------------------------------------------
 
+  await listRoutes(scope, ctx, { signedIn, html });
+
   scope.get('/dashboard', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
     const session = request.dashboard!;
-    const [counts, issues, settlementIssues, waitingRefunds] = await Promise.all([
-      db
-        .selectFrom('invoices')
-        .select(['status', db.fn.countAll<string>().as('n')])
-        .where('merchant_id', '=', session.merchantId)
-        .groupBy('status')
-        .orderBy('status')
-        .execute(),
-      db
-        .selectFrom('invoices')
-        .select(['id', 'payment_issue_type', 'paid_late', 'updated_at'])
-        .where('merchant_id', '=', session.merchantId)
-        .where((eb) => eb.or([eb('payment_issue_type', 'is not', null), eb('paid_late', '=', true)]))
-        .orderBy('updated_at', 'desc')
-        .limit(50)
-        .execute(),
+    const [counts, issues, settlementIssues, waitingRefunds, figures] = await Promise.all([
+      invoiceCounts(db, session.merchantId),
+      invoicesNeedingAttention(db, session.merchantId, 50),
       settlementsNeedingAttention(db, 50, session.merchantId),
       roleAllows(session.role, 'refunds:read') ? refundsWaiting(db, session.merchantId, 50) : [],
+      overviewFiguresOf(ctx, session),
     ]);
     return html(
       reply,
       200,
       overviewPage(session, {
-        counts: counts.map((c) => ({ status: c.status, n: Number(c.n) })),
+        figures,
+        counts,
         attention: issues.map((i) => ({
           invoiceId: i.id,
           what: `Invoice ${i.id.slice(0, 8)}: ${[i.payment_issue_type, i.paid_late && 'paid late'].filter(Boolean).join(', ')}`,
@@ -375,34 +361,6 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
       }),
     );
   });
-
-  scope.get<{ Querystring: { q?: string; status?: string; page?: string } }>(
-    '/dashboard/invoices',
-    { preHandler: signedIn('invoices:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
-      const search = (request.query.q ?? '').trim().slice(0, 200);
-      const status = ['pending', 'confirmed', 'settled', 'expired'].includes(request.query.status ?? '')
-        ? request.query.status!
-        : '';
-      const pageNumber = Math.max(1, Math.min(10_000, Number.parseInt(request.query.page ?? '1', 10) || 1));
-      const limit = 50;
-      // Like the API's list: what was written before this request is shown.
-      await ctx.caughtUp();
-      const { rows, total } = await listInvoices(db, {
-        merchantId: session.merchantId,
-        status: status || undefined,
-        search: search || undefined,
-        limit,
-        page: pageNumber,
-      });
-      return html(
-        reply,
-        200,
-        invoicesPage(session, { rows, total, page: pageNumber, pages: Math.ceil(total / limit), search, status }),
-      );
-    },
-  );
 
   /** The session merchant's invoice row, or undefined for another's or none. */
   async function ownInvoice(session: DashboardSession, id: string) {
@@ -521,28 +479,6 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: RouteContext)
   );
 
   // ---- Refunds ---------------------------------------------------------------------------
-
-  scope.get<{ Querystring: { status?: string } }>(
-    '/dashboard/refunds',
-    { preHandler: signedIn('refunds:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
-      const status = (REFUND_STATUSES as readonly string[]).includes(request.query.status ?? '')
-        ? request.query.status!
-        : '';
-      await ctx.caughtUp();
-      const { rows, total } = await listRefunds(
-        db,
-        { merchantId: session.merchantId, status: status || undefined },
-        { limit: 100, page: 1 },
-      );
-      return html(
-        reply,
-        200,
-        refundsPage(session, { rows: rows.map((r) => refundView(r, config.publicBaseUrl)), total, status }),
-      );
-    },
-  );
 
   /** The session merchant's refund, or undefined (another merchant's is unknown, as in the API). */
   async function ownRefund(session: DashboardSession, id: string) {

@@ -1,15 +1,29 @@
 // The dashboard's Overview figures, Invoices and Refunds lists over HTTP
 // (dashboard.md pages 1, 2 and 4): filters, keyset pages through more than
 // two pages, the CSV export of the filtered list (the finance report of the
-// same kind), who may export, and that another merchant's rows never show.
+// same kind), who may export, and that another merchant's rows never show;
+// then, on a generated history, that the list's pages and the export hold
+// exactly the rows a filter means, on PGlite and PostgreSQL.
 import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import type { Kysely } from 'kysely';
 import { after, before, describe, it } from 'node:test';
 import { cursorOf, cursorText, daysOf, invoiceListOf, LIST_PAGE_ROWS } from '../api/dashboard/list-routes.ts';
-import { columnsOf } from '../projections/reports.ts';
-import { daysBack } from '../projections/overview.ts';
+import { openPglite, type SqlEngine } from '../adapters/sql/database.ts';
+import { reportChunks } from '../api/report-stream.ts';
+import { parseUnits } from '../domain/money.ts';
+import { ProjectionEngine } from '../projections/engine.ts';
+import { listInvoices, type InvoiceFilter } from '../projections/invoice-queries.ts';
+import type { Cursor } from '../projections/paging.ts';
+import { listRefunds } from '../projections/refunds.ts';
+import { columnsOf, ledgerOf } from '../projections/reports.ts';
+import { readModelMigrations, type ReadModelTables } from '../projections/schema.ts';
+import { dailyVolume, daysBack } from '../projections/overview.ts';
 import { parseCsv } from './support/csv.ts';
 import { dashboardClient, paidOnEthereum } from './support/dashboard.ts';
 import { merchantWithKey } from './support/merchant.ts';
+import { freshPostgres } from './support/postgres.ts';
+import { generateHistory, HISTORY_START, insertHistory } from './support/report-history.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 describe('dashboard list rules (pure)', () => {
@@ -249,5 +263,143 @@ describe('dashboard lists over HTTP', () => {
     const seen = (await developer.get('/dashboard')).text;
     assert.match(seen, /id="volume"/);
     assert.doesNotMatch(seen, /id="totals"/);
+  });
+});
+
+describe('lists and exports agree on a generated history (PGlite, and PostgreSQL when TEST_DATABASE_URL is set)', () => {
+  const DAY = 86_400_000;
+  const merchantId = randomUUID();
+  const history = generateHistory(51, merchantId, 240);
+  const other = generateHistory(52, randomUUID(), 60);
+  const from = new Date(HISTORY_START + 60 * DAY);
+  const to = new Date(HISTORY_START + 240 * DAY);
+  const filters: { filter: InvoiceFilter; dated: boolean }[] = [
+    { filter: {}, dated: false },
+    { filter: { status: 'confirmed' }, dated: true },
+    { filter: { status: 'pending' }, dated: false },
+    { filter: { issueType: 'late' }, dated: false },
+    { filter: { chain: 'ethereum' }, dated: true },
+    { filter: { chain: 'tron', token: 'usdt', status: 'confirmed' }, dated: false },
+    { filter: { search: 'A-7' }, dated: false },
+  ];
+  /** The independent fold: which invoices a filter means, from the generated rows alone. */
+  const expected = ({ filter, dated }: (typeof filters)[number]) =>
+    history.invoices
+      .filter(
+        (i) =>
+          (!filter.status || i.status === filter.status) &&
+          (filter.issueType !== 'late' || i.paid_late) &&
+          (!filter.chain || i.chain === filter.chain) &&
+          (!filter.token || i.token === filter.token.toUpperCase()) &&
+          (!filter.search || i.metadata?.orderId === filter.search) &&
+          (!dated || (i.created_at >= from && i.created_at < to)),
+      )
+      .sort((a, b) => a.created_at.getTime() - b.created_at.getTime() || (a.id < b.id ? -1 : 1))
+      .map((i) => i.id);
+
+  async function check(db: Kysely<ReadModelTables>, engine: SqlEngine) {
+    await insertHistory(db, history);
+    await insertHistory(db, other);
+    for (const f of filters) {
+      const want = expected(f);
+      assert.ok(f.filter.search || want.length > 3, `${JSON.stringify(f)} picks a few`);
+      // The list, newest first, 7 rows a keyset page.
+      const listed: string[] = [];
+      for (let after: Cursor | undefined, n = 0; n === 0 || after; n++) {
+        const { rows, total } = await listInvoices(db, {
+          merchantId,
+          ...f.filter,
+          ...(f.dated && { from, to: new Date(to.getTime() - 1) }),
+          limit: 7,
+          page: 1,
+          after,
+        });
+        assert.equal(total, want.length);
+        listed.push(...rows.map((r) => r.id));
+        after = rows.length === 7 ? { at: rows.at(-1)!.created_at, id: rows.at(-1)!.id } : undefined;
+      }
+      assert.deepEqual(listed, [...want].reverse(), `${engine} list ${JSON.stringify(f)}`);
+      // The export: the invoices report, narrowed the same way, oldest first.
+      const scope = { merchantId, from: f.dated ? from : undefined, to: f.dated ? to : undefined, invoices: f.filter };
+      let csv = '';
+      for await (const chunk of await reportChunks(
+        db,
+        { kind: 'invoices', format: 'csv', scope, timeZone: 'UTC' },
+        engine,
+      ))
+        csv += chunk;
+      const [header, ...rows] = parseCsv(csv);
+      assert.deepEqual(header!.slice(0, columnsOf('invoices').length), [...columnsOf('invoices')]);
+      assert.deepEqual(
+        rows.map((r) => r[0]),
+        want,
+        `${engine} export ${JSON.stringify(f)}`,
+      );
+    }
+    // Refunds of one status, between two days: the list and the refunds report.
+    const completed = history.refunds
+      .filter((r) => r.status === 'completed' && r.created_at >= from && r.created_at < to)
+      .sort((a, b) => a.created_at.getTime() - b.created_at.getTime() || (a.id < b.id ? -1 : 1))
+      .map((r) => r.id);
+    assert.ok(completed.length > 3);
+    const { rows: refunds } = await listRefunds(
+      db,
+      { merchantId, status: 'completed', from, to },
+      { limit: 1000, page: 1 },
+    );
+    assert.deepEqual(
+      refunds.map((r) => r.id),
+      [...completed].reverse(),
+    );
+    let csv = '';
+    const scope = { merchantId, from, to, refundStatus: 'completed' };
+    for await (const chunk of await reportChunks(
+      db,
+      { kind: 'refunds', format: 'csv', scope, timeZone: 'UTC' },
+      engine,
+    ))
+      csv += chunk;
+    assert.deepEqual(
+      parseCsv(csv)
+        .slice(1)
+        .map((r) => r[0]),
+      completed,
+    );
+    // The Overview's volume per day adds up to the ledger's received over the same days.
+    const since = new Date(HISTORY_START + 150 * DAY);
+    const received = new Map<string, bigint>();
+    for (const v of await dailyVolume(db, merchantId, since)) {
+      const key = `${v.chain}/${v.token}`;
+      const decimals = v.amount.split('.')[1]?.length ?? 0;
+      received.set(key, (received.get(key) ?? 0n) + parseUnits(v.amount, decimals)!);
+    }
+    const ledger = await ledgerOf(db, { merchantId, from: since, to: undefined });
+    assert.deepEqual(
+      Object.fromEntries(received),
+      Object.fromEntries(ledger.filter((r) => r.received > 0n).map((r) => [`${r.chain}/${r.token}`, r.received])),
+    );
+  }
+
+  it('on PGlite', async () => {
+    const database = await openPglite('memory://');
+    try {
+      await ProjectionEngine.migrate(database, readModelMigrations);
+      await check(database.db as Kysely<ReadModelTables>, 'pglite');
+    } finally {
+      await database.close();
+    }
+  });
+
+  it('on PostgreSQL', async (t) => {
+    const fresh = await freshPostgres();
+    if (!fresh) return t.skip('TEST_DATABASE_URL is not set or does not answer');
+    const database = await fresh.open();
+    try {
+      await ProjectionEngine.migrate(database, readModelMigrations);
+      await check(database.db as Kysely<ReadModelTables>, 'postgres');
+    } finally {
+      await database.close();
+      await fresh.drop();
+    }
   });
 });

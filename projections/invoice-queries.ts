@@ -2,7 +2,7 @@
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import type { InvoicesTable, ReadModelTables } from './schema.ts';
-import { newestFirst, type Cursor } from './paging.ts';
+import { newestFirst, type Page } from './paging.ts';
 
 const iso = (value: Date | string) => new Date(value).toISOString();
 
@@ -95,15 +95,12 @@ export interface InvoiceFilter {
 
 export const invoiceIssueTypes = ['underpaid', 'overpaid', 'wrong_token', 'late'] as const;
 
-export interface ListFilter extends InvoiceFilter {
+/** A filter and a page: `page`, or keyset from `after` or `before` (the dashboard's). */
+export interface ListFilter extends InvoiceFilter, Page {
   merchantId: string;
   currency?: string;
   from?: Date;
   to?: Date;
-  limit: number;
-  page: number;
-  /** Keyset paging: the rows after this one in the list's order, instead of `page`. */
-  after?: Cursor;
 }
 
 /** EVM addresses and hashes are hex, typed in any case (checksummed or not); base58 and bech32 are as they are. */

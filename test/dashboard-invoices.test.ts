@@ -131,22 +131,36 @@ describe('dashboard lists over HTTP', () => {
     }
   });
 
-  it('pages through more than two pages by keyset: every invoice once, newest first, then no Older link', async () => {
+  it('pages through more than two pages by keyset and back: every invoice once, newest first', async () => {
     const owner = await dashboardClient(svc, merchantId, 'owner2@many.example', 'owner');
+    const link = (text: string, id: string) =>
+      new RegExp(`href="([^"]+)" rel="(?:next|prev)" id="${id}"`).exec(text)?.[1]?.replaceAll('&amp;', '&');
     const seen: string[] = [];
+    const pagesSeen: string[][] = [];
     let path: string | undefined = '/dashboard/invoices';
-    let pages = 0;
+    let last = '';
     while (path) {
       const page = await owner.get(path);
       assert.equal(page.status, 200);
       const ids = idsIn(page.text);
       assert.ok(ids.length <= LIST_PAGE_ROWS);
-      if (pages > 0) assert.match(page.text, /id="newest"/);
+      if (pagesSeen.length > 0) assert.match(page.text, /id="newest"/);
+      assert.equal(link(page.text, 'newer') === undefined, pagesSeen.length === 0, 'Newer on every page but the first');
       seen.push(...ids);
-      pages++;
-      path = /href="([^"]+)" rel="next" id="older"/.exec(page.text)?.[1]?.replaceAll('&amp;', '&');
+      pagesSeen.push(ids);
+      last = page.text;
+      path = link(page.text, 'older');
     }
-    assert.equal(pages, 3);
+    assert.equal(pagesSeen.length, 3);
+    // And back from the last page to the first, through the same pages.
+    const back: string[][] = [];
+    for (path = link(last, 'newer'); path;) {
+      const page = await owner.get(path);
+      assert.equal(page.status, 200);
+      back.push(idsIn(page.text));
+      path = link(page.text, 'newer');
+    }
+    assert.deepEqual(back, pagesSeen.slice(0, -1).reverse());
     assert.equal(seen.length, 2 * LIST_PAGE_ROWS + 6);
     assert.equal(new Set(seen).size, seen.length, 'no invoice twice');
     assert.deepEqual(seen.slice(0, invoiceIds.length), [...invoiceIds].reverse(), 'newest first');
@@ -297,6 +311,9 @@ describe('lists and exports agree on a generated history (PGlite, and PostgreSQL
       .sort((a, b) => a.created_at.getTime() - b.created_at.getTime() || (a.id < b.id ? -1 : 1))
       .map((i) => i.id);
 
+  /** The cursor of a generated invoice. */
+  const rowOf = (id: string): Cursor => ({ at: history.invoices.find((i) => i.id === id)!.created_at, id });
+
   async function check(db: Kysely<ReadModelTables>, engine: SqlEngine) {
     await insertHistory(db, history);
     await insertHistory(db, other);
@@ -319,6 +336,21 @@ describe('lists and exports agree on a generated history (PGlite, and PostgreSQL
         after = rows.length === 7 ? { at: rows.at(-1)!.created_at, id: rows.at(-1)!.id } : undefined;
       }
       assert.deepEqual(listed, [...want].reverse(), `${engine} list ${JSON.stringify(f)}`);
+      // And back, 5 rows a page before the first row of the last page read.
+      const backwards: string[] = [];
+      for (let before = want[0] && rowOf(want[0]); before;) {
+        const { rows } = await listInvoices(db, {
+          merchantId,
+          ...f.filter,
+          ...(f.dated && { from, to: new Date(to.getTime() - 1) }),
+          limit: 5,
+          page: 1,
+          before,
+        });
+        backwards.unshift(...rows.map((r) => r.id));
+        before = rows.length === 5 ? { at: rows[0]!.created_at, id: rows[0]!.id } : undefined;
+      }
+      assert.deepEqual(backwards, [...want].reverse().slice(0, -1), `${engine} back ${JSON.stringify(f)}`);
       // The export: the invoices report, narrowed the same way, oldest first.
       const scope = { merchantId, from: f.dated ? from : undefined, to: f.dated ? to : undefined, invoices: f.filter };
       let csv = '';

@@ -87,11 +87,12 @@ function withQuery(path: string, query: Record<string, string>): string {
   return params.size > 0 ? `${path}?${params}` : path;
 }
 
-/** The list's pages: back to the newest, and on to the older rows after the last one shown. */
-function pageLinks(path: string, query: Record<string, string>, next: string | undefined, paged: boolean): Html {
+/** The list's pages: the newest, the newer rows before the first one shown, the older after the last. */
+function pageLinks(path: string, query: Record<string, string>, list: ListView<unknown, unknown>): Html {
   return markup`<nav aria-label="Pages" class="pages">
-    ${paged && markup`<a href="${withQuery(path, query)}" id="newest">Newest</a>`}
-    ${next && markup`<a href="${withQuery(path, { ...query, after: next })}" rel="next" id="older">Older</a>`}
+    ${list.paged && markup`<a href="${withQuery(path, query)}" id="newest">Newest</a>`}
+    ${list.newer && markup`<a href="${withQuery(path, { ...query, before: list.newer })}" rel="prev" id="newer">Newer</a>`}
+    ${list.older && markup`<a href="${withQuery(path, { ...query, after: list.older })}" rel="next" id="older">Older</a>`}
   </nav>`;
 }
 
@@ -105,9 +106,11 @@ export interface ListView<Row, Query> {
   total: number;
   /** The filters as given, to show them again and carry them to the other pages and the export. */
   query: Query;
-  /** The `after` of the next page, when there is one. */
-  next: string | undefined;
-  /** Whether this is a later page (so the newest is a link away). */
+  /** The cursor of the older page (its `after`), when there is one. */
+  older?: string;
+  /** The cursor of the newer page (its `before`), when this is not the newest. */
+  newer?: string;
+  /** Whether this is not the first page (so the newest is a link away). */
   paged: boolean;
   error?: string;
 }
@@ -161,7 +164,7 @@ export function invoicesPage(
         </tr>`,
       )}</tbody>
     </table></div>
-    ${pageLinks('/dashboard/invoices', { ...q }, list.next, list.paged)}`,
+    ${pageLinks('/dashboard/invoices', { ...q }, list)}`,
     session,
   );
 }
@@ -186,7 +189,7 @@ export function refundsPage(session: DashboardSession, list: ListView<RefundView
     <p id="total">${list.total} refund${list.total === 1 ? '' : 's'}</p>
     ${exportLink(session, '/dashboard/refunds.csv', { ...q })}
     ${refundsTable(list.rows, 'refunds')}
-    ${pageLinks('/dashboard/refunds', { ...q }, list.next, list.paged)}`,
+    ${pageLinks('/dashboard/refunds', { ...q }, list)}`,
     session,
   );
 }

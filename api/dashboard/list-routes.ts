@@ -79,11 +79,17 @@ function oneOf(value: string, allowed: readonly string[], what: string): string 
   return value === '' || allowed.includes(value) ? value : new Error(`Unknown ${what}: ${value}`);
 }
 
+/** Where a keyset page starts: after a row (going older) or before one (going newer); the newest when neither. */
+export interface PageStart {
+  after?: Cursor;
+  before?: Cursor;
+}
+
 interface Parsed<Q> {
   query: Q;
   from?: Date;
   to?: Date;
-  after?: Cursor;
+  start: PageStart;
 }
 
 /** The invoice list's filters from the address's query, or what is wrong with them. */
@@ -123,10 +129,12 @@ export function invoiceListOf(
 function commonOf<Q extends { from: string; to: string }>(raw: Query, query: Q): Parsed<Q> | string {
   const days = daysOf(query.from, query.to);
   if (typeof days === 'string') return days;
-  const afterText = text(raw, 'after');
-  const after = afterText ? cursorOf(afterText) : undefined;
-  if (afterText && !after) return 'This page link is not valid; start again from the newest.';
-  return { query, ...days, after };
+  const [afterText, beforeText] = [text(raw, 'after'), text(raw, 'before')];
+  const [after, before] = [afterText, beforeText].map((t) => (t ? cursorOf(t) : undefined));
+  if ((afterText && !after) || (beforeText && !before) || (after && before)) {
+    return 'This page link is not valid; start again from the newest.';
+  }
+  return { query, ...days, start: { after, before } };
 }
 
 export function refundListOf(raw: Query): Parsed<RefundListQuery> | { query: RefundListQuery; error: string } {
@@ -137,10 +145,23 @@ export function refundListOf(raw: Query): Parsed<RefundListQuery> | { query: Ref
   return typeof common === 'string' ? { query, error: common } : common;
 }
 
-/** One more row than a page shows: whether there is an older page. */
-function onePage<Row extends { created_at: Date; id: string }>(rows: Row[]) {
-  const shown = rows.slice(0, LIST_PAGE_ROWS);
-  return { shown, next: rows.length > LIST_PAGE_ROWS ? cursorText(shown.at(-1)!) : undefined };
+/**
+ * A page of rows read one beyond what it shows, in the direction it was read
+ * (so that the extra row tells whether there is a page beyond): the rows
+ * shown, and the cursors of the pages next to it.
+ */
+export function onePage<Row extends { created_at: Date; id: string }>(rows: Row[], start: PageStart) {
+  const more = rows.length > LIST_PAGE_ROWS;
+  const shown = start.before ? rows.slice(-LIST_PAGE_ROWS) : rows.slice(0, LIST_PAGE_ROWS);
+  const [first, last] = [shown[0], shown.at(-1)];
+  const hasOlder = start.before ? true : more;
+  const hasNewer = start.before ? more : start.after !== undefined;
+  return {
+    shown,
+    older: hasOlder && last ? cursorText(last) : undefined,
+    newer: hasNewer && first ? cursorText(first) : undefined,
+    paged: start.after !== undefined || start.before !== undefined,
+  };
 }
 
 /** Days the Overview's figures cover. */
@@ -187,7 +208,7 @@ export async function listRoutes(scope: FastifyInstance, ctx: RouteContext, { si
       const session = request.dashboard!;
       const parsed = invoiceListOf(request.query, { chains, tokens });
       if ('error' in parsed) {
-        const empty = { rows: [], total: 0, query: parsed.query, next: undefined, paged: false, error: parsed.error };
+        const empty = { rows: [], total: 0, query: parsed.query, paged: false, error: parsed.error };
         return html(reply, 400, invoicesPage(session, empty, pageOptions));
       }
       // Like the API's list: what was written before this request is shown.
@@ -200,10 +221,10 @@ export async function listRoutes(scope: FastifyInstance, ctx: RouteContext, { si
         to: parsed.to && new Date(parsed.to.getTime() - 1),
         limit: LIST_PAGE_ROWS + 1,
         page: 1,
-        after: parsed.after,
+        ...parsed.start,
       });
-      const { shown, next } = onePage(rows);
-      const view = { rows: shown, total, query: parsed.query, next, paged: parsed.after !== undefined };
+      const { shown, ...pages } = onePage(rows, parsed.start);
+      const view = { rows: shown, total, query: parsed.query, ...pages };
       return html(reply, 200, invoicesPage(session, view, pageOptions));
     },
   );
@@ -232,22 +253,21 @@ export async function listRoutes(scope: FastifyInstance, ctx: RouteContext, { si
       const session = request.dashboard!;
       const parsed = refundListOf(request.query);
       if ('error' in parsed) {
-        const empty = { rows: [], total: 0, query: parsed.query, next: undefined, paged: false, error: parsed.error };
+        const empty = { rows: [], total: 0, query: parsed.query, paged: false, error: parsed.error };
         return html(reply, 400, refundsPage(session, empty));
       }
       await ctx.caughtUp();
       const { rows, total } = await listRefunds(
         db,
         { merchantId: session.merchantId, status: parsed.query.status || undefined, from: parsed.from, to: parsed.to },
-        { limit: LIST_PAGE_ROWS + 1, page: 1, after: parsed.after },
+        { limit: LIST_PAGE_ROWS + 1, page: 1, ...parsed.start },
       );
-      const { shown, next } = onePage(rows);
+      const { shown, ...pages } = onePage(rows, parsed.start);
       const view = {
         rows: shown.map((r) => refundView(r, config.publicBaseUrl)),
         total,
         query: parsed.query,
-        next,
-        paged: parsed.after !== undefined,
+        ...pages,
       };
       return html(reply, 200, refundsPage(session, view));
     },

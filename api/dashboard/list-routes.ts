@@ -63,7 +63,7 @@ export function daysOf(from: string, to: string): { from?: Date; to?: Date } | s
   return { from: start, to: endExclusive };
 }
 
-/** A page's `after`: the last row shown, as its creation time and id. */
+/** A page link's `after` or `before`: a row shown, as its creation time and id. */
 export const cursorText = (row: { created_at: Date; id: string }) =>
   `${new Date(row.created_at).toISOString()}_${row.id}`;
 const CURSOR =

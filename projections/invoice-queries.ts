@@ -1,8 +1,8 @@
 // Reads of the invoice read models, shaped as the contract shows them.
-import { sql, type Kysely } from 'kysely';
+import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import type { InvoicesTable, ReadModelTables } from './schema.ts';
-import { newestFirst } from './paging.ts';
+import { newestFirst, type Page } from './paging.ts';
 
 const iso = (value: Date | string) => new Date(value).toISOString();
 
@@ -73,20 +73,34 @@ export function returnUrlOf(metadata: Record<string, unknown> | null): string | 
   return null;
 }
 
-export interface ListFilter {
-  merchantId: string;
+/**
+ * The invoices a merchant's person narrows a list to: the dashboard's invoice
+ * filters, shared by the invoice list and the invoices report (its CSV), so
+ * that the export holds exactly the rows the list shows.
+ */
+export interface InvoiceFilter {
+  /** A status as the contract names it: pending includes partly paid. */
   status?: string;
-  currency?: string;
-  from?: Date;
-  to?: Date;
+  /** A payment issue (underpaid, overpaid, wrong_token), or `late` for one paid after it expired. */
+  issueType?: string;
+  chain?: string;
+  token?: string;
   /**
    * One value the invoice is known by: its id, the order id in its metadata
    * (`orderId` or `order_id`), one of its deposit addresses or the hash of a
    * transaction paid to it (the dashboard's search box).
    */
   search?: string;
-  limit: number;
-  page: number;
+}
+
+export const invoiceIssueTypes = ['underpaid', 'overpaid', 'wrong_token', 'late'] as const;
+
+/** A filter and a page: `page`, or keyset from `after` or `before` (the dashboard's). */
+export interface ListFilter extends InvoiceFilter, Page {
+  merchantId: string;
+  currency?: string;
+  from?: Date;
+  to?: Date;
 }
 
 /** EVM addresses and hashes are hex, typed in any case (checksummed or not); base58 and bech32 are as they are. */
@@ -97,38 +111,38 @@ const hexOrExact = (column: string, value: string) =>
 
 const UUID_SHAPE = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
-export async function listInvoices(db: Kysely<ReadModelTables>, filter: ListFilter) {
-  let query = db.selectFrom('invoices').where('merchant_id', '=', filter.merchantId);
+/** The condition of `filter` on the invoices table under the name `table`; true for no filter. */
+export function invoiceMatches(table: string, filter: InvoiceFilter): RawBuilder<boolean> {
+  const column = (name: string) => sql.ref(`${table}.${name}`);
+  const conditions: RawBuilder<unknown>[] = [];
   if (filter.status) {
-    query = query.where('status', 'in', filter.status === 'pending' ? ['pending', 'partial'] : [filter.status]);
+    const statuses = filter.status === 'pending' ? ['pending', 'partial'] : [filter.status];
+    conditions.push(sql`${column('status')} in (${sql.join(statuses)})`);
   }
+  if (filter.issueType === 'late') conditions.push(sql`${column('paid_late')}`);
+  else if (filter.issueType) conditions.push(sql`${column('payment_issue_type')} = ${filter.issueType}`);
+  if (filter.chain) conditions.push(sql`${column('chain')} = ${filter.chain}`);
+  if (filter.token) conditions.push(sql`${column('token')} = ${filter.token.toUpperCase()}`);
+  const search = filter.search?.trim();
+  if (search) {
+    conditions.push(sql`(
+      ${UUID_SHAPE.test(search) ? sql`${column('id')} = ${search.toLowerCase()} or` : sql``}
+      ${column('metadata')}->>'orderId' = ${search} or ${column('metadata')}->>'order_id' = ${search}
+      or exists (select 1 from invoice_addresses a where a.invoice_id = ${column('id')} and ${hexOrExact('a.address', search)})
+      or exists (select 1 from payments p where p.invoice_id = ${column('id')} and ${hexOrExact('p.tx_hash', search)})
+    )`);
+  }
+  return conditions.length === 0 ? sql<boolean>`true` : sql<boolean>`(${sql.join(conditions, sql` and `)})`;
+}
+
+export async function listInvoices(db: Kysely<ReadModelTables>, filter: ListFilter) {
+  let query = db
+    .selectFrom('invoices')
+    .where('merchant_id', '=', filter.merchantId)
+    .where(invoiceMatches('invoices', filter));
   if (filter.currency) query = query.where('currency', '=', filter.currency.toUpperCase());
   if (filter.from) query = query.where('created_at', '>=', filter.from);
   if (filter.to) query = query.where('created_at', '<=', filter.to);
-  const search = filter.search?.trim();
-  if (search) {
-    query = query.where((eb) =>
-      eb.or([
-        ...(UUID_SHAPE.test(search) ? [eb('invoices.id', '=', search.toLowerCase())] : []),
-        eb(sql<string>`metadata->>'orderId'`, '=', search),
-        eb(sql<string>`metadata->>'order_id'`, '=', search),
-        eb.exists(
-          eb
-            .selectFrom('invoice_addresses as a')
-            .select('a.address')
-            .whereRef('a.invoice_id', '=', 'invoices.id')
-            .where(hexOrExact('a.address', search)),
-        ),
-        eb.exists(
-          eb
-            .selectFrom('payments as p')
-            .select('p.tx_hash')
-            .whereRef('p.invoice_id', '=', 'invoices.id')
-            .where(hexOrExact('p.tx_hash', search)),
-        ),
-      ]),
-    );
-  }
   return newestFirst(query, filter);
 }
 

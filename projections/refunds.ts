@@ -102,15 +102,21 @@ export function publicRefundView(row: RefundsTable, merchantName: string) {
   };
 }
 
-/** A merchant's refunds, newest first: the API's list and the dashboard's Refunds page. */
+/**
+ * A merchant's refunds, newest first: the API's list and the dashboard's
+ * Refunds page; created from `from` (inclusive) to `to` (exclusive), as the
+ * refunds report counts them.
+ */
 export function listRefunds(
   db: Kysely<ReadModelTables>,
-  filter: { merchantId: string; status?: string; invoiceId?: string },
+  filter: { merchantId: string; status?: string; invoiceId?: string; from?: Date; to?: Date },
   page: Page,
 ) {
   let query = db.selectFrom('refunds').where('merchant_id', '=', filter.merchantId);
   if (filter.status) query = query.where('status', '=', filter.status);
   if (filter.invoiceId !== undefined) query = query.where('invoice_id', '=', filter.invoiceId);
+  if (filter.from) query = query.where('created_at', '>=', filter.from);
+  if (filter.to) query = query.where('created_at', '<', filter.to);
   return newestFirst(query, page);
 }
 

@@ -6,6 +6,7 @@ import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { SqlEngine } from '../adapters/sql/database.ts';
 import { findToken, isChainName } from '../domain/catalogue.ts';
 import { fiatValueOf, formatUnits, parseUnits } from '../domain/money.ts';
+import { invoiceMatches, type InvoiceFilter } from './invoice-queries.ts';
 import type { InvoicesTable, PaymentsTable, ReadModelTables, RefundsTable, SettlementsTable } from './schema.ts';
 
 export const reportKinds = ['invoices', 'payments', 'settlements', 'refunds', 'fees', 'ledger'] as const;
@@ -21,6 +22,10 @@ export interface ReportScope {
   to: Date | undefined;
   /** The settlements report of a filtered list (the dashboard's Settlements page): only these. */
   settlements?: { status?: string; chain?: string; token?: string };
+  /** The invoices report narrowed as the dashboard's invoice list is (its CSV export); all rows when absent. */
+  invoices?: InvoiceFilter;
+  /** The refunds report narrowed to one status (the dashboard's Refunds export). */
+  refundStatus?: string;
 }
 
 /** A row of a report: its cells in column order, each a string or empty. */
@@ -111,10 +116,10 @@ function ofMerchantInRangeOnPage(
   id: RawBuilder<unknown>,
   scope: ReportScope,
   page: Paging,
-  also: RawBuilder<unknown> = sql`true`,
+  narrowed: RawBuilder<unknown> = sql`true`,
 ) {
   const p = paged(page, time, id);
-  return sql`where ${merchant} = ${scope.merchantId} and ${inRange(time, scope)} and ${also} and ${p.where} ${p.tail}`;
+  return sql`where ${merchant} = ${scope.merchantId} and ${inRange(time, scope)} and ${narrowed} and ${p.where} ${p.tail}`;
 }
 
 /** The settlements of the scope's filter: each given field must match. */
@@ -123,6 +128,9 @@ function settlementFilterOf({ settlements: filter = {} }: ReportScope) {
     value === undefined ? sql`true` : sql`${sql.ref(column)} = ${value}`;
   return sql`${is('s.status', filter.status)} and ${is('s.chain', filter.chain)} and ${is('s.currency', filter.token)}`;
 }
+
+/** The invoice list's filter on the invoices report's rows (alias `i`). */
+const invoicesNarrowed = (scope: ReportScope) => invoiceMatches('i', scope.invoices ?? {});
 
 /** A table's row with its dates as text (`zoned`): what a report query gives. */
 type AsText<Row> = {
@@ -207,7 +215,7 @@ const invoicesReport: RecordReport<InvoiceRow> = {
       i.crypto_amount, i.payment_status, i.paid_late, i.total_received_amount, i.total_received_currency,
       i.settled_amount, i.refund_status, i.subscriber_id, i.metadata, q.rate, q.rate_source, ${zoned('q.quoted_at')} as quoted_at
     from invoices i ${quoteOf(sql.ref('i.id'), sql.ref('i.chain'), sql.ref('i.token'))}
-    ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page)}`,
+    ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page, invoicesNarrowed(scope))}`,
   cells: (r) => [
     r.id,
     r.created_at,
@@ -439,7 +447,7 @@ const refundsReport: RecordReport<RefundRow> = {
     from refunds r
     join invoices i on i.id = r.invoice_id
     ${quoteOf(sql.ref('r.invoice_id'), sql.ref('r.chain'), sql.ref('r.token'))}
-    ${ofMerchantInRangeOnPage(sql.ref('r.merchant_id'), sql.ref('r.created_at'), sql.ref('r.id'), scope, page)}`,
+    ${ofMerchantInRangeOnPage(sql.ref('r.merchant_id'), sql.ref('r.created_at'), sql.ref('r.id'), scope, page, scope.refundStatus === undefined ? sql`true` : sql`r.status = ${scope.refundStatus}`)}`,
   cells: (r) => [
     r.id,
     r.invoice_id,
@@ -565,7 +573,7 @@ export async function metadataKeysOf(db: Kysely<ReadModelTables>, kind: RecordKi
   // The invoices' own rows, without the report's join to their quotes (most of a pass over a million).
   const rowsWithMetadata =
     kind === 'invoices'
-      ? sql`select i.metadata from invoices i where i.merchant_id = ${scope.merchantId} and ${inRange(sql.ref('i.created_at'), scope)}`
+      ? sql`select i.metadata from invoices i where i.merchant_id = ${scope.merchantId} and ${inRange(sql.ref('i.created_at'), scope)} and ${invoicesNarrowed(scope)}`
       : recordReports[kind].query(scope, all);
   const rows = await sql<{ key: string }>`
     select distinct jsonb_object_keys(r.metadata) as key
@@ -666,7 +674,7 @@ export function invoiceCsvPages(
       select i.created_at as sort_at, i.id as sort_id, i.created_at::text as cursor_at, i.id::text as cursor_id,
         ${sql.join(cells.map((cell, n) => sql`${cell} as ${sql.ref(`c${n}`)}`))}
       from invoices i ${quoteOf(sql.ref('i.id'), sql.ref('i.chain'), sql.ref('i.token'))}
-      ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page)}
+      ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page, invoicesNarrowed(scope))}
       offset 0
     ) s
     order by s.sort_at, s.sort_id`;

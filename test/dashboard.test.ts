@@ -9,11 +9,10 @@ import { after, before, describe, it } from 'node:test';
 import { totpCode, totpMatches, passwordProblem } from '../api/dashboard/credentials.ts';
 import { SIGN_IN_FAILED, SIGN_IN_LOCKED } from '../api/dashboard/routes.ts';
 import { lockedOut, needsReauthentication, sessionOver } from '../api/dashboard/sessions.ts';
-import { defaultConfirmations } from '../api/config.ts';
-import { eventually, merchantWithKey } from './support/merchant.ts';
+import { merchantWithKey } from './support/merchant.ts';
 import { assertRebuildGivesTheSameRows } from './support/rebuild.ts';
 import { startTestService, type RunningService } from './support/service.ts';
-import { dashboardClient, PASSWORD } from './support/dashboard.ts';
+import { dashboardClient, paidOnEthereum, PASSWORD } from './support/dashboard.ts';
 
 describe('dashboard rules (pure)', () => {
   it('TOTP follows RFC 6238 (its SHA-1 test vectors, last 6 digits)', () => {
@@ -346,26 +345,7 @@ describe('dashboard over HTTP', () => {
   });
 
   /** A 100 USD invoice of `key`'s merchant paid 120 USDT on the sandbox Ethereum, confirmed: 20 USDT excess. */
-  async function overpaidInvoice(key: string) {
-    const created = await svc.call('POST', '/api/v1/payments', {
-      token: key,
-      body: { amount: '100', currency: 'USD', chain: 'ethereum', token: 'USDT' },
-    });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const p = created.body.data;
-    const sent = await admin('POST', '/dev/v1/chains/ethereum/transfers', {
-      to: p.address,
-      amount: '120',
-      token: 'USDT',
-    });
-    assert.equal(sent.status, 201, JSON.stringify(sent.body));
-    await admin('POST', '/dev/v1/chains/ethereum/blocks', { count: defaultConfirmations.ethereum });
-    await eventually(
-      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/status`)).body.data,
-      (s) => s.status === 'confirmed',
-    );
-    return p.paymentId as string;
-  }
+  const overpaidInvoice = (key: string) => paidOnEthereum(svc, key, { amount: '100', token: 'USDT', paid: '120' });
   const CUSTOMER = '0x8ba1f109551bD432803012645Ac136ddd64DBA72';
 
   it('refunds: support creates (as themselves) but the server refuses their approval; a viewer does neither; finance approves', async () => {

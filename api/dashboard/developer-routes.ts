@@ -24,18 +24,8 @@ import { sendTestEvent, WEBHOOK_EVENT_TYPES, type WebhookSending } from '../rout
 import { webhookUrlProblem } from '../webhook-url.ts';
 import { invoiceHistorySections, webhooksPage, type TimelineEntry, type WebhooksPageData } from './developer-pages.ts';
 import { messagePage } from './pages.ts';
-import type { Form } from './routes.ts';
+import type { DashboardKit, Form } from './kit.ts';
 import { needsReauthentication, type DashboardSession } from './sessions.ts';
-
-/** What dashboardRoutes lends the pages registered beside it. */
-export interface DashboardKit {
-  signedIn: (permission?: DashboardPermission) => (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-  html: (reply: FastifyReply, status: number, body: string) => FastifyReply;
-  redirect: (reply: FastifyReply, to: string) => FastifyReply;
-  actorOf: (session: DashboardSession) => Actor;
-  /** Undefined when the password (and code) were given lately or are right in the form, else why not. */
-  reauthenticationProblem: (request: FastifyRequest) => Promise<string | undefined>;
-}
 
 const DELIVERIES_PER_PAGE = 20;
 const text = (form: Form | undefined, name: string) => {

@@ -132,6 +132,8 @@ export interface Overview {
   settlementsAttention: { id: string; invoiceId: string; what: string }[];
   /** Refunds waiting for the merchant's approval or for funds in the refund wallet. */
   refundsAttention: { id: string; what: string }[];
+  /** Volume per day and the ledger's totals (list-pages.ts `overviewFigures`). */
+  figures?: Html;
 }
 
 export function overviewPage(session: DashboardSession, overview: Overview): string {
@@ -141,6 +143,7 @@ export function overviewPage(session: DashboardSession, overview: Overview): str
       <h2 id="counts-title">Invoices</h2>
       <ul class="counts" id="counts">${overview.counts.map((c) => markup`<li><span>${c.status}</span> <strong>${c.n}</strong></li>`)}</ul>
     </section>
+    ${overview.figures}
     <section aria-labelledby="attention-title">
       <h2 id="attention-title">Needs attention</h2>
       ${
@@ -153,44 +156,6 @@ export function overviewPage(session: DashboardSession, overview: Overview): str
           </ul>`
       }
     </section>`,
-    session,
-  );
-}
-
-export function invoicesPage(
-  session: DashboardSession,
-  list: { rows: InvoicesTable[]; total: number; page: number; pages: number; search: string; status: string },
-): string {
-  const statuses = ['', 'pending', 'confirmed', 'settled', 'expired'];
-  const pageLink = (n: number) =>
-    `/dashboard/invoices?${new URLSearchParams({ q: list.search, status: list.status, page: String(n) })}`;
-  return page(
-    'Invoices',
-    markup`<form method="get" action="/dashboard/invoices" class="filters" role="search">
-      <label for="q">Invoice id, order id, deposit address or transaction hash</label>
-      <input id="q" name="q" value="${list.search}" maxlength="200" spellcheck="false" />
-      <label for="status">Status</label>
-      <select id="status" name="status">${statuses.map((s) => markup`<option value="${s}"${s === list.status ? markup` selected` : ''}>${s || 'any'}</option>`)}</select>
-      <button type="submit" id="search">Search</button>
-    </form>
-    <p id="total">${list.total} invoice${list.total === 1 ? '' : 's'}</p>
-    <div class="scroll"><table id="invoices">
-      <thead><tr><th scope="col">Created</th><th scope="col">Invoice</th><th scope="col">Amount</th><th scope="col">Status</th><th scope="col">Paid with</th></tr></thead>
-      <tbody>${list.rows.map(
-        (r) => markup`<tr>
-          <td>${day(r.created_at)}</td>
-          <td><a href="/dashboard/invoices/${r.id}" class="invoice-link">${r.id}</a></td>
-          <td>${formatFiatAmount(r.amount, r.currency)}</td>
-          <td>${r.status}${r.payment_issue_type && markup` · ${r.payment_issue_type}`}</td>
-          <td>${r.chain && markup`${r.crypto_amount} ${r.token} on ${r.chain}`}</td>
-        </tr>`,
-      )}</tbody>
-    </table></div>
-    <nav aria-label="Pages" class="pages">
-      ${list.page > 1 && markup`<a href="${pageLink(list.page - 1)}" rel="prev">Newer</a>`}
-      <span>Page ${list.page} of ${Math.max(list.pages, 1)}</span>
-      ${list.page < list.pages && markup`<a href="${pageLink(list.page + 1)}" rel="next">Older</a>`}
-    </nav>`,
     session,
   );
 }
@@ -401,7 +366,8 @@ a:focus, button:focus, input:focus, select:focus { outline: 3px solid #f9ab00; o
 .who { margin: 0; }
 .stack { display: grid; gap: 0.5rem; max-width: 28rem; }
 .filters { display: flex; flex-wrap: wrap; gap: 0.5rem; align-items: end; }
-.filters input { min-width: min(28rem, 100%); }
+.filters .field { display: grid; }
+.filters .wide input { min-width: min(28rem, 100%); }
 input, select, button { font: inherit; padding: 0.4rem 0.6rem; border: 1px solid var(--line); border-radius: 4px; }
 button { background: var(--accent); color: #fff; border-color: var(--accent); cursor: pointer; }
 .bar button { background: transparent; border-color: #fff; }

@@ -37,7 +37,7 @@ const awaitingCustomer = (r: RefundView) => r.status === 'awaiting_destination' 
 
 const when = (value: string | null) => (value === null ? '' : value.slice(0, 16).replace('T', ' '));
 
-function refundsTable(refunds: RefundView[], id: string): Html {
+export function refundsTable(refunds: RefundView[], id: string): Html {
   return markup`<div class="scroll"><table id="${id}">
     <thead><tr><th scope="col">Created</th><th scope="col">Refund</th><th scope="col">Amount</th><th scope="col">Status</th><th scope="col">Reason</th></tr></thead>
     <tbody>${refunds.map(
@@ -91,25 +91,6 @@ export function invoiceRefundsSection(
       </form>`
     }
   </section>`;
-}
-
-export function refundsPage(
-  session: DashboardSession,
-  list: { rows: RefundView[]; total: number; status: string },
-): string {
-  return page(
-    'Refunds',
-    markup`<form method="get" action="/dashboard/refunds" class="filters">
-      <label for="refund-status-filter">Status</label>
-      <select id="refund-status-filter" name="status">${['', ...REFUND_STATUSES].map(
-        (s) => markup`<option value="${s}"${s === list.status ? markup` selected` : ''}>${s || 'any'}</option>`,
-      )}</select>
-      <button type="submit" id="filter">Show</button>
-    </form>
-    <p id="total">${list.total} refund${list.total === 1 ? '' : 's'}</p>
-    ${refundsTable(list.rows, 'refunds')}`,
-    session,
-  );
 }
 
 export function refundPage(

@@ -19,26 +19,20 @@ import {
 } from '../../domain/merchant-user.ts';
 import { hashInviteToken, userIdOf } from '../../commands/merchant-users.ts';
 import type { Actor } from '../../commands/handle.ts';
-import { invoiceAddresses, invoiceRow, listInvoices } from '../../projections/invoice-queries.ts';
+import { invoiceAddresses, invoiceRow } from '../../projections/invoice-queries.ts';
+import { invoiceCounts, invoicesNeedingAttention } from '../../projections/overview.ts';
 import { listRefunds, refundById, refundsWaiting, refundView } from '../../projections/refunds.ts';
 import { invoiceDecider, invoiceStreamName, refundableOf } from '../../domain/invoice.ts';
 import { formatUnits } from '../../domain/money.ts';
 import { loadState } from '../../commands/handle.ts';
 import type { NewRefund } from '../../commands/refunds.ts';
 import { settlementsNeedingAttention } from '../../projections/settlements.ts';
-import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { Authentication } from '../auth.ts';
-import type { Config } from '../config.ts';
 import type { DashboardSessions } from './sessions.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { MerchantUserCommands } from '../../commands/merchant-users.ts';
-import type { MerchantCommands } from '../../commands/merchants.ts';
 import type { InvoiceCommands } from '../../commands/invoices.ts';
 import type { RefundCommands } from '../../commands/refunds.ts';
-import type { ReadModels } from '../../projections/schema.ts';
-import type { SqlDatabase } from '../../adapters/sql/database.ts';
-import type { ChainName } from '../../domain/catalogue.ts';
-import type { WebhookSending } from '../routes/webhooks.ts';
 import { markup, pageHeaders } from '../routes/checkout.ts';
 import {
   hashPassword,
@@ -50,26 +44,21 @@ import {
   totpStep,
   totpUri,
 } from './credentials.ts';
-import { developerRoutes, invoiceSections } from './developer-routes.ts';
+import { developerRoutes, invoiceSections, type DeveloperRouteDeps } from './developer-routes.ts';
 import {
   apiKeysPage,
   DASHBOARD_CSS,
   invitePage,
   invoicePage,
-  invoicesPage,
   loginPage,
   messagePage,
   overviewPage,
   teamPage,
 } from './pages.ts';
-import {
-  invoiceRefundsSection,
-  REFUND_STATUSES,
-  refundPage,
-  refundsPage,
-  type RefundableLine,
-} from './refund-pages.ts';
-import { settingsRoutes } from './settings-routes.ts';
+import { listRoutes, overviewFiguresOf, type ListRouteDeps } from './list-routes.ts';
+import { invoiceRefundsSection, refundPage, type RefundableLine } from './refund-pages.ts';
+import { settingsRoutes, type SettingsRouteDeps } from './settings-routes.ts';
+import { field, fields, parseForm, type DashboardKit, type Form } from './kit.ts';
 import {
   csrfTokenMatches,
   sameSecret,
@@ -92,23 +81,6 @@ declare module 'fastify' {
   }
 }
 
-export type Form = Record<string, string | string[] | undefined>;
-
-/** The form's fields; a field sent more than once (checkboxes) is a list. */
-function parseForm(body: string): Form {
-  const form: Form = {};
-  for (const [key, value] of new URLSearchParams(body)) {
-    const before = form[key];
-    form[key] = before === undefined ? value : [...[before].flat(), value];
-  }
-  return form;
-}
-export const field = (form: Form | undefined, name: string) => {
-  const value = form?.[name];
-  return typeof value === 'string' ? value : '';
-};
-const fields = (form: Form | undefined, name: string) => [form?.[name] ?? []].flat();
-
 /** The refund form as the API's body: `asset` is `chain:token`; an amount or a kind; or what is wrong with it. */
 export function refundInput(form: Form | undefined): NewRefund | string {
   const [chain, token] = field(form, 'asset').split(':');
@@ -130,19 +102,13 @@ export function refundInput(form: Form | undefined): NewRefund | string {
 }
 
 /** What these routes use of the service. */
-export interface DashboardRouteDeps extends Pick<ReadYourWrites, 'settle' | 'caughtUp' | 'readInvoice'> {
+export interface DashboardRouteDeps
+  extends DeveloperRouteDeps, SettingsRouteDeps, ListRouteDeps, Pick<ReadYourWrites, 'readInvoice'> {
   auth: Authentication;
-  db: ReadModels;
   users: MerchantUserCommands;
   sessions: DashboardSessions;
-  merchants: MerchantCommands;
-  config: Config;
-  store: EventStore;
   refunds: RefundCommands;
   invoices: InvoiceCommands;
-  webhooks: WebhookSending;
-  database: SqlDatabase;
-  settlementWalletProblem: (chain: ChainName, address: string) => Promise<string | undefined>;
 }
 
 export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRouteDeps) {
@@ -362,32 +328,24 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   // ---- Pages -------------------------------------------------------------------------
 
+  const kit: DashboardKit = { signedIn, html, redirect, actorOf, reauthenticationProblem };
+  await listRoutes(scope, ctx, kit);
+
   scope.get('/dashboard', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
     const session = request.dashboard!;
-    const [counts, issues, settlementIssues, waitingRefunds] = await Promise.all([
-      db
-        .selectFrom('invoices')
-        .select(['status', db.fn.countAll<string>().as('n')])
-        .where('merchant_id', '=', session.merchantId)
-        .groupBy('status')
-        .orderBy('status')
-        .execute(),
-      db
-        .selectFrom('invoices')
-        .select(['id', 'payment_issue_type', 'paid_late', 'updated_at'])
-        .where('merchant_id', '=', session.merchantId)
-        .where((eb) => eb.or([eb('payment_issue_type', 'is not', null), eb('paid_late', '=', true)]))
-        .orderBy('updated_at', 'desc')
-        .limit(50)
-        .execute(),
+    const [counts, issues, settlementIssues, waitingRefunds, figures] = await Promise.all([
+      invoiceCounts(db, session.merchantId),
+      invoicesNeedingAttention(db, session.merchantId, 50),
       settlementsNeedingAttention(db, 50, session.merchantId),
       roleAllows(session.role, 'refunds:read') ? refundsWaiting(db, session.merchantId, 50) : [],
+      overviewFiguresOf(ctx, session),
     ]);
     return html(
       reply,
       200,
       overviewPage(session, {
-        counts: counts.map((c) => ({ status: c.status, n: Number(c.n) })),
+        figures,
+        counts,
         attention: issues.map((i) => ({
           invoiceId: i.id,
           what: `Invoice ${i.id.slice(0, 8)}: ${[i.payment_issue_type, i.paid_late && 'paid late'].filter(Boolean).join(', ')}`,
@@ -405,34 +363,6 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
       }),
     );
   });
-
-  scope.get<{ Querystring: { q?: string; status?: string; page?: string } }>(
-    '/dashboard/invoices',
-    { preHandler: signedIn('invoices:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
-      const search = (request.query.q ?? '').trim().slice(0, 200);
-      const status = ['pending', 'confirmed', 'settled', 'expired'].includes(request.query.status ?? '')
-        ? request.query.status!
-        : '';
-      const pageNumber = Math.max(1, Math.min(10_000, Number.parseInt(request.query.page ?? '1', 10) || 1));
-      const limit = 50;
-      // Like the API's list: what was written before this request is shown.
-      await ctx.caughtUp();
-      const { rows, total } = await listInvoices(db, {
-        merchantId: session.merchantId,
-        status: status || undefined,
-        search: search || undefined,
-        limit,
-        page: pageNumber,
-      });
-      return html(
-        reply,
-        200,
-        invoicesPage(session, { rows, total, page: pageNumber, pages: Math.ceil(total / limit), search, status }),
-      );
-    },
-  );
 
   /** The session merchant's invoice row, or undefined for another's or none. */
   async function ownInvoice(session: DashboardSession, id: string) {
@@ -559,28 +489,6 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
   );
 
   // ---- Refunds ---------------------------------------------------------------------------
-
-  scope.get<{ Querystring: { status?: string } }>(
-    '/dashboard/refunds',
-    { preHandler: signedIn('refunds:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
-      const status = (REFUND_STATUSES as readonly string[]).includes(request.query.status ?? '')
-        ? request.query.status!
-        : '';
-      await ctx.caughtUp();
-      const { rows, total } = await listRefunds(
-        db,
-        { merchantId: session.merchantId, status: status || undefined },
-        { limit: 100, page: 1 },
-      );
-      return html(
-        reply,
-        200,
-        refundsPage(session, { rows: rows.map((r) => refundView(r, config.publicBaseUrl)), total, status }),
-      );
-    },
-  );
 
   /** The session merchant's refund, or undefined (another merchant's is unknown, as in the API). */
   async function ownRefund(session: DashboardSession, id: string) {
@@ -887,6 +795,6 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
       return redirect(reply, '/dashboard/team');
     },
   );
-  await developerRoutes(scope, ctx, { signedIn, html, redirect, actorOf, reauthenticationProblem });
-  await settingsRoutes(scope, ctx, { signedIn, html, redirect, actorOf, reauthenticationProblem });
+  await developerRoutes(scope, ctx, kit);
+  await settingsRoutes(scope, ctx, kit);
 }

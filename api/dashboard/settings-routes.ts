@@ -19,7 +19,8 @@ import { HttpError } from '../errors.ts';
 import { contentTypeOf, reportStream } from '../report-stream.ts';
 import { settlementWalletProblem } from '../settlement-wallet.ts';
 import { messagePage } from './pages.ts';
-import { field, type Form } from './routes.ts';
+import { field, type DashboardKit, type Form } from './kit.ts';
+import { daysOf } from './list-routes.ts';
 import { needsReauthentication, type DashboardSession } from './sessions.ts';
 import {
   activityPage,
@@ -30,23 +31,7 @@ import {
   type SettlementListFilter,
 } from './settings-pages.ts';
 
-/** What dashboardRoutes lends the pages registered here. */
-export interface DashboardHelpers {
-  signedIn: (permission?: DashboardPermission) => (request: FastifyRequest, reply: FastifyReply) => Promise<unknown>;
-  html: (reply: FastifyReply, status: number, body: string) => FastifyReply;
-  redirect: (reply: FastifyReply, to: string) => FastifyReply;
-  actorOf: (session: DashboardSession) => Actor;
-  reauthenticationProblem: (request: FastifyRequest) => Promise<string | undefined>;
-}
-
 const ROWS_A_PAGE = 50;
-const DAY = /^\d{4}-\d{2}-\d{2}$/;
-/** A YYYY-MM-DD date as its first instant, UTC; undefined when it is not one. */
-const dayStart = (day: string) => {
-  const at = DAY.test(day) ? new Date(`${day}T00:00:00Z`) : new Date(NaN);
-  return Number.isNaN(at.getTime()) || at.toISOString().slice(0, 10) !== day ? undefined : at;
-};
-const nextDay = (at: Date) => new Date(at.getTime() + 86_400_000);
 
 type ListQuery = Partial<Record<keyof SettlementListFilter | 'page', string>>;
 
@@ -59,7 +44,7 @@ export interface SettingsRouteDeps extends Pick<ReadYourWrites, 'settle' | 'caug
   settlementWalletProblem: (chain: ChainName, address: string) => Promise<string | undefined>;
 }
 
-export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteDeps, helpers: DashboardHelpers) {
+export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteDeps, helpers: DashboardKit) {
   const { db, config, merchants, settle } = ctx;
   const { signedIn, html, redirect, actorOf, reauthenticationProblem } = helpers;
   const chains = config.chains;
@@ -78,8 +63,7 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
       from: query.from ?? '',
       to: query.to ?? '',
     };
-    const from = filter.from ? dayStart(filter.from) : undefined;
-    const to = filter.to ? dayStart(filter.to) : undefined;
+    const days = daysOf(filter.from, filter.to);
     const pageNumber = Number(query.page ?? '1');
     const problem =
       filter.status && !(SETTLEMENT_STATUSES as readonly string[]).includes(filter.status)
@@ -88,15 +72,14 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
           ? 'Choose a chain from the list.'
           : filter.token && !tokens.includes(filter.token)
             ? 'Choose a token from the list.'
-            : (filter.from && !from) || (filter.to && !to)
-              ? 'Dates are written YYYY-MM-DD.'
-              : from && to && to < from
-                ? 'The first date is after the last.'
-                : !Number.isInteger(pageNumber) || pageNumber < 1 || pageNumber > 1_000_000
-                  ? 'There is no such page.'
-                  : undefined;
-    // `to` is the whole last day: up to the instant before the next one.
-    return { filter, from, toEnd: to && nextDay(to), page: pageNumber, problem };
+            : typeof days === 'string'
+              ? days
+              : !Number.isInteger(pageNumber) || pageNumber < 1 || pageNumber > 1_000_000
+                ? 'There is no such page.'
+                : undefined;
+    // `toEnd` is the whole last day: up to the instant before the next one.
+    const { from, to: toEnd } = typeof days === 'string' ? {} : days;
+    return { filter, from, toEnd, page: pageNumber, problem };
   }
 
   scope.get<{ Querystring: ListQuery }>(

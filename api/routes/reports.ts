@@ -1,7 +1,10 @@
 // Reports for finance tools (operations.md §3): GET /api/v1/reports/{kind},
 // streamed as CSV or NDJSON. Columns and rules: docs/reports.md.
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
+import type { Kysely } from 'kysely';
+import type { SqlEngine } from '../../adapters/sql/database.ts';
+import type { ReadModelTables } from '../../projections/schema.ts';
 import { Type } from 'typebox';
 import { instantOf, isTimeZone } from '../../projections/report-time.ts';
 import { isReportKind, reportKinds } from '../../projections/reports.ts';
@@ -45,6 +48,17 @@ export function reportRequestOf(
   return { kind, format: format as ReportFormat, timeZone, scope: { merchantId, from, to } };
 }
 
+/** The report streamed as an attachment named after its kind and days (also the dashboard's CSV exports). */
+export async function sendReport(reply: FastifyReply, db: ReadModels, report: ReportRequest, engine: SqlEngine) {
+  const stream = await reportStream(db, report, engine);
+  const span = [report.scope.from, report.scope.to].map((d) => d?.toISOString().slice(0, 10) ?? 'all');
+  return reply
+    .type(contentTypeOf(report.format))
+    .header('Content-Disposition', `attachment; filename="${report.kind}-${span.join('-')}.${report.format}"`)
+    .header('Cache-Control', 'no-store')
+    .send(stream);
+}
+
 /** What these routes use of the service. */
 export interface ReportRouteDeps {
   auth: Authentication;
@@ -70,13 +84,7 @@ export async function reportRoutes(scope: FastifyInstance, { auth, db, database 
     },
     async (request, reply) => {
       const report = reportRequestOf(request.caller!.merchantId, request.params.kind, request.query);
-      const stream = await reportStream(db, report, database.engine);
-      const span = [report.scope.from, report.scope.to].map((d) => d?.toISOString().slice(0, 10) ?? 'all');
-      return reply
-        .type(contentTypeOf(report.format))
-        .header('Content-Disposition', `attachment; filename="${report.kind}-${span.join('-')}.${report.format}"`)
-        .header('Cache-Control', 'no-store')
-        .send(stream);
+      return sendReport(reply, db, report, database.engine);
     },
   );
 }

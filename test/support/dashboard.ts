@@ -3,6 +3,8 @@
 // needs one), signed in, with the session cookie and CSRF token kept.
 import assert from 'node:assert/strict';
 import { totpCode } from '../../api/dashboard/credentials.ts';
+import { defaultConfirmations } from '../../api/config.ts';
+import { eventually } from './merchant.ts';
 import type { RunningService } from './service.ts';
 
 /** Long and uncommon enough for the invitation's checks. */
@@ -89,4 +91,37 @@ export async function dashboardClient(svc: RunningService, merchantId: string, e
   const overview = await client.get('/dashboard');
   csrf = /name="_csrf" value="([^"]+)"/.exec(overview.text)![1]!;
   return client;
+}
+
+/** An invoice of `amount` USD, paid with `paid` of `token` on the sandbox Ethereum and confirmed; its id. */
+export async function paidOnEthereum(
+  svc: RunningService,
+  key: string,
+  payment: { amount: string; token: string; paid: string; metadata?: Record<string, string> },
+) {
+  const created = await svc.call('POST', '/api/v1/payments', {
+    token: key,
+    body: {
+      amount: payment.amount,
+      currency: 'USD',
+      chain: 'ethereum',
+      token: payment.token,
+      metadata: payment.metadata,
+    },
+  });
+  assert.equal(created.status, 201, JSON.stringify(created.body));
+  const { paymentId, address } = created.body.data;
+  const admin = (path: string, body: unknown) => svc.call('POST', path, { token: svc.adminToken, body });
+  const sent = await admin('/dev/v1/chains/ethereum/transfers', {
+    to: address,
+    amount: payment.paid,
+    token: payment.token,
+  });
+  assert.equal(sent.status, 201, JSON.stringify(sent.body));
+  await admin('/dev/v1/chains/ethereum/blocks', { count: defaultConfirmations.ethereum });
+  await eventually(
+    async () => (await svc.call('GET', `/api/v1/invoices/${paymentId}/status`)).body.data,
+    (s) => s.status === 'confirmed',
+  );
+  return paymentId as string;
 }

@@ -243,8 +243,9 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  * The deposit pays the refund when the invoice's settlement, on the same
  * asset and address, takes the hold: decided on the settlement's stream, so
  * a refund and the settlement's payout never both spend the same coins.
- * Undefined when it does not (already being paid out, another asset, a UTXO
- * chain whose sweep spends the deposit's coins whole, no settlement).
+ * Undefined when it does not (already being paid out, another asset, no
+ * settlement, or on a chain whose payouts spend coins whole another refund
+ * from the deposit on its way).
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
   const { store, clock } = deps;

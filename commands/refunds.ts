@@ -564,7 +564,8 @@ export class RefundPayouts implements PayoutKind {
       settlementDecider,
       settlementStreamName(settlementIdOf(refund.invoiceId)),
     );
-    return settlement ? payoutSources(settlement) : undefined;
+    // None recorded (an older settlement): none named, so a UTXO chain refuses rather than scans the deposit.
+    return (settlement && payoutSources(settlement)) ?? [];
   }
 
   private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {

@@ -4,7 +4,8 @@ import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts'
 import type { ChainBlock, ChainTransfer } from '../adapters/chains/port.ts';
 import { findToken, type ChainName } from '../domain/catalogue.ts';
 import { DomainError } from '../domain/decider.ts';
-import { classifyPayment, invoiceDecider, invoiceStreamName } from '../domain/invoice.ts';
+import { classifyPayment, invoiceDecider, invoiceStreamName, type Invoice } from '../domain/invoice.ts';
+import { payoutSources, settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
 import { paymentDecider, paymentStreamName, type PaymentEvent } from '../domain/payment.ts';
 import type { Reactor } from '../projections/engine.ts';
 import { handleCommand, loadState } from './handle.ts';
@@ -14,6 +15,22 @@ export interface WatchedAddress {
   invoiceId: string;
   chain: ChainName;
   address: string;
+}
+
+/**
+ * A transaction that spends one of the deposit's own coins (a payment it
+ * received, or the change a refund paid back to it) is the service's payout:
+ * only the deposit key can sign it. What it pays back to the deposit is a
+ * refund's change, which the settlement pays out, not a payment.
+ */
+async function isChangeOfOwnPayout(store: EventStore, invoice: Invoice, spends: { txHash: string; index: number }[]) {
+  const key = (c: { txHash: string; index: number }) => `${c.txHash}:${c.index}`;
+  const settlement = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));
+  const coins = new Set([
+    ...invoice.payments.flatMap((p) => (p.outputIndex === undefined ? [] : [key({ ...p, index: p.outputIndex })])),
+    ...(settlement ? (payoutSources(settlement) ?? []).map(key) : []),
+  ]);
+  return spends.some((s) => coins.has(key(s)));
 }
 
 export function paymentCommands(store: EventStore, clock: Clock) {
@@ -31,6 +48,7 @@ export function paymentCommands(store: EventStore, clock: Clock) {
       if (!token) return undefined; // a token the catalogue does not know is not a payment we can value
       const invoice = await loadState(store, invoiceDecider, invoiceStreamName(watched.invoiceId));
       if (!invoice) return undefined;
+      if (transfer.spends?.length && (await isChangeOfOwnPayout(store, invoice, transfer.spends))) return undefined;
       const detectedAt = clock.now().toISOString();
       const paidAt = block.timestamp.toISOString();
       const { wrongToken } = classifyPayment(invoice, {

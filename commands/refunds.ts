@@ -35,7 +35,14 @@ import {
   type RefundPayer,
 } from '../domain/refund.ts';
 import { cancelOverLimit, OVER_LIMIT, reactToRefundEvent, type RefundSagaAction } from '../domain/refund-saga.ts';
-import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
+import {
+  payoutSources,
+  settlementDecider,
+  settlementIdOf,
+  settlementStreamName,
+  type PayoutSource,
+  type RefundCoins,
+} from '../domain/settlement.ts';
 import { eventsByStream } from '../projections/batch.ts';
 import type { Projector, Reactor } from '../projections/engine.ts';
 import { expiredClaims, refundRowOf, refundView } from '../projections/refunds.ts';
@@ -237,8 +244,9 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  * The deposit pays the refund when the invoice's settlement, on the same
  * asset and address, takes the hold: decided on the settlement's stream, so
  * a refund and the settlement's payout never both spend the same coins.
- * Undefined when it does not (already being paid out, another asset, a UTXO
- * chain whose sweep spends the deposit's coins whole, no settlement).
+ * Undefined when it does not (already being paid out, another asset, no
+ * settlement, or on a chain whose payouts spend coins whole another refund
+ * from the deposit on its way).
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
   const { store, clock } = deps;
@@ -252,6 +260,7 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
       token: refund.token,
       fromAddress: settlement.fromAddress,
       amount: refund.amount,
+      ...(deps.chains.get(refund.chain as ChainName)?.spendsCoinsWhole && { oneAtATime: true }),
       now: clock.now().toISOString(),
     });
   } catch (error) {
@@ -476,6 +485,15 @@ export function refundWebhooks(publicBaseUrl: string): Projector<RefundHistories
   };
 }
 
+/** The adapter's account of a prepared refund's coins, as the refund records them (amounts as integer strings). */
+function coinsOf(txHash: string, coins: NonNullable<PreparedTransaction['coins']>): RefundCoins {
+  const { spent, change } = coins;
+  return {
+    spent: spent.map((c) => ({ txHash: c.txHash, index: c.index, amount: c.amount.toString() })),
+    change: change && { txHash, index: change.index, amount: change.amount.toString() },
+  };
+}
+
 /** How soon a refund waiting for its wallet to be funded looks at the balance again. */
 const FUNDS_LOOK_MS = 5_000;
 
@@ -531,6 +549,26 @@ export class RefundPayouts implements PayoutKind {
     return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock, this.statuses.take(refundId));
   }
 
+  /**
+   * The coins a refund spends, on a chain that names them (an account chain
+   * ignores them): an earlier attempt's, so that at most one attempt can be
+   * mined; else, from the deposit, the settlement's (a payment a refund spent
+   * already replaced by its change); else none, and the adapter finds the
+   * refund wallet's on the chain.
+   */
+  private async coinsToSpend(refund: Refund): Promise<PayoutSource[] | undefined> {
+    const earlier = Object.values(refund.coins)[0];
+    if (earlier) return earlier.spent;
+    if (refund.payer?.fundedFrom !== 'deposit') return undefined;
+    const settlement = await loadState(
+      this.deps.store,
+      settlementDecider,
+      settlementStreamName(settlementIdOf(refund.invoiceId)),
+    );
+    // None recorded (an older settlement): none named, so a UTXO chain refuses rather than scans the deposit.
+    return (settlement && payoutSources(settlement)) ?? [];
+  }
+
   private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {
     kind: 'refund',
     load: async (id) => {
@@ -540,6 +578,7 @@ export class RefundPayouts implements PayoutKind {
     prepare: async (refund, chain) => {
       let ours: PreparedTransaction;
       try {
+        const sources = await this.coinsToSpend(refund);
         ours = await chain.prepareTransfer({
           from: { address: refund.payer!.fromAddress, derivationIndex: refund.payer!.derivationIndex },
           to: refund.destination!,
@@ -548,6 +587,8 @@ export class RefundPayouts implements PayoutKind {
           // The same reference always prepares the same transaction: it names what this one pays.
           reference: `refund/${refund.id}/${refund.attempt}/${refund.destination}/${refund.netAmount}`,
           fees: { platform: 0n, network: refund.networkFee },
+          payout: 'refund',
+          ...(sources && { sources: sources.map((s) => ({ ...s, amount: BigInt(s.amount) })) }),
         });
       } catch (error) {
         await this.recorder.recordFailure(refund, error);
@@ -557,6 +598,7 @@ export class RefundPayouts implements PayoutKind {
         type: 'PrepareTransaction',
         txHash: ours.txHash,
         raw: ours.raw,
+        ...(ours.coins && { coins: coinsOf(ours.txHash, ours.coins) }),
         now: this.now(),
       });
       // Only what the stream holds is ever sent: another process's transaction, if it recorded one first.

@@ -22,6 +22,7 @@ import {
   type Settlement,
   type SettlementCommand,
   type SettlementCompleted,
+  payoutSources,
   waitsForRefund,
 } from '../domain/settlement.ts';
 import type { Reactor } from '../projections/engine.ts';
@@ -226,6 +227,7 @@ export class SettlementPayouts implements PayoutKind {
 
   /** Prepares and records the attempt's transaction; a refusal is recorded as a failure. */
   private async prepare(settlement: Settlement, chain: ChainAdapter): Promise<PreparedTransaction | null> {
+    const sources = payoutSources(settlement);
     let ours: PreparedTransaction;
     try {
       ours = await chain.prepareTransfer({
@@ -236,8 +238,9 @@ export class SettlementPayouts implements PayoutKind {
         // The same reference always prepares the same transaction: it names what this one pays.
         reference: `${settlement.id}/${settlement.attempt}/${settlement.merchantWallet}/${settlement.netAmount}`,
         fees: { platform: settlement.platformFee, network: settlement.networkFee },
-        ...(settlement.sources && {
-          sources: settlement.sources.map((s) => ({ txHash: s.txHash, index: s.index, amount: BigInt(s.amount) })),
+        // The payments, with a refund's change in place of the coins that refund spent.
+        ...(sources && {
+          sources: sources.map((s) => ({ txHash: s.txHash, index: s.index, amount: BigInt(s.amount) })),
         }),
       });
     } catch (error) {

@@ -7,7 +7,7 @@
 // holds the invoice's settlement back; its end lets the settlement go on.
 import type { InvoiceCommand } from './invoice.ts';
 import type { RefundCommand, RefundEvent } from './refund.ts';
-import { settlementIdOf, type SettlementCommand } from './settlement.ts';
+import { settlementIdOf, type RefundCoins, type SettlementCommand } from './settlement.ts';
 
 export type RefundSagaAction =
   | { to: 'invoice'; invoiceId: string; command: InvoiceCommand }
@@ -21,10 +21,10 @@ export function reactToRefundEvent(refundId: string, event: RefundEvent): Refund
   const release = (invoiceId: string, now: string): RefundSagaAction[] => [
     { to: 'invoice', invoiceId, command: { type: 'ReleaseRefund', refundId, now } },
   ];
-  const endHold = (invoiceId: string, paid: boolean, now: string): RefundSagaAction => ({
+  const endHold = (invoiceId: string, paid: boolean, now: string, coins?: RefundCoins): RefundSagaAction => ({
     to: 'settlement',
     settlementId: settlementIdOf(invoiceId),
-    command: { type: 'ReleaseRefund', refundId, paid, now },
+    command: { type: 'ReleaseRefund', refundId, paid, ...(coins && { coins }), now },
   });
   switch (event.type) {
     case 'RefundCreated': {
@@ -44,7 +44,8 @@ export function reactToRefundEvent(refundId: string, event: RefundEvent): Refund
       const d = event.data;
       const command: InvoiceCommand = { type: 'RecordRefund', refundId, txHash: d.txHash, now: d.completedAt };
       const recorded: RefundSagaAction = { to: 'invoice', invoiceId: d.invoiceId, command };
-      return d.fundedFrom === 'deposit' ? [recorded, endHold(d.invoiceId, true, d.completedAt)] : [recorded];
+      // The settlement then pays out the refund's change instead of the coins it spent (a UTXO chain).
+      return d.fundedFrom === 'deposit' ? [recorded, endHold(d.invoiceId, true, d.completedAt, d.coins)] : [recorded];
     }
     // Never to be paid: the amount is given back to what the invoice can refund.
     case 'RefundCanceled': {

@@ -19,7 +19,7 @@ import {
   noAttemptYet,
   type PayoutAttempts,
 } from './payout-attempt.ts';
-import type { SettlementFailureReason } from './settlement.ts';
+import type { RefundCoins, SettlementFailureReason } from './settlement.ts';
 import { streams } from './streams.ts';
 
 export const refundStreamName = streams.refund.name;
@@ -91,7 +91,14 @@ export type RefundApproved = DomainEvent<
 export type RefundFunded = DomainEvent<'RefundFunded', { fundedAt: string }>;
 export type RefundTransactionPrepared = DomainEvent<
   'RefundTransactionPrepared',
-  { attempt: number; txHash: string; raw: string; preparedAt: string }
+  {
+    attempt: number;
+    txHash: string;
+    raw: string;
+    /** A UTXO chain's: the coins it spends and its change back to the payer. */
+    coins?: RefundCoins;
+    preparedAt: string;
+  }
 >;
 export type RefundSubmitted = DomainEvent<'RefundSubmitted', { attempt: number; txHash: string; submittedAt: string }>;
 export type RefundCompleted = DomainEvent<
@@ -104,6 +111,8 @@ export type RefundCompleted = DomainEvent<
     completedAt: string;
     /** Where it was paid from: a refund from the deposit lets the settlement go on (see refund-saga.ts). */
     fundedFrom?: RefundFunding;
+    /** The mined transaction's coins (a UTXO chain): the settlement pays out its change instead of what it spent. */
+    coins?: RefundCoins;
   }
 >;
 /** As SettlementFailed: `rejected` means the chain refused it for good; otherwise the same transaction is sent again. */
@@ -171,7 +180,7 @@ export type RefundCommand =
   | { type: 'MarkFunded'; now: string }
   | { type: 'Cancel'; now: string; reason?: string }
   | { type: 'Expire'; now: string }
-  | { type: 'PrepareTransaction'; txHash: string; raw: string; now: string }
+  | { type: 'PrepareTransaction'; txHash: string; raw: string; coins?: RefundCoins; now: string }
   | { type: 'MarkSubmitted'; txHash: string; now: string }
   | { type: 'MarkCompleted'; txHash: string; blockNumber: number; confirmations: number; now: string }
   | {
@@ -204,6 +213,8 @@ export interface Refund extends PayoutAttempts {
   payer: RefundPayer | null;
   /** The current attempt's transaction was broadcast. */
   submitted: boolean;
+  /** Each prepared transaction's coins, by its hash (a UTXO chain): every attempt spends the same ones. */
+  coins: Record<string, RefundCoins>;
   failureReason: string | null;
   failureCode: RefundFailureReason | null;
   createdAt: string;
@@ -309,7 +320,13 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
       return [
         {
           type: 'RefundTransactionPrepared',
-          data: { attempt: state.attempt, txHash: command.txHash, raw: command.raw, preparedAt: command.now },
+          data: {
+            attempt: state.attempt,
+            txHash: command.txHash,
+            raw: command.raw,
+            ...(command.coins && { coins: command.coins }),
+            preparedAt: command.now,
+          },
         },
       ];
     case 'MarkSubmitted':
@@ -329,6 +346,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
           data: {
             invoiceId: state.invoiceId,
             ...(state.payer && { fundedFrom: state.payer.fundedFrom }),
+            ...(state.coins[command.txHash] && { coins: state.coins[command.txHash] }),
             txHash: command.txHash,
             blockNumber: command.blockNumber,
             confirmations: command.confirmations,
@@ -372,6 +390,7 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
       payer: null,
       ...noAttemptYet,
       submitted: false,
+      coins: {},
       failureReason: null,
       failureCode: null,
       createdAt,
@@ -406,6 +425,7 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
       return {
         ...state,
         ...afterPrepared(state, event.data.txHash, event.data.raw),
+        ...(event.data.coins && { coins: { ...state.coins, [event.data.txHash]: event.data.coins } }),
         updatedAt: event.data.preparedAt,
       };
     case 'RefundSubmitted':

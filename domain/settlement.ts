@@ -49,6 +49,17 @@ export interface PayoutSource {
   amount: string;
 }
 
+/**
+ * What a refund's payout from the deposit did to its coins (a UTXO chain):
+ * the coins it spent, and its change back to the deposit (null: the rest was
+ * below the dust limit and went to the miners). The settlement then pays out
+ * the change instead of the spent coins.
+ */
+export interface RefundCoins {
+  spent: PayoutSource[];
+  change: PayoutSource | null;
+}
+
 export interface SettlementSource {
   chain: string;
   token: string;
@@ -170,7 +181,7 @@ export type SettlementRefundHeld = DomainEvent<
 /** The held refund was paid (its amount stays out of the settlement), or will never be (it comes back). */
 export type SettlementRefundReleased = DomainEvent<
   'SettlementRefundReleased',
-  { refundId: string; paid: boolean; releasedAt: string }
+  { refundId: string; paid: boolean; coins?: RefundCoins; releasedAt: string }
 >;
 
 export type SettlementEvent =
@@ -220,14 +231,25 @@ export type SettlementCommand =
   | { type: 'Retry'; now: string }
   | { type: 'ResolveAttention'; note: string; now: string }
   /** Refused (conflict) once a payout is prepared, or for another asset or address: the refund is then paid another way. */
-  | { type: 'HoldForRefund'; refundId: string; token: string; fromAddress: string; amount: bigint; now: string }
-  | { type: 'ReleaseRefund'; refundId: string; paid: boolean; now: string };
+  | {
+      type: 'HoldForRefund';
+      refundId: string;
+      token: string;
+      fromAddress: string;
+      amount: bigint;
+      /** The chain's payouts spend coins whole (Bitcoin): refused while another refund from the deposit is on its way. */
+      oneAtATime?: boolean;
+      now: string;
+    }
+  /** `coins`: what the paid refund spent of the deposit and gave back as change (a UTXO chain). */
+  | { type: 'ReleaseRefund'; refundId: string; paid: boolean; coins?: RefundCoins; now: string };
 
 /** A refund paid from the deposit; `paid` once it is out. */
 export interface RefundHold {
   refundId: string;
   amount: bigint;
   paid: boolean;
+  coins?: RefundCoins;
 }
 
 export interface Settlement extends SettlementSource, PayoutAttempts {
@@ -299,6 +321,20 @@ const heldForRefunds = (s: Settlement) => s.refundHolds.reduce((sum, h) => sum +
 
 /** A refund from the deposit is on its way: the settlement waits for it. */
 export const waitsForRefund = (s: Settlement) => s.refundHolds.some((h) => !h.paid);
+
+const outpoint = (c: PayoutSource) => `${c.txHash}:${c.index}`;
+
+/**
+ * The coins the settlement's payout spends: the payments it pays out, less
+ * those a refund from the deposit spent, plus each such refund's change.
+ * Undefined where no payments were recorded (older settlements).
+ */
+export function payoutSources(s: Pick<Settlement, 'sources' | 'refundHolds'>): PayoutSource[] | undefined {
+  if (!s.sources) return undefined;
+  const coins = s.refundHolds.flatMap((h) => h.coins ?? []);
+  const spent = new Set(coins.flatMap((c) => c.spent).map(outpoint));
+  return [...s.sources, ...coins.flatMap((c) => c.change ?? [])].filter((c) => !spent.has(outpoint(c)));
+}
 
 /** Not yet paid out: nothing is prepared, or what was prepared the chain refused for good. */
 const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
@@ -437,6 +473,9 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
   if (command.token !== state.token || command.fromAddress !== state.fromAddress) {
     throw new DomainError('conflict', 'The settlement pays out another asset or address');
   }
+  if (command.oneAtATime && waitsForRefund(state)) {
+    throw new DomainError('conflict', 'Another refund from the deposit is on its way');
+  }
   if (command.amount <= 0n || command.amount > state.grossAmount - heldForRefunds(state)) {
     throw new DomainError('conflict', 'The deposit holds less than the refund');
   }
@@ -468,7 +507,12 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       if (!hold || hold.paid) return [];
       const released: SettlementRefundReleased = {
         type: 'SettlementRefundReleased',
-        data: { refundId: command.refundId, paid: command.paid, releasedAt: command.now },
+        data: {
+          refundId: command.refundId,
+          paid: command.paid,
+          ...(command.paid && command.coins && { coins: command.coins }),
+          releasedAt: command.now,
+        },
       };
       if (command.paid) return [released];
       const after = evolve(state, released)!;
@@ -599,9 +643,9 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       return { ...state, refundHolds: [...state.refundHolds, hold], updatedAt: heldAt };
     }
     case 'SettlementRefundReleased': {
-      const { refundId, paid, releasedAt } = event.data;
+      const { refundId, paid, coins, releasedAt } = event.data;
       const refundHolds = paid
-        ? state.refundHolds.map((h) => (h.refundId === refundId ? { ...h, paid: true } : h))
+        ? state.refundHolds.map((h) => (h.refundId === refundId ? { ...h, paid: true, ...(coins && { coins }) } : h))
         : state.refundHolds.filter((h) => h.refundId !== refundId);
       return { ...state, refundHolds, updatedAt: releasedAt };
     }

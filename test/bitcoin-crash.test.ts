@@ -3,7 +3,9 @@
 // missed, and a kill between a sweep's signing and its broadcast, or between
 // its broadcast and its record, sends exactly one payout, even when the
 // payout is mined and all its outputs spent while the service is down (it is
-// found by its txid) and the customer pays the same address again.
+// found by its txid) and the customer pays the same address again. The
+// same kills around a refund from the deposit: the customer is paid once,
+// and the settlement afterwards sweeps the refund's change.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -54,7 +56,9 @@ describe('crashes on the Bitcoin test node', () => {
     }
   }
   async function merchant(url: string, wallet: string) {
-    const m = (await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'BTC', settlementWallets: { bitcoin: wallet } })).body.data;
+    const m = (
+      await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'BTC', settlementWallets: { bitcoin: wallet } })
+    ).body.data;
     return (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data.key as string;
   }
   async function invoice(url: string, key: string) {
@@ -84,14 +88,21 @@ describe('crashes on the Bitcoin test node', () => {
       const invoices = [await invoice(url, key), await invoice(url, key), await invoice(url, key)];
       node.pay(payer, [{ address: invoices[0]!.address, sats: baseUnits(invoices[0]!.cryptoAmount, 8) }]);
       node.mine(1);
-      await eventually(() => status(url, invoices[0]!.paymentId), (s) => s.hasDetectedPayment);
+      await eventually(
+        () => status(url, invoices[0]!.paymentId),
+        (s) => s.hasDetectedPayment,
+      );
       running!.child.kill('SIGKILL');
       await running!.exited;
       for (const p of invoices.slice(1)) node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
       node.mine(2);
       url = await start();
       for (const p of invoices) {
-        await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+        await eventuallyMining(
+          () => node.mine(1),
+          () => status(url, p.paymentId),
+          (s) => ['confirmed', 'settled'].includes(s.status),
+        );
         const seen = await types(url, key, p.paymentId);
         assert.equal(seen.filter((t) => t === 'PaymentApplied').length, 1, `${p.paymentId} counted once`);
       }
@@ -118,7 +129,11 @@ describe('crashes on the Bitcoin test node', () => {
       node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
       node.mine(2);
       url = await start({ CHAIN_BITCOIN_TREASURY: treasuryKey.address });
-      const settled = await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => s.status === 'settled');
+      const settled = await eventuallyMining(
+        () => node.mine(1),
+        () => status(url, p.paymentId),
+        (s) => s.status === 'settled',
+      );
       assert.equal(settled.txHash, payout!.txid);
       node.mine(3);
       await new Promise((resolve) => setTimeout(resolve, 2_000)); // a few sweeper passes after it settled
@@ -138,11 +153,77 @@ describe('crashes on the Bitcoin test node', () => {
         assert.equal(exit, 'exited');
         assert.equal(running!.child.signalCode, 'SIGKILL');
         url = await start();
-        const settled = await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => s.status === 'settled');
+        const settled = await eventuallyMining(
+          () => node.mine(1),
+          () => status(url, p.paymentId),
+          (s) => s.status === 'settled',
+        );
         const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
         const net = BigInt(settlementAmounts(events).netAmount);
         assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: net }], 'paid once, exactly');
         assert.equal(events.filter((e) => e.type === 'SettlementTransactionPrepared').length, 1, 'one attempt');
+      });
+    });
+  }
+
+  for (const failpoint of ['refund:after-prepare', 'refund:after-broadcast']) {
+    it(`a kill at ${failpoint} sends a deposit refund once, and the settlement then sweeps its change`, async () => {
+      await withDataDir(async () => {
+        let url = await start({ FAILPOINTS: failpoint });
+        // No settlement wallet yet: the settlement waits, unprepared, and the refund is paid from the deposit.
+        const m = (await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'BTC refunds' })).body.data;
+        const key = (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data
+          .key as string;
+        const p = await invoice(url, key);
+        const received = baseUnits(p.cryptoAmount, 8) + 500_000n;
+        node.pay(payer, [{ address: p.address, sats: received }]);
+        await eventuallyMining(
+          () => node.mine(1),
+          async () => (await call(url, 'GET', `/api/v1/settlements?invoiceId=${p.paymentId}`, key)).body.data,
+          (list) => list.length === 1,
+        );
+        const customer = randomBitcoinKey().address;
+        const created = await call(url, 'POST', `/api/v1/invoices/${p.paymentId}/refunds`, key, {
+          kind: 'excess',
+          destination: customer,
+        });
+        assert.equal(created.status, 201, JSON.stringify(created.body));
+        const refundId = created.body.data.id as string;
+        const approved = await call(url, 'POST', `/api/v1/refunds/${refundId}/approve`, key);
+        assert.equal(approved.body.data?.fundedFrom, 'deposit', JSON.stringify(approved.body));
+        await minedUntilKilled();
+        assert.equal(running!.child.signalCode, 'SIGKILL');
+        url = await start();
+        const done = await eventuallyMining(
+          () => node.mine(1),
+          async () => (await call(url, 'GET', `/api/v1/refunds/${refundId}`, key)).body.data,
+          (r) => r.status === 'completed',
+        );
+        const net = baseUnits(done.netAmount, 8);
+        assert.deepEqual(
+          node.received(customer),
+          [{ txid: done.transactionHash, sats: net }],
+          'refunded once, exactly',
+        );
+        const wallet = randomBitcoinKey().address;
+        await call(url, 'PATCH', `/admin/v1/merchants/${m.id}`, ADMIN, { settlementWallets: { bitcoin: wallet } });
+        const settled = await eventuallyMining(
+          () => node.mine(1),
+          () => status(url, p.paymentId),
+          (s) => s.status === 'settled',
+        );
+        const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
+        assert.deepEqual(
+          node.received(wallet),
+          [{ txid: settled.txHash, sats: BigInt(settlementAmounts(events).netAmount) }],
+          'the rest settled once',
+        );
+        const sweep = node.minedTransaction(settled.txHash!);
+        assert.deepEqual(
+          sweep.ins.map((i) => `${Buffer.from(i.hash).reverse().toString('hex')}:${i.index}`),
+          [`${done.transactionHash}:1`],
+          "the sweep spends the refund's change",
+        );
       });
     });
   }

@@ -27,19 +27,30 @@ describe('a recorded mainnet block', () => {
   });
 
   it('yields every output that has an address, exactly as the raw bytes say', () => {
-    const text = coreJsonText({ hash: block.getId(), tx: block.transactions!.map((tx) => coreTransactionJson(tx, bitcoin.networks.bitcoin)) });
+    const text = coreJsonText({
+      hash: block.getId(),
+      tx: block.transactions!.map((tx) => coreTransactionJson(tx, bitcoin.networks.bitcoin)),
+    });
     assert.match(text, /"value":50\.00000000,/, 'amounts are JSON numbers, as Core prints them');
     const transfers = parseBitcoinBlock(parseCoreJson(text));
     const expected = block.transactions!.flatMap((tx) =>
       tx.outs.flatMap((out, index) => {
         // Bare public keys (P2PK) have no address: nothing can be paid to a deposit address that way.
-        if (bitcoin.script.decompile(out.script)?.at(-1) === bitcoin.opcodes.OP_CHECKSIG && out.script.length > 25) return [];
+        if (bitcoin.script.decompile(out.script)?.at(-1) === bitcoin.opcodes.OP_CHECKSIG && out.script.length > 25)
+          return [];
         const to = bitcoin.address.fromOutputScript(out.script, bitcoin.networks.bitcoin);
-        return [{ txHash: tx.getId(), index, to, token: 'BTC', amount: out.value }];
+        // The coins each transaction spends (none for a coinbase): what makes a deposit's own change known.
+        const spends = tx.ins.map((i) => ({ txHash: Buffer.from(i.hash).reverse().toString('hex'), index: i.index }));
+        return [
+          { txHash: tx.getId(), index, to, token: 'BTC', amount: out.value, ...(!tx.isCoinbase() && { spends }) },
+        ];
       }),
     );
     assert.equal(transfers.length, 12);
     assert.deepEqual(transfers, expected);
-    assert.ok(transfers.every((t) => /^1[1-9A-HJ-NP-Za-km-z]{25,33}$/.test(t.to)), 'mainnet P2PKH addresses');
+    assert.ok(
+      transfers.every((t) => /^1[1-9A-HJ-NP-Za-km-z]{25,33}$/.test(t.to)),
+      'mainnet P2PKH addresses',
+    );
   });
 });

@@ -396,6 +396,75 @@ describe('the refund aggregate', () => {
   });
 });
 
+describe("a refund's coins on a UTXO chain", () => {
+  const spent = [{ txHash: 'aa', index: 0, amount: '30000000' }];
+  const coinsOf = (txHash: string, change: string) => ({ spent, change: { txHash, index: 1, amount: change } });
+  const deposit: RefundEvent = {
+    type: 'RefundApproved',
+    data: {
+      fundedFrom: 'deposit',
+      fromAddress: 'bc1deposit',
+      derivationIndex: 3,
+      merchantId: MERCHANT_ID,
+      chain: 'bitcoin',
+      funded: true,
+      approvedAt: T1,
+    },
+  };
+  const preparedWith = (txHash: string, attempt: number, change: string): RefundEvent => ({
+    type: 'RefundTransactionPrepared',
+    data: { attempt, txHash, raw: '{}', coins: coinsOf(txHash, change), preparedAt: T1 },
+  });
+  const completed: RefundEvent = {
+    type: 'RefundCompleted',
+    data: {
+      invoiceId: INVOICE_ID,
+      fundedFrom: 'deposit',
+      coins: coinsOf('a1', '9999694'),
+      txHash: 'a1',
+      blockNumber: 7,
+      confirmations: 3,
+      completedAt: T1,
+    },
+  };
+
+  it('records what each transaction spends and gives back, and completes with the mined one’s', () => {
+    const sending = [created(), claimed, deposit];
+    given(refundDecider, sending)
+      .when({ type: 'PrepareTransaction', txHash: 'a1', raw: '{}', coins: coinsOf('a1', '9999694'), now: T1 })
+      .then([preparedWith('a1', 1, '9999694')]);
+    // The first was refused by the chain; its replacement spends the same coins at a higher fee.
+    const rejected: RefundEvent = {
+      type: 'RefundFailed',
+      data: {
+        invoiceId: INVOICE_ID,
+        fundedFrom: 'deposit',
+        attempt: 1,
+        reason: 'stuck',
+        code: 'rejected_by_network',
+        rejected: true,
+        retryAt: T1,
+        failedAt: T1,
+      },
+    };
+    const retried: RefundEvent = { type: 'RefundRetried', data: { attempt: 2, retriedAt: T1 } };
+    const both = [...sending, preparedWith('a1', 1, '9999694'), rejected, retried, preparedWith('b2', 2, '9999388')];
+    assert.deepEqual(Object.keys(fold(refundDecider, both)!.coins), ['a1', 'b2']);
+    // Whichever is mined, the settlement is told its change.
+    given(refundDecider, both)
+      .when({ type: 'MarkCompleted', txHash: 'a1', blockNumber: 7, confirmations: 3, now: T1 })
+      .then([completed]);
+  });
+
+  it("hands the settlement the refund's change in place of the coins it spent", () => {
+    assert.deepEqual(reactToRefundEvent(REFUND_ID, completed).at(-1), {
+      to: 'settlement',
+      settlementId: settlementIdOf(INVOICE_ID),
+      command: { type: 'ReleaseRefund', refundId: REFUND_ID, paid: true, coins: coinsOf('a1', '9999694'), now: T1 },
+    });
+  });
+});
+
 describe('the refund saga', () => {
   const release = (now: string) => [
     { to: 'invoice', invoiceId: INVOICE_ID, command: { type: 'ReleaseRefund', refundId: REFUND_ID, now } },

@@ -2,6 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import {
+  payoutSources,
   platformFeeOf,
   settlementDecider,
   settlementIdOf,
@@ -376,6 +377,83 @@ describe('settlement decider', () => {
         { type: 'SettlementRefundReleased', data: { refundId: 'r1', paid: false, releasedAt: T1 } },
         repriced('refund_released', '99000000'),
       ]);
+  });
+
+  it("on a UTXO chain, pays one refund at a time from the deposit, and then pays out each refund's change instead of the coins it spent", () => {
+    const payment = { txHash: 'aa', index: 0, amount: '60000000' };
+    const later = { txHash: 'bb', index: 1, amount: '40000000' };
+    const withCoins: SettlementEvent = {
+      ...requested('bc1merchant'),
+      data: { ...requested('bc1merchant').data, sources: [payment, later] },
+    } as SettlementEvent;
+    const hold = (refundId: string): SettlementCommand => ({
+      type: 'HoldForRefund',
+      refundId,
+      token: 'USDT',
+      fromAddress: 'TDeposit',
+      amount: 10_000_000n,
+      oneAtATime: true,
+      now: T1,
+    });
+    const held = (refundId: string): SettlementEvent => ({
+      type: 'SettlementRefundHeld',
+      data: { refundId, amount: '10000000', heldAt: T1 },
+    });
+    // Two at once would spend the same coins: the second is paid another way.
+    given(settlementDecider, [withCoins, held('r1')])
+      .when(hold('r2'))
+      .thenError('conflict', 'Another refund from the deposit is on its way');
+    // The refund spent both coins; its change came back to the deposit.
+    const first = { spent: [payment, later], change: { txHash: 'cc', index: 1, amount: '89999700' } };
+    const paid: SettlementEvent = {
+      type: 'SettlementRefundReleased',
+      data: { refundId: 'r1', paid: true, coins: first, releasedAt: T1 },
+    };
+    given(settlementDecider, [withCoins, held('r1')])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, coins: first, now: T1 })
+      .then([paid]);
+    const afterFirst = given(settlementDecider, [withCoins, held('r1'), paid]).state!;
+    assert.deepEqual(payoutSources(afterFirst), [first.change]);
+    // A second refund, once the first is out, spends that change; the settlement then pays out its change.
+    assert.equal(given(settlementDecider, [withCoins, held('r1'), paid]).state!.status, 'pending');
+    const second = { spent: [first.change], change: { txHash: 'dd', index: 1, amount: '79999400' } };
+    const afterSecond = given(settlementDecider, [
+      withCoins,
+      held('r1'),
+      paid,
+      held('r2'),
+      { type: 'SettlementRefundReleased', data: { refundId: 'r2', paid: true, coins: second, releasedAt: T1 } },
+    ]).state!;
+    assert.deepEqual(payoutSources(afterSecond), [second.change]);
+    // A refund whose rest was dust gave nothing back: nothing of the deposit is left to pay out.
+    const dust = given(settlementDecider, [
+      withCoins,
+      held('r1'),
+      {
+        type: 'SettlementRefundReleased',
+        data: { refundId: 'r1', paid: true, coins: { spent: [payment, later], change: null }, releasedAt: T1 },
+      },
+    ]).state!;
+    assert.deepEqual(payoutSources(dust), []);
+    // A refund never paid spent nothing: its coins are not recorded.
+    given(settlementDecider, [withCoins, held('r1')])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: false, coins: first, now: T1 })
+      .then([
+        { type: 'SettlementRefundReleased', data: { refundId: 'r1', paid: false, releasedAt: T1 } },
+        {
+          type: 'SettlementRepriced',
+          data: {
+            grossAmount: '100000000',
+            platformFee: '1000000',
+            networkFee: '0',
+            netAmount: '99000000',
+            cause: 'refund_released',
+            repricedAt: T1,
+          },
+        },
+      ]);
+    // Without a recorded payment list (an older settlement) there is nothing to name.
+    assert.equal(payoutSources(given(settlementDecider, [requested(null)]).state!), undefined);
   });
 
   it('keeps the platform fee on what was received but never more than a refund leaves, failing when nothing is left', () => {

@@ -26,6 +26,16 @@
 // coins, so at most one attempt can ever be mined. A payout is found in the
 // chain by its txid (the blocks since it was prepared), never by whether its
 // outputs are still unspent: a merchant may spend them at once.
+//
+// Refunds (payout 'refund'): the same transaction's shape, the customer paid
+// `amount` and the rest sent back to the payer as change instead of to the
+// treasury, at exactly the quoted fee (sized for any customer address) unless
+// the real size asks more, which the change pays. From a deposit it spends
+// the coins the refund names (the settlement's, see domain/settlement.ts
+// payoutSources); the settlement then sweeps the change. From a refund wallet
+// it spends the wallet's confirmed coins, read with `scantxoutset` (one scan
+// at a time, as Core allows) less those a mempool transaction spends; a later
+// attempt names the first one's coins, so at most one can be mined.
 import { readFile } from 'node:fs/promises';
 import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
@@ -54,6 +64,13 @@ const bitcoinjsNetwork: Record<BitcoinCoreChain, bitcoin.Network> = {
 
 /** vbytes of the quoted sweep: one P2WPKH input and two P2WPKH outputs (10.5 + 68 + 2 × 31, rounded up). */
 const QUOTED_VBYTES = 141n;
+/**
+ * vbytes of the quoted refund: one P2WPKH input, the customer's output of
+ * the largest standard kind (P2TR or P2WSH, 43) and the change (P2WPKH, 31):
+ * 10.5 + 68 + 43 + 31, rounded up. A refund pays exactly its quote, which
+ * covers any customer address at the quoted rate.
+ */
+const REFUND_VBYTES = 153n;
 const RBF_SEQUENCE = 0xfffffffd;
 const COINBASE_MATURITY = 100;
 /** Blocks looked through for a payout this process knows nothing of (after a restart): a week. */
@@ -128,7 +145,7 @@ function preparedSweep(raw: string): { hex: string; since?: number } {
 
 interface RpcTx {
   txid: string;
-  vin: { coinbase?: string }[];
+  vin: { coinbase?: string; txid?: string; vout?: number }[];
   vout: { value: string; n: number; scriptPubKey: { address?: string; hex: string } }[];
 }
 interface RpcBlock {
@@ -173,6 +190,9 @@ export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] 
   for (const tx of block.tx) {
     // consensus/tx_verify.cpp CheckTxInputs: a coinbase output is spendable in the 100th block after its own.
     const coinbase = tx.vin?.[0]?.coinbase !== undefined;
+    const spends = coinbase
+      ? []
+      : (tx.vin ?? []).flatMap((i) => (i.txid === undefined ? [] : [{ txHash: i.txid, index: i.vout! }]));
     for (const out of tx.vout) {
       const amount = satoshis(String(out.value));
       if (out.scriptPubKey.address && amount > 0n) {
@@ -183,6 +203,7 @@ export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] 
           token: 'BTC',
           amount,
           ...(coinbase && { spendableAfter: COINBASE_MATURITY }),
+          ...(spends.length > 0 && { spends }),
         });
       }
     }
@@ -192,12 +213,16 @@ export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] 
 
 export class BitcoinChain implements ChainAdapter {
   readonly chain: ChainName = 'bitcoin';
+  readonly paysRefunds = true;
+  readonly spendsCoinsWhole = true;
   readonly treasury: string;
   private readonly endpoint: string;
   private readonly network: bitcoin.Network;
   private readonly poller: HeadPoller;
   private readonly recentBlocks = new Map<string, ChainBlock>();
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
+  /** The last `scantxoutset` asked: the next waits for it (Core refuses a second scan meanwhile). */
+  private scans: Promise<unknown> = Promise.resolve();
   private authorization = '';
   private closed = false;
   /** sat/vB from the last estimatesmartfee, within the floor and cap. */
@@ -428,11 +453,17 @@ export class BitcoinChain implements ChainAdapter {
     }
   }
 
-  /** A quote: a sweep of one deposit output to the merchant and the treasury at the current fee rate (the real sweep may cost more; the platform's share pays the difference). */
-  networkFee(token: string): bigint {
+  /**
+   * A quote at the current fee rate. A settlement's: one coin swept to the
+   * merchant and the treasury (the treasury's share pays what the real sweep
+   * costs beyond it). A refund's: one coin to a customer address of any kind
+   * and the change, which the refund pays exactly (the change pays what more
+   * coins would cost beyond it). The payee always gets exactly the amount.
+   */
+  networkFee(token: string, payout: 'settlement' | 'refund' = 'settlement'): bigint {
     if (token !== 'BTC') return 0n;
     if (this.satsPerVbyte === undefined) throw new Error('bitcoin: no fee rate yet');
-    return QUOTED_VBYTES * this.satsPerVbyte;
+    return (payout === 'refund' ? REFUND_VBYTES : QUOTED_VBYTES) * this.satsPerVbyte;
   }
 
   /**
@@ -532,6 +563,52 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   /**
+   * A refund wallet's coins: its confirmed outputs in the UTXO set
+   * (`scantxoutset`, src/rpc/blockchain.cpp: it reads the chainstate, so
+   * unconfirmed coins are not in it), less those a mempool transaction spends
+   * already (`gettxspendingprevout`, src/rpc/mempool.cpp: another refund on
+   * its way) and coinbase outputs not yet mature. Core runs one scan at a
+   * time and refuses a second (-8), so this process asks one after another.
+   */
+  private walletCoins(address: string): Promise<SweepCoin[]> {
+    const scan = this.scans.then(async () => {
+      const found = await this.rpc<{
+        height: number;
+        unspents: {
+          txid: string;
+          vout: number;
+          scriptPubKey: string;
+          amount: string;
+          coinbase: boolean;
+          height: number;
+        }[];
+      }>('scantxoutset', ['start', [`addr(${address})`]]);
+      const mature = found.unspents.filter((u) => !u.coinbase || found.height - u.height + 1 >= COINBASE_MATURITY);
+      if (mature.length === 0) return [];
+      const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
+        mature.map(({ txid, vout }) => ({ txid, vout })),
+      ]);
+      return mature
+        .filter((_, i) => spending[i]?.spendingtxid === undefined)
+        .map((u) => ({
+          txid: u.txid,
+          vout: u.vout,
+          value: satoshis(u.amount),
+          script: Buffer.from(u.scriptPubKey, 'hex'),
+        }))
+        .sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
+    });
+    this.scans = scan.catch(() => undefined);
+    return scan;
+  }
+
+  /** What a refund wallet can spend now: its confirmed coins no pending transaction spends. */
+  async balanceOf(address: string, token: string): Promise<bigint> {
+    if (token !== 'BTC') return 0n;
+    return (await this.walletCoins(address)).reduce((sum, c) => sum + c.value, 0n);
+  }
+
+  /**
    * One transaction spends the payout's coins to the merchant (`amount`,
    * untouched) and the treasury (the rest). The fee is the quoted one, or
    * more when the real size at the current rate, or replacing an earlier
@@ -553,12 +630,16 @@ export class BitcoinChain implements ChainAdapter {
         `a payout of ${transfer.amount} sats to ${transfer.to} is dust (under ${dustThreshold(merchantScript)})`,
       );
     }
-    const coins = await this.sourceCoins(transfer);
+    const refund = transfer.payout === 'refund';
+    // A refund wallet's coins are found on the chain; a deposit's (and a later attempt's) are named.
+    const coins =
+      refund && !transfer.sources ? await this.walletCoins(transfer.from.address) : await this.sourceCoins(transfer);
     const inputs = coins.reduce((sum, c) => sum + c.value, 0n);
     const since = await this.rpc<number>('getblockcount', []);
     const { rate, incremental } = await this.sweepRates();
     const replacing = await this.replacementFloor(coins);
-    const treasuryScript = this.outputScript(this.treasury);
+    // A settlement's rest is the treasury's; a refund's comes back to the payer as change.
+    const restScript = this.outputScript(refund ? transfer.from.address : this.treasury);
     let fee = transfer.fees?.network ?? this.networkFee('BTC');
     let tx: bitcoin.Transaction | undefined;
     // The size depends on the signatures and on whether the treasury output is there: a few rounds settle it.
@@ -566,13 +647,13 @@ export class BitcoinChain implements ChainAdapter {
       const rest = inputs - transfer.amount - fee;
       if (rest < 0n) {
         throw new Error(
-          `bitcoin: the network fee of ${fee} sats (${rate} sat/kvB) is more than the platform's share can pay: ${transfer.from.address} holds ${inputs} sats for a payout of ${transfer.amount}`,
+          `bitcoin: the network fee of ${fee} sats (${rate} sat/kvB) is more than the ${refund ? "payer's change" : "platform's share"} can pay: ${transfer.from.address} holds ${inputs} sats for a payout of ${transfer.amount}`,
         );
       }
       tx = this.signSweep(key.keyPair, coins, [
         { script: merchantScript, value: transfer.amount },
-        // Below its dust limit the treasury's rest is left to the miners.
-        ...(rest >= dustThreshold(treasuryScript) ? [{ script: treasuryScript, value: rest }] : []),
+        // Below its dust limit the rest is left to the miners.
+        ...(rest >= dustThreshold(restScript) ? [{ script: restScript, value: rest }] : []),
       ]);
       const paid = inputs - tx.outs.reduce((sum, o) => sum + BigInt(o.value), 0n);
       const vsize = BigInt(tx.virtualSize());
@@ -590,7 +671,14 @@ export class BitcoinChain implements ChainAdapter {
         `bitcoin: the node would refuse the payout from ${transfer.from.address}: ${tested!['reject-reason']}`,
       );
     }
-    const prepared = { txHash: tx.getId(), raw: JSON.stringify({ hex: tx.toHex(), since }) };
+    const change = refund && tx.outs[1] ? { index: 1, amount: BigInt(tx.outs[1].value) } : null;
+    const prepared: PreparedTransaction = {
+      txHash: tx.getId(),
+      raw: JSON.stringify({ hex: tx.toHex(), since }),
+      ...(refund && {
+        coins: { spent: coins.map((c) => ({ txHash: c.txid, index: c.vout, amount: c.value })), change },
+      }),
+    };
     this.trackPayout(prepared.txHash, since);
     if (this.preparedByReference.size > 1000) this.preparedByReference.clear();
     this.preparedByReference.set(transfer.reference, prepared);

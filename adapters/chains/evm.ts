@@ -88,7 +88,7 @@ export interface EvmChainOptions {
   pollMs?: number;
   /** Blocks per eth_getLogs range (halved when the node refuses a range). */
   logBatchBlocks?: number;
-  /** Token sweeps below this many base units are not made (the gas would cost more); default one whole token. */
+  /** Token sweeps (not refunds) below this many base units are not made (the gas would cost more); default one whole token. */
   dustThresholds?: Record<string, bigint>;
   /** RPC retries: attempts and the first delay, doubled each time up to 10 s. */
   retry?: RetryPolicy;
@@ -602,8 +602,9 @@ export class EvmChain implements ChainAdapter {
     const token = this.tokens.find((t) => t.symbol === transfer.token);
     if (!token) throw new TransactionRejectedError(`${this.chain} has no token ${transfer.token}`);
     const platform = transfer.fees?.platform ?? 0n;
+    // A sweep this small costs the fee wallet more gas than it is worth; a refund is paid whatever its size.
     const dust = this.options.dustThresholds?.[token.symbol] ?? 10n ** BigInt(token.decimals);
-    if (transfer.amount + platform < dust) {
+    if (transfer.payout !== 'refund' && transfer.amount + platform < dust) {
       throw new TransactionRejectedError(
         `${transfer.amount + platform} ${token.symbol} base units is below the dust threshold of ${dust}`,
       );

@@ -17,6 +17,12 @@ export interface ChainTransfer {
    * at 100): the payment is not confirmed before it could be paid out.
    */
   spendableAfter?: number;
+  /**
+   * The coins its transaction spends (a UTXO chain): an output that pays a
+   * deposit back from that deposit's own coins is the service's change (a
+   * refund's), not a payment.
+   */
+  spends?: { txHash: string; index: number }[];
 }
 
 export interface ChainBlock {
@@ -101,6 +107,15 @@ export interface OutgoingTransfer {
    * later is never swept with them; an account chain may ignore them.
    */
   sources?: { txHash: string; index: number; amount: bigint }[];
+  /**
+   * 'refund': the payout takes only its amount and leaves the rest with the
+   * payer (for the deposit's settlement, or in the merchant's refund wallet);
+   * a settlement's sweep takes the deposit whole. On a UTXO chain what the
+   * coins hold beyond `amount` and the network fee comes back to `from` as
+   * change (no treasury output), and without `sources` the payer's coins are
+   * looked up on the chain (a refund wallet).
+   */
+  payout?: 'settlement' | 'refund';
 }
 
 /**
@@ -113,6 +128,16 @@ export interface PreparedTransaction {
   txHash: string;
   /** The adapter's own serialisation (e.g. signed raw bytes), JSON-safe, kept to broadcast it again after a crash. */
   raw: string;
+  /**
+   * A UTXO chain's refund: the coins it spends, and its change back to the
+   * payer (index in this transaction and amount; null when the rest was
+   * below the dust limit). A later payout from the payer spends the change
+   * instead of the spent coins; a later attempt of this one, the same coins.
+   */
+  coins?: {
+    spent: { txHash: string; index: number; amount: bigint }[];
+    change: { index: number; amount: bigint } | null;
+  };
 }
 
 export interface TransactionStatus {
@@ -152,10 +177,15 @@ export interface ChainAdapter {
   /**
    * Refund payouts are proven on this adapter: part of a deposit paid out
    * (the rest left for its settlement), and payouts from a refund wallet
-   * (`balanceOf`). A sweep that takes a deposit whole (Bitcoin's recorded
-   * coins, Solana's remainder to the treasury) must not pay a refund.
+   * (`balanceOf`), each told apart from a sweep by `payout: 'refund'`.
    */
   readonly paysRefunds?: boolean;
+  /**
+   * A payout spends the coins it names whole, the rest coming back as change
+   * (Bitcoin): a deposit then pays one refund at a time, since two at once
+   * would spend the same coins.
+   */
+  readonly spendsCoinsWhole?: boolean;
   head(): Promise<ChainHead>;
   /**
    * The block at `height` on the node's best chain, or undefined when the

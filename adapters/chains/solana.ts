@@ -327,12 +327,11 @@ const landed = (status: SignatureStatus | undefined): status is SignatureStatus 
   status?.confirmationStatus === 'confirmed' || status?.confirmationStatus === 'finalized';
 
 /**
- * A refund's payout (commands/refunds.ts, RefundPayouts, names its reference
- * `refund/<id>/...`): it takes its amount and leaves the rest where it is, for
- * the deposit's settlement or in the merchant's refund wallet. A settlement's
+ * A refund's payout takes its amount and leaves the rest where it is, for the
+ * deposit's settlement or in the merchant's refund wallet. A settlement's
  * sweep takes the deposit whole.
  */
-const isRefund = (transfer: OutgoingTransfer) => transfer.reference.startsWith('refund/');
+const isRefund = (transfer: OutgoingTransfer) => transfer.payout === 'refund';
 
 /**
  * A token refund's instructions: the customer's associated token account

@@ -886,6 +886,13 @@ export class BitcoinTestNode {
     );
   }
 
+  /** A transaction mined on the best chain, as its block holds it. */
+  minedTransaction(txid: string): bitcoin.Transaction {
+    const tx = this.blocks.flatMap((b) => b.txs).find((t) => t.getId() === txid);
+    if (!tx) throw new Error(`${txid} is not mined`);
+    return tx;
+  }
+
   /** The fee a mined transaction paid (inputs − outputs). */
   minedFee(txid: string): bigint {
     for (const block of this.blocks) {

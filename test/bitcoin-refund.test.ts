@@ -1,0 +1,204 @@
+// Refunds paid on the Bitcoin test node, over the service's HTTP API, each
+// payout read back from the node and decoded (inputs, outputs, fee) to the
+// satoshi: an overpayment's excess paid from the deposit, its change back to
+// the deposit (not taken for a payment), and the settlement's sweep then
+// spending that change and paying the re-priced rest; and a settled invoice
+// refunded from the merchant's refund wallet once a coin reaches it.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import * as bitcoin from 'bitcoinjs-lib';
+import { merchantWithKey, eventuallyMining } from './support/merchant.ts';
+import type { RunningService } from './support/service.ts';
+import { BitcoinChain } from '../adapters/chains/bitcoin.ts';
+import { DepositKeyring } from '../adapters/keys/derivation.ts';
+import { baseUnits, SERVICE_MNEMONIC } from './support/evm-flow.ts';
+import { randomAddress, randomBitcoinKey, type BitcoinKey, type BitcoinTestNode } from './support/bitcoin-node.ts';
+import { startBitcoinService, stopBitcoinService } from './support/bitcoin-flow.ts';
+import { settlementAmounts } from './support/settlement.ts';
+
+const regtest = bitcoin.networks.regtest;
+
+describe('refunds paid on the Bitcoin test node', () => {
+  let node: BitcoinTestNode, svc: RunningService, payer: BitcoinKey;
+  let treasury: string;
+  before(async () => {
+    treasury = randomBitcoinKey().address;
+    ({ node, svc, payer } = await startBitcoinService(10, { CHAIN_BITCOIN_TREASURY: treasury }));
+  });
+  after(() => stopBitcoinService(node, svc));
+
+  const admin = (method: string, path: string, body?: unknown) =>
+    svc.call(method, path, { token: svc.adminToken, body });
+  const mine = () => node.mine(1);
+  const get = async (path: string, key: string) => (await svc.call('GET', path, { token: key })).body.data;
+  const settlementOf = async (id: string, key: string) => (await get(`/api/v1/settlements?invoiceId=${id}`, key))?.[0];
+  const setWallet = (merchantId: string, wallet: string) =>
+    admin('PATCH', `/admin/v1/merchants/${merchantId}`, { settlementWallets: { bitcoin: wallet } });
+  const sats = (btc: string) => baseUnits(btc, 8);
+
+  async function invoice(key: string) {
+    const res = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '60', currency: 'USD', chain: 'bitcoin' },
+    });
+    assert.equal(res.status, 201, JSON.stringify(res.body));
+    return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
+  }
+
+  async function refund(key: string, invoiceId: string, body: Record<string, unknown>) {
+    const created = await svc.call('POST', `/api/v1/invoices/${invoiceId}/refunds`, { token: key, body });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const approved = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
+    assert.equal(approved.status, 200, JSON.stringify(approved.body));
+    return approved.body.data as { id: string; status: string; fundedFrom: string };
+  }
+
+  const completed = (id: string, key: string) =>
+    eventuallyMining(
+      mine,
+      () => get(`/api/v1/refunds/${id}`, key),
+      (r) => r.status === 'completed',
+    );
+
+  /** A mined transaction decoded: the coins it spends, its outputs (address, sats), and its fee. */
+  function decoded(txid: string) {
+    const tx = node.minedTransaction(txid);
+    return {
+      spends: tx.ins.map((i) => `${Buffer.from(i.hash).reverse().toString('hex')}:${i.index}`),
+      outputs: tx.outs.map((o) => ({ to: bitcoin.address.fromOutputScript(o.script, regtest), sats: BigInt(o.value) })),
+      fee: node.minedFee(txid),
+      vsize: tx.virtualSize(),
+    };
+  }
+
+  it("an overpayment's excess is paid from the deposit, its change comes back to it, and the settlement sweeps that change", async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await invoice(key);
+    const excess = 1_000_000n;
+    const received = sats(p.cryptoAmount) + excess;
+    const payment = node.pay(payer, [{ address: p.address, sats: received }]);
+    const paid = `${payment.getId()}:${payment.outs.findIndex((o) => BigInt(o.value) === received)}`;
+    await eventuallyMining(
+      mine,
+      () => settlementOf(p.paymentId, key),
+      (s) => s !== undefined,
+    );
+    assert.equal((await settlementOf(p.paymentId, key)).status, 'pending', 'no settlement wallet yet');
+
+    const customer = randomAddress('p2wpkh');
+    const approved = await refund(key, p.paymentId, { kind: 'excess', destination: customer });
+    assert.equal(approved.fundedFrom, 'deposit');
+    const done = await completed(approved.id, key);
+    const [amount, fee, net] = [sats(done.amount), sats(done.networkFee), sats(done.netAmount)];
+    assert.equal(amount, excess);
+    assert.ok(fee > 0n);
+    assert.equal(net, excess - fee);
+
+    const paidOut = decoded(done.transactionHash);
+    assert.deepEqual(paidOut.spends, [paid], "it spends the deposit's recorded payment");
+    assert.deepEqual(paidOut.outputs, [
+      { to: customer, sats: net },
+      { to: p.address, sats: received - amount },
+    ]);
+    assert.equal(paidOut.fee, fee, 'the quoted fee is what the transaction pays');
+    assert.ok(fee * 1000n >= node.feeRate * BigInt(paidOut.vsize), 'and it covers its size at the rate');
+
+    // The change paid back to the deposit is not a payment.
+    await eventuallyMining(
+      mine,
+      () => get(`/api/v1/invoices/${p.paymentId}`, key),
+      () => true,
+    );
+    const history = (await get(`/api/v1/invoices/${p.paymentId}/events`, key)) as { type: string }[];
+    assert.equal(history.filter((e) => e.type === 'PaymentApplied').length, 1, 'one payment, the customer’s');
+
+    const merchantWallet = randomAddress('p2wpkh');
+    assert.equal((await setWallet(merchant.id, merchantWallet)).status, 200);
+    const settled = await eventuallyMining(
+      mine,
+      () => settlementOf(p.paymentId, key),
+      (s) => s?.status === 'completed',
+      90_000,
+    );
+    const priced = settlementAmounts(await get(`/api/v1/invoices/${p.paymentId}/events`, key));
+    // The platform fee stays on all that was received (refunds.md).
+    assert.equal(BigInt(priced.platformFee), received / 100n);
+    const sweep = decoded(settled.transactionHash);
+    assert.deepEqual(sweep.spends, [`${done.transactionHash}:1`], "the sweep spends the refund's change, only");
+    const toMerchant = received - amount - BigInt(priced.platformFee) - BigInt(priced.networkFee);
+    assert.equal(BigInt(priced.netAmount), toMerchant);
+    assert.deepEqual(sweep.outputs, [
+      { to: merchantWallet, sats: toMerchant },
+      { to: treasury, sats: received - amount - toMerchant - sweep.fee },
+    ]);
+    assert.equal(sweep.fee, BigInt(priced.networkFee), 'the sweep pays its quoted fee');
+  });
+
+  it('a settled invoice is refunded from the refund wallet once a coin reaches it', async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    assert.equal((await setWallet(merchant.id, randomAddress('p2wpkh'))).status, 200);
+    const p = await invoice(key);
+    node.pay(payer, [{ address: p.address, sats: sats(p.cryptoAmount) }]);
+    await eventuallyMining(
+      mine,
+      () => get(`/api/v1/invoices/${p.paymentId}`, key),
+      (i) => i.status === 'settled',
+      90_000,
+    );
+
+    const customer = randomAddress('p2tr');
+    const approved = await refund(key, p.paymentId, { kind: 'full', destination: customer });
+    assert.equal(approved.fundedFrom, 'refund_wallet');
+    assert.equal(approved.status, 'awaiting_funds');
+    const [wallet] = (await get('/api/v1/refund-wallets', key)) as { address: string; balances: { BTC: string } }[];
+    assert.equal(wallet!.balances.BTC, '0.00000000');
+
+    // An unconfirmed coin is not spendable yet: the refund waits for its block.
+    const funded = sats(p.cryptoAmount) + 150_000n;
+    const funding = node.pay(payer, [{ address: wallet!.address, sats: funded }]);
+    const coin = `${funding.getId()}:${funding.outs.findIndex((o) => BigInt(o.value) === funded)}`;
+    assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.00000000');
+    const done = await completed(approved.id, key);
+    const [amount, fee, net] = [sats(done.amount), sats(done.networkFee), sats(done.netAmount)];
+    assert.equal(amount, sats(p.cryptoAmount));
+
+    const paidOut = decoded(done.transactionHash);
+    assert.deepEqual(paidOut.spends, [coin], "it spends the wallet's coin");
+    assert.deepEqual(paidOut.outputs, [
+      { to: customer, sats: net },
+      { to: wallet!.address, sats: funded - amount },
+    ]);
+    assert.equal(paidOut.fee, fee, 'the quoted fee is what the transaction pays');
+    // What the wallet holds now is the refund's change, mined with it.
+    assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.00150000');
+  });
+
+  it("reads a refund wallet's spendable coins from the UTXO set, one scan at a time as Core allows", async () => {
+    const keyring = DepositKeyring.fromMnemonic(SERVICE_MNEMONIC, { bitcoinNetwork: 'regtest' });
+    const chain = await BitcoinChain.open({ rpcUrl: node.rpcUrl, network: 'regtest', keyring, log: () => {} });
+    const [a, b] = [randomBitcoinKey(), randomBitcoinKey()];
+    node.fund(a.address, 70_000n);
+    node.fund(a.address, 30_000n);
+    node.fund(b.address, 5_000n);
+    const spent = node.pay(payer, [{ address: b.address, sats: 40_000n }]);
+    node.mine(1);
+    node.pay(payer, [{ address: a.address, sats: 9_000n }]); // unconfirmed: not in the UTXO set yet
+    node.spendOutput(
+      b,
+      spent.getId(),
+      spent.outs.findIndex((o) => BigInt(o.value) === 40_000n),
+      payer.address,
+    );
+    // A scan takes a while and Core refuses a second meanwhile (-8): this process asks one after the other.
+    node.scanMs = 50;
+    try {
+      assert.deepEqual(await Promise.all([chain.balanceOf(a.address, 'BTC'), chain.balanceOf(b.address, 'BTC')]), [
+        100_000n,
+        5_000n, // the coin a pending transaction spends is not counted
+      ]);
+    } finally {
+      node.scanMs = 0;
+      chain.close();
+    }
+  });
+});

@@ -8,6 +8,7 @@ import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } 
 import Negotiator from 'negotiator';
 import type { Kysely } from 'kysely';
 import type { EventStore } from '../adapters/event-store/port.ts';
+import type { SecretSealer } from '../adapters/secrets.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { merchantCommands } from '../commands/merchants.ts';
 import { merchantUserCommands } from '../commands/merchant-users.ts';
@@ -55,6 +56,8 @@ export interface AppDeps extends Pick<
   live: LiveInvoiceStatus;
   webhooks: WebhookSending;
   adminToken: string;
+  /** Seals dashboard users' TOTP keys in their events (from the wallet seed). */
+  totpSealer: SecretSealer;
   database: SqlDatabase;
   store: EventStore;
   projections: ProjectionEngine;
@@ -141,7 +144,7 @@ export async function buildApp(deps: AppDeps) {
     db,
     auth,
     merchants,
-    users: merchantUserCommands(deps.store, merchants),
+    users: merchantUserCommands(deps.store, merchants, deps.totpSealer),
     sessions: await dashboardSessions(deps.database),
     ...readYourWrites({ store: deps.store, projections: deps.projections, readModels: deps.readModels, log: app.log }),
   };

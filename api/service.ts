@@ -4,6 +4,7 @@
 import { hostname } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { secretSealer } from '../adapters/secrets.ts';
 import type { EvmChain } from '../adapters/chains/evm.ts';
 import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
 import type { SolanaChain } from '../adapters/chains/solana.ts';
@@ -358,6 +359,7 @@ export async function startService(
     live,
     webhooks: { worker: webhooks, policy: webhookPolicy },
     adminToken: secrets.adminToken,
+    totpSealer: secretSealer(keyring.totpSealingKey()),
     database,
     store,
     projections,

@@ -5,7 +5,7 @@
 import { createHash } from 'node:crypto';
 import { v5 as uuidv5 } from 'uuid';
 import type { EventStore } from '../adapters/event-store/port.ts';
-import { randomSecret } from '../adapters/secrets.ts';
+import { randomSecret, type SecretSealer } from '../adapters/secrets.ts';
 import {
   merchantUserDecider,
   merchantUserStream,
@@ -24,9 +24,21 @@ export const userIdOf = (email: string) => uuidv5(normaliseEmail(email), USER_ID
 /** Invitation tokens are 256 random bits: a plain SHA-256 finds them without making a guess cheaper. */
 export const hashInviteToken = (token: string) => createHash('sha256').update(token).digest('hex');
 
-export function merchantUserCommands(store: EventStore, merchants: MerchantCommands, now = () => new Date()) {
+/**
+ * `sealer` seals a user's TOTP key before it is recorded and opens it when
+ * the user is loaded: the events hold it sealed, the sign-in reads it in clear.
+ */
+export function merchantUserCommands(
+  store: EventStore,
+  merchants: MerchantCommands,
+  sealer: SecretSealer,
+  now = () => new Date(),
+) {
   /** The user's state from their stream: the only place their password hash and TOTP secret are read. */
-  const load = (userId: string) => loadState(store, merchantUserDecider, merchantUserStream(userId));
+  const load = async (userId: string) => {
+    const user = await loadState(store, merchantUserDecider, merchantUserStream(userId));
+    return user?.totpSecret ? { ...user, totpSecret: sealer.open(user.totpSecret) } : user;
+  };
   return {
     load,
 
@@ -71,7 +83,7 @@ export function merchantUserCommands(store: EventStore, merchants: MerchantComma
           type: 'AcceptInvitation',
           inviteTokenHash: hashInviteToken(request.token),
           passwordHash: request.passwordHash,
-          totpSecret: request.totpSecret,
+          totpSecret: request.totpSecret && sealer.seal(request.totpSecret),
           now: now().toISOString(),
         },
         // The invitee is the one who acts: the token proved who they are.

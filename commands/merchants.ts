@@ -9,6 +9,7 @@ import {
   merchantStream,
   type Merchant,
   type MerchantChanges,
+  type MerchantCommand,
   type MerchantProfile,
 } from '../domain/merchant.ts';
 import { handleCommand, loadState, type Actor } from './handle.ts';
@@ -27,6 +28,20 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
     const merchant = await loadState(store, merchantDecider, merchantStream(merchantId));
     if (!merchant) throw new DomainError('not_found', 'Merchant not found');
     return merchant;
+  }
+
+  /** `command` decided on the merchant's stream: the merchant as it stands after it. */
+  async function decide(
+    merchantId: string,
+    command: MerchantCommand,
+    correlationId?: string,
+    actor?: Actor,
+  ): Promise<Written<Merchant>> {
+    const { state, position } = await handleCommand(store, merchantDecider, merchantStream(merchantId), command, {
+      correlationId,
+      actor,
+    });
+    return { value: state!, position };
   }
 
   return {
@@ -54,21 +69,23 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
       return { value: state!, position };
     },
 
-    async update(
+    update: (merchantId: string, changes: MerchantChanges, correlationId?: string, actor?: Actor) =>
+      decide(merchantId, { type: 'UpdateMerchant', changes, now: now().toISOString() }, correlationId, actor),
+
+    /** One chain's settlement wallet set, or removed with null; the other chains' stay as they are then. */
+    setSettlementWallet: (
       merchantId: string,
-      changes: MerchantChanges,
+      chain: string,
+      address: string | null,
       correlationId?: string,
       actor?: Actor,
-    ): Promise<Written<Merchant>> {
-      const { state, position } = await handleCommand(
-        store,
-        merchantDecider,
-        merchantStream(merchantId),
-        { type: 'UpdateMerchant', changes, now: now().toISOString() },
-        { correlationId, actor },
-      );
-      return { value: state!, position };
-    },
+    ) =>
+      decide(
+        merchantId,
+        { type: 'SetSettlementWallet', chain, address, now: now().toISOString() },
+        correlationId,
+        actor,
+      ),
 
     async rotateWebhookSecret(merchantId: string, correlationId?: string, actor?: Actor): Promise<Written<string>> {
       const webhookSecret = randomSecret(WEBHOOK_SECRET_PREFIX);

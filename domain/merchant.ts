@@ -49,6 +49,11 @@ export type MerchantCommand =
       now: string;
     }
   | { type: 'UpdateMerchant'; changes: MerchantChanges; now: string }
+  /**
+   * One chain's wallet set (or removed: null), the others kept as they stand
+   * when it is decided: two people changing two chains at once both land.
+   */
+  | { type: 'SetSettlementWallet'; chain: string; address: string | null; now: string }
   | { type: 'RotateWebhookSecret'; webhookSecret: string; now: string }
   /** The first wallet assigned on a chain is the merchant's for good; a later one (a race) changes nothing. */
   | { type: 'AssignRefundWallet'; chain: string; wallet: RefundWallet; now: string };
@@ -95,6 +100,12 @@ export const merchantDecider: Decider<MerchantCommand, MerchantState, MerchantEv
         ) as MerchantChanges;
         if (Object.keys(changes).length === 0) return [];
         return [{ type: 'MerchantUpdated', data: { changes, updatedAt: command.now } }];
+      }
+      case 'SetSettlementWallet': {
+        const { [command.chain]: before, ...others } = state.settlementWallets;
+        if ((before ?? null) === command.address) return [];
+        const settlementWallets = command.address ? { ...others, [command.chain]: command.address } : others;
+        return [{ type: 'MerchantUpdated', data: { changes: { settlementWallets }, updatedAt: command.now } }];
       }
       case 'RotateWebhookSecret':
         return [

@@ -193,6 +193,11 @@ describe('dashboard webhooks over HTTP', () => {
       [[url, 21, 410]],
     );
     assert.deepEqual(await failingWebhookTargets(svc.service.database.db, 3, otherMerchantId), []);
+    const overview = (await dev.get('/dashboard')).text;
+    assert.ok(
+      overview.includes(`Webhooks to ${url} failing: 21 deliveries, last answer 410`),
+      'on the Overview\'s needs-attention list',
+    );
   });
 
   it('only developers, admins and owners: a viewer and support are refused on the server; another merchant’s delivery is 404', async () => {

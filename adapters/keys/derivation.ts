@@ -25,6 +25,7 @@
 // their secret in a non-enumerable property that JSON.stringify and
 // console.log skip.
 
+import { hkdfSync } from 'node:crypto';
 import { BIP32Factory, type BIP32Interface } from 'bip32';
 import * as ecc from 'tiny-secp256k1';
 import * as bitcoin from 'bitcoinjs-lib';
@@ -454,6 +455,8 @@ export class DepositKeyring {
   /** m/44'/501': the deepest Solana node shared by every deposit path. */
   readonly #solanaCoin: Ed25519Node;
   readonly #bitcoin: BitcoinNetworkProfile;
+  /** HKDF of the seed: the key that seals dashboard users' TOTP keys in their events. */
+  readonly #totpSealingKey: Uint8Array;
 
   private constructor(seed: Uint8Array, btc: BitcoinNetworkProfile) {
     this.#bitcoin = btc;
@@ -468,7 +471,13 @@ export class DepositKeyring {
     this.#evmService = root.derivePath("m/44'/60'/1'");
     this.#tronService = root.derivePath("m/44'/195'/1'");
     this.#bitcoinService = bip32.fromSeed(seed, btc.network).derivePath(`m/84'/${btc.coinType}'/1'`);
+    this.#totpSealingKey = new Uint8Array(hkdfSync('sha256', seed, new Uint8Array(0), 'dashboard totp keys v1', 32));
     // The seed is not kept: the nodes above are all later derivation needs.
+  }
+
+  /** The 32-byte key that seals dashboard users' TOTP keys (adapters/secrets.ts secretSealer). */
+  totpSealingKey(): Uint8Array {
+    return this.#totpSealingKey;
   }
 
   static fromMnemonic(mnemonic: string, options: DerivationOptions = {}): DepositKeyring {
@@ -529,7 +538,10 @@ export class DepositKeyring {
 
   /** The default Bitcoin treasury, m/84'/{0|1}'/1'/0/1 (a P2WPKH address of this network). */
   deriveBitcoinTreasury(): string {
-    return bitcoinAddressFromPublicKey(this.#bitcoinService.derive(EXTERNAL_CHAIN).derive(1).publicKey, this.#bitcoin.network);
+    return bitcoinAddressFromPublicKey(
+      this.#bitcoinService.derive(EXTERNAL_CHAIN).derive(1).publicKey,
+      this.#bitcoin.network,
+    );
   }
 
   /** The Solana fee wallet or default treasury (solanaServiceWalletPaths). */

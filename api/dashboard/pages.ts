@@ -132,6 +132,8 @@ export interface Overview {
   settlementsAttention: { id: string; invoiceId: string; what: string }[];
   /** Refunds waiting for the merchant's approval or for funds in the refund wallet. */
   refundsAttention: { id: string; what: string }[];
+  /** Webhook URLs whose deliveries keep failing (for the roles that may change the URL). */
+  webhooksAttention: { what: string; since: string }[];
   /** Volume per day and the ledger's totals (list-pages.ts `overviewFigures`). */
   figures?: Html;
 }
@@ -147,12 +149,17 @@ export function overviewPage(session: DashboardSession, overview: Overview): str
     <section aria-labelledby="attention-title">
       <h2 id="attention-title">Needs attention</h2>
       ${
-        overview.attention.length + overview.settlementsAttention.length + overview.refundsAttention.length === 0
+        overview.attention.length +
+          overview.settlementsAttention.length +
+          overview.refundsAttention.length +
+          overview.webhooksAttention.length ===
+        0
           ? markup`<p id="attention-empty">Nothing needs attention.</p>`
           : markup`<ul id="attention">
             ${overview.attention.map((a) => markup`<li><a href="/dashboard/invoices/${a.invoiceId}">${a.what}</a> <span class="hint">since ${day(a.since)}</span></li>`)}
             ${overview.settlementsAttention.map((s) => markup`<li><a href="/dashboard/invoices/${s.invoiceId}">${s.what}</a></li>`)}
             ${overview.refundsAttention.map((r) => markup`<li><a href="/dashboard/refunds/${r.id}" class="refund-attention">${r.what}</a></li>`)}
+            ${overview.webhooksAttention.map((w) => markup`<li><a href="/dashboard/developers/webhooks?status=failed" class="webhook-attention">${w.what}</a> <span class="hint">since ${day(w.since)}</span></li>`)}
           </ul>`
       }
     </section>`,

@@ -58,6 +58,7 @@ import {
 import { listRoutes, overviewFiguresOf, type ListRouteDeps } from './list-routes.ts';
 import { invoiceRefundsSection, refundPage, type RefundableLine } from './refund-pages.ts';
 import { settingsRoutes, type SettingsRouteDeps } from './settings-routes.ts';
+import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
 import { field, fields, parseForm, type DashboardKit, type Form } from './kit.ts';
 import {
   csrfTokenMatches,
@@ -333,11 +334,13 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   scope.get('/dashboard', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
     const session = request.dashboard!;
-    const [counts, issues, settlementIssues, waitingRefunds, figures] = await Promise.all([
+    const [counts, issues, settlementIssues, waitingRefunds, failingWebhooks, figures] = await Promise.all([
       invoiceCounts(db, session.merchantId),
       invoicesNeedingAttention(db, session.merchantId, 50),
       settlementsNeedingAttention(db, 50, session.merchantId),
       roleAllows(session.role, 'refunds:read') ? refundsWaiting(db, session.merchantId, 50) : [],
+      // The operator's rule for a failing URL (3 attempts in a series), for those who may change the URL.
+      roleAllows(session.role, 'webhooks:write') ? failingWebhookTargets(db, 3, session.merchantId) : [],
       overviewFiguresOf(ctx, session),
     ]);
     return html(
@@ -359,6 +362,10 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         refundsAttention: waitingRefunds.map((r) => ({
           id: r.id,
           what: `Refund ${r.amount} ${r.token} on ${r.chain}: ${r.status === 'awaiting_approval' ? 'waiting for approval' : 'waiting for funds in the refund wallet'}`,
+        })),
+        webhooksAttention: failingWebhooks.map((w) => ({
+          what: `Webhooks to ${w.url} failing: ${w.failing} ${w.failing === 1 ? 'delivery' : 'deliveries'}${w.lastStatusCode ? `, last answer ${w.lastStatusCode}` : ''}`,
+          since: w.since,
         })),
       }),
     );

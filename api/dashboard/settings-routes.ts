@@ -243,11 +243,11 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
         }
         if (problem) return refuse(400, problem);
       }
-      // The operator's command (PATCH /admin/v1/merchants/{id}), with the whole map as it stands now.
-      const { [chain]: _, ...others } = (await merchants.existingMerchant(session.merchantId)).settlementWallets;
-      const { position } = await merchants.update(
+      // This chain's wallet only, decided on the merchant's stream: another chain's change made meanwhile stays.
+      const { position } = await merchants.setSettlementWallet(
         session.merchantId,
-        { settlementWallets: address ? { ...others, [chain]: address } : others },
+        chain,
+        address || null,
         request.id,
         actorOf(session),
       );

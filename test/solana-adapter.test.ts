@@ -707,6 +707,7 @@ describe('the Solana adapter', () => {
         amount: 10_000_000n - network,
         reference: `refund/r40/1/${customer}/${10_000_000n - network}`,
         fees: { platform: 0n, network },
+        payout: 'refund',
       });
       await congested.broadcast(refund);
       await node.mine();
@@ -730,6 +731,7 @@ describe('the Solana adapter', () => {
       to: customer,
       token: 'SOL',
       fees: { platform: 0n, network: 10_000n },
+      payout: 'refund' as const,
     };
     await assert.rejects(
       chain.prepareTransfer({ ...refund, amount: 9_990_000n, reference: `refund/r41/1/${customer}/9990000` }),

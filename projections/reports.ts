@@ -94,13 +94,13 @@ function fiatOf(amount: string | null, decimals: number | null, rate: string | n
 
 const bool = (value: boolean | null) => (value === null ? null : value ? 'true' : 'false');
 
-/** The quote of an invoice for a chain and token: the rate a fiat value is computed at. */
+/**
+ * The quote of an invoice for a chain and token, the rate a fiat value is
+ * computed at: a plain join, there being one at most (the unique index of
+ * migration 0012), which PostgreSQL can make a hash join over a whole report.
+ */
 const quoteOf = (invoiceId: RawBuilder<unknown>, chain: RawBuilder<unknown>, token: RawBuilder<unknown>) => sql`
-  left join lateral (
-    select a.rate, a.rate_source, a.token_decimals, a.quoted_at from invoice_addresses a
-    where a.invoice_id = ${invoiceId} and a.chain = ${chain} and a.token = ${token}
-    order by a.quoted_at desc limit 1
-  ) q on true`;
+  left join invoice_addresses q on q.invoice_id = ${invoiceId} and q.chain = ${chain} and q.token = ${token}`;
 
 /** The condition and order every record report ends with: the merchant's rows, in the range, on the page. */
 function ofMerchantInRangeOnPage(

@@ -43,7 +43,7 @@ export function reportRequestOf(
   return { kind, format: format as ReportFormat, timeZone, scope: { merchantId, from, to } };
 }
 
-export async function reportRoutes(scope: FastifyInstance, { auth, db, database }: RouteContext) {
+export async function reportRoutes(scope: FastifyInstance, { auth, database }: RouteContext) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   app.get(
     '/api/v1/reports/:kind',
@@ -61,7 +61,7 @@ export async function reportRoutes(scope: FastifyInstance, { auth, db, database 
     },
     async (request, reply) => {
       const report = reportRequestOf(request.caller!.merchantId, request.params.kind, request.query);
-      const stream = await reportStream(db, report, database.engine);
+      const stream = await reportStream(database, report);
       const span = [report.scope.from, report.scope.to].map((d) => d?.toISOString().slice(0, 10) ?? 'all');
       return reply
         .type(contentTypeOf(report.format))

@@ -4,10 +4,10 @@
 // memory stays at a page.
 import { Readable } from 'node:stream';
 import type { Kysely } from 'kysely';
-import type { SqlEngine } from '../adapters/sql/database.ts';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
 import {
   columnsOf,
-  invoiceCsvPages,
+  invoiceCsvText,
   ledgerCells,
   ledgerColumns,
   ledgerOf,
@@ -40,10 +40,11 @@ export const metadataColumn = (key: string) => `metadata.${key}`;
  * failing query fails the request before anything is sent.
  */
 export async function reportChunks(
-  db: Kysely<ReadModelTables>,
+  database: Pick<SqlDatabase, 'db' | 'engine' | 'copyText'>,
   { kind, format, scope, timeZone }: ReportRequest,
-  engine: SqlEngine = 'pglite',
-): Promise<AsyncIterable<string>> {
+): Promise<AsyncIterable<string | Uint8Array>> {
+  const db = database.db as Kysely<ReadModelTables>;
+  const engine = database.engine;
   if (kind === 'ledger') {
     const rows = (await ledgerOf(db, scope)).map(ledgerCells);
     return (async function* () {
@@ -67,7 +68,7 @@ export async function reportChunks(
   return (async function* () {
     yield csvLine([...columns, ...keys.map(metadataColumn)]);
     if (kind === 'invoices') {
-      yield* invoiceCsvPages(db, scope, timeZone, keys, { engine });
+      yield* invoiceCsvText(db, scope, timeZone, keys, { copy: database.copyText });
       return;
     }
     for await (const page of reportPages(db, kind, scope, timeZone, { engine })) {
@@ -91,11 +92,10 @@ function objectOf(columns: readonly string[], cells: readonly ReportCell[]): Rec
 
 /** The report as a byte stream with backpressure. */
 export async function reportStream(
-  db: Kysely<ReadModelTables>,
+  database: Pick<SqlDatabase, 'db' | 'engine' | 'copyText'>,
   request: ReportRequest,
-  engine: SqlEngine = 'pglite',
 ): Promise<Readable> {
-  return Readable.from(await reportChunks(db, request, engine), { objectMode: false });
+  return Readable.from(await reportChunks(database, request), { objectMode: false });
 }
 
 export const contentTypeOf = (format: ReportFormat) =>

@@ -4,11 +4,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Kysely } from 'kysely';
+import pg from 'pg';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { parseUnits } from '../domain/money.ts';
 import { parseCsv } from './support/csv.ts';
-import { merchantWithKey } from './support/merchant.ts';
-import { generateHistory, insertHistory, type History } from './support/report-history.ts';
+import { eventually, merchantWithKey } from './support/merchant.ts';
+import { freshPostgres } from './support/postgres.ts';
+import { generateHistory, insertHistory, seedInvoices, type History } from './support/report-history.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 
 describe('reports API', () => {
@@ -251,5 +253,60 @@ describe('reports API', () => {
     // The development table records itself as the source `fixed` (docs/rates.md).
     assert.equal(row.rate_source, 'fixed');
     assert.equal(row.rate, created.body.data.exchangeRate);
+  });
+});
+
+describe('reports API on PostgreSQL (COPY)', () => {
+  it('holds PostgreSQL back while a client does not read, and frees the connection when it goes away', async (t) => {
+    const fresh = await freshPostgres();
+    if (!fresh) return t.skip('TEST_DATABASE_URL is not set or does not answer');
+    const svc = await startTestService({ RATE_LIMITS: 'off', DATABASE_URL: fresh.url });
+    const watcher = new pg.Client({ connectionString: fresh.url });
+    try {
+      await watcher.connect();
+      const { merchant, key } = await merchantWithKey(svc);
+      // About 80 MB of CSV, more than every buffer between PostgreSQL and the client.
+      await seedInvoices(svc.service.database.db as Kysely<ReadModelTables>, merchant.id, 40_000, {
+        descriptionBytes: 2000,
+      });
+      const path = `${svc.url}/api/v1/reports/invoices`;
+      const headers = { authorization: `Bearer ${key}` };
+      const copies = async () =>
+        (
+          await watcher.query<{ wait_event: string | null }>(
+            `select wait_event from pg_stat_activity where query like 'copy (%' and pid <> pg_backend_pid()`,
+          )
+        ).rows;
+      // More clients that go away than the service's pool has connections (10).
+      for (let n = 0; n < 12; n++) {
+        const going = new AbortController();
+        const res = await fetch(path, { headers, signal: going.signal });
+        assert.equal(res.status, 200);
+        const reader = res.body!.getReader();
+        assert.ok(!(await reader.read()).done);
+        if (n === 0) {
+          // The client reads no more: PostgreSQL waits to write to the service,
+          // which does not read the report into memory meanwhile.
+          await eventually(copies, (rows) => rows.some((r) => r.wait_event === 'ClientWrite'));
+        }
+        going.abort();
+        await reader.cancel().catch(() => undefined);
+        // The COPY's connection is closed under it, and PostgreSQL ends it.
+        await eventually(copies, (rows) => rows.length === 0);
+      }
+      // No connection of the pool was kept: a report still streams to its end (the first 100 invoices).
+      const [{ to }] = (
+        await watcher.query<{ to: Date }>(
+          'select created_at as to from invoices order by created_at offset 100 limit 1',
+        )
+      ).rows as [{ to: Date }];
+      const first = await fetch(`${path}?to=${to.toISOString()}`, { headers });
+      assert.equal(first.status, 200);
+      assert.equal(parseCsv(await first.text()).length, 1 + 100);
+    } finally {
+      await watcher.end().catch(() => undefined);
+      await svc.close();
+      await fresh.drop();
+    }
   });
 });

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type { Kysely } from 'kysely';
 import { after, before, describe, it } from 'node:test';
 import { cursorOf, cursorText, daysOf, invoiceListOf, LIST_PAGE_ROWS } from '../api/dashboard/list-routes.ts';
-import { openPglite, type SqlEngine } from '../adapters/sql/database.ts';
+import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { reportChunks } from '../api/report-stream.ts';
 import { parseUnits } from '../domain/money.ts';
 import { ProjectionEngine } from '../projections/engine.ts';
@@ -314,7 +314,9 @@ describe('lists and exports agree on a generated history (PGlite, and PostgreSQL
   /** The cursor of a generated invoice. */
   const rowOf = (id: string): Cursor => ({ at: history.invoices.find((i) => i.id === id)!.created_at, id });
 
-  async function check(db: Kysely<ReadModelTables>, engine: SqlEngine) {
+  async function check(database: SqlDatabase) {
+    const db = database.db as Kysely<ReadModelTables>;
+    const engine = database.engine;
     await insertHistory(db, history);
     await insertHistory(db, other);
     for (const f of filters) {
@@ -354,11 +356,12 @@ describe('lists and exports agree on a generated history (PGlite, and PostgreSQL
       // The export: the invoices report, narrowed the same way, oldest first.
       const scope = { merchantId, from: f.dated ? from : undefined, to: f.dated ? to : undefined, invoices: f.filter };
       let csv = '';
-      for await (const chunk of await reportChunks(
-        db,
-        { kind: 'invoices', format: 'csv', scope, timeZone: 'UTC' },
-        engine,
-      ))
+      for await (const chunk of await reportChunks(database, {
+        kind: 'invoices',
+        format: 'csv',
+        scope,
+        timeZone: 'UTC',
+      }))
         csv += chunk;
       const [header, ...rows] = parseCsv(csv);
       assert.deepEqual(header!.slice(0, columnsOf('invoices').length), [...columnsOf('invoices')]);
@@ -385,11 +388,7 @@ describe('lists and exports agree on a generated history (PGlite, and PostgreSQL
     );
     let csv = '';
     const scope = { merchantId, from, to, refundStatus: 'completed' };
-    for await (const chunk of await reportChunks(
-      db,
-      { kind: 'refunds', format: 'csv', scope, timeZone: 'UTC' },
-      engine,
-    ))
+    for await (const chunk of await reportChunks(database, { kind: 'refunds', format: 'csv', scope, timeZone: 'UTC' }))
       csv += chunk;
     assert.deepEqual(
       parseCsv(csv)
@@ -416,7 +415,7 @@ describe('lists and exports agree on a generated history (PGlite, and PostgreSQL
     const database = await openPglite('memory://');
     try {
       await ProjectionEngine.migrate(database, readModelMigrations);
-      await check(database.db as Kysely<ReadModelTables>, 'pglite');
+      await check(database);
     } finally {
       await database.close();
     }
@@ -428,7 +427,7 @@ describe('lists and exports agree on a generated history (PGlite, and PostgreSQL
     const database = await fresh.open();
     try {
       await ProjectionEngine.migrate(database, readModelMigrations);
-      await check(database.db as Kysely<ReadModelTables>, 'postgres');
+      await check(database);
     } finally {
       await database.close();
       await fresh.drop();

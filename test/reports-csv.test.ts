@@ -1,8 +1,13 @@
 // The report CSV writer (RFC 4180, formula-safe) and the report's time rules,
-// without a database.
+// without a database; and the same cell rule as the SQL function PostgreSQL
+// writes the invoices report with.
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { sql } from 'kysely';
+import { openPglite } from '../adapters/sql/database.ts';
 import { csvCell, csvLine } from '../api/csv.ts';
+import { ProjectionEngine } from '../projections/engine.ts';
+import { readModelMigrations } from '../projections/schema.ts';
 import { parseCsv } from './support/csv.ts';
 import { instantOf, isTimeZone } from '../projections/report-time.ts';
 
@@ -28,6 +33,26 @@ describe('report CSV', () => {
   it('keeps every decimal of an amount', () => {
     assert.equal(csvCell('0.000000000000000001'), '"0.000000000000000001"');
     assert.equal(csvCell('100.000000'), '"100.000000"');
+  });
+});
+
+describe('report_csv_cell, the cell rule in SQL (migration 0012)', () => {
+  it('writes every cell as csvCell does', async () => {
+    const database = await openPglite('memory://');
+    try {
+      await ProjectionEngine.migrate(database, readModelMigrations);
+      const values = [
+        ...[null, '', 'a', 'say "hi"', '""', 'one, two', 'line\r\nbreak', '\nfirst', ' =', 'a=b', "'quoted"],
+        ...['=', '+', '-', '@', '\t', '\r'].flatMap((start) => [start, `${start}HYPERLINK("http://evil.example")`]),
+        ...['-1.5', '0.000000000000000001', 'é-start', '€', '😀=', '\u00a0=', 'ＡＢ'],
+      ];
+      for (const value of values) {
+        const { rows } = await sql<{ cell: string }>`select report_csv_cell(${value}) as cell`.execute(database.db);
+        assert.equal(rows[0]!.cell, csvCell(value), JSON.stringify(value));
+      }
+    } finally {
+      await database.close();
+    }
   });
 });
 

@@ -7,11 +7,11 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { openPglite, type SqlDatabase, type SqlEngine } from '../adapters/sql/database.ts';
 import { parseUnits } from '../domain/money.ts';
 import { ProjectionEngine } from '../projections/engine.ts';
-import { columnsOf, invoiceCsvPages, ledgerOf, reportPages } from '../projections/reports.ts';
+import { columnsOf, invoiceCsvText, ledgerOf, reportPages } from '../projections/reports.ts';
 import { readModelMigrations, type ReadModelTables } from '../projections/schema.ts';
 import { freshPostgres } from './support/postgres.ts';
 import {
@@ -127,21 +127,26 @@ describe('report paging on PostgreSQL (a cursor in one transaction)', () => {
       const history = generateHistory(41, merchantId, 150);
       await insertHistory(db, history);
       await assertPagesThroughEveryRow(db, 'postgres', history);
-      // The invoices CSV PostgreSQL writes is the same through the cursor as through keyset pages.
+      // The invoices CSV PostgreSQL writes is the same byte for byte through COPY as through keyset pages,
+      // a metadata key that needs escaping as a literal (COPY takes no parameters) included.
+      const oddKey = `it's \\ "odd"`;
+      await sql`update invoices set metadata = coalesce(metadata, '{}') || jsonb_build_object(${oddKey}::text, 'x')
+        where id = ${history.invoices[0]!.id}`.execute(db);
       const scope = { merchantId, from: undefined, to: undefined };
-      const csvThrough = async (engine: SqlEngine) => {
-        let text = '';
-        for await (const page of invoiceCsvPages(db, scope, 'Europe/Berlin', ['orderId', 'region'], {
-          engine,
+      const csvThrough = async (copy: SqlDatabase['copyText']) => {
+        const chunks: Buffer[] = [];
+        for await (const page of invoiceCsvText(db, scope, 'Europe/Berlin', ['orderId', 'region', oddKey], {
+          copy,
           pageRows: 9,
         })) {
-          text += page;
+          chunks.push(Buffer.from(page));
         }
-        return text;
+        return Buffer.concat(chunks).toString();
       };
-      const cursorCsv = await csvThrough('postgres');
-      assert.equal(cursorCsv.split('\r\n').length - 1, history.invoices.length);
-      assert.equal(cursorCsv, await csvThrough('pglite'));
+      const copied = await csvThrough(database.copyText);
+      assert.equal(copied.split('\r\n').length - 1, history.invoices.length);
+      assert.ok(copied.includes(`${history.invoices[0]!.id}"`) && copied.includes(',"x"\r\n'));
+      assert.equal(copied, await csvThrough(undefined));
       // A reader that stops after the first page leaves no transaction or connection behind.
       for (let i = 0; i < 15; i++) {
         for await (const page of reportPages(db, 'payments', { merchantId, from: undefined, to: undefined }, 'UTC', {

@@ -88,7 +88,7 @@ describe('a report opened in LibreOffice', async () => {
   });
 
   it('shows amounts as text with all their decimals', { skip: absent !== undefined }, async () => {
-    const chunks = await reportChunks(database.db as Kysely<ReadModelTables>, {
+    const chunks = await reportChunks(database, {
       kind: 'ledger',
       format: 'csv',
       timeZone: 'UTC',

@@ -1,7 +1,9 @@
 // One SQL database per process, shared by the event store and the read models:
 // embedded PGlite (the default, one connection) or PostgreSQL through a pool.
+import type { Readable } from 'node:stream';
 import { CompiledQuery, Kysely, PostgresDialect, type Compilable } from 'kysely';
 import pg from 'pg';
+import { copyTextOut } from './copy-out.ts';
 
 export type SqlEngine = 'pglite' | 'postgres';
 
@@ -36,6 +38,13 @@ export interface SqlDatabase {
    * query.
    */
   prepared<Row>(name: string, build: (parameter: string) => Compilable<Row>, value: string): Promise<Row[]>;
+  /**
+   * PostgreSQL only (PGlite's COPY writes a whole file before it returns):
+   * the text of each row of `query`, whose rows are one text column, back to
+   * back as a byte stream read as it is consumed, in a transaction of its own
+   * after `settings` (adapters/sql/copy-out.ts).
+   */
+  copyText?(query: CompiledQuery, settings: Readonly<Record<string, string>>): Readable;
   close(): Promise<void>;
 }
 
@@ -159,6 +168,7 @@ export async function openPostgres(
       const { sql, values } = statements.bind(name, build, value);
       return (await pool.query({ name, text: sql, values })).rows;
     },
+    copyText: (query, settings) => copyTextOut(pool, query, settings),
     async close() {
       await Promise.all([...listeners].map((c) => c.end().catch(() => undefined)));
       await db.destroy();

@@ -200,7 +200,7 @@ export async function listRoutes(scope: FastifyInstance, ctx: ListRouteDeps, { s
 
   /** The finance report of `kind` narrowed to the list's filters, as CSV: what GET /api/v1/reports/{kind} sends. */
   const sendCsv = (reply: FastifyReply, kind: 'invoices' | 'refunds', reportScope: ReportScope) =>
-    sendReport(reply, db, { kind, format: 'csv', timeZone: 'UTC', scope: reportScope }, database.engine);
+    sendReport(reply, database, { kind, format: 'csv', timeZone: 'UTC', scope: reportScope });
   const refused = (reply: FastifyReply, session: DashboardSession, error: string) =>
     html(reply, 400, messagePage('Not exported', error, session));
 

@@ -16,7 +16,7 @@ import type { ReadModels } from '../../projections/schema.ts';
 import type { Config } from '../config.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
 import { HttpError } from '../errors.ts';
-import { contentTypeOf, reportStream } from '../report-stream.ts';
+import { sendReport } from '../routes/reports.ts';
 import { settlementWalletProblem } from '../settlement-wallet.ts';
 import { messagePage } from './pages.ts';
 import { field, type DashboardKit, type Form } from './kit.ts';
@@ -129,30 +129,21 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
       const { filter, from, toEnd, problem } = settlementFilterOf(request.query);
       if (problem) return html(reply, 400, messagePage('Not exported', problem, session));
       await ctx.caughtUp();
-      const stream = await reportStream(
-        db,
-        {
-          kind: 'settlements',
-          format: 'csv',
-          timeZone: 'UTC',
-          scope: {
-            merchantId: session.merchantId,
-            from,
-            to: toEnd,
-            settlements: {
-              status: filter.status || undefined,
-              chain: filter.chain || undefined,
-              token: filter.token || undefined,
-            },
+      return sendReport(reply, ctx.database, {
+        kind: 'settlements',
+        format: 'csv',
+        timeZone: 'UTC',
+        scope: {
+          merchantId: session.merchantId,
+          from,
+          to: toEnd,
+          settlements: {
+            status: filter.status || undefined,
+            chain: filter.chain || undefined,
+            token: filter.token || undefined,
           },
         },
-        ctx.database.engine,
-      );
-      return reply
-        .type(contentTypeOf('csv'))
-        .header('Content-Disposition', 'attachment; filename="settlements.csv"')
-        .header('Cache-Control', 'no-store')
-        .send(stream);
+      });
     },
   );
 

@@ -49,8 +49,8 @@ export function reportRequestOf(
 }
 
 /** The report streamed as an attachment named after its kind and days (also the dashboard's CSV exports). */
-export async function sendReport(reply: FastifyReply, db: ReadModels, report: ReportRequest, engine: SqlEngine) {
-  const stream = await reportStream(db, report, engine);
+export async function sendReport(reply: FastifyReply, database: SqlDatabase, report: ReportRequest) {
+  const stream = await reportStream(database, report);
   const span = [report.scope.from, report.scope.to].map((d) => d?.toISOString().slice(0, 10) ?? 'all');
   return reply
     .type(contentTypeOf(report.format))
@@ -62,11 +62,10 @@ export async function sendReport(reply: FastifyReply, db: ReadModels, report: Re
 /** What these routes use of the service. */
 export interface ReportRouteDeps {
   auth: Authentication;
-  db: ReadModels;
   database: SqlDatabase;
 }
 
-export async function reportRoutes(scope: FastifyInstance, { auth, db, database }: ReportRouteDeps) {
+export async function reportRoutes(scope: FastifyInstance, { auth, database }: ReportRouteDeps) {
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   app.get(
     '/api/v1/reports/:kind',
@@ -84,7 +83,7 @@ export async function reportRoutes(scope: FastifyInstance, { auth, db, database 
     },
     async (request, reply) => {
       const report = reportRequestOf(request.caller!.merchantId, request.params.kind, request.query);
-      return sendReport(reply, db, report, database.engine);
+      return sendReport(reply, database, report);
     },
   );
 }

@@ -15,30 +15,9 @@ import { sql, type Kysely } from 'kysely';
 import { reportStream } from '../../api/report-stream.ts';
 import { ProjectionEngine } from '../../projections/engine.ts';
 import { readModelMigrations, type ReadModelTables } from '../../projections/schema.ts';
+import { seedInvoices } from '../support/report-history.ts';
 import { count, progress, scaled, type BenchSuite } from './support.ts';
 import { formatMegabytes, formatRate, formatRatio, markdownTable } from './table.ts';
-
-/** Writes `n` invoices of one merchant, each with a quote, in two statements. */
-async function seedInvoices(db: Kysely<ReadModelTables>, merchantId: string, n: number) {
-  await sql`
-    insert into invoices (id, merchant_id, amount, currency, status, cancelled, description, expires_at, metadata,
-      chain, token, crypto_amount, payment_status, paid_late, total_received_amount, total_received_currency,
-      remaining_amount, payment_progress, has_detected_payment, refund_status, created_at, updated_at)
-    select md5(g::text)::uuid, ${merchantId}::uuid, (g % 100000)::text || '.25', 'USD', 'confirmed', false,
-      'order ' || g, ts + interval '1 hour', jsonb_build_object('orderId', 'A-' || g, 'region', case when g % 3 = 0 then 'eu' else 'us' end),
-      'ethereum', 'ETH', '0.01234567', 'paid', false, '0.012345670000000000', 'ETH', '0', 100, true, 'none', ts, ts
-    from (select g, timestamptz '2026-01-01' + g * interval '31 millisecond' as ts from generate_series(1, ${n}) g) s`.execute(
-    db,
-  );
-  await sql`
-    insert into invoice_addresses (invoice_id, chain, token, token_decimals, address, derivation_index, rate,
-      crypto_amount, quoted_at, rate_valid_until)
-    select md5(g::text)::uuid, 'ethereum', 'ETH', 18, '0x' || md5(g::text), g, '3012.55',
-      12345670000000000, timestamptz '2026-01-01' + g * interval '31 millisecond',
-      timestamptz '2026-01-01' + g * interval '31 millisecond' + interval '15 minutes'
-    from generate_series(1, ${n}) g`.execute(db);
-  await sql`analyze`.execute(db);
-}
 
 /** Samples this process's RSS every 20 ms while `work` runs; the peak and the time taken. */
 async function sampledRss(work: () => Promise<unknown>) {
@@ -86,8 +65,7 @@ function copyBaseline(url: string, merchantId: string): Promise<void> {
       i.crypto_amount, q.rate, q.quoted_at, i.payment_status, i.paid_late, i.total_received_amount,
       i.total_received_currency, i.settled_amount, i.refund_status, i.description, i.subscriber_id, i.expires_at,
       i.updated_at, i.metadata->>'orderId', i.metadata->>'region'
-    from invoices i left join lateral (select a.rate, a.quoted_at from invoice_addresses a
-      where a.invoice_id = i.id and a.chain = i.chain and a.token = i.token order by a.quoted_at desc limit 1) q on true
+    from invoices i left join invoice_addresses q on q.invoice_id = i.id and q.chain = i.chain and q.token = i.token
     where i.merchant_id = '${merchantId}' order by i.created_at, i.id) to stdout with (format csv, header)`;
   return new Promise((resolve, reject) => {
     const child = spawn('psql', [url, '-v', 'ON_ERROR_STOP=1', '-q', '-c', query], {
@@ -132,16 +110,12 @@ export const reportsSuite: BenchSuite = {
       const { sink, counted } = countingSink(rows);
       const report = await sampledRss(async () =>
         pipeline(
-          await reportStream(
-            db,
-            {
-              kind: 'invoices',
-              format: 'csv',
-              timeZone: 'Europe/Berlin',
-              scope: { merchantId, from: undefined, to: undefined },
-            },
-            'postgres',
-          ),
+          await reportStream(fresh.database, {
+            kind: 'invoices',
+            format: 'csv',
+            timeZone: 'Europe/Berlin',
+            scope: { merchantId, from: undefined, to: undefined },
+          }),
           sink,
         ),
       );

@@ -6,7 +6,7 @@
 // merchant's held money and when: the independent fold the ledger is checked
 // against.
 import { randomUUID } from 'node:crypto';
-import type { Kysely } from 'kysely';
+import { sql, type Kysely } from 'kysely';
 import { formatUnits } from '../../domain/money.ts';
 import type {
   InvoiceAddressesTable,
@@ -293,4 +293,37 @@ export function foldLedger(movements: readonly Movement[], from: Date | undefine
     if (to === undefined || t < to.getTime()) row.closing += signed;
   }
   return rows;
+}
+
+/**
+ * Writes `n` invoices of one merchant, each with its quote and two metadata
+ * keys, in two statements: the large reports of the bench and of the
+ * streaming tests. `descriptionBytes` pads each description, for a report
+ * larger than every buffer between PostgreSQL and an HTTP client.
+ */
+export async function seedInvoices(
+  db: Kysely<ReadModelTables>,
+  merchantId: string,
+  n: number,
+  { descriptionBytes = 0 }: { descriptionBytes?: number } = {},
+) {
+  await sql`
+    insert into invoices (id, merchant_id, amount, currency, status, cancelled, description, expires_at, metadata,
+      chain, token, crypto_amount, payment_status, paid_late, total_received_amount, total_received_currency,
+      remaining_amount, payment_progress, has_detected_payment, refund_status, created_at, updated_at)
+    select md5(g::text)::uuid, ${merchantId}::uuid, (g % 100000)::text || '.25', 'USD', 'confirmed', false,
+      'order ' || g || repeat('.', ${descriptionBytes}), ts + interval '1 hour',
+      jsonb_build_object('orderId', 'A-' || g, 'region', case when g % 3 = 0 then 'eu' else 'us' end),
+      'ethereum', 'ETH', '0.01234567', 'paid', false, '0.012345670000000000', 'ETH', '0', 100, true, 'none', ts, ts
+    from (select g, timestamptz '2026-01-01' + g * interval '31 millisecond' as ts from generate_series(1, ${n}) g) s`.execute(
+    db,
+  );
+  await sql`
+    insert into invoice_addresses (invoice_id, chain, token, token_decimals, address, derivation_index, rate,
+      crypto_amount, quoted_at, rate_valid_until)
+    select md5(g::text)::uuid, 'ethereum', 'ETH', 18, '0x' || md5(g::text), g, '3012.55',
+      12345670000000000, timestamptz '2026-01-01' + g * interval '31 millisecond',
+      timestamptz '2026-01-01' + g * interval '31 millisecond' + interval '15 minutes'
+    from generate_series(1, ${n}) g`.execute(db);
+  await sql`analyze`.execute(db);
 }

@@ -13,7 +13,7 @@ import { eventually, eventuallyMining, merchantWithKey } from './support/merchan
 import type { RunningService } from './support/service.ts';
 import { baseUnits, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
 import { hardhatOrSkip, serviceOnNode } from './support/evm-service.ts';
-import { settlementAmounts } from './support/settlement.ts';
+import { refundFlow } from './support/refund-flow.ts';
 
 const { node, skip } = await hardhatOrSkip('EVM refund tests');
 
@@ -30,50 +30,10 @@ describe('refunds paid on a local EVM node', { skip }, () => {
   const admin = (method: string, path: string, body?: unknown) =>
     svc.call(method, path, { token: svc.adminToken, body });
   const mine = () => node.mine(1);
-  const invoiceOf = async (id: string, key: string) =>
-    (await svc.call('GET', `/api/v1/invoices/${id}`, { token: key })).body.data;
-  const refundOf = async (id: string, key: string) =>
-    (await svc.call('GET', `/api/v1/refunds/${id}`, { token: key })).body.data;
-  const settlementOf = async (id: string, key: string) =>
-    (await svc.call('GET', `/api/v1/settlements?invoiceId=${id}`, { token: key })).body.data?.[0];
-  const settlementPriced = async (id: string, key: string) =>
-    settlementAmounts((await svc.call('GET', `/api/v1/invoices/${id}/events`, { token: key })).body.data);
-  const setWallet = (merchantId: string, wallet: string) =>
-    admin('PATCH', `/admin/v1/merchants/${merchantId}`, { settlementWallets: { ethereum: wallet } });
-
-  async function invoice(key: string, token: string | undefined, amount: string) {
-    const res = await svc.call('POST', '/api/v1/payments', {
-      token: key,
-      body: { amount, currency: 'USD', chain: 'ethereum', ...(token && { token }) },
-    });
-    assert.equal(res.status, 201, JSON.stringify(res.body));
-    return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
-  }
+  const { invoiceOf, refundOf, settlementOf, settlementPriced, setWallet, invoice, confirmed, refund, completed } =
+    refundFlow(() => svc, 'ethereum', mine);
 
   const payUsdt = async (to: string, units: bigint) => (await fx.usdt.getFunction('transfer')(to, units)).wait();
-
-  /** Waits until the invoice's payment is confirmed (3 blocks) and its settlement requested, mining. */
-  const confirmed = (id: string, key: string) =>
-    eventuallyMining(
-      mine,
-      () => settlementOf(id, key),
-      (s) => s !== undefined,
-    );
-
-  async function refund(key: string, invoiceId: string, body: Record<string, unknown>) {
-    const created = await svc.call('POST', `/api/v1/invoices/${invoiceId}/refunds`, { token: key, body });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const approved = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
-    assert.equal(approved.status, 200, JSON.stringify(approved.body));
-    return approved.body.data as { id: string; status: string; fundedFrom: string; amount: string };
-  }
-
-  const completed = (id: string, key: string) =>
-    eventuallyMining(
-      mine,
-      () => refundOf(id, key),
-      (r) => r.status === 'completed',
-    );
 
   /** The USDT Transfer logs of a transaction: from, to, amount. */
   async function usdtTransfers(txHash: string) {

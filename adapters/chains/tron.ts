@@ -1302,7 +1302,11 @@ export class TronChain implements ChainAdapter {
     return tx && sent(tx);
   }
 
-  /** Bytes of the address's free daily bandwidth left (java-tron's getaccountresource updates its usage first). */
+  /**
+   * Bytes of the address's free daily bandwidth left (java-tron's
+   * Wallet.getAccountResource brings the usage up to date first:
+   * BandwidthProcessor.updateUsage). The chain's public pool is not shown.
+   */
   private async freeBandwidth(address: string): Promise<bigint> {
     const resources = await this.call<{ freeNetLimit?: number; freeNetUsed?: number }>('/wallet/getaccountresource', {
       address,

@@ -64,7 +64,6 @@ import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
 import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
 import {
-  PayoutRefusedError,
   staleTip,
   TransactionRejectedError,
   type ChainAdapter,

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { baseUnits, SERVICE_MNEMONIC } from './support/evm-flow.ts';
-import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { callService as call, startProcess, untilKilled, type ServiceProcess } from './support/process.ts';
 import { eventually, eventuallyMining } from './support/merchant.ts';
 import { BitcoinTestNode, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
 import { settlementAmounts } from './support/settlement.ts';
@@ -54,7 +54,9 @@ describe('crashes on the Bitcoin test node', () => {
     }
   }
   async function merchant(url: string, wallet: string) {
-    const m = (await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'BTC', settlementWallets: { bitcoin: wallet } })).body.data;
+    const m = (
+      await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'BTC', settlementWallets: { bitcoin: wallet } })
+    ).body.data;
     return (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data.key as string;
   }
   async function invoice(url: string, key: string) {
@@ -63,16 +65,7 @@ describe('crashes on the Bitcoin test node', () => {
     return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
   }
   /** Mines a block at a time until the failpoint kills the service. */
-  const minedUntilKilled = () =>
-    eventually(
-      async () => {
-        if (running!.child.exitCode !== null || running!.child.signalCode !== null) return 'exited';
-        node.mine(1);
-        return 'alive';
-      },
-      (s) => s === 'exited',
-      60_000,
-    );
+  const minedUntilKilled = () => untilKilled(running!, () => node.mine(1));
   const status = async (url: string, id: string) => (await call(url, 'GET', `/api/v1/invoices/${id}/status`)).body.data;
   const types = async (url: string, key: string, id: string) =>
     ((await call(url, 'GET', `/api/v1/invoices/${id}/events`, key)).body.data as any[]).map((e) => e.type as string);
@@ -84,14 +77,21 @@ describe('crashes on the Bitcoin test node', () => {
       const invoices = [await invoice(url, key), await invoice(url, key), await invoice(url, key)];
       node.pay(payer, [{ address: invoices[0]!.address, sats: baseUnits(invoices[0]!.cryptoAmount, 8) }]);
       node.mine(1);
-      await eventually(() => status(url, invoices[0]!.paymentId), (s) => s.hasDetectedPayment);
+      await eventually(
+        () => status(url, invoices[0]!.paymentId),
+        (s) => s.hasDetectedPayment,
+      );
       running!.child.kill('SIGKILL');
       await running!.exited;
       for (const p of invoices.slice(1)) node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
       node.mine(2);
       url = await start();
       for (const p of invoices) {
-        await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => ['confirmed', 'settled'].includes(s.status));
+        await eventuallyMining(
+          () => node.mine(1),
+          () => status(url, p.paymentId),
+          (s) => ['confirmed', 'settled'].includes(s.status),
+        );
         const seen = await types(url, key, p.paymentId);
         assert.equal(seen.filter((t) => t === 'PaymentApplied').length, 1, `${p.paymentId} counted once`);
       }
@@ -118,7 +118,11 @@ describe('crashes on the Bitcoin test node', () => {
       node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
       node.mine(2);
       url = await start({ CHAIN_BITCOIN_TREASURY: treasuryKey.address });
-      const settled = await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => s.status === 'settled');
+      const settled = await eventuallyMining(
+        () => node.mine(1),
+        () => status(url, p.paymentId),
+        (s) => s.status === 'settled',
+      );
       assert.equal(settled.txHash, payout!.txid);
       node.mine(3);
       await new Promise((resolve) => setTimeout(resolve, 2_000)); // a few sweeper passes after it settled
@@ -134,11 +138,13 @@ describe('crashes on the Bitcoin test node', () => {
         const key = await merchant(url, wallet);
         const p = await invoice(url, key);
         node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
-        const exit = await minedUntilKilled();
-        assert.equal(exit, 'exited');
-        assert.equal(running!.child.signalCode, 'SIGKILL');
+        await minedUntilKilled();
         url = await start();
-        const settled = await eventuallyMining(() => node.mine(1), () => status(url, p.paymentId), (s) => s.status === 'settled');
+        const settled = await eventuallyMining(
+          () => node.mine(1),
+          () => status(url, p.paymentId),
+          (s) => s.status === 'settled',
+        );
         const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
         const net = BigInt(settlementAmounts(events).netAmount);
         assert.deepEqual(node.received(wallet), [{ txid: settled.txHash, sats: net }], 'paid once, exactly');

@@ -6,7 +6,8 @@
 // merchant's refund wallet once it is funded; a TRX overpayment's excess from
 // the deposit and a TRX refund from the refund wallet, the payer spending
 // exactly the refund's amount; a TRX refund to an address with no account
-// yet waits for it.
+// yet waits for it; with every byte burnt, a TRX refund from the deposit
+// burns none of its settlement's rest.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
@@ -95,6 +96,21 @@ describe('refunds paid on the Tron test node', () => {
       { from: fromHex(String(value.owner_address)), to: fromHex(recipient), amount: BigInt(units), logs },
       { from, to, amount, logs: [{ topic: TRC20_TRANSFER_TOPIC, from, to, amount }] },
     );
+  }
+
+  /** The merchant's wallet (an account with 1 TRX) set, and the invoice's settlement paid and its fee sent. */
+  async function settledToNewWallet(merchantId: string, key: string, invoiceId: string) {
+    const wallet = randomTronKey().address;
+    await node.sendTrx(payer, wallet, 1_000_000n);
+    await setWallet(merchantId, wallet);
+    const settled = await eventuallyMining(
+      mine,
+      () => settlementOf(invoiceId, key),
+      (s) => s?.status === 'completed',
+      90_000,
+    );
+    node.mine(1); // the settlement's platform fee, sent once its payout is final
+    return { wallet, settled, priced: await settlementPriced(invoiceId, key) };
   }
 
   /** A TRX TransferContract, decoded from the chain, and the TRX it burnt. */
@@ -227,18 +243,7 @@ describe('refunds paid on the Tron test node', () => {
     const charged = payout.fee + node.feeOf(leftover[0]!.txid);
     assert.equal(node.balance(treasury) - treasuryBefore, networkFee - charged);
 
-    const merchantWallet = randomTronKey().address;
-    await node.sendTrx(payer, merchantWallet, 1_000_000n);
-    const walletBefore = node.balance(merchantWallet);
-    await setWallet(merchant.id, merchantWallet);
-    const settled = await eventuallyMining(
-      mine,
-      () => settlementOf(p.paymentId, key),
-      (s) => s?.status === 'completed',
-      90_000,
-    );
-    node.mine(1); // the settlement's platform fee
-    const priced = await settlementPriced(p.paymentId, key);
+    const { wallet: merchantWallet, settled, priced } = await settledToNewWallet(merchant.id, key, p.paymentId);
     assert.equal(priced.platformFee, received / 100n);
     assert.equal(priced.net, received - amount - priced.platformFee - priced.networkFee);
     assert.deepEqual(await trxPayout(settled.transactionHash).then((t) => ({ ...t, fee: undefined })), {
@@ -247,7 +252,7 @@ describe('refunds paid on the Tron test node', () => {
       amount: priced.net,
       fee: undefined,
     });
-    assert.equal(node.balance(merchantWallet) - walletBefore, priced.net);
+    assert.equal(node.balance(merchantWallet) - 1_000_000n, priced.net);
     assert.equal(node.balance(p.address), 0n);
   });
 
@@ -295,5 +300,37 @@ describe('refunds paid on the Tron test node', () => {
     );
     assert.equal(node.balance(customer) - customerBefore, net);
     assert.equal(node.balance(wallet.address), 0n, 'the refund wallet spent exactly the refund');
+  });
+  // Last: the chain's public free-bandwidth pool stays spent for the rest of this node's life.
+  it("with every byte burnt, a TRX refund from the deposit burns none of the settlement's rest", async () => {
+    node.exhaustPublicBandwidth();
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await invoice(key, undefined, '25');
+    const received = baseUnits(p.cryptoAmount, 6) + 10_000_000n;
+    await node.sendTrx(payer, p.address, received);
+    await confirmed(p.paymentId, key);
+    const customer = randomTronKey().address;
+    await node.sendTrx(payer, customer, 1_000_000n);
+    const approved = await refund(key, p.paymentId, { kind: 'excess', destination: customer });
+    const done = await completed(approved.id, key);
+    node.mine(1);
+    const amount = baseUnits(done.amount, 6);
+    const networkFee = baseUnits(done.networkFee, 6);
+    const payout = await trxPayout(done.transactionHash);
+    assert.equal(payout.amount, amount - networkFee);
+    assert.ok(payout.fee > 0n && payout.fee <= networkFee, `its bytes burnt (${payout.fee} sun), within the quote`);
+    // What the quote left over (its largest size less this transfer's) cannot pay a transfer's bytes: it stays.
+    const leftover = networkFee - payout.fee;
+    assert.ok(leftover < 10_000n, `${leftover} sun: a few bytes`);
+    assert.deepEqual(node.trxTransfers({ from: p.address, to: treasury }), []);
+    assert.equal(node.balance(p.address), received - amount + leftover);
+
+    const { wallet: merchantWallet, settled, priced } = await settledToNewWallet(merchant.id, key, p.paymentId);
+    assert.equal(priced.net, received - amount - priced.platformFee - priced.networkFee);
+    assert.deepEqual(node.trxTransfers({ from: p.address, to: merchantWallet }), [
+      { txid: settled.transactionHash, amount: priced.net },
+    ]);
+    // The settlement's fee transfer paid its own bytes from the fees: the deposit keeps only the refund's few bytes.
+    assert.equal(node.balance(p.address), leftover);
   });
 });

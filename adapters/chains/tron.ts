@@ -1208,7 +1208,8 @@ export class TronChain implements ChainAdapter {
     if (fee.token === 'TRX') {
       const owed = BigInt(fee.platform) + BigInt(fee.network) - BigInt(payoutInfo.fee ?? 0);
       const [deposit, treasury] = await Promise.all([this.account(fee.from), this.treasuryAccount()]);
-      await this.sendTrxOut(key.privateKey, fee.from, deposit.balance, this.treasury, treasury.exists, owed, header);
+      const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
+      await this.sendTrxOut(from, this.treasury, treasury.exists, owed, header);
     } else {
       const feeCall = this.feeCalls.get(bundle.payout.txID);
       if (!feeCall) {
@@ -1234,15 +1235,8 @@ export class TronChain implements ChainAdapter {
       if (back === undefined) {
         const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
         const deposit = await this.account(fee.from);
-        const sent = await this.sendTrxOut(
-          key.privateKey,
-          fee.from,
-          deposit.balance,
-          this.feeWallet,
-          true,
-          given,
-          header,
-        );
+        const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
+        const sent = await this.sendTrxOut(from, this.feeWallet, true, given, header);
         if (sent) {
           this.leftoversBack.set(bundle.payout.txID, sent);
           return false;
@@ -1259,15 +1253,19 @@ export class TronChain implements ChainAdapter {
 
   /**
    * Sends `owed` sun (no more than the address `holds`) from a deposit
-   * address, less what the transfer costs: nothing while its free bandwidth
-   * and the chain's public pool last, else its bytes burnt; creating the
-   * recipient's account when it has none. Nothing when the cost is more than
-   * there is. The id of the transfer sent, if one was.
+   * address, after its payout (`after`), less what the transfer costs:
+   * nothing while its free bandwidth and the chain's public pool last, else
+   * its bytes burnt; creating the recipient's account when it has none.
+   * Nothing when the cost is more than there is. The id of the transfer
+   * sent, if one was.
    */
   private async sendTrxOut(
-    privateKey: Uint8Array,
-    from: string,
-    holds: bigint,
+    {
+      privateKey,
+      address: from,
+      holds,
+      after,
+    }: { privateKey: Uint8Array; address: string; holds: bigint; after: TransactionInfoJson },
     to: string,
     toExists: boolean,
     owed: bigint,
@@ -1285,9 +1283,12 @@ export class TronChain implements ChainAdapter {
     if (available <= 0n) return undefined;
     // Whole when the free allowance pays its bytes. With nothing else on the address the node says so (it
     // refuses what would burn); other coins there (a refund's deposit holds its settlement's rest) would pay
-    // the burn, so the address's free bandwidth is asked first.
+    // the burn, so it is sent whole only when the payout's bytes were free (the chain's public pool, which
+    // no API shows, had room) and the address's own allowance still covers it.
     const whole = await sign(available);
-    const free = holds === available || (await this.freeBandwidth(from)) >= BigInt(bandwidthOf(whole));
+    const free =
+      holds === available ||
+      (!after.receipt?.net_fee && (await this.freeBandwidth(from)) >= BigInt(bandwidthOf(whole)));
     if (free && !(await this.offer(whole))) return whole.txID;
     // The amount changes the transfer's size, so the burn is found by trying (a byte or two at most).
     let amount = available - BigInt(this.transferBytes) * fees.bandwidthPrice;

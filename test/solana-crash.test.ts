@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Keypair } from '@solana/web3.js';
 import { baseUnits } from './support/evm-flow.ts';
-import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { callService as call, startProcess, untilKilled, type ServiceProcess } from './support/process.ts';
 import { eventually as until } from './support/merchant.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
 import { solanaEnv, startSolanaNode } from './support/solana-flow.ts';
@@ -94,19 +94,7 @@ describe('crashes on the Solana test node', () => {
       90_000,
     );
   /** Mines until the failpoint has killed the process. */
-  async function mineUntilKilled() {
-    const exit = await until(
-      async () => {
-        if (running!.child.exitCode !== null || running!.child.signalCode !== null) return 'exited';
-        node.mine(1);
-        return 'alive';
-      },
-      (s) => s === 'exited',
-      60_000,
-    );
-    assert.equal(exit, 'exited');
-    assert.equal(running!.child.signalCode, 'SIGKILL');
-  }
+  const mineUntilKilled = () => untilKilled(running!, () => node.mine(1));
   /** The merchant got exactly one payout, of the net amount, in the settlement's transaction. */
   async function paidOnce(url: string, p: { paymentId: string }, key: string, wallet: string, token?: string) {
     const settled = await mineUntil(url, p.paymentId, (s) => s.status === 'settled');

@@ -2,14 +2,15 @@
 // (SIGKILL) and restarted: a kill while payments are being detected (and
 // payments made while it is down) misses none and counts none twice; a kill
 // between a sweep's signing and its broadcast, or between its broadcast and
-// its record, sends exactly one payout.
+// its record, sends exactly one payout; so does a kill there in a refund
+// from a deposit, whose settlement then pays exactly the rest.
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { baseUnits } from './support/evm-flow.ts';
-import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { callService as call, startProcess, untilKilled, type ServiceProcess } from './support/process.ts';
 import { eventually as until } from './support/merchant.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { startTronNode, TEST_USDT, tronEnv } from './support/tron-flow.ts';
@@ -47,10 +48,22 @@ describe('crashes on the Tron test node', () => {
       await rm(dir, { recursive: true, force: true });
     }
   }
-  async function merchant(url: string, wallet: string) {
-    const m = (await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'Tron', settlementWallets: { tron: wallet } }))
-      .body.data;
+  async function merchant(url: string, wallet?: string) {
+    const m = (
+      await call(url, 'POST', '/admin/v1/merchants', ADMIN, {
+        name: 'Tron',
+        ...(wallet && { settlementWallets: { tron: wallet } }),
+      })
+    ).body.data;
     return (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data.key as string;
+  }
+  /** Until the process has died at its failpoint, mining so that it gets there. */
+  const killed = () => untilKilled(running!, () => node.mine(1));
+  /** The fee wallet funded for token payouts' energy, and the treasury an existing account. */
+  async function fundServiceWallets(url: string) {
+    const [{ feeWallet, treasury }] = (await call(url, 'GET', '/admin/v1/wallets', ADMIN)).body.data;
+    await node.sendTrx(payer, feeWallet, 200_000_000n);
+    if (node.balance(treasury) === 0n) await node.sendTrx(payer, treasury, 1_000_000n);
   }
   async function invoice(url: string, key: string, token?: string) {
     const res = await call(url, 'POST', '/api/v1/payments', key, {
@@ -91,7 +104,10 @@ describe('crashes on the Tron test node', () => {
       // Two paid and seen; two more paid as the process dies; two while it is down.
       for (const { p, token } of invoices.slice(0, 2)) await pay(p, token);
       node.mine(1);
-      await until(() => status(url, invoices[0]!.p.paymentId), (s) => s.hasDetectedPayment);
+      await until(
+        () => status(url, invoices[0]!.p.paymentId),
+        (s) => s.hasDetectedPayment,
+      );
       for (const { p, token } of invoices.slice(2, 4)) await pay(p, token);
       node.mine(1);
       await kill();
@@ -119,39 +135,93 @@ describe('crashes on the Tron test node', () => {
     it(`a kill at ${failpoint} (${token ?? 'TRX'}) and a restart send exactly one payout`, async () => {
       await withDataDir(async () => {
         let url = await start({ FAILPOINTS: failpoint });
-        const [{ feeWallet, treasury }] = (await call(url, 'GET', '/admin/v1/wallets', ADMIN)).body.data;
-        await node.sendTrx(payer, feeWallet, 200_000_000n);
-        if (node.balance(treasury) === 0n) await node.sendTrx(payer, treasury, 1_000_000n);
+        await fundServiceWallets(url);
         const wallet = randomTronKey().address;
         await node.sendTrx(payer, wallet, 1_000_000n);
         const key = await merchant(url, wallet);
         const p = await invoice(url, key, token);
         await pay(p, token);
         // Confirmation leads to the payout, where the failpoint kills the process.
-        const exit = await until(
-          async () => {
-            if (running!.child.exitCode !== null || running!.child.signalCode !== null) return 'exited';
-            node.mine(1);
-            return 'alive';
-          },
-          (s) => s === 'exited',
-          60_000,
-        );
-        assert.equal(exit, 'exited');
-        assert.equal(running!.child.signalCode, 'SIGKILL');
+        await killed();
 
         url = await start();
         const settled = await mineUntil(url, p.paymentId, (s) => s.status === 'settled');
         const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
         const net = BigInt(settlementAmounts(events).netAmount);
         if (token) {
-          assert.deepEqual(node.tokenTransfersTo(TEST_USDT, wallet), [{ txid: settled.txHash, amount: net }], 'paid once, exactly');
+          assert.deepEqual(
+            node.tokenTransfersTo(TEST_USDT, wallet),
+            [{ txid: settled.txHash, amount: net }],
+            'paid once, exactly',
+          );
         } else {
           const payouts = node.trxTransfers({ from: p.address, to: wallet });
           assert.deepEqual(payouts, [{ txid: settled.txHash, amount: net }], 'paid once, exactly');
         }
         assert.equal(events.filter((e) => e.type === 'SettlementTransactionPrepared').length, 1, 'one attempt');
         assert.equal(events.filter((e) => e.type === 'InvoiceSettled').length, 1);
+      });
+    });
+  }
+  for (const [failpoint, token] of [
+    ['refund:after-prepare', 'USDT'],
+    ['refund:after-broadcast', 'USDT'],
+    ['refund:after-broadcast', undefined],
+  ] as const) {
+    it(`a kill at ${failpoint} of a deposit refund (${token ?? 'TRX'}) and a restart pay the customer once; the settlement then pays the rest`, async () => {
+      await withDataDir(async () => {
+        let url = await start({ FAILPOINTS: failpoint });
+        await fundServiceWallets(url);
+        const key = await merchant(url); // no wallet yet: the settlement waits, and the refund comes from the deposit
+        const p = await invoice(url, key, token);
+        const excess = token ? 5_000_000n : 10_000_000n;
+        const received = baseUnits(p.cryptoAmount, 6) + excess;
+        if (token) await node.sendToken(payer, TEST_USDT, p.address, received);
+        else await node.sendTrx(payer, p.address, received);
+        await mineUntil(url, p.paymentId, (s) => s.status === 'confirmed');
+        const customer = randomTronKey().address;
+        if (!token) await node.sendTrx(payer, customer, 1_000_000n); // a TRX refund pays an existing account
+        const created = await call(url, 'POST', `/api/v1/invoices/${p.paymentId}/refunds`, key, {
+          kind: 'excess',
+          destination: customer,
+        });
+        assert.equal(created.status, 201, JSON.stringify(created.body));
+        const refundId = created.body.data.id as string;
+        const approved = await call(url, 'POST', `/api/v1/refunds/${refundId}/approve`, key);
+        assert.equal(approved.body.data.fundedFrom, 'deposit');
+        await killed();
+
+        url = await start();
+        const done = await until(
+          async () => {
+            const refund = (await call(url, 'GET', `/api/v1/refunds/${refundId}`, key)).body.data;
+            if (refund.status !== 'completed') node.mine(1);
+            return refund;
+          },
+          (r) => r.status === 'completed',
+          90_000,
+        );
+        const net = baseUnits(done.netAmount, 6);
+        const paid = token
+          ? node.tokenTransfersTo(TEST_USDT, customer)
+          : node.trxTransfers({ from: p.address, to: customer });
+        assert.deepEqual(paid, [{ txid: done.transactionHash, amount: net }], 'paid once, exactly');
+        const refundEvents = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
+        assert.equal(refundEvents.filter((e) => e.type === 'RefundTransactionPrepared').length, 1, 'one attempt');
+
+        const wallet = randomTronKey().address;
+        await node.sendTrx(payer, wallet, 1_000_000n);
+        const merchantId = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}`, key)).body.data.merchantId;
+        await call(url, 'PATCH', `/admin/v1/merchants/${merchantId}`, ADMIN, { settlementWallets: { tron: wallet } });
+        const settled = await mineUntil(url, p.paymentId, (s) => s.status === 'settled');
+        const events = (await call(url, 'GET', `/api/v1/invoices/${p.paymentId}/events`, key)).body.data as any[];
+        const amounts = settlementAmounts(events);
+        const rest = received - baseUnits(done.amount, 6) - BigInt(amounts.platformFee) - BigInt(amounts.networkFee);
+        assert.equal(BigInt(amounts.netAmount), rest, 'the settlement is re-priced without the refund');
+        const payouts = token
+          ? node.tokenTransfersTo(TEST_USDT, wallet)
+          : node.trxTransfers({ from: p.address, to: wallet });
+        assert.deepEqual(payouts, [{ txid: settled.txHash, amount: rest }]);
       });
     });
   }

@@ -41,6 +41,14 @@
 //     call. The settlement's network fee is all that TRX, quoted in USDT at
 //     the service's rates (quoteNetworkFee) and sent to the treasury with
 //     the platform fee.
+// Refunds are the same payout with no platform fee, from a deposit (the rest
+// left for its settlement) or a merchant's refund wallet: TRX, exactly the
+// refund's net amount, and what the quoted one transfer's bytes leave over
+// to the treasury after it, so the payer spends exactly the refund's amount
+// (to an address with no account yet, whose creation costs more, the payout
+// waits until it exists); a token, the one call, its TRX topped up from the
+// fee wallet and the leftover sent back, the payer spending exactly the
+// refund's amount of the token.
 // A Tron transaction id is the hash of its content and every transaction
 // carries an expiration: a payout sent again after a crash is the same
 // transaction, and one that was not mined is declared refused only once the
@@ -327,6 +335,8 @@ export function parseTronBlock(
 
 export class TronChain implements ChainAdapter {
   readonly chain: ChainName = 'tron';
+  /** Refunds: a TRX one pays one transfer's bytes, a token one nothing (the fee wallet's TRX pays its energy). */
+  readonly paysRefunds = true;
   readonly treasury: string;
   readonly feeWallet: string;
   /** Requests sent to the node, by path: what the request budget is measured by. */
@@ -351,6 +361,8 @@ export class TronChain implements ChainAdapter {
   private readonly feesOwed = new Map<string, Bundle>();
   /** Token payouts' platform fee calls sent, by payout id: the deposit's leftover TRX goes back once they are mined. */
   private readonly feeCalls = new Map<string, string>();
+  /** Token payouts' leftover TRX sent back to the fee wallet, by payout id: the payout is final once it is mined. */
+  private readonly leftoversBack = new Map<string, string>();
   private treasuryExists = false;
   private topUps: Promise<unknown> = Promise.resolve();
   /** Bytes of a signed TRX transfer with the largest amount (the quote's unit). */
@@ -741,9 +753,19 @@ export class TronChain implements ChainAdapter {
    * the platform fee) at the burn price. A token settlement's: the last one
    * quoteNetworkFee gave, as an estimate (it depends on the merchant's address
    * and the rates; the payout engine quotes each settlement itself).
+   *
+   * A refund's, quoted when it is created (its address may come later): TRX,
+   * the bytes of its one transfer burnt; what the chain charged less goes to
+   * the treasury after it, as a settlement's does, so the payer spends
+   * exactly the refund's amount. A token, 0: the fee wallet's TRX pays the
+   * call's energy and bytes, as it does a sweep's, and is not charged back in
+   * the token, since sending that charge to the treasury would be a second
+   * token call burning as much energy as the refund's own.
    */
-  networkFee(token: string): bigint {
-    if (token === 'TRX') return 2n * BigInt(this.transferBytes) * this.schedule.bandwidthPrice;
+  networkFee(token: string, payout: 'settlement' | 'refund' = 'settlement'): bigint {
+    const transfers = payout === 'refund' ? 1n : 2n;
+    if (token === 'TRX') return transfers * BigInt(this.transferBytes) * this.schedule.bandwidthPrice;
+    if (payout === 'refund') return 0n;
     const quote = this.tokenQuotes.get(token);
     if (quote === undefined) throw new Error(`tron: no ${token} settlement quoted yet`);
     return quote;
@@ -862,6 +884,15 @@ export class TronChain implements ChainAdapter {
     const cost = merchant.exists
       ? BigInt(bandwidthOf(payout)) * fees.bandwidthPrice
       : fees.createNewAccountFee + fees.createAccountFee;
+    // Creating the account is paid from the fees the payout carries, never from other coins on the address
+    // (a refund's deposit holds its settlement's rest; a refund's fee is one transfer's bytes): until the
+    // account exists, such a payout waits.
+    const carried = (transfer.fees?.platform ?? 0n) + (transfer.fees?.network ?? 0n);
+    if (!merchant.exists && cost > carried) {
+      throw new TransactionRejectedError(
+        `${transfer.to} does not exist on Tron yet: creating it costs ${cost} sun, more than the ${carried} sun of fees this payout carries; it is paid once the account exists`,
+      );
+    }
     if (sender.balance < transfer.amount + cost) {
       throw new TransactionRejectedError(
         `${from} holds ${sender.balance} sun, less than the payout of ${transfer.amount} and the chain's charges of up to ${cost} sun${
@@ -1177,14 +1208,8 @@ export class TronChain implements ChainAdapter {
     if (fee.token === 'TRX') {
       const owed = BigInt(fee.platform) + BigInt(fee.network) - BigInt(payoutInfo.fee ?? 0);
       const [deposit, treasury] = await Promise.all([this.account(fee.from), this.treasuryAccount()]);
-      await this.sendTrxOut(
-        key.privateKey,
-        fee.from,
-        this.treasury,
-        treasury.exists,
-        deposit.balance < owed ? deposit.balance : owed,
-        header,
-      );
+      const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
+      await this.sendTrxOut(from, this.treasury, treasury.exists, owed, header);
     } else {
       const feeCall = this.feeCalls.get(bundle.payout.txID);
       if (!feeCall) {
@@ -1203,17 +1228,23 @@ export class TronChain implements ChainAdapter {
       }
       // The delegated energy back to the fee wallet's stake (looked at again until it has gone).
       if (!(await this.undelegated(fee.from, header))) return false;
-      // What the energy did not burn goes back to the fee wallet, up to what it gave (other TRX there is not ours).
-      const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
-      const deposit = await this.account(fee.from);
-      await this.sendTrxOut(
-        key.privateKey,
-        fee.from,
-        this.feeWallet,
-        true,
-        deposit.balance < given ? deposit.balance : given,
-        header,
-      );
+      // What the energy did not burn goes back to the fee wallet, up to what it gave (other TRX there is not
+      // ours), and is mined before the payout counts as final: the settlement a refund from a deposit leaves
+      // reads the deposit's TRX for its own top-up next.
+      const back = this.leftoversBack.get(bundle.payout.txID);
+      if (back === undefined) {
+        const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
+        const deposit = await this.account(fee.from);
+        const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
+        const sent = await this.sendTrxOut(from, this.feeWallet, true, given, header);
+        if (sent) {
+          this.leftoversBack.set(bundle.payout.txID, sent);
+          return false;
+        }
+      } else if (!('id' in (await this.info(back)))) {
+        return false;
+      }
+      this.leftoversBack.delete(bundle.payout.txID);
       this.feeCalls.delete(bundle.payout.txID);
     }
     this.feesOwed.delete(bundle.payout.txID);
@@ -1221,28 +1252,44 @@ export class TronChain implements ChainAdapter {
   }
 
   /**
-   * Sends `available` sun from a deposit address less what the transfer
-   * costs: nothing while its free bandwidth and the chain's public pool
-   * last, else its bytes burnt; creating the recipient's account when it has
-   * none. Nothing when the cost is more than there is.
+   * Sends `owed` sun (no more than the address `holds`) from a deposit
+   * address, after its payout (`after`), less what the transfer costs:
+   * nothing while its free bandwidth and the chain's public pool last, else
+   * its bytes burnt; creating the recipient's account when it has none.
+   * Nothing when the cost is more than there is. The id of the transfer
+   * sent, if one was.
    */
   private async sendTrxOut(
-    privateKey: Uint8Array,
-    from: string,
+    {
+      privateKey,
+      address: from,
+      holds,
+      after,
+    }: { privateKey: Uint8Array; address: string; holds: bigint; after: TransactionInfoJson },
     to: string,
     toExists: boolean,
-    available: bigint,
+    owed: bigint,
     header: Awaited<ReturnType<TronChain['blockHeader']>>,
-  ): Promise<void> {
+  ): Promise<string | undefined> {
     const fees = this.schedule;
+    const available = holds < owed ? holds : owed;
     const sign = async (amount: bigint) =>
       this.signed(privateKey, await this.builder.sendTrx(to, Number(amount), from, { blockHeader: header }));
+    const sent = async (tx: TransactionJson) => (await this.send(tx), tx.txID);
     if (!toExists) {
       const amount = available - fees.createNewAccountFee - fees.createAccountFee;
-      if (amount > 0n) await this.send(await sign(amount));
-      return;
+      return amount > 0n ? sent(await sign(amount)) : undefined;
     }
-    if (available <= 0n || !(await this.offer(await sign(available)))) return;
+    if (available <= 0n) return undefined;
+    // Whole when the free allowance pays its bytes. With nothing else on the address the node says so (it
+    // refuses what would burn); other coins there (a refund's deposit holds its settlement's rest) would pay
+    // the burn, so it is sent whole only when the payout's bytes were free (the chain's public pool, which
+    // no API shows, had room) and the address's own allowance still covers it.
+    const whole = await sign(available);
+    const free =
+      holds === available ||
+      (!after.receipt?.net_fee && (await this.freeBandwidth(from)) >= BigInt(bandwidthOf(whole)));
+    if (free && !(await this.offer(whole))) return whole.txID;
     // The amount changes the transfer's size, so the burn is found by trying (a byte or two at most).
     let amount = available - BigInt(this.transferBytes) * fees.bandwidthPrice;
     let tx = amount > 0n ? await sign(amount) : undefined;
@@ -1252,7 +1299,20 @@ export class TronChain implements ChainAdapter {
       amount = exact;
       tx = await sign(amount);
     }
-    if (tx) await this.send(tx);
+    return tx && sent(tx);
+  }
+
+  /**
+   * Bytes of the address's free daily bandwidth left (java-tron's
+   * Wallet.getAccountResource brings the usage up to date first:
+   * BandwidthProcessor.updateUsage). The chain's public pool is not shown.
+   */
+  private async freeBandwidth(address: string): Promise<bigint> {
+    const resources = await this.call<{ freeNetLimit?: number; freeNetUsed?: number }>('/wallet/getaccountresource', {
+      address,
+      visible: true,
+    });
+    return BigInt(resources.freeNetLimit ?? 0) - BigInt(resources.freeNetUsed ?? 0);
   }
 
   private async treasuryAccount() {

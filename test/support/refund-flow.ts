@@ -48,7 +48,13 @@ export function refundFlow(svc: RunningService, chain: ChainName, mine: () => un
       assert.equal(created.status, 201, JSON.stringify(created.body));
       const approved = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
       assert.equal(approved.status, 200, JSON.stringify(approved.body));
-      return approved.body.data as { id: string; status: string; fundedFrom: string; amount: string };
+      return approved.body.data as {
+        id: string;
+        status: string;
+        fundedFrom: string;
+        amount: string;
+        networkFee: string;
+      };
     },
 
     /** Until the payment is confirmed and its settlement requested (it waits there without a merchant wallet). */

@@ -218,9 +218,6 @@ export function refundCommands(deps: RefundCommandDeps) {
       if (refund.approvedAt !== null) return { position: undefined };
       // Refused here, before any hold is taken, when the refund is not waiting for its approval.
       refundDecider.decide({ type: 'Approve', payer: NO_PAYER, funded: false, now: now() }, refund);
-      if (!deps.chains.get(refund.chain as ChainName)?.paysRefunds) {
-        throw new DomainError('conflict', `Refunds on ${refund.chain} cannot be paid by the service yet`);
-      }
       const payer = (await fromDeposit(deps, refund)) ?? (await wallets.payerOf(merchantId, refund.chain));
       // A crash here leaves a hold without its approval: approving again finds the hold and takes it.
       failpoint('refund:after-payer');
@@ -323,7 +320,7 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
         const adapter = chains.get(chain);
         const balances: Record<string, string | null> = {};
         for (const token of findChain(chain)?.supportedTokens ?? []) {
-          const units = adapter?.balanceOf ? await adapter.balanceOf(wallet.address, token.symbol) : undefined;
+          const units = adapter ? await adapter.balanceOf(wallet.address, token.symbol) : undefined;
           balances[token.symbol] = units === undefined ? null : formatUnits(units, token.decimals, token.decimals);
         }
         list.push({ chain, address: wallet.address, balances });
@@ -542,7 +539,7 @@ export class RefundPayouts implements PayoutKind {
     const refund = await loadState(store, refundDecider, refundStreamName(refundId));
     if (refund?.status === 'awaiting_funds') {
       const chain = chains.get(refund.chain as ChainName);
-      const held = chain?.balanceOf ? await chain.balanceOf(refund.payer!.fromAddress, refund.token) : 0n;
+      const held = chain ? await chain.balanceOf(refund.payer!.fromAddress, refund.token) : 0n;
       if (held < refund.amount) return { lookAgainInMs: FUNDS_LOOK_MS };
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }

@@ -44,6 +44,7 @@ function scriptedTron(chain: { mined: boolean }, mine: () => Promise<ChainBlock>
     networkFee: () => 0n,
     prepareTransfer: () => Promise.reject(new Error('not in this test')),
     broadcast: () => Promise.reject(new Error('not in this test')),
+    balanceOf: () => Promise.reject(new Error('not in this test')),
     transactionStatus: async () => undefined,
   };
 }
@@ -285,6 +286,7 @@ function laggingTron(clock: Clock) {
     networkFee: () => 0n,
     prepareTransfer: () => Promise.reject(new Error('not in this test')),
     broadcast: () => Promise.reject(new Error('not in this test')),
+    balanceOf: () => Promise.reject(new Error('not in this test')),
     transactionStatus: async () => undefined,
   };
   return { node, adapter };

@@ -213,7 +213,6 @@ export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] 
 
 export class BitcoinChain implements ChainAdapter {
   readonly chain: ChainName = 'bitcoin';
-  readonly paysRefunds = true;
   readonly spendsCoinsWhole = true;
   readonly treasury: string;
   private readonly endpoint: string;

@@ -232,8 +232,6 @@ export function bloomMayContain(bloomHex: string | undefined, value: string): bo
 
 export class EvmChain implements ChainAdapter {
   readonly chain: ChainName;
-  /** Proven on Hardhat (test/evm-refund.test.ts): part of a deposit, ETH or a token, and the refund wallet. */
-  readonly paysRefunds = true;
   readonly chainId: bigint;
   readonly treasury: string;
   readonly feeWallet: string;

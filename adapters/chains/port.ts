@@ -175,12 +175,6 @@ export class PayoutRefusedError extends Error {
 export interface ChainAdapter {
   readonly chain: ChainName;
   /**
-   * Refund payouts are proven on this adapter: part of a deposit paid out
-   * (the rest left for its settlement), and payouts from a refund wallet
-   * (`balanceOf`), each told apart from a sweep by `payout: 'refund'`.
-   */
-  readonly paysRefunds?: boolean;
-  /**
    * A payout spends the coins it names whole, the rest coming back as change
    * (Bitcoin): a deposit then pays one refund at a time, since two at once
    * would spend the same coins.
@@ -237,11 +231,8 @@ export interface ChainAdapter {
    * only when that call succeeds.
    */
   broadcast(transaction: PreparedTransaction): Promise<void>;
-  /**
-   * What `address` holds of `token` now, base units (a merchant's refund
-   * wallet). Chains without it cannot pay refunds from a refund wallet yet.
-   */
-  balanceOf?(address: string, token: string): Promise<bigint>;
+  /** What `address` holds of `token` now, base units (a merchant's refund wallet). */
+  balanceOf(address: string, token: string): Promise<bigint>;
   /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */
   transactionStatus(txHash: string): Promise<TransactionStatus | undefined>;
   /**

@@ -65,7 +65,6 @@ export interface SandboxTransfer {
 }
 
 export class SandboxLedger implements ChainAdapter {
-  readonly paysRefunds = true;
   private readonly decider: Decider<SandboxLedgerCommand, SandboxLedgerState, SandboxLedgerEvent>;
   private readonly streamId: string;
   private state: SandboxLedgerState;

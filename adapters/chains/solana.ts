@@ -369,8 +369,6 @@ function tokenRefund(
 
 export class SolanaChain implements ChainAdapter {
   readonly chain: ChainName = 'solana';
-  /** Proven on the test node (test/solana-refund.test.ts): SOL and tokens, part of a deposit, and the refund wallet. */
-  readonly paysRefunds = true;
   readonly treasury: string;
   readonly feeWallet: string;
   private readonly feePayer: Keypair;

@@ -335,8 +335,6 @@ export function parseTronBlock(
 
 export class TronChain implements ChainAdapter {
   readonly chain: ChainName = 'tron';
-  /** Refunds: a TRX one pays one transfer's bytes, a token one nothing (the fee wallet's TRX pays its energy). */
-  readonly paysRefunds = true;
   readonly treasury: string;
   readonly feeWallet: string;
   /** Requests sent to the node, by path: what the request budget is measured by. */

@@ -34,18 +34,12 @@ import { SettlementPayouts, settlementManager } from '../commands/settlements.ts
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
 import type { ChainAdapter } from '../adapters/chains/port.ts';
 import { WebhookDeliveryWorker, migrateWebhookDeliveries } from '../commands/webhook-delivery.ts';
-import { webhookEvents } from '../commands/webhook-events.ts';
-import {
-  RenewalScheduler,
-  subscriberWebhooks,
-  subscriptionCommands,
-  subscriptionManager,
-} from '../commands/subscriptions.ts';
+import { RenewalScheduler, subscriptionCommands, subscriptionManager } from '../commands/subscriptions.ts';
 import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { refundsProjector } from '../projections/refunds.ts';
 import { activityProjector } from '../projections/activity.ts';
-import { RefundExpiry, RefundPayouts, refundCommands, refundManager, refundWebhooks } from '../commands/refunds.ts';
+import { RefundExpiry, RefundPayouts, refundCommands, refundManager } from '../commands/refunds.ts';
 import { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands, type MerchantCommands } from '../commands/merchants.ts';
@@ -54,6 +48,7 @@ import type { ChainName } from '../domain/catalogue.ts';
 import { ProjectionEngine } from '../projections/engine.ts';
 import { invoicesProjector } from '../projections/invoices.ts';
 import { merchantsProjector } from '../projections/merchants.ts';
+import { refundWebhooks, subscriberWebhooks, webhookEvents } from '../projections/webhook-outboxes.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { buildApp, type App } from './app.ts';
 import type { Config } from './config.ts';

@@ -12,7 +12,7 @@ import type { Kysely } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
-import { DomainError, fold } from '../domain/decider.ts';
+import { DomainError } from '../domain/decider.ts';
 import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
 import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import { findChain, type ChainName } from '../domain/catalogue.ts';
@@ -43,14 +43,11 @@ import {
   type PayoutSource,
   type RefundCoins,
 } from '../domain/settlement.ts';
-import { eventsByStream } from '../projections/batch.ts';
-import type { Projector, Reactor } from '../projections/engine.ts';
-import { expiredClaims, refundRowOf, refundView } from '../projections/refunds.ts';
+import type { Reactor } from '../projections/engine.ts';
+import { expiredClaims } from '../projections/refunds.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
 import { handleCommand, loadState, type Actor } from './handle.ts';
-import { enqueueWebhook } from './webhook-delivery.ts';
-import { webhookEventId } from './webhook-events.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
   advancePayout,
@@ -406,80 +403,6 @@ export class RefundExpiry {
     for (const { id } of due) await this.refunds.expire(id);
     return due.length;
   }
-}
-
-/** The refunds.md webhook each refund event causes. */
-const REFUND_WEBHOOKS: Partial<Record<RefundEvent['type'], string>> = {
-  RefundCreated: 'refund.created',
-  RefundClaimed: 'refund.claimed',
-  RefundApproved: 'refund.approved',
-  RefundCompleted: 'refund.completed',
-  RefundFailed: 'refund.failed',
-  RefundCanceled: 'refund.canceled',
-  RefundExpired: 'refund.expired',
-};
-
-export const REFUND_WEBHOOK_TYPES = Object.values(REFUND_WEBHOOKS) as string[];
-
-interface RefundHistories {
-  refunds: Map<string, RecordedEvent[]>;
-  /** Where each refund's webhooks go: its invoice's URL, else its merchant's. */
-  urls: Map<string, string | null>;
-}
-
-/**
- * Puts each refund webhook in the outbox, with the Refund as it stood after
- * the event as `data`, in the same transaction as its checkpoint: one
- * webhook per event however often this runs (its id follows from the event's).
- */
-export function refundWebhooks(publicBaseUrl: string): Projector<RefundHistories> {
-  return {
-    name: 'refund-webhooks',
-    tables: [],
-
-    async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-      const touched = [...eventsByStream(batch, streams.refund.holds).keys()];
-      const refunds = new Map(await Promise.all(touched.map(async (s) => [s, await store.readStream(s)] as const)));
-      const urls = new Map<string, string | null>();
-      for (const [stream, history] of refunds) {
-        const refund = fold(
-          refundDecider,
-          history.map((e) => ({ type: e.type, data: e.data }) as RefundEvent),
-        );
-        if (!refund) continue;
-        const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
-        const merchant = await loadState(store, merchantDecider, merchantStream(refund.merchantId));
-        urls.set(stream, invoice?.webhookUrl ?? merchant?.webhookUrl ?? null);
-      }
-      return { refunds, urls };
-    },
-
-    async apply(trx: Kysely<any>, event: RecordedEvent, { refunds, urls }: RefundHistories) {
-      const name = REFUND_WEBHOOKS[event.type as RefundEvent['type']];
-      const url = urls.get(event.streamId);
-      if (!name || !url) return;
-      const refund = fold(
-        refundDecider,
-        (refunds.get(event.streamId) ?? [])
-          .filter((e) => e.revision <= event.revision)
-          .map((e) => ({ type: e.type, data: e.data }) as RefundEvent),
-      );
-      if (!refund) return;
-      const eventId = webhookEventId(event.id, name);
-      await enqueueWebhook(trx, {
-        eventId,
-        event: name,
-        merchantId: refund.merchantId,
-        url,
-        payload: {
-          eventId,
-          event: name,
-          createdAt: event.recordedAt.toISOString(),
-          data: refundView(refundRowOf(refund), publicBaseUrl),
-        },
-      });
-    },
-  };
 }
 
 /** The adapter's account of a prepared refund's coins, as the refund records them (amounts as integer strings). */

@@ -1,7 +1,7 @@
 // Subscriptions: the merchant's commands on plans and subscribers, the
-// process manager that carries invoice outcomes onto subscribers, the renewal
-// scheduler that bills each period on the business clock, and the projector
-// that turns subscriber events into the merchant's webhooks.
+// process manager that carries invoice outcomes onto subscribers, and the
+// renewal scheduler that bills each period on the business clock (their
+// webhooks: projections/webhook-outboxes.ts).
 //
 // Invoices of subscribers are ordinary invoices (invoiceCommands.create with a
 // subscriberId): they are paid, confirmed, expired and settled like any other.
@@ -18,7 +18,6 @@ import {
   type InvoiceEvent,
   type JsonObject,
 } from '../domain/invoice.ts';
-import { merchantDecider, merchantStream, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
 import { periodEnd, planDecider, planStreamName, type Plan, type PlanTerms } from '../domain/plan.ts';
 import {
   checkEnrollment,
@@ -35,20 +34,16 @@ import {
   subscriberIn,
   periodInvoiceId,
   subscriberStreamName,
-  subscriberView,
   type EnrollmentEvent,
   type Subscriber,
   type SubscriberCommand,
-  type SubscriberEvent,
 } from '../domain/subscriber.ts';
-import type { Projector, Reactor } from '../projections/engine.ts';
+import type { Reactor } from '../projections/engine.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { handleCommand, loadState, type HandleOptions } from './handle.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 import type { InvoiceCommands } from './invoices.ts';
 import type { Written } from './merchants.ts';
-import { enqueueWebhook } from './webhook-delivery.ts';
-import { invoicePayload, webhookEventId } from './webhook-events.ts';
 import { streams } from '../domain/streams.ts';
 
 /** A reservation whose subscriber never got written (a crash in between) is taken over after this long. */
@@ -551,119 +546,4 @@ export class RenewalScheduler {
       return false;
     }
   }
-}
-
-// ---------------------------------------------------------------- subscriber webhooks
-
-/** The webhook each subscriber event sends (README, "Subscriptions"); an abandoned enrollment had no subscriber to tell of. */
-export const SUBSCRIBER_WEBHOOKS: Record<Exclude<SubscriberEvent['type'], 'EnrollmentAbandoned'>, string> = {
-  SubscriberEnrolled: 'subscriber.enrolled',
-  SubscriberActivated: 'subscriber.activated',
-  RenewalInvoiceIssued: 'subscriber.renewal_invoice_created',
-  RenewalPaid: 'subscriber.renewed',
-  PeriodPaymentReversed: 'subscriber.payment_reversed',
-  SubscriberPastDue: 'subscriber.past_due',
-  CancellationScheduled: 'subscriber.cancellation_scheduled',
-  SubscriberCancelled: 'subscriber.cancelled',
-};
-
-interface SubscriberHistories {
-  subscribers: Map<string, RecordedEvent[]>;
-  invoices: Map<string, RecordedEvent[]>;
-  merchants: Map<string, Merchant | null>;
-  comparePositions: (a: string, b: string) => number;
-}
-
-const isSubscriberStream = streams.subscriber.holds;
-const webhookNameOf = (event: RecordedEvent): string | undefined =>
-  Object.hasOwn(SUBSCRIBER_WEBHOOKS, event.type)
-    ? SUBSCRIBER_WEBHOOKS[event.type as keyof typeof SUBSCRIBER_WEBHOOKS]
-    : undefined;
-const invoiceIdOf = (event: RecordedEvent): string | undefined => (event.data as { invoiceId?: string }).invoiceId;
-
-/**
- * The projector that writes subscriber webhooks to the outbox, in the same
- * transaction as its checkpoint (like webhook-events does for invoices):
- * each carries `data.subscriber` (the Subscriber object), the subscriber's
- * `externalId` and `metadata`, and `data.invoice` (with its `paymentUrl`) when
- * the event concerns an invoice. Sent to the merchant's webhook URL.
- */
-export function subscriberWebhooks(publicBaseUrl: string): Projector<SubscriberHistories> {
-  return {
-    name: 'subscriber-webhooks',
-    tables: [],
-
-    async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-      const ours = batch.filter((e) => isSubscriberStream(e.streamId) && webhookNameOf(e) !== undefined);
-      const read = async (streams: Iterable<string>) =>
-        new Map(await Promise.all([...new Set(streams)].map(async (s) => [s, await store.readStream(s)] as const)));
-      const subscribers = await read(ours.map((e) => e.streamId));
-      const invoices = await read(
-        ours.map(invoiceIdOf).flatMap((id) => (id === undefined ? [] : [invoiceStreamName(id)])),
-      );
-      const merchantIds = new Set<string>();
-      for (const history of subscribers.values()) {
-        const enrolled = history[0];
-        if (enrolled?.type === 'SubscriberEnrolled')
-          merchantIds.add((enrolled.data as { merchantId: string }).merchantId);
-      }
-      const merchants = new Map(
-        await Promise.all(
-          [...merchantIds].map(async (id) => {
-            const events = await store.readStream(merchantStream(id));
-            const merchant = fold(
-              merchantDecider,
-              events.map((e) => ({ type: e.type, data: e.data }) as MerchantEvent),
-            );
-            return [id, merchant] as const;
-          }),
-        ),
-      );
-      return { subscribers, invoices, merchants, comparePositions: (a, b) => store.comparePositions(a, b) };
-    },
-
-    async apply(trx: Kysely<any>, event: RecordedEvent, prepared: SubscriberHistories) {
-      const name = webhookNameOf(event);
-      const history = prepared.subscribers.get(event.streamId);
-      if (!name || !history) return;
-      const subscriber = subscriberIn(
-        fold(
-          subscriberDecider,
-          history
-            .filter((e) => e.revision <= event.revision)
-            .map((e) => ({ type: e.type, data: e.data }) as SubscriberEvent),
-        ),
-      );
-      if (!subscriber) return;
-      const url = prepared.merchants.get(subscriber.merchantId)?.webhookUrl ?? null;
-      if (!url) return;
-      // The invoice as it stood when the subscriber event was written.
-      const invoiceId = invoiceIdOf(event);
-      const invoice =
-        invoiceId === undefined
-          ? null
-          : fold(
-              invoiceDecider,
-              (prepared.invoices.get(invoiceStreamName(invoiceId)) ?? [])
-                .filter((e) => prepared.comparePositions(e.position, event.position) <= 0)
-                .map((e) => ({ type: e.type, data: e.data }) as InvoiceEvent),
-            );
-      const eventId = webhookEventId(event.id, name);
-      const data: Record<string, unknown> = {
-        subscriber: subscriberView(subscriber),
-        externalId: subscriber.externalId,
-        metadata: subscriber.metadata,
-      };
-      if (invoice) data.invoice = { ...invoicePayload(invoice), paymentUrl: `${publicBaseUrl}/checkout/${invoice.id}` };
-      if (event.type === 'SubscriberCancelled') data.reason = (event.data as { reason: string }).reason;
-      if (event.type === 'RenewalPaid') data.paidLate = (event.data as { late: boolean }).late;
-      await enqueueWebhook(trx, {
-        eventId,
-        event: name,
-        merchantId: subscriber.merchantId,
-        url,
-        payload: { eventId, event: name, createdAt: event.recordedAt.toISOString(), data },
-      });
-    },
-  };
 }

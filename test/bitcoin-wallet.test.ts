@@ -201,6 +201,15 @@ describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
     }
   });
 
+  it('refuses to start on a node without a wallet (disablewallet=1), saying so', async () => {
+    t.node.walletDisabled = true;
+    try {
+      await assert.rejects(open(), /the node has no wallet \(disablewallet=1\?\)/);
+    } finally {
+      t.node.walletDisabled = false;
+    }
+  });
+
   it('loads its wallet and imports again after a restart of the service, and of bitcoind, without error', async () => {
     const a = randomBitcoinKey();
     const first = await open();

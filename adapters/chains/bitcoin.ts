@@ -291,6 +291,21 @@ export class BitcoinChain implements ChainAdapter {
         `CHAIN_BITCOIN_RPC_URL is a node of the ${chain} chain, not ${options.network}; set CHAIN_BITCOIN_NETWORK=${chain} if that network is meant`,
       );
     }
+    try {
+      await adapter.openWatchWallet(); // at start-up, rather than at a merchant's first refund
+    } catch (error) {
+      adapter.close();
+      // -32601: a node run with disablewallet=1 (or built without a wallet) has no wallet RPCs.
+      if (error instanceof BitcoinRpcError && error.code === -32601) {
+        throw new Error(
+          `CHAIN_BITCOIN_RPC_URL: the node has no wallet (disablewallet=1?); refund wallets are followed by a watch-only wallet in it (docs/bitcoin.md)`,
+        );
+      }
+      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
+      throw new Error(
+        `CHAIN_BITCOIN_RPC_URL: the node's wallet ${WATCH_WALLET} did not open (${reason.slice(0, 200)})`,
+      );
+    }
     return adapter;
   }
 

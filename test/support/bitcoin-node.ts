@@ -48,7 +48,9 @@
 //     src/chain.h) before it ("now": the tip's time) on; `listunspent`
 //     (src/wallet/rpc/coins.cpp) answers only what the wallet sees, never an
 //     output a mempool transaction spends nor an immature coinbase output;
-//     `restartWallets` unloads those not saved to load at start-up;
+//     `restartWallets` unloads those not saved to load at start-up; with
+//     `walletDisabled` (-disablewallet) the wallet RPCs are not registered
+//     (src/wallet/init.cpp, WalletInit::Construct), so -32601;
 //   - a pruned node has no data below `pruneHeight` (src/rpc/blockchain.cpp,
 //     GetBlockChecked: -1 "Block not available (pruned data)");
 //   - with a cookie file, the credentials are `__cookie__` and a password
@@ -176,6 +178,8 @@ export class BitcoinTestNode {
   incrementalRelayFee = 1_000n;
   /** sat/vB below which `mine` leaves a transaction in the mempool (a fee market that passes it by). */
   miningFloor = 0n;
+  /** bitcoind run with -disablewallet: no wallet RPC exists. */
+  walletDisabled = false;
   /** Wallets by name: loaded or only on disk, and each watched address's first block seen. */
   private readonly wallets = new Map<
     string,
@@ -340,6 +344,9 @@ export class BitcoinTestNode {
     this.calls.set(request.method, (this.calls.get(request.method) ?? 0) + 1);
     try {
       const params = request.params ?? [];
+      if (this.walletDisabled && (WALLET_METHODS.has(request.method) || /wallet$/.test(request.method))) {
+        throw new RpcError(-32601, 'Method not found');
+      }
       const result = WALLET_METHODS.has(request.method)
         ? this.walletCall(request.method, params, this.walletAt(wallet))
         : this.call(request.method, params);

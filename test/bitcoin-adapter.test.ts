@@ -3,7 +3,7 @@
 // transaction's output is unspent), bad signatures, outputs over inputs, dust
 // by script type, a fee under the relay or the mempool's minimum, immature
 // coinbases, conflicts without RBF, a replacement that does not pay for what
-// it evicts, a second UTXO-set scan, pruned blocks and a rotated cookie.
+// it evicts, pruned blocks and a rotated cookie (wallets: bitcoin-wallet.test.ts).
 import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -164,21 +164,6 @@ describe('the Bitcoin test node refuses what Bitcoin Core refuses', () => {
     );
     node.mine(1);
     assert.equal((await rpc('sendrawtransaction', [spend(reward, [{ address: to(), value: 4_999_990_000n }])])).error, null);
-  });
-
-  it('scans the UTXO set slowly and refuses a second scan meanwhile', async () => {
-    node.scanMs = 300;
-    try {
-      const first = rpc('scantxoutset', ['start', [`addr(${payer.address})`]]);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-      assert.deepEqual((await rpc('scantxoutset', ['start', [`addr(${payer.address})`]])).error, {
-        code: -8,
-        message: 'Scan already in progress, use action "abort" or "status"',
-      });
-      assert.equal((await first).result.success, true);
-    } finally {
-      node.scanMs = 0;
-    }
   });
 
   it('serves no block below its prune height', async () => {

@@ -3,15 +3,18 @@
 // satoshi: an overpayment's excess paid from the deposit, its change back to
 // the deposit (not taken for a payment), and the settlement's sweep then
 // spending that change and paying the re-priced rest; and a settled invoice
-// refunded from the merchant's refund wallet once a coin reaches it.
+// refunded from the merchant's refund wallet once a coin reaches it (its
+// coins read from the service's watch-only wallet in the node), and the
+// wallet read again after a restart of the service.
 import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as bitcoin from 'bitcoinjs-lib';
 import { merchantWithKey, eventuallyMining } from './support/merchant.ts';
 import type { RunningService } from './support/service.ts';
-import { BitcoinChain } from '../adapters/chains/bitcoin.ts';
-import { DepositKeyring } from '../adapters/keys/derivation.ts';
-import { baseUnits, SERVICE_MNEMONIC } from './support/evm-flow.ts';
+import { baseUnits } from './support/evm-flow.ts';
 import { randomAddress, randomBitcoinKey, type BitcoinKey, type BitcoinTestNode } from './support/bitcoin-node.ts';
 import { startBitcoinService, stopBitcoinService } from './support/bitcoin-flow.ts';
 import { settlementAmounts } from './support/settlement.ts';
@@ -20,12 +23,19 @@ const regtest = bitcoin.networks.regtest;
 
 describe('refunds paid on the Bitcoin test node', () => {
   let node: BitcoinTestNode, svc: RunningService, payer: BitcoinKey;
-  let treasury: string;
+  let env: Record<string, string>;
   before(async () => {
-    treasury = randomBitcoinKey().address;
-    ({ node, svc, payer } = await startBitcoinService(10, { CHAIN_BITCOIN_TREASURY: treasury }));
+    // On disk, so that the service can be restarted on the same data.
+    env = {
+      CHAIN_BITCOIN_TREASURY: randomBitcoinKey().address,
+      DATA_DIR: await mkdtemp(join(tmpdir(), 'btc-refund-')),
+    };
+    ({ node, svc, payer } = await startBitcoinService(10, env));
   });
-  after(() => stopBitcoinService(node, svc));
+  after(async () => {
+    await stopBitcoinService(node, svc);
+    await rm(env.DATA_DIR!, { recursive: true, force: true });
+  });
 
   const admin = (method: string, path: string, body?: unknown) =>
     svc.call(method, path, { token: svc.adminToken, body });
@@ -129,7 +139,7 @@ describe('refunds paid on the Bitcoin test node', () => {
     assert.equal(BigInt(priced.netAmount), toMerchant);
     assert.deepEqual(sweep.outputs, [
       { to: merchantWallet, sats: toMerchant },
-      { to: treasury, sats: received - amount - toMerchant - sweep.fee },
+      { to: env.CHAIN_BITCOIN_TREASURY!, sats: received - amount - toMerchant - sweep.fee },
     ]);
     assert.equal(sweep.fee, BigInt(priced.networkFee), 'the sweep pays its quoted fee');
   });
@@ -171,34 +181,16 @@ describe('refunds paid on the Bitcoin test node', () => {
     assert.equal(paidOut.fee, fee, 'the quoted fee is what the transaction pays');
     // What the wallet holds now is the refund's change, mined with it.
     assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.00150000');
-  });
+    // Read from the service's watch-only wallet in the node, never by a scan of the UTXO set.
+    assert.ok(node.calls.get('listunspent'));
+    assert.equal(node.calls.get('scantxoutset'), undefined);
 
-  it("reads a refund wallet's spendable coins from the UTXO set, one scan at a time as Core allows", async () => {
-    const keyring = DepositKeyring.fromMnemonic(SERVICE_MNEMONIC, { bitcoinNetwork: 'regtest' });
-    const chain = await BitcoinChain.open({ rpcUrl: node.rpcUrl, network: 'regtest', keyring, log: () => {} });
-    const [a, b] = [randomBitcoinKey(), randomBitcoinKey()];
-    node.fund(a.address, 70_000n);
-    node.fund(a.address, 30_000n);
-    node.fund(b.address, 5_000n);
-    const spent = node.pay(payer, [{ address: b.address, sats: 40_000n }]);
-    node.mine(1);
-    node.pay(payer, [{ address: a.address, sats: 9_000n }]); // unconfirmed: not in the UTXO set yet
-    node.spendOutput(
-      b,
-      spent.getId(),
-      spent.outs.findIndex((o) => BigInt(o.value) === 40_000n),
-      payer.address,
-    );
-    // A scan takes a while and Core refuses a second meanwhile (-8): this process asks one after the other.
-    node.scanMs = 50;
-    try {
-      assert.deepEqual(await Promise.all([chain.balanceOf(a.address, 'BTC'), chain.balanceOf(b.address, 'BTC')]), [
-        100_000n,
-        5_000n, // the coin a pending transaction spends is not counted
-      ]);
-    } finally {
-      node.scanMs = 0;
-      chain.close();
-    }
+    // A restart of the service loads the wallet and imports the address again, without error.
+    const imports = node.calls.get('importdescriptors')!;
+    await svc.close();
+    ({ svc } = await startBitcoinService(0, env, node));
+    assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.00150000');
+    assert.equal(node.calls.get('importdescriptors'), imports + 1, 'imported again by the new process');
+    assert.equal(node.calls.get('createwallet'), 1, 'the wallet is made once');
   });
 });

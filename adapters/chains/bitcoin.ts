@@ -1,5 +1,6 @@
-// Bitcoin behind the chain port, through Bitcoin Core's JSON-RPC (no wallet,
-// no txindex needed; docs/bitcoin.md says what a mainnet operator runs).
+// Bitcoin behind the chain port, through Bitcoin Core's JSON-RPC (no txindex
+// needed; a watch-only wallet of its own for the refund wallets' coins;
+// docs/bitcoin.md says what a mainnet operator runs).
 //
 // Detection: every output of a block's transactions that pays an address is
 // a transfer (index = the output's n), so several outputs to one deposit
@@ -33,9 +34,11 @@
 // the real size asks more, which the change pays. From a deposit it spends
 // the coins the refund names (the settlement's, see domain/settlement.ts
 // payoutSources); the settlement then sweeps the change. From a refund wallet
-// it spends the wallet's confirmed coins, read with `scantxoutset` (one scan
-// at a time, as Core allows) less those a mempool transaction spends; a later
-// attempt names the first one's coins, so at most one can be mined.
+// it spends the wallet's confirmed coins, followed by a watch-only wallet of
+// this service's in Core (each refund wallet's address imported the first
+// time it is asked about, read with `listunspent`), less those a mempool
+// transaction spends; a later attempt names the first one's coins, so at
+// most one can be mined.
 import { readFile } from 'node:fs/promises';
 import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
@@ -84,6 +87,8 @@ const RPC_TIMEOUT_MS = 30_000;
 const MEMPOOL_POLL_MS = 5_000;
 /** New mempool transactions read (getrawtransaction) in one watcher step. */
 const MEMPOOL_READ_PER_STEP = 100;
+/** Core's watch-only descriptor wallet that follows the refund wallets' addresses (no keys in it). */
+export const WATCH_WALLET = 'refund-wallets';
 
 export interface BitcoinChainOptions {
   /** http://user:pass@host:8332 (the credentials may instead come from `cookieFile`). */
@@ -220,8 +225,10 @@ export class BitcoinChain implements ChainAdapter {
   private readonly poller: HeadPoller;
   private readonly recentBlocks = new Map<string, ChainBlock>();
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
-  /** The last `scantxoutset` asked: the next waits for it (Core refuses a second scan meanwhile). */
-  private scans: Promise<unknown> = Promise.resolve();
+  /** The watch-only wallet loaded (or made) in Core, once per process or again after Core lost it. */
+  private watchWallet?: Promise<void>;
+  /** Refund wallets' addresses imported into the watch-only wallet by this process. */
+  private readonly watched = new Map<string, Promise<void>>();
   private authorization = '';
   private closed = false;
   /** sat/vB from the last estimatesmartfee, within the floor and cap. */
@@ -283,6 +290,21 @@ export class BitcoinChain implements ChainAdapter {
         `CHAIN_BITCOIN_RPC_URL is a node of the ${chain} chain, not ${options.network}; set CHAIN_BITCOIN_NETWORK=${chain} if that network is meant`,
       );
     }
+    try {
+      await adapter.openWatchWallet(); // at start-up, rather than at a merchant's first refund
+    } catch (error) {
+      adapter.close();
+      // -32601: a node run with disablewallet=1 (or built without a wallet) has no wallet RPCs.
+      if (error instanceof BitcoinRpcError && error.code === -32601) {
+        throw new Error(
+          `CHAIN_BITCOIN_RPC_URL: the node has no wallet (disablewallet=1?); refund wallets are followed by a watch-only wallet in it (docs/bitcoin.md)`,
+        );
+      }
+      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
+      throw new Error(
+        `CHAIN_BITCOIN_RPC_URL: the node's wallet ${WATCH_WALLET} did not open (${reason.slice(0, 200)})`,
+      );
+    }
     return adapter;
   }
 
@@ -295,17 +317,18 @@ export class BitcoinChain implements ChainAdapter {
   // -------------------------------------------------------------------------
   // JSON-RPC
 
-  private rpc<T>(method: string, params: unknown[]): Promise<T> {
+  /** `wallet` names a wallet of Core's, asked through its `/wallet/<name>` endpoint (src/wallet/rpc/util.cpp). */
+  private rpc<T>(method: string, params: unknown[], wallet?: string): Promise<T> {
     // A node's refusal is an answer, not a failure to retry.
     return retried(
-      () => this.send<T>(method, params),
+      () => this.send<T>(method, params, wallet),
       this.options.retry ?? DEFAULT_RETRY,
       (error) => error instanceof BitcoinRpcError || this.closed,
     );
   }
 
-  private async send<T>(method: string, params: unknown[]): Promise<T> {
-    const [body] = await this.post<T>([{ method, params }]);
+  private async send<T>(method: string, params: unknown[], wallet?: string): Promise<T> {
+    const [body] = await this.post<T>([{ method, params }], wallet);
     if (body!.error) throw new BitcoinRpcError(body!.error.code, body!.error.message);
     return body!.result;
   }
@@ -317,10 +340,11 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   /** One HTTP request; several calls go as one JSON-RPC batch, answered in order. */
-  private async post<T>(calls: { method: string; params: unknown[] }[]) {
+  private async post<T>(calls: { method: string; params: unknown[] }[], wallet?: string) {
     const requests = calls.map((c) => ({ jsonrpc: '1.0', id: ++this.rpcId, ...c }));
+    const url = wallet === undefined ? this.endpoint : new URL(`wallet/${encodeURIComponent(wallet)}`, this.endpoint);
     const send = () =>
-      fetch(this.endpoint, {
+      fetch(url, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
@@ -562,43 +586,103 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   /**
-   * A refund wallet's coins: its confirmed outputs in the UTXO set
-   * (`scantxoutset`, src/rpc/blockchain.cpp: it reads the chainstate, so
-   * unconfirmed coins are not in it), less those a mempool transaction spends
-   * already (`gettxspendingprevout`, src/rpc/mempool.cpp: another refund on
-   * its way) and coinbase outputs not yet mature. Core runs one scan at a
-   * time and refuses a second (-8), so this process asks one after another.
+   * This service's watch-only wallet in Core, loaded, or made the first time
+   * (src/wallet/rpc/wallet.cpp): `loadwallet` answers -18 for a wallet that
+   * does not exist and -35 for one already loaded; `createwallet` makes a
+   * descriptor wallet without private keys and without descriptors of its
+   * own (disable_private_keys, blank, descriptors). Both ask Core to load it
+   * at its own start (load_on_startup), so a bitcoind restart keeps it.
    */
-  private walletCoins(address: string): Promise<SweepCoin[]> {
-    const scan = this.scans.then(async () => {
-      const found = await this.rpc<{
-        height: number;
-        unspents: {
-          txid: string;
-          vout: number;
-          scriptPubKey: string;
-          amount: string;
-          coinbase: boolean;
-          height: number;
-        }[];
-      }>('scantxoutset', ['start', [`addr(${address})`]]);
-      const mature = found.unspents.filter((u) => !u.coinbase || found.height - u.height + 1 >= COINBASE_MATURITY);
-      if (mature.length === 0) return [];
-      const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
-        mature.map(({ txid, vout }) => ({ txid, vout })),
-      ]);
-      return mature
-        .filter((_, i) => spending[i]?.spendingtxid === undefined)
-        .map((u) => ({
-          txid: u.txid,
-          vout: u.vout,
-          value: satoshis(u.amount),
-          script: Buffer.from(u.scriptPubKey, 'hex'),
-        }))
-        .sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
+  private openWatchWallet(): Promise<void> {
+    if (this.watchWallet) return this.watchWallet;
+    const opening = (async () => {
+      try {
+        await this.rpc('loadwallet', [WATCH_WALLET, true]);
+      } catch (error) {
+        if (!(error instanceof BitcoinRpcError) || (error.code !== -18 && error.code !== -35)) throw error;
+        if (error.code === -18) await this.rpc('createwallet', [WATCH_WALLET, true, true, '', false, true, true]);
+      }
+    })();
+    this.watchWallet = opening;
+    opening.catch(() => {
+      if (this.watchWallet === opening) this.watchWallet = undefined;
     });
-    this.scans = scan.catch(() => undefined);
-    return scan;
+    return opening;
+  }
+
+  /** A call on the watch-only wallet; one Core no longer has loaded (-18: unloaded by hand) is loaded again first. */
+  private async walletRpc<T>(method: string, params: unknown[]): Promise<T> {
+    await this.openWatchWallet();
+    try {
+      return await this.rpc<T>(method, params, WATCH_WALLET);
+    } catch (error) {
+      if (!(error instanceof BitcoinRpcError && error.code === -18)) throw error;
+      this.watchWallet = undefined;
+      await this.openWatchWallet();
+      return this.rpc<T>(method, params, WATCH_WALLET);
+    }
+  }
+
+  /**
+   * `address` followed by the watch-only wallet: its `addr()` descriptor,
+   * checksummed by `getdescriptorinfo` (src/rpc/output_script.cpp), imported
+   * with `importdescriptors` (src/wallet/rpc/backup.cpp), which answers each
+   * import's `success` and `error` rather than failing the call. Timestamp
+   * "now" suffices: the first question about a refund wallet (its balance,
+   * asked before an approval records it and before GET /refund-wallets
+   * shows it) comes before anyone can pay it, and Core rescans the blocks
+   * of the two hours before "now" anyway. Importing it again after a restart
+   * is harmless: Core updates the descriptor it has.
+   */
+  private watch(address: string): Promise<void> {
+    const known = this.watched.get(address);
+    if (known) return known;
+    const importing = (async () => {
+      await this.openWatchWallet();
+      const { descriptor } = await this.rpc<{ descriptor: string }>('getdescriptorinfo', [`addr(${address})`]);
+      const [imported] = await this.walletRpc<{ success: boolean; error?: { code: number; message: string } }[]>(
+        'importdescriptors',
+        [[{ desc: descriptor, timestamp: 'now' }]],
+      );
+      if (!imported?.success) {
+        throw new Error(`bitcoin: the watch-only wallet refused ${descriptor}: ${imported?.error?.message}`);
+      }
+    })();
+    if (this.watched.size > 10_000) this.watched.clear();
+    this.watched.set(address, importing);
+    importing.catch(() => {
+      if (this.watched.get(address) === importing) this.watched.delete(address);
+    });
+    return importing;
+  }
+
+  /**
+   * A refund wallet's coins: the watch-only wallet's confirmed unspent
+   * outputs paying it (`listunspent` with minconf 1, src/wallet/rpc/coins.cpp;
+   * immature coinbase outputs are not listed), less those a mempool
+   * transaction spends (`gettxspendingprevout`, src/rpc/mempool.cpp: another
+   * refund on its way, even before the wallet has taken in the mempool's
+   * news).
+   */
+  private async walletCoins(address: string): Promise<SweepCoin[]> {
+    await this.watch(address);
+    const unspent = await this.walletRpc<{ txid: string; vout: number; scriptPubKey: string; amount: string }[]>(
+      'listunspent',
+      [1, 9_999_999, [address]],
+    );
+    if (unspent.length === 0) return [];
+    const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
+      unspent.map(({ txid, vout }) => ({ txid, vout })),
+    ]);
+    return unspent
+      .filter((_, i) => spending[i]?.spendingtxid === undefined)
+      .map((u) => ({
+        txid: u.txid,
+        vout: u.vout,
+        value: satoshis(u.amount),
+        script: Buffer.from(u.scriptPubKey, 'hex'),
+      }))
+      .sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
   }
 
   /** What a refund wallet can spend now: its confirmed coins no pending transaction spends. */

@@ -32,8 +32,25 @@
 //   - every block has a coinbase (the genesis one is not in the UTXO set);
 //     `invalidateblock` drops a block and those after it, putting their
 //     transactions but the coinbases back in the mempool;
-//   - `scantxoutset` takes `scanMs` and refuses a second scan meanwhile
-//     (src/rpc/blockchain.cpp, scantxoutset: -8 "Scan already in progress");
+//   - wallets (watch-only descriptor wallets, the only kind modelled), each
+//     asked through `/wallet/<name>` (src/wallet/rpc/util.cpp,
+//     GetWalletForJSONRPCRequest: an unknown or unloaded name is -18
+//     "Requested wallet does not exist or is not loaded"; on `/`, none loaded
+//     is -18 and several -19). `createwallet` of an existing name is -36,
+//     `loadwallet` of a missing one -18 and of a loaded one -35
+//     (src/wallet/rpc/wallet.cpp; src/wallet/rpc/util.cpp HandleWalletError).
+//     `getdescriptorinfo` (src/rpc/output_script.cpp) checksums an addr()
+//     descriptor (src/script/descriptor.cpp, DescriptorChecksum: BIP380);
+//     `importdescriptors` (src/wallet/rpc/backup.cpp) wants the checksum (-5
+//     "Missing checksum", or "Provided checksum ... does not match computed
+//     checksum ...", in that import's answer) and a timestamp (-3), and the
+//     wallet sees the outputs of blocks from 2 hours (TIMESTAMP_WINDOW,
+//     src/chain.h) before it ("now": the tip's time) on; `listunspent`
+//     (src/wallet/rpc/coins.cpp) answers only what the wallet sees, never an
+//     output a mempool transaction spends nor an immature coinbase output;
+//     `restartWallets` unloads those not saved to load at start-up; with
+//     `walletDisabled` (-disablewallet) the wallet RPCs are not registered
+//     (src/wallet/init.cpp, WalletInit::Construct), so -32601;
 //   - a pruned node has no data below `pruneHeight` (src/rpc/blockchain.cpp,
 //     GetBlockChecked: -1 "Block not available (pruned data)");
 //   - with a cookie file, the credentials are `__cookie__` and a password
@@ -161,9 +178,13 @@ export class BitcoinTestNode {
   incrementalRelayFee = 1_000n;
   /** sat/vB below which `mine` leaves a transaction in the mempool (a fee market that passes it by). */
   miningFloor = 0n;
-  /** How long a `scantxoutset` takes (Core walks the whole UTXO set: minutes on mainnet). */
-  scanMs = 0;
-  private scanning = false;
+  /** bitcoind run with -disablewallet: no wallet RPC exists. */
+  walletDisabled = false;
+  /** Wallets by name: loaded or only on disk, and each watched address's first block seen. */
+  private readonly wallets = new Map<
+    string,
+    { loaded: boolean; loadOnStartup: boolean; watching: Map<string, number> }
+  >();
   /** Blocks below this height have no data any more (a pruned node). */
   pruneHeight = 0;
   /** Calls answered, by method (what the adapter asked). */
@@ -238,9 +259,11 @@ export class BitcoinTestNode {
             .end(JSON.stringify({ result: null, error: { code: -32700, message: 'Parse error' }, id: null }));
           return;
         }
+        const wallet = /^\/wallet\/(.*)$/.exec(req.url ?? '/')?.[1];
+        const endpoint = wallet === undefined ? undefined : decodeURIComponent(wallet);
         const answer = Array.isArray(request)
-          ? await Promise.all(request.map((r) => this.handle(r)))
-          : await this.handle(request);
+          ? request.map((r) => this.handle(r, endpoint))
+          : this.handle(request, endpoint);
         const status = !Array.isArray(answer) && answer.error ? (answer.error.code === -32601 ? 404 : 500) : 200;
         // Amounts are written as JSON numbers with eight decimals, as Core does.
         const text = coreJsonText(answer);
@@ -317,13 +340,16 @@ export class BitcoinTestNode {
     await new Promise((resolve) => this.server?.close(resolve));
   }
 
-  private async handle(request: { method: string; params?: unknown[]; id: unknown }) {
+  private handle(request: { method: string; params?: unknown[]; id: unknown }, wallet?: string) {
     this.calls.set(request.method, (this.calls.get(request.method) ?? 0) + 1);
     try {
-      const result =
-        request.method === 'scantxoutset'
-          ? await this.scan(request.params ?? [])
-          : this.call(request.method, request.params ?? []);
+      const params = request.params ?? [];
+      if (this.walletDisabled && (WALLET_METHODS.has(request.method) || /wallet$/.test(request.method))) {
+        throw new RpcError(-32601, 'Method not found');
+      }
+      const result = WALLET_METHODS.has(request.method)
+        ? this.walletCall(request.method, params, this.walletAt(wallet))
+        : this.call(request.method, params);
       return { result, error: null, id: request.id };
     } catch (error) {
       if (!(error instanceof RpcError)) throw error;
@@ -447,6 +473,38 @@ export class BitcoinTestNode {
       case 'invalidateblock':
         this.invalidate(String(params[0]));
         return null;
+      case 'createwallet':
+        return this.createWallet(params);
+      case 'loadwallet': {
+        const name = String(params[0]);
+        const wallet = this.wallets.get(name);
+        if (!wallet) {
+          throw new RpcError(
+            -18,
+            `Wallet file verification failed. Failed to load database path '${walletPath(name)}'. Path does not exist.`,
+          );
+        }
+        if (wallet.loaded) throw new RpcError(-35, `Wallet "${name}" is already loaded.`);
+        wallet.loaded = true;
+        if (typeof params[1] === 'boolean') wallet.loadOnStartup = params[1];
+        return { name };
+      }
+      case 'unloadwallet': {
+        const wallet = this.wallets.get(String(params[0]));
+        if (!wallet?.loaded) throw new RpcError(-18, 'Requested wallet does not exist or is not loaded');
+        wallet.loaded = false;
+        return {};
+      }
+      case 'getdescriptorinfo': {
+        const { address, checksum } = this.parseDescriptor(String(params[0]), false);
+        return {
+          descriptor: `addr(${address})#${checksum}`,
+          checksum,
+          isrange: false,
+          issolvable: false,
+          hasprivatekeys: false,
+        };
+      }
       default:
         throw new RpcError(-32601, 'Method not found');
     }
@@ -485,41 +543,138 @@ export class BitcoinTestNode {
     };
   }
 
-  /** scantxoutset: one scan at a time, and it takes a while. */
-  private async scan(params: any[]) {
-    if (params[0] !== 'start') throw new RpcError(-8, 'Invalid action');
-    if (this.scanning) throw new RpcError(-8, 'Scan already in progress, use action "abort" or "status"');
-    this.scanning = true;
+  // -------------------------------------------------------------------------
+  // Wallets
+
+  /** createwallet (src/wallet/rpc/wallet.cpp): only watch-only descriptor wallets are modelled. */
+  private createWallet(params: any[]) {
+    const [name, disablePrivateKeys, , , , descriptors = true, loadOnStartup] = params;
+    if (disablePrivateKeys !== true || descriptors !== true) {
+      throw new RpcError(
+        -8,
+        'the test node makes watch-only descriptor wallets only (disable_private_keys, descriptors)',
+      );
+    }
+    if (this.wallets.has(String(name))) {
+      throw new RpcError(
+        -36,
+        `Wallet file verification failed. Failed to create database path '${walletPath(String(name))}'. Database already exists.`,
+      );
+    }
+    this.wallets.set(String(name), { loaded: true, loadOnStartup: loadOnStartup === true, watching: new Map() });
+    return { name: String(name) };
+  }
+
+  /** What a bitcoind restart does to wallets: only those saved to load at start-up (load_on_startup) are loaded again. */
+  restartWallets(): void {
+    for (const wallet of this.wallets.values()) wallet.loaded = wallet.loadOnStartup;
+  }
+
+  /** The wallet a call is for (src/wallet/rpc/util.cpp, GetWalletForJSONRPCRequest). */
+  private walletAt(name: string | undefined) {
+    if (name !== undefined) {
+      const wallet = this.wallets.get(name);
+      if (!wallet?.loaded) throw new RpcError(-18, 'Requested wallet does not exist or is not loaded');
+      return wallet;
+    }
+    const loaded = [...this.wallets.values()].filter((w) => w.loaded);
+    if (loaded.length === 1) return loaded[0]!;
+    if (loaded.length === 0) {
+      throw new RpcError(
+        -18,
+        'No wallet is loaded. Load a wallet using loadwallet or create a new one with createwallet. (Note: A default wallet is no longer automatically created)',
+      );
+    }
+    throw new RpcError(-19, 'Wallet file not specified (must request wallet RPC through /wallet/<filename> uri-path).');
+  }
+
+  /**
+   * An addr() descriptor (src/script/descriptor.cpp, Parse): its address as
+   * Core writes it, and its checksum, which a given one must match and an
+   * import must give. Other descriptor kinds are not modelled.
+   */
+  private parseDescriptor(text: string, requireChecksum: boolean): { address: string; checksum: string } {
+    const [body, given] = text.split('#') as [string, string | undefined];
+    const checksum = descriptorChecksum(body);
+    if (given === undefined && requireChecksum) throw new RpcError(-5, 'Missing checksum');
+    if (given !== undefined && given !== checksum) {
+      throw new RpcError(-5, `Provided checksum '${given}' does not match computed checksum '${checksum}'`);
+    }
+    const inner = /^addr\((.*)\)$/.exec(body)?.[1];
+    if (inner === undefined) throw new RpcError(-5, 'the test node models addr() descriptors only');
+    let script: Buffer;
     try {
-      if (this.scanMs > 0) await new Promise((resolve) => setTimeout(resolve, this.scanMs));
-      const wanted = new Set((params[1] as string[]).map((d) => /^addr\((.+)\)$/.exec(d)?.[1]));
-      const unspents = [...this.utxos]
-        .filter(([, u]) => u.height !== null && wanted.has(addressOf(u.script)))
-        .map(([key, u]) => {
-          const [txid, vout] = key.split(':');
-          return {
-            txid,
-            vout: Number(vout),
-            scriptPubKey: u.script.toString('hex'),
-            desc: `addr(${addressOf(u.script)})`,
-            amount: btc(u.value),
-            coinbase: u.coinbase === true,
-            height: u.height,
-          };
-        });
-      const total = [...this.utxos.values()]
-        .filter((u) => u.height !== null && wanted.has(addressOf(u.script)))
-        .reduce((s, u) => s + u.value, 0n);
-      return {
-        success: true,
-        txouts: this.utxos.size,
-        height: this.tip.height,
-        bestblock: this.tip.hash,
-        unspents,
-        total_amount: btc(total),
-      };
-    } finally {
-      this.scanning = false;
+      script = Buffer.from(bitcoin.address.toOutputScript(inner, network));
+    } catch {
+      throw new RpcError(-5, 'Address is not valid');
+    }
+    return { address: addressOf(script)!, checksum };
+  }
+
+  private walletCall(method: string, params: any[], wallet: { watching: Map<string, number> }): unknown {
+    if (method === 'importdescriptors') {
+      return (params[0] as { desc?: string; timestamp?: number | 'now' }[]).map((request) => {
+        if (request.timestamp === undefined) throw new RpcError(-3, 'Missing required timestamp field for key');
+        if (request.desc === undefined)
+          return { success: false, error: { code: -8, message: 'Descriptor not found.' } };
+        let address: string;
+        try {
+          ({ address } = this.parseDescriptor(request.desc, true));
+        } catch (error) {
+          if (!(error instanceof RpcError)) throw error;
+          return { success: false, error: { code: error.code, message: error.message } };
+        }
+        // The rescan starts 2 hours before the timestamp (TIMESTAMP_WINDOW); blocks after the import are seen anyway.
+        const timestamp = request.timestamp === 'now' ? this.tip.time : request.timestamp;
+        const from = this.blocks.find((b) => b.time >= timestamp - 7200)?.height ?? this.tip.height + 1;
+        wallet.watching.set(address, Math.min(wallet.watching.get(address) ?? Infinity, from));
+        return { success: true };
+      });
+    }
+    // listunspent (src/wallet/rpc/coins.cpp): minconf, maxconf, addresses.
+    const [minconf = 1, maxconf = 9_999_999, addresses] = params as [number?, number?, string[]?];
+    const wanted = new Set<string>();
+    for (const a of addresses ?? []) {
+      const canonical = addressOf(this.scriptOf(a));
+      if (!canonical) throw new RpcError(-5, `Invalid Bitcoin address: ${a}`);
+      if (wanted.has(canonical)) throw new RpcError(-8, `Invalid parameter, duplicated address: ${a}`);
+      wanted.add(canonical);
+    }
+    const spent = new Set([...this.mempool.values()].flatMap((m) => m.ins.map(spentBy)));
+    const unconfirmed = [...this.mempool.values()].flatMap((tx) =>
+      tx.outs.map((_, n) => [outpoint(tx.getId(), n), this.mempoolOutput(outpoint(tx.getId(), n))!] as const),
+    );
+    return [...this.utxos, ...unconfirmed].flatMap(([key, u]) => {
+      const address = addressOf(u.script);
+      const seenFrom = address === undefined ? undefined : wallet.watching.get(address);
+      if (seenFrom === undefined || (u.height !== null && u.height < seenFrom) || spent.has(key)) return [];
+      if (addresses && !wanted.has(address!)) return [];
+      const confirmations = u.height === null ? 0 : this.tip.height - u.height + 1;
+      if (confirmations < minconf || confirmations > maxconf) return [];
+      if (u.coinbase && confirmations < COINBASE_MATURITY) return [];
+      const [txid, vout] = key.split(':');
+      return [
+        {
+          txid,
+          vout: Number(vout),
+          address,
+          scriptPubKey: u.script.toString('hex'),
+          amount: btc(u.value),
+          confirmations,
+          spendable: false,
+          solvable: false,
+          parent_descs: [`addr(${address})#${descriptorChecksum(`addr(${address})`)}`],
+          safe: confirmations > 0,
+        },
+      ];
+    });
+  }
+
+  private scriptOf(address: string): Buffer {
+    try {
+      return Buffer.from(bitcoin.address.toOutputScript(address, network));
+    } catch {
+      return Buffer.alloc(0);
     }
   }
 
@@ -906,6 +1061,46 @@ export class BitcoinTestNode {
     }
     throw new Error(`${txid} is not mined`);
   }
+}
+
+const WALLET_METHODS = new Set(['importdescriptors', 'listunspent']);
+const walletPath = (name: string) => `/home/bitcoin/.bitcoin/regtest/wallets/${name}`;
+
+/**
+ * A descriptor's checksum (BIP380; src/script/descriptor.cpp,
+ * DescriptorChecksum): a BCH code over the descriptor's characters, eight
+ * characters of the bech32 alphabet.
+ */
+export function descriptorChecksum(descriptor: string): string {
+  const inputCharset =
+    '0123456789()[],\'/*abcdefgh@:$%{}IJKLMNOPQRSTUVWXYZ&+-.;<=>?!^_|~ijklmnopqrstuvwxyzABCDEFGH`#"\\ ';
+  const checksumCharset = 'qpzry9x8gf2tvdw0s3jn54khce6mua7l';
+  const generator = [0xf5dee51989n, 0xa9fdca3312n, 0x1bab10e32dn, 0x3706b1677an, 0x644d626ffdn];
+  let c = 1n;
+  const polymod = (value: number) => {
+    const top = c >> 35n;
+    c = ((c & 0x7ffffffffn) << 5n) ^ BigInt(value);
+    for (let i = 0; i < 5; i++) if ((top >> BigInt(i)) & 1n) c ^= generator[i]!;
+  };
+  let group = 0;
+  let groups = 0;
+  for (const ch of descriptor) {
+    const pos = inputCharset.indexOf(ch);
+    if (pos === -1) throw new RpcError(-5, `Invalid character in descriptor: ${ch}`);
+    polymod(pos & 31);
+    group = group * 3 + (pos >> 5);
+    if (++groups === 3) {
+      polymod(group);
+      group = 0;
+      groups = 0;
+    }
+  }
+  if (groups > 0) polymod(group);
+  for (let i = 0; i < 8; i++) polymod(0);
+  c ^= 1n;
+  let out = '';
+  for (let i = 0; i < 8; i++) out += checksumCharset[Number((c >> (5n * BigInt(7 - i))) & 31n)];
+  return out;
 }
 
 function addressOf(script: Uint8Array, on: bitcoin.Network = network): string | undefined {

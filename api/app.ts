@@ -18,6 +18,7 @@ import type { ProjectionEngine } from '../projections/engine.ts';
 import { readYourWrites } from './read-your-writes.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { authentication } from './auth.ts';
+import { keyUsage } from './key-usage.ts';
 import type { Config } from './config.ts';
 import { errorBody, handleError, sendError } from './errors.ts';
 import type { Metrics } from './metrics.ts';
@@ -136,7 +137,13 @@ export async function buildApp(deps: AppDeps) {
   }).withTypeProvider<TypeBoxTypeProvider>();
 
   const db = deps.database.db as Kysely<ReadModelTables>;
-  const auth = authentication({ database: deps.database, rateLimiter: deps.rateLimiter, adminToken: deps.adminToken });
+  const usage = await keyUsage(deps.database, app.log);
+  const auth = authentication({
+    database: deps.database,
+    rateLimiter: deps.rateLimiter,
+    adminToken: deps.adminToken,
+    keyUsage: usage,
+  });
   const merchants = merchantCommands(deps.store);
   // Everything a route module may ask for; each takes only what it names in its own deps type.
   const context = {
@@ -146,6 +153,7 @@ export async function buildApp(deps: AppDeps) {
     merchants,
     users: merchantUserCommands(deps.store, merchants, deps.totpSealer),
     sessions: await dashboardSessions(deps.database),
+    keyUsage: usage,
     ...readYourWrites({ store: deps.store, projections: deps.projections, readModels: deps.readModels, log: app.log }),
   };
 

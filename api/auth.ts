@@ -3,6 +3,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { Kysely } from 'kysely';
 import { hashApiKey } from '../adapters/secrets.ts';
+import type { KeyUsage } from './key-usage.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import type { Actor } from '../commands/handle.ts';
 import { API_KEY_PREFIX } from '../commands/merchants.ts';
@@ -55,9 +56,11 @@ export interface AuthDeps {
   database: SqlDatabase;
   rateLimiter: RateLimiter | undefined;
   adminToken: string;
+  /** Where each key's last use is noted, for the dashboard. */
+  keyUsage?: KeyUsage;
 }
 
-export function authentication({ database, rateLimiter, adminToken }: AuthDeps) {
+export function authentication({ database, rateLimiter, adminToken, keyUsage }: AuthDeps) {
   const db = database.db as Kysely<ReadModelTables>;
   /** A preHandler for merchant endpoints; `permission` undefined means any valid key. */
   const merchant = (permission?: Permission) =>
@@ -104,6 +107,7 @@ export function authentication({ database, rateLimiter, adminToken }: AuthDeps) 
         keyId: row.keyId,
         permissions: row.permissions as Permission[] | null,
       };
+      await keyUsage?.used(row.keyId, new Date());
       if (rateLimiter) {
         const decision = await rateLimiter.consumeMerchant(
           row.merchantId,

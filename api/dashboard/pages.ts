@@ -237,7 +237,8 @@ export const reauthenticationFields = (session: DashboardSession, needed: boolea
 
 export function apiKeysPage(
   session: DashboardSession,
-  keys: ApiKeysTable[],
+  /** With the key's last use where one was noted (api/key-usage.ts). */
+  keys: (ApiKeysTable & { lastUsedAt?: Date })[],
   options: { reauthenticate: boolean; created?: { key: string; name: string | null }; error?: string },
 ): string {
   const active = (k: ApiKeysTable) => k.revoked_at === null;
@@ -252,7 +253,7 @@ export function apiKeysPage(
       </section>`
     }
     <div class="scroll"><table id="api-keys">
-      <thead><tr><th scope="col">Name</th><th scope="col">Key</th><th scope="col">Permissions</th><th scope="col">Expires</th><th scope="col">Created</th><th scope="col"></th></tr></thead>
+      <thead><tr><th scope="col">Name</th><th scope="col">Key</th><th scope="col">Permissions</th><th scope="col">Expires</th><th scope="col">Created</th><th scope="col">Last used</th><th scope="col"></th></tr></thead>
       <tbody>${keys.map(
         (k) => markup`<tr data-key-id="${k.id}">
           <td>${k.name ?? ''}</td>
@@ -260,6 +261,7 @@ export function apiKeysPage(
           <td>${k.permissions === null ? 'all' : k.permissions.join(', ')}</td>
           <td>${k.expires_at ? day(k.expires_at) : 'never'}</td>
           <td>${day(k.created_at)}</td>
+          <td class="last-used">${k.lastUsedAt ? day(k.lastUsedAt) : 'never'}</td>
           <td>${
             active(k)
               ? markup`<form method="post" action="/dashboard/developers/api-keys/${k.id}/revoke" class="inline">

@@ -58,6 +58,7 @@ import {
 import { listRoutes, overviewFiguresOf, type ListRouteDeps } from './list-routes.ts';
 import { invoiceRefundsSection, refundPage, type RefundableLine } from './refund-pages.ts';
 import { settingsRoutes, type SettingsRouteDeps } from './settings-routes.ts';
+import type { KeyUsage } from '../key-usage.ts';
 import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
 import { field, fields, parseForm, type DashboardKit, type Form } from './kit.ts';
 import {
@@ -110,6 +111,7 @@ export interface DashboardRouteDeps
   sessions: DashboardSessions;
   refunds: RefundCommands;
   invoices: InvoiceCommands;
+  keyUsage: KeyUsage;
 }
 
 export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRouteDeps) {
@@ -572,8 +574,16 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   // ---- Developers: API keys ------------------------------------------------------------
 
-  const keysOf = (merchantId: string) =>
-    db.selectFrom('api_keys').selectAll().where('merchant_id', '=', merchantId).orderBy('created_at').execute();
+  const keysOf = async (merchantId: string) => {
+    const keys = await db
+      .selectFrom('api_keys')
+      .selectAll()
+      .where('merchant_id', '=', merchantId)
+      .orderBy('created_at')
+      .execute();
+    const lastUsed = await ctx.keyUsage.lastUsed(keys.map((k) => k.id));
+    return keys.map((k) => ({ ...k, lastUsedAt: lastUsed.get(k.id) }));
+  };
 
   scope.get(
     '/dashboard/developers/api-keys',

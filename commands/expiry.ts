@@ -8,9 +8,7 @@ import type { ReadModelTables } from '../projections/schema.ts';
 import type { InvoiceCommands } from './invoices.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 
-export class ExpiryScheduler {
-  private readonly periodic: Periodic;
-
+export class ExpiryScheduler extends Periodic {
   constructor(
     private readonly db: Kysely<ReadModelTables>,
     private readonly invoices: Pick<InvoiceCommands, 'expire'>,
@@ -20,21 +18,10 @@ export class ExpiryScheduler {
       watchedThrough?: (chain: string) => Date | undefined;
     } = {},
   ) {
-    this.periodic = new Periodic(() => this.expireDue(), options);
+    super(options);
   }
 
-  start() {
-    this.periodic.start();
-  }
-
-  async stop() {
-    await this.periodic.stop();
-  }
-
-  /** Looks again now, e.g. after the sandbox clock moved. */
-  poke() {
-    this.periodic.poke();
-  }
+  pass = () => this.expireDue();
 
   /** Expires what is due; returns how many invoices it asked to expire. */
   async expireDue(): Promise<number> {

@@ -216,8 +216,7 @@ export interface PayoutEngineOptions extends PeriodicOptions {
   batch?: number;
 }
 
-export class PayoutEngine {
-  private readonly periodic: Periodic;
+export class PayoutEngine extends Periodic {
   private readonly db: Kysely<QueueTables>;
 
   constructor(
@@ -227,20 +226,8 @@ export class PayoutEngine {
     private readonly clock: Clock,
     private readonly options: PayoutEngineOptions = {},
   ) {
+    super(options);
     this.db = database.db as Kysely<QueueTables>;
-    this.periodic = new Periodic(() => this.pass(), options);
-  }
-
-  start() {
-    this.periodic.start();
-  }
-
-  async stop() {
-    await this.periodic.stop();
-  }
-
-  poke() {
-    this.periodic.poke();
   }
 
   /** Looks at every payout due now, each chain's in due order and the chains side by side. */

@@ -1,22 +1,22 @@
-// The loop of the background workers that look for due work (expiry,
-// settlement payouts, renewals): a pass every `pollMs`, and at once when poked
-// (a new block, the sandbox clock moved). One pass at a time; a failed pass is
-// reported and the next one runs as usual.
+// The base of the background workers that look for due work (invoice and
+// claim expiry, payouts, renewals): a pass every `pollMs`, and at once when
+// poked (a new block, the sandbox clock moved). One pass at a time; a failed
+// pass is reported and the next one runs as usual.
 
 export interface PeriodicOptions {
   pollMs?: number;
   onError?: (error: unknown) => void;
 }
 
-export class Periodic {
+export abstract class Periodic {
   private stopping = new AbortController();
   private running?: Promise<void>;
   private wake?: () => void;
 
-  constructor(
-    private readonly pass: () => Promise<unknown>,
-    private readonly options: PeriodicOptions = {},
-  ) {}
+  constructor(private readonly loopOptions: PeriodicOptions = {}) {}
+
+  /** One look for due work. */
+  abstract pass(): Promise<unknown>;
 
   start(): void {
     this.stopping = new AbortController();
@@ -40,11 +40,11 @@ export class Periodic {
       try {
         await this.pass();
       } catch (error) {
-        this.options.onError?.(error);
+        this.loopOptions.onError?.(error);
       }
       if (signal.aborted) return;
       await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => this.wake?.(), this.options.pollMs ?? 1000);
+        const timer = setTimeout(() => this.wake?.(), this.loopOptions.pollMs ?? 1000);
         this.wake = () => {
           clearTimeout(timer);
           this.wake = undefined;

@@ -382,21 +382,17 @@ export function refundManager(
 }
 
 /** Expires claim links never used once their time is up on the business clock. */
-export class RefundExpiry {
-  private readonly periodic: Periodic;
-
+export class RefundExpiry extends Periodic {
   constructor(
     private readonly db: Kysely<ReadModelTables>,
     private readonly refunds: Pick<RefundCommands, 'expire'>,
     private readonly clock: Clock,
     options: PeriodicOptions = {},
   ) {
-    this.periodic = new Periodic(() => this.expireDue(), options);
+    super(options);
   }
 
-  start = () => this.periodic.start();
-  stop = () => this.periodic.stop();
-  poke = () => this.periodic.poke();
+  pass = () => this.expireDue();
 
   async expireDue(): Promise<number> {
     const due = await expiredClaims(this.db, this.clock.now());

@@ -475,30 +475,17 @@ export function subscriptionManager(store: EventStore, subscriptions: Subscripti
  * is the expiry scheduler's; the subscription manager turns it into a
  * cancellation. Every step is decided again on the subscriber's stream.
  */
-export class RenewalScheduler {
-  private readonly periodic: Periodic;
-
+export class RenewalScheduler extends Periodic {
   constructor(
     private readonly db: Kysely<ReadModelTables>,
     private readonly subscriptions: Pick<SubscriptionCommands, 'renew' | 'markPastDue'>,
     private readonly clock: Clock,
     private readonly options: PeriodicOptions = {},
   ) {
-    this.periodic = new Periodic(() => this.runDue(), options);
+    super(options);
   }
 
-  start() {
-    this.periodic.start();
-  }
-
-  async stop() {
-    await this.periodic.stop();
-  }
-
-  /** Looks again now, e.g. after the sandbox clock moved. */
-  poke() {
-    this.periodic.poke();
-  }
+  pass = () => this.runDue();
 
   /** Does what is due; returns how many subscribers it changed. */
   async runDue(): Promise<number> {

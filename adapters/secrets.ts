@@ -46,7 +46,9 @@ export function secretSealer(key: Uint8Array): SecretSealer {
     open(value) {
       if (!value.startsWith(SEALED)) return value;
       const raw = Buffer.from(value.slice(SEALED.length), 'base64url');
-      const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, IV_BYTES));
+      if (raw.length < IV_BYTES + TAG_BYTES) throw new Error('a sealed value is too short');
+      // The tag's length is fixed, so a forged value cannot pass with a shorter one.
+      const decipher = createDecipheriv('aes-256-gcm', key, raw.subarray(0, IV_BYTES), { authTagLength: TAG_BYTES });
       decipher.setAuthTag(raw.subarray(raw.length - TAG_BYTES));
       return Buffer.concat([
         decipher.update(raw.subarray(IV_BYTES, raw.length - TAG_BYTES)),

@@ -5,6 +5,7 @@ import { hostname } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
 import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
 import { secretSealer } from '../adapters/secrets.ts';
+import { HttpError } from './errors.ts';
 import type { EvmChain } from '../adapters/chains/evm.ts';
 import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
 import type { SolanaChain } from '../adapters/chains/solana.ts';
@@ -93,6 +94,23 @@ export async function openDatabase(
 ): Promise<SqlDatabase> {
   return config.databaseUrl ? openPostgres(config.databaseUrl, { applicationName }) : openPglite(config.dataDir);
 }
+
+/**
+ * A new refund's network fee, quoted once and never again: a chain that
+ * cannot quote it yet (an EVM node not asked for its fees) answers 503, so
+ * the refund is not recorded with a fee of 0 that its payout could never pay.
+ */
+export const refundNetworkFee =
+  (chains: ReadonlyMap<ChainName, ChainAdapter>) =>
+  (chain: string, token: string): bigint => {
+    const adapter = chains.get(chain as ChainName);
+    if (!adapter) throw new HttpError(503, `The ${chain} chain is not enabled`);
+    try {
+      return adapter.networkFee(token, 'refund');
+    } catch {
+      throw new HttpError(503, `The ${chain} network fee cannot be quoted yet; try again shortly`);
+    }
+  };
 
 /** How a service process is named to PostgreSQL: the host last, where PostgreSQL's 63 bytes may cut it. */
 export const instanceName = (port: number) => `invoicing service pid ${process.pid} port ${port} host ${hostname()}`;
@@ -299,13 +317,7 @@ export async function startService(
     clock,
     chains: settlementDeps.chains,
     addresses: depositAddresses,
-    networkFee: (chain, token) => {
-      try {
-        return settlementDeps.chains.get(chain as ChainName)?.networkFee(token, 'refund') ?? 0n;
-      } catch {
-        return 0n; // no fee quote yet: the payout prices it again
-      }
-    },
+    networkFee: refundNetworkFee(settlementDeps.chains),
     // The customer's address must take a payout as a merchant's wallet must (on Solana: a wallet, not a token account).
     destinationProblem: (chain, address) => settlementWalletProblem(chain as ChainName, address),
   });

@@ -104,7 +104,7 @@ const bool = (value: boolean | null) => (value === null ? null : value ? 'true' 
 /**
  * The quote of an invoice for a chain and token, the rate a fiat value is
  * computed at: a plain join, there being one at most (the unique index of
- * migration 0012), which PostgreSQL can make a hash join over a whole report.
+ * migration 0013), which PostgreSQL can make a hash join over a whole report.
  */
 const quoteOf = (invoiceId: RawBuilder<unknown>, chain: RawBuilder<unknown>, token: RawBuilder<unknown>) => sql`
   left join invoice_addresses q on q.invoice_id = ${invoiceId} and q.chain = ${chain} and q.token = ${token}`;
@@ -629,7 +629,7 @@ export function reportPages(
  * report, where handing each row to this process as an object of 24 fields
  * was most of the cost (docs/benchmarks.md). The cells are those of
  * `invoicesReport.cells` followed by the metadata keys, each through
- * `report_csv_cell` (migrations 0010, 0012), the same rule as api/csv.ts;
+ * `report_csv_cell` (migrations 0010, 0013), the same rule as api/csv.ts;
  * test/api-reports.test.ts checks every cell against the NDJSON's.
  *
  * With `copy` (PostgreSQL) the whole report is one COPY whose bytes go out as

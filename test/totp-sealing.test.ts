@@ -28,6 +28,10 @@ describe('sealed secrets', () => {
     const forged = one.slice(0, -2) + (one.endsWith('A') ? 'BA' : 'AA');
     assert.throws(() => sealer.open(forged));
     assert.throws(() => secretSealer(randomBytes(32)).open(one), 'another key cannot open it');
+    // A value cut short (a shorter tag, or no tag at all) is refused, not opened.
+    const raw = Buffer.from(one.slice('sealed:v1:'.length), 'base64url');
+    assert.throws(() => sealer.open('sealed:v1:' + raw.subarray(0, raw.length - 4).toString('base64url')));
+    assert.throws(() => sealer.open('sealed:v1:' + raw.subarray(0, 20).toString('base64url')));
   });
 
   it('a value recorded before sealing began is read as it is', () => {

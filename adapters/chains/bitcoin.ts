@@ -600,7 +600,11 @@ export class BitcoinChain implements ChainAdapter {
         await this.rpc('loadwallet', [WATCH_WALLET, true]);
       } catch (error) {
         if (!(error instanceof BitcoinRpcError) || (error.code !== -18 && error.code !== -35)) throw error;
-        if (error.code === -18) await this.rpc('createwallet', [WATCH_WALLET, true, true, '', false, true, true]);
+        if (error.code === -18) {
+          await this.rpc('createwallet', [WATCH_WALLET, true, true, '', false, true, true]);
+          // A new wallet (a new or rebuilt node) follows no address yet: each is imported again when asked.
+          this.watched.clear();
+        }
       }
     })();
     this.watchWallet = opening;

@@ -14,7 +14,7 @@ import { merchantCommands } from '../commands/merchants.ts';
 import { merchantUserCommands } from '../commands/merchant-users.ts';
 import { dashboardRoutes } from './dashboard/routes.ts';
 import { dashboardSessions } from './dashboard/sessions.ts';
-import type { ProjectionEngine } from '../projections/engine.ts';
+import type { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { readYourWrites } from './read-your-writes.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { authentication } from './auth.ts';

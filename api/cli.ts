@@ -3,7 +3,7 @@
 import { readFile, writeFile } from 'node:fs/promises';
 import { parseArgs } from 'node:util';
 import { parseAuditTrail, replayAuditTrail, verifyAuditTrail, type ReplayedInvoice } from '../domain/audit-trail.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { ConfigError, loadConfig } from './config.ts';
 import { lockDataDir } from './data-dir-lock.ts';

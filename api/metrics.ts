@@ -2,7 +2,7 @@
 // appends, and the money-moving backlogs (settlements, webhook deliveries).
 import type { Kysely } from 'kysely';
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
-import type { ProjectionEngine } from '../projections/engine.ts';
+import type { ProjectionEngine } from '../adapters/event-store/followers.ts';
 
 export function createMetrics() {
   const registry = new Registry();

@@ -4,7 +4,7 @@
 import type { FastifyBaseLogger } from 'fastify';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { invoiceStreamName } from '../domain/invoice.ts';
-import { ReadModelsBehindError, type ProjectionEngine } from '../projections/engine.ts';
+import { ReadModelsBehindError, type ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { catchingUp } from './errors.ts';
 import { UUID } from './routes/query.ts';
 

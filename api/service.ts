@@ -46,7 +46,7 @@ import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands, type MerchantCommands } from '../commands/merchants.ts';
 import { paymentCommands, paymentsToInvoices } from '../commands/payments.ts';
 import type { ChainName } from '../domain/catalogue.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { invoicesProjector } from '../projections/invoices.ts';
 import { merchantsProjector } from '../projections/merchants.ts';
 import { refundWebhooks, subscriberWebhooks, webhookEvents } from '../projections/webhook-outboxes.ts';

@@ -7,7 +7,7 @@ import { DomainError } from '../domain/decider.ts';
 import { classifyPayment, invoiceDecider, invoiceStreamName, type Invoice } from '../domain/invoice.ts';
 import { payoutSources, settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
 import { paymentDecider, paymentStreamName, type PaymentEvent } from '../domain/payment.ts';
-import type { Reactor } from '../projections/engine.ts';
+import type { Reactor } from '../adapters/event-store/followers.ts';
 import { handleCommand, loadState } from './handle.ts';
 import { streams } from '../domain/streams.ts';
 

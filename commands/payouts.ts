@@ -27,7 +27,7 @@ import type { MerchantEvent } from '../domain/merchant.ts';
 import type { PayoutAttempts } from '../domain/payout-attempt.ts';
 import type { RefundEvent } from '../domain/refund.ts';
 import type { SettlementEvent, SettlementFailureReason } from '../domain/settlement.ts';
-import type { Projector } from '../projections/engine.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
 import type { StatusLookup } from './pass-statuses.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 import { streams } from '../domain/streams.ts';

@@ -43,7 +43,7 @@ import {
   type PayoutSource,
   type RefundCoins,
 } from '../domain/settlement.ts';
-import type { Reactor } from '../projections/engine.ts';
+import type { Reactor } from '../adapters/event-store/followers.ts';
 import { expiredClaims } from '../projections/refunds.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';

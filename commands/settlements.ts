@@ -25,7 +25,7 @@ import {
   payoutSources,
   waitsForRefund,
 } from '../domain/settlement.ts';
-import type { Reactor } from '../projections/engine.ts';
+import type { Reactor } from '../adapters/event-store/followers.ts';
 import { handleCommand, loadState } from './handle.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
 import {

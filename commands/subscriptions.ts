@@ -38,7 +38,7 @@ import {
   type Subscriber,
   type SubscriberCommand,
 } from '../domain/subscriber.ts';
-import type { Reactor } from '../projections/engine.ts';
+import type { Reactor } from '../adapters/event-store/followers.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { handleCommand, loadState, type HandleOptions } from './handle.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';

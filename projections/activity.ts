@@ -7,7 +7,7 @@ import { sql, type Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { Actor } from '../commands/handle.ts';
 import { upsertRows } from './batch.ts';
-import type { Projector } from './engine.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ActivityTable, ReadModelTables } from './schema.ts';
 

@@ -13,7 +13,7 @@ import {
 } from '../domain/invoice.ts';
 import { paymentDecider, type Payment, type PaymentEvent } from '../domain/payment.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
-import type { Projector } from './engine.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
 import type { ReadModelTables } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 

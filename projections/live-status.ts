@@ -5,7 +5,7 @@
 import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent, Subscription } from '../adapters/event-store/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
-import type { ProjectionEngine } from './engine.ts';
+import type { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { invoiceStatus, type InvoiceStatusView } from './invoice-queries.ts';
 import type { ReadModelTables } from './schema.ts';
 import { streams } from '../domain/streams.ts';

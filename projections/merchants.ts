@@ -7,7 +7,7 @@ import { apiKeyDecider, type ApiKey, type ApiKeyEvent } from '../domain/api-key.
 import { merchantDecider, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
 import { merchantUserDecider, type MerchantUser, type MerchantUserEvent } from '../domain/merchant-user.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
-import type { Projector } from './engine.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
 import type { ReadModelTables } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 

@@ -5,7 +5,7 @@ import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts'
 import { formatUnits } from '../domain/money.ts';
 import { refundDecider, type Refund, type RefundEvent } from '../domain/refund.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
-import type { Projector } from './engine.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, RefundsTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';

@@ -6,7 +6,7 @@ import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts'
 import { formatUnits } from '../domain/money.ts';
 import { settlementDecider, type Settlement, type SettlementEvent } from '../domain/settlement.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
-import type { Projector } from './engine.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
 import type { ReadModelTables, SettlementsTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 

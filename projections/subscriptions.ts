@@ -14,7 +14,7 @@ import {
   type SubscriberStatus,
 } from '../domain/subscriber.ts';
 import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
-import type { Projector } from './engine.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, SubscribersTable, SubscriptionPlansTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';

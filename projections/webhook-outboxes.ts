@@ -26,7 +26,7 @@ import { settlementDecider } from '../domain/settlement.ts';
 import { streams } from '../domain/streams.ts';
 import { subscriberDecider, subscriberIn, subscriberView, type SubscriberEvent } from '../domain/subscriber.ts';
 import { eventsByStream } from './batch.ts';
-import type { Projector } from './engine.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
 import { refundRowOf, refundView } from './refunds.ts';
 import { settlementRowOf, settlementView } from './settlements.ts';
 

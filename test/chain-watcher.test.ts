@@ -19,7 +19,7 @@ import { merchantCommands } from '../commands/merchants.ts';
 import { paymentCommands, paymentsToInvoices } from '../commands/payments.ts';
 import { invoiceStreamName } from '../domain/invoice.ts';
 import { paymentStreamName } from '../domain/payment.ts';
-import { ProjectionEngine, type Reactor } from '../projections/engine.ts';
+import { ProjectionEngine, type Reactor } from '../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 
 const MNEMONIC = 'abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about';

@@ -12,7 +12,7 @@ import { cursorOf, cursorText, daysOf, invoiceListOf, LIST_PAGE_ROWS } from '../
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { reportChunks } from '../api/report-stream.ts';
 import { parseUnits } from '../domain/money.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { listInvoices, type InvoiceFilter } from '../projections/invoice-queries.ts';
 import type { Cursor } from '../projections/paging.ts';
 import { listRefunds } from '../projections/refunds.ts';

@@ -15,7 +15,7 @@ import { SettlementPayouts, settlementManager } from '../commands/settlements.ts
 import type { ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream } from '../domain/merchant.ts';
 import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 
 const WALLET_A = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';

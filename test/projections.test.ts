@@ -9,7 +9,7 @@ import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { merchantCommands } from '../commands/merchants.ts';
 import { StreamFolds } from '../projections/batch.ts';
-import { CheckpointMovedError, ProjectionEngine } from '../projections/engine.ts';
+import { CheckpointMovedError, ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { invoiceStatus } from '../projections/invoice-queries.ts';
 import { merchantsProjector } from '../projections/merchants.ts';
 import { invoicesProjector } from '../projections/invoices.ts';

@@ -6,7 +6,7 @@ import { describe, it } from 'node:test';
 import { sql } from 'kysely';
 import { openPglite } from '../adapters/sql/database.ts';
 import { csvCell, csvLine } from '../api/csv.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { parseCsv } from './support/csv.ts';
 import { instantOf, isTimeZone } from '../projections/report-time.ts';

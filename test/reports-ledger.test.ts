@@ -10,7 +10,7 @@ import { after, before, describe, it } from 'node:test';
 import { sql, type Kysely } from 'kysely';
 import { openPglite, type SqlDatabase, type SqlEngine } from '../adapters/sql/database.ts';
 import { parseUnits } from '../domain/money.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { columnsOf, invoiceCsvText, ledgerOf, reportPages } from '../projections/reports.ts';
 import { readModelMigrations, type ReadModelTables } from '../projections/schema.ts';
 import { freshPostgres } from './support/postgres.ts';

@@ -14,7 +14,7 @@ import { promisify } from 'node:util';
 import type { Kysely } from 'kysely';
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { reportChunks } from '../api/report-stream.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { readModelMigrations, type PaymentsTable, type ReadModelTables } from '../projections/schema.ts';
 import { generateHistory, insertHistory } from './support/report-history.ts';
 

@@ -18,7 +18,7 @@ import {
   type WebhookTables,
   type WebhookWorkerOptions,
 } from '../commands/webhook-delivery.ts';
-import { ProjectionEngine } from '../projections/engine.ts';
+import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { freshPostgres } from './support/postgres.ts';
 

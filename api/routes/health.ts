@@ -2,7 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import { sql } from 'kysely';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
 import type { Metrics } from '../metrics.ts';
-import type { ProjectionEngine } from '../../projections/engine.ts';
+import type { ProjectionEngine } from '../../adapters/event-store/followers.ts';
 import { sendError } from '../errors.ts';
 
 /** What these routes use of the service. */

@@ -9,7 +9,7 @@ import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import { ChainWatcher } from '../../commands/chain-watcher.ts';
 import { paymentCommands, type WatchedAddress } from '../../commands/payments.ts';
 import type { ChainName } from '../../domain/catalogue.ts';
-import { ProjectionEngine } from '../../projections/engine.ts';
+import { ProjectionEngine } from '../../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../../projections/schema.ts';
 import { insertWatched } from './evm.ts';
 import { count, formatMs, median, progress, scaled, timed, type BenchTarget } from './support.ts';
@@ -119,7 +119,9 @@ async function measureMatch(bench: BlockBench, target: BenchTarget, rows: number
     const matching = watcher as unknown as { watchedAmong(addresses: string[]): Promise<Map<string, WatchedAddress>> };
     const recipients = [...new Set(bench.block.recipients)];
     const plain = (addresses: string[]) =>
-      sql<{ address: string }>`select address from invoice_addresses where chain = ${bench.chain} and address = any(${addresses}::text[])`.execute(
+      sql<{
+        address: string;
+      }>`select address from invoice_addresses where chain = ${bench.chain} and address = any(${addresses}::text[])`.execute(
         db,
       );
     const found = await matching.watchedAmong(recipients);

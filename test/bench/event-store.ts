@@ -13,7 +13,7 @@ import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
 import { handleCommands } from '../../commands/handle.ts';
 import { invoiceDecider, invoiceStreamName } from '../../domain/invoice.ts';
-import { ProjectionEngine, type Projector } from '../../projections/engine.ts';
+import { ProjectionEngine, type Projector } from '../../adapters/event-store/followers.ts';
 import { invoicesProjector } from '../../projections/invoices.ts';
 import { merchantsProjector } from '../../projections/merchants.ts';
 import { settlementsProjector } from '../../projections/settlements.ts';

@@ -29,7 +29,7 @@ import { merchantCommands } from '../../commands/merchants.ts';
 import { paymentCommands, paymentsToInvoices, type WatchedAddress } from '../../commands/payments.ts';
 import { migrateWebhookDeliveries } from '../../commands/webhook-delivery.ts';
 import { paymentStreamName } from '../../domain/payment.ts';
-import { ProjectionEngine } from '../../projections/engine.ts';
+import { ProjectionEngine } from '../../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../../projections/schema.ts';
 import { subscriberWebhooks, webhookEvents } from '../../projections/webhook-outboxes.ts';
 import { baseUnits, evmFixture, randomWallet, type EvmFixture } from '../support/evm-flow.ts';

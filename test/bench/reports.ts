@@ -13,7 +13,7 @@ import { runInNewContext } from 'node:vm';
 import { pipeline } from 'node:stream/promises';
 import { sql, type Kysely } from 'kysely';
 import { reportStream } from '../../api/report-stream.ts';
-import { ProjectionEngine } from '../../projections/engine.ts';
+import { ProjectionEngine } from '../../adapters/event-store/followers.ts';
 import { readModelMigrations, type ReadModelTables } from '../../projections/schema.ts';
 import { seedInvoices } from '../support/report-history.ts';
 import { count, progress, scaled, type BenchSuite } from './support.ts';

@@ -21,7 +21,7 @@ import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import { DepositKeyring, generateMnemonic } from '../../adapters/keys/derivation.ts';
 import { ChainWatcher } from '../../commands/chain-watcher.ts';
 import { paymentCommands } from '../../commands/payments.ts';
-import { ProjectionEngine } from '../../projections/engine.ts';
+import { ProjectionEngine } from '../../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../../projections/schema.ts';
 import { SettlementPayouts } from '../../commands/settlements.ts';
 import { requestSolSettlements, solanaPayouts, startSolanaNode } from '../support/solana-flow.ts';

@@ -14,7 +14,7 @@ import { SettlementPayouts, type SettlementDeps } from '../../commands/settlemen
 import { findToken, type ChainName } from '../../domain/catalogue.ts';
 import { merchantDecider, merchantStream } from '../../domain/merchant.ts';
 import { settlementDecider, settlementIdOf, settlementStreamName } from '../../domain/settlement.ts';
-import { ProjectionEngine } from '../../projections/engine.ts';
+import { ProjectionEngine } from '../../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../../projections/schema.ts';
 import { SERVICE_MNEMONIC } from './evm-flow.ts';
 import { startTestService, type RunningService } from './service.ts';

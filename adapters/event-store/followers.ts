@@ -5,11 +5,15 @@
 // - process managers (reactors) issue commands for events, then move their
 //   checkpoint; a crash in between repeats the reactions, which derive their
 //   event ids from the causing event, so nothing is appended twice.
+// It sits with the event store, not in projections/, because both sides
+// follow the log through it: projections/ its projectors, commands/ its
+// process managers and the payout queue. It knows neither: the read models'
+// migrations are passed to `migrate`.
 import { sql, type Kysely, type Migration } from 'kysely';
-import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
-import type { SqlDatabase } from '../adapters/sql/database.ts';
-import { migrate } from '../adapters/sql/migrate.ts';
-import { followAppends } from '../adapters/event-store/catch-up.ts';
+import type { EventStore, RecordedEvent } from './port.ts';
+import type { SqlDatabase } from '../sql/database.ts';
+import { migrate } from '../sql/migrate.ts';
+import { followAppends } from './catch-up.ts';
 
 export interface Projector<Prepared = unknown> {
   readonly name: string;

@@ -165,7 +165,12 @@ describe('refunds paid on the Bitcoin test node', () => {
 
     // An unconfirmed coin is not spendable yet: the refund waits for its block.
     const funded = sats(p.cryptoAmount) + 150_000n;
-    const funding = node.pay(payer, [{ address: wallet!.address, sats: funded }]);
+    // Two coins: the refund spends the smaller one that pays it, and the other stays for the next refund.
+    const other = 5_000_000n;
+    const funding = node.pay(payer, [
+      { address: wallet!.address, sats: funded },
+      { address: wallet!.address, sats: other },
+    ]);
     const coin = `${funding.getId()}:${funding.outs.findIndex((o) => BigInt(o.value) === funded)}`;
     assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.00000000');
     const done = await completed(approved.id, key);
@@ -179,8 +184,8 @@ describe('refunds paid on the Bitcoin test node', () => {
       { to: wallet!.address, sats: funded - amount },
     ]);
     assert.equal(paidOut.fee, fee, 'the quoted fee is what the transaction pays');
-    // What the wallet holds now is the refund's change, mined with it.
-    assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.00150000');
+    // What the wallet holds now is the refund's change, mined with it, and the coin it did not need.
+    assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.05150000');
     // Read from the service's watch-only wallet in the node, never by a scan of the UTXO set.
     assert.ok(node.calls.get('listunspent'));
     assert.equal(node.calls.get('scantxoutset'), undefined);
@@ -189,7 +194,7 @@ describe('refunds paid on the Bitcoin test node', () => {
     const imports = node.calls.get('importdescriptors')!;
     await svc.close();
     ({ svc } = await startBitcoinService(0, env, node));
-    assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.00150000');
+    assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.05150000');
     assert.equal(node.calls.get('importdescriptors'), imports + 1, 'imported again by the new process');
     assert.equal(node.calls.get('createwallet'), 1, 'the wallet is made once');
   });

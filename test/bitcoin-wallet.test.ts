@@ -6,7 +6,7 @@
 // re-importing its wallet across restarts of the service and of bitcoind.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { BitcoinChain, WATCH_WALLET } from '../adapters/chains/bitcoin.ts';
+import { BitcoinChain, refundCoins, WATCH_WALLET } from '../adapters/chains/bitcoin.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import { BitcoinTestNode, descriptorChecksum, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
@@ -231,5 +231,40 @@ describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
     } finally {
       second.close();
     }
+  });
+});
+
+describe("a refund wallet's coins for one refund", () => {
+  const coin = (value: bigint, id: string) => ({ value, id });
+  // 1,000 sat/kvB: one more input costs 68 sats.
+  const rate = 1_000n;
+
+  it('the smallest coin that pays the refund and its fee on its own', () => {
+    const coins = [coin(50_000n, 'a'), coin(20_000n, 'b'), coin(10_999n, 'c'), coin(11_000n, 'd')];
+    assert.deepEqual(
+      refundCoins(coins, 10_000n, 1_000n, rate).map((c) => c.id),
+      ['d'],
+    );
+  });
+
+  it('else the largest ones until they pay it, each added input priced at the rate', () => {
+    const coins = [coin(6_000n, 'a'), coin(5_000n, 'b'), coin(4_000n, 'c')];
+    // 6,000 + 5,000 = 11,000 = 10,000 + 1,000 + 68 short; the third makes it.
+    assert.deepEqual(
+      refundCoins(coins, 10_000n, 1_000n, rate).map((c) => c.id),
+      ['a', 'b', 'c'],
+    );
+    assert.deepEqual(
+      refundCoins(coins, 9_900n, 1_000n, rate).map((c) => c.id),
+      ['a', 'b'],
+    );
+  });
+
+  it('all of them when they do not pay it (the payout then says what is missing)', () => {
+    assert.deepEqual(
+      refundCoins([coin(1_000n, 'a'), coin(2_000n, 'b')], 10_000n, 1_000n, rate).map((c) => c.id),
+      ['b', 'a'],
+    );
+    assert.deepEqual(refundCoins([], 10_000n, 1_000n, rate), []);
   });
 });

@@ -121,6 +121,36 @@ type Signer = Parameters<bitcoin.Psbt['signAllInputs']>[0];
 
 const ceilDiv = (a: bigint, b: bigint) => (a + b - 1n) / b;
 
+/** vbytes one more P2WPKH input adds (outpoint, sequence, and its witness discounted). */
+const P2WPKH_INPUT_VBYTES = 68n;
+
+/**
+ * The refund wallet's coins a refund spends: the smallest one that pays
+ * `amount` and the fee on its own, else the largest ones until they do (each
+ * input adding its size at `rate`), so that the others stay for the next
+ * refund rather than wait for this one's change to confirm. All of them when
+ * none suffice: the fee loop then says what is missing.
+ */
+export function refundCoins<C extends { value: bigint }>(
+  coins: readonly C[],
+  amount: bigint,
+  fee: bigint,
+  ratePerKvB: bigint,
+): C[] {
+  const feeWith = (inputs: number) => fee + ceilDiv(BigInt(inputs - 1) * P2WPKH_INPUT_VBYTES * ratePerKvB, 1000n);
+  const bySize = [...coins].sort((a, b) => (a.value < b.value ? -1 : a.value > b.value ? 1 : 0));
+  const single = bySize.find((c) => c.value >= amount + feeWith(1));
+  if (single) return [single];
+  const chosen: C[] = [];
+  let sum = 0n;
+  for (const coin of bySize.reverse()) {
+    chosen.push(coin);
+    sum += coin.value;
+    if (sum >= amount + feeWith(chosen.length)) return chosen;
+  }
+  return chosen;
+}
+
 /**
  * Bitcoin Core's dust limit for an output paying `script`, at the default
  * dust relay fee of 3 sat/vB (policy/policy.cpp, GetDustThreshold): the
@@ -718,16 +748,18 @@ export class BitcoinChain implements ChainAdapter {
       );
     }
     const refund = transfer.payout === 'refund';
-    // A refund wallet's coins are found on the chain; a deposit's (and a later attempt's) are named.
+    const { rate, incremental } = await this.sweepRates();
+    let fee = transfer.fees?.network ?? this.networkFee('BTC');
+    // A refund wallet's coins are found on the chain, as few as pay it; a deposit's (and a later attempt's) are named.
     const coins =
-      refund && !transfer.sources ? await this.walletCoins(transfer.from.address) : await this.sourceCoins(transfer);
+      refund && !transfer.sources
+        ? refundCoins(await this.walletCoins(transfer.from.address), transfer.amount, fee, rate)
+        : await this.sourceCoins(transfer);
     const inputs = coins.reduce((sum, c) => sum + c.value, 0n);
     const since = await this.rpc<number>('getblockcount', []);
-    const { rate, incremental } = await this.sweepRates();
     const replacing = await this.replacementFloor(coins);
     // A settlement's rest is the treasury's; a refund's comes back to the payer as change.
     const restScript = this.outputScript(refund ? transfer.from.address : this.treasury);
-    let fee = transfer.fees?.network ?? this.networkFee('BTC');
     let tx: bitcoin.Transaction | undefined;
     // The size depends on the signatures and on whether the treasury output is there: a few rounds settle it.
     for (let round = 0; round < 4; round++) {

@@ -3,7 +3,9 @@
 // content checked against its id and decoded, and checked to the base unit:
 // a USDT overpayment's excess from the deposit before a pending settlement
 // pays exactly the re-priced rest; a settled USDT invoice refunded from the
-// merchant's refund wallet once it is funded; a TRX overpayment's excess from
+// merchant's refund wallet once it is funded, the merchant's TRX there left
+// untouched; a USDT deposit's settlement leaving a wrong-token TRX payment on
+// it untouched; a TRX overpayment's excess from
 // the deposit and a TRX refund from the refund wallet, the payer spending
 // exactly the refund's amount; a TRX refund to an address with no account
 // yet waits for it; with every byte burnt, a TRX refund from the deposit
@@ -172,40 +174,64 @@ describe('refunds paid on the Tron test node', () => {
     assert.equal(node.tokenBalance(TEST_USDT, p.address), 0n);
   });
 
-  it('a settled USDT invoice is refunded from the refund wallet once it is funded', async () => {
+  // The merchant's TRX kept in the refund wallet for TRX refunds (more than the call's energy would burn) is
+  // never spent on a USDT refund: the fee wallet pays its energy.
+  for (const kept of [0n, 50_000_000n]) {
+    it(`a settled USDT invoice is refunded from the refund wallet once it is funded (holding ${kept} sun of TRX)`, async () => {
+      const { key, merchant } = await merchantWithKey(svc);
+      await flow.setWallet(merchant.id, randomTronKey().address);
+      const p = await flow.invoice(key, 'USDT', '10');
+      await node.sendToken(payer, TEST_USDT, p.address, baseUnits(p.cryptoAmount, 6));
+      await eventuallyMining(
+        mine,
+        () => flow.invoiceOf(p.paymentId, key),
+        (i) => i.status === 'settled',
+        90_000,
+      );
+
+      const customer = randomTronKey().address;
+      const approved = await flow.refund(key, p.paymentId, { amount: '4', destination: customer });
+      assert.equal(approved.fundedFrom, 'refund_wallet');
+      assert.equal(approved.status, 'awaiting_funds');
+      const wallet = await refundWallet(key);
+      assert.equal(wallet.balances.USDT, '0.000000');
+      if (kept > 0n) await node.sendTrx(payer, wallet.address, kept);
+      const feeBefore = node.balance(feeWallet);
+      await node.sendToken(payer, TEST_USDT, wallet.address, 4_000_000n);
+      node.mine(1);
+      await eventually(
+        () => refundWallet(key),
+        (w) => w.balances.USDT === '4.000000',
+      );
+
+      const done = await flow.completed(approved.id, key);
+      const net = baseUnits(done.netAmount, 6);
+      assert.equal(net, 4_000_000n);
+      await assertUsdtPayout(done.transactionHash, wallet.address, customer, net);
+      assert.equal(node.tokenBalance(TEST_USDT, customer), net);
+      assert.equal(node.tokenBalance(TEST_USDT, wallet.address), 0n);
+      assert.equal(node.balance(wallet.address), kept, "the refund wallet keeps exactly the merchant's TRX");
+      assert.equal(feeBefore - node.balance(feeWallet), feeWalletSpentOn(wallet.address, done.transactionHash));
+    });
+  }
+
+  it("a USDT deposit's settlement leaves a wrong-token TRX payment on it to the sun", async () => {
     const { key, merchant } = await merchantWithKey(svc);
-    await flow.setWallet(merchant.id, randomTronKey().address);
+    const merchantWallet = randomTronKey().address;
+    await flow.setWallet(merchant.id, merchantWallet);
     const p = await flow.invoice(key, 'USDT', '10');
+    const wrong = 30_000_000n;
+    await node.sendTrx(payer, p.address, wrong);
+    node.mine(1);
     await node.sendToken(payer, TEST_USDT, p.address, baseUnits(p.cryptoAmount, 6));
     await eventuallyMining(
       mine,
-      () => flow.invoiceOf(p.paymentId, key),
-      (i) => i.status === 'settled',
+      () => flow.settlementOf(p.paymentId, key),
+      (s) => s?.status === 'completed',
       90_000,
     );
-
-    const customer = randomTronKey().address;
-    const approved = await flow.refund(key, p.paymentId, { amount: '4', destination: customer });
-    assert.equal(approved.fundedFrom, 'refund_wallet');
-    assert.equal(approved.status, 'awaiting_funds');
-    const wallet = await refundWallet(key);
-    assert.equal(wallet.balances.USDT, '0.000000');
-    const feeBefore = node.balance(feeWallet);
-    await node.sendToken(payer, TEST_USDT, wallet.address, 4_000_000n);
-    node.mine(1);
-    await eventually(
-      () => refundWallet(key),
-      (w) => w.balances.USDT === '4.000000',
-    );
-
-    const done = await flow.completed(approved.id, key);
-    const net = baseUnits(done.netAmount, 6);
-    assert.equal(net, 4_000_000n);
-    await assertUsdtPayout(done.transactionHash, wallet.address, customer, net);
-    assert.equal(node.tokenBalance(TEST_USDT, customer), net);
-    assert.equal(node.tokenBalance(TEST_USDT, wallet.address), 0n);
-    assert.equal(node.balance(wallet.address), 0n, 'the refund wallet keeps none of the TRX');
-    assert.equal(feeBefore - node.balance(feeWallet), feeWalletSpentOn(wallet.address, done.transactionHash));
+    assert.equal(node.tokenBalance(TEST_USDT, p.address), 0n);
+    assert.equal(node.balance(p.address), wrong, "the customer's TRX is untouched");
   });
 
   it("a TRX overpayment's excess is refunded to the sun; the deposit spends exactly the refund's amount", async () => {

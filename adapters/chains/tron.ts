@@ -215,8 +215,13 @@ interface Bundle {
   v: 2;
   /** The merchant's payout, signed; sent alone. */
   payout: TransactionJson;
-  /** Token payouts: the fee wallet's TRX top-up, sent (and mined) before the payout when the deposit address holds less than `need`. */
-  topUp?: { transaction: TransactionJson; need: string };
+  /**
+   * Token payouts: the fee wallet's TRX top-up of all the calls `need`, sent (and mined) before the payout, so
+   * TRX already on the payer (a refund wallet's, a wrong-token payment's) never pays them; `before` is the
+   * payer's TRX when it was prepared, kept there when the leftover goes back. (Bundles without `before` were
+   * sized `need` less the payer's TRX.)
+   */
+  topUp?: { transaction: TransactionJson; need: string; before?: string };
   /**
    * Token payouts with CHAIN_TRON_ENERGY_DELEGATION: the energy both calls use, delegated from the fee wallet's
    * stake after the top-up (the receiver must exist) and before the payout; no transaction when the deposit
@@ -923,13 +928,14 @@ export class TronChain implements ChainAdapter {
     if (platform > 0n) calls.push(await this.tokenCall(privateKey, from, token, this.treasury, platform, header));
     const delegate = await this.delegation(from, energyOf(calls), header);
     const need = calls.reduce((sum, call) => sum + (delegate ? call.bandwidth : call.need), 0n);
-    if (deposit.balance >= need) return this.bundle(payout.tx, transfer, undefined, delegate);
+    // The whole need, whatever the payer holds: its own TRX is the merchant's or a customer's, never the fee's.
     const feeKey = this.options.keyring.deriveTronServiceKey('fee');
     const topUp = await this.signed(
       feeKey.privateKey,
-      await this.builder.sendTrx(from, Number(need - deposit.balance), feeKey.address, { blockHeader: header }),
+      await this.builder.sendTrx(from, Number(need), feeKey.address, { blockHeader: header }),
     );
-    return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString() }, delegate);
+    const before = deposit.balance.toString();
+    return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString(), before }, delegate);
   }
 
   /**
@@ -1161,7 +1167,8 @@ export class TronChain implements ChainAdapter {
     const run = this.topUps.then(async () => {
       const deposit = fromHex(String(payout.raw_data.contract[0]!.parameter.value.owner_address));
       const { topUp, delegate } = bundle;
-      if (topUp && (await this.account(deposit)).balance < BigInt(topUp.need)) {
+      // By its id, not the balance: the payer's own TRX may already cover the need.
+      if (topUp && !('id' in (await this.info(topUp.transaction.txID)))) {
         await this.sendMined(topUp.transaction, 'energy top-up');
       }
       if (delegate?.transaction) {
@@ -1226,15 +1233,17 @@ export class TronChain implements ChainAdapter {
       }
       // The delegated energy back to the fee wallet's stake (looked at again until it has gone).
       if (!(await this.undelegated(fee.from, header))) return false;
-      // What the energy did not burn goes back to the fee wallet, up to what it gave (other TRX there is not
-      // ours), and is mined before the payout counts as final: the settlement a refund from a deposit leaves
-      // reads the deposit's TRX for its own top-up next.
+      // What the energy did not burn goes back to the fee wallet: what the payer holds above its TRX before the
+      // top-up (that is not ours), up to what the top-up gave; worked out from the balance each time, so a
+      // repeat after a crash finds nothing left to send. Mined before the payout counts as final: the
+      // settlement a refund from a deposit leaves records the deposit's TRX before its own top-up next.
       const back = this.leftoversBack.get(bundle.payout.txID);
       if (back === undefined) {
         const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
         const deposit = await this.account(fee.from);
+        const ours = deposit.balance - BigInt(bundle.topUp?.before ?? 0);
         const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
-        const sent = await this.sendTrxOut(from, this.feeWallet, true, given, header);
+        const sent = await this.sendTrxOut(from, this.feeWallet, true, ours < given ? ours : given, header);
         if (sent) {
           this.leftoversBack.set(bundle.payout.txID, sent);
           return false;

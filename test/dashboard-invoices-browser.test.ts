@@ -10,7 +10,7 @@ import type { Browser, Page } from 'playwright-core';
 import { SESSION_COOKIE } from '../api/dashboard/routes.ts';
 import { parseCsv } from './support/csv.ts';
 import { dashboardClient, paidOnEthereum } from './support/dashboard.ts';
-import { launchChromium, screenshot, withoutChromium } from './support/dashboard-browser.ts';
+import { launchChromium, screenshot, withoutChromium } from './support/chromium.ts';
 import { merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 

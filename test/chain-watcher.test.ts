@@ -276,7 +276,7 @@ function laggingTron(clock: Clock) {
   const adapter: ChainAdapter = {
     chain: 'tron',
     head: async (): Promise<ChainHead> => {
-      // What the adapters' retried RPC throws once its attempts are spent (adapters/chains/retry.ts).
+      // What the adapters' retried RPC throws once its attempts are spent (adapters/chains/node.ts).
       if (node.down) throw new Error('tron: fetch failed (connect ECONNREFUSED)');
       const top = blocks[blocks.length - 1 - node.lag]!;
       return { height: top.height, hash: top.hash, ...(node.stale && { stale: node.stale }) };

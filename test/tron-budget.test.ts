@@ -4,7 +4,7 @@
 // call, as every mainnet block has), must stay at or under 1.2 a second.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { sleep } from '../adapters/chains/retry.ts';
+import { sleep } from '../adapters/chains/node.ts';
 import type { RunningService } from './support/service.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { startTronService, stopTronService, TEST_USDT } from './support/tron-flow.ts';

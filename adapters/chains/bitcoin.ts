@@ -45,7 +45,7 @@ import type { ChainName } from '../../domain/catalogue.ts';
 import type { BitcoinCoreChain, DepositKeyring } from '../keys/derivation.ts';
 import { BitcoinMempool, type MempoolNode } from './bitcoin-mempool.ts';
 import { HeadPoller } from './head-poller.ts';
-import { DEFAULT_RETRY, retried, withoutRpcUrl, type RetryPolicy } from './retry.ts';
+import { ChainNode, RPC_TIMEOUT_MS, type RetryPolicy } from './node.ts';
 import {
   BlockPrunedError,
   TransactionRejectedError,
@@ -82,7 +82,6 @@ const PAYOUT_LOOKBACK_BLOCKS = 1008;
 const SCAN_BATCH = 50;
 /** Blocks a sweep may wait in the mempool below the market's fee rate before it is replaced. */
 const STUCK_BLOCKS = 3;
-const RPC_TIMEOUT_MS = 30_000;
 /** Without a healthy ZMQ feed, the mempool's whole txid list is downloaded at most this often. */
 const MEMPOOL_POLL_MS = 5_000;
 /** New mempool transactions read (getrawtransaction) in one watcher step. */
@@ -260,7 +259,7 @@ export class BitcoinChain implements ChainAdapter {
   /** Refund wallets' addresses imported into the watch-only wallet by this process. */
   private readonly watched = new Map<string, Promise<void>>();
   private authorization = '';
-  private closed = false;
+  private readonly node: ChainNode;
   /** sat/vB from the last estimatesmartfee, within the floor and cap. */
   private satsPerVbyte?: bigint;
   private rpcId = 0;
@@ -283,6 +282,12 @@ export class BitcoinChain implements ChainAdapter {
     url.username = '';
     url.password = '';
     this.endpoint = url.toString();
+    // A node's refusal is an answer, not a failure to retry.
+    this.node = new ChainNode({
+      urls: [options.rpcUrl],
+      retry: options.retry,
+      answered: (error) => error instanceof BitcoinRpcError,
+    });
     this.network = bitcoinjsNetwork[options.network];
     this.treasury = options.treasury ?? options.keyring.deriveBitcoinTreasury();
     this.poller = new HeadPoller(() => this.rpc<number>('getblockcount', []), options.pollMs);
@@ -311,8 +316,7 @@ export class BitcoinChain implements ChainAdapter {
       await adapter.head(); // also the first fee rate
     } catch (error) {
       adapter.close();
-      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
-      throw new Error(`CHAIN_BITCOIN_RPC_URL: the node did not answer (${reason.slice(0, 200)})`);
+      throw adapter.node.unanswered('CHAIN_BITCOIN_RPC_URL', error);
     }
     if (chain !== options.network) {
       adapter.close();
@@ -330,7 +334,7 @@ export class BitcoinChain implements ChainAdapter {
           `CHAIN_BITCOIN_RPC_URL: the node has no wallet (disablewallet=1?); refund wallets are followed by a watch-only wallet in it (docs/bitcoin.md)`,
         );
       }
-      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
+      const reason = adapter.node.redacted(error).message.split('\n')[0]!;
       throw new Error(
         `CHAIN_BITCOIN_RPC_URL: the node's wallet ${WATCH_WALLET} did not open (${reason.slice(0, 200)})`,
       );
@@ -339,7 +343,7 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   close(): void {
-    this.closed = true;
+    this.node.close();
     this.poller.close();
     this.mempoolFeed.close();
   }
@@ -349,12 +353,7 @@ export class BitcoinChain implements ChainAdapter {
 
   /** `wallet` names a wallet of Core's, asked through its `/wallet/<name>` endpoint (src/wallet/rpc/util.cpp). */
   private rpc<T>(method: string, params: unknown[], wallet?: string): Promise<T> {
-    // A node's refusal is an answer, not a failure to retry.
-    return retried(
-      () => this.send<T>(method, params, wallet),
-      this.options.retry ?? DEFAULT_RETRY,
-      (error) => error instanceof BitcoinRpcError || this.closed,
-    );
+    return this.node.call(method, () => this.send<T>(method, params, wallet));
   }
 
   private async send<T>(method: string, params: unknown[], wallet?: string): Promise<T> {
@@ -865,7 +864,7 @@ export class BitcoinChain implements ChainAdapter {
     try {
       await this.rpc<string>('sendrawtransaction', [hex]);
     } catch (error) {
-      if (!(error instanceof BitcoinRpcError)) throw withoutRpcUrl(error, this.options.rpcUrl);
+      if (!(error instanceof BitcoinRpcError)) throw error; // without the URL already
       const { code, message } = error;
       // node/transaction.cpp BroadcastTransaction: -27 while one of its outputs is unspent in the chain.
       if (code === -27 || /txn-already-in-mempool|txn-already-known/.test(message)) return;

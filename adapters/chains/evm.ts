@@ -46,7 +46,7 @@ import { findChain, mainnetChainIds, type ChainName } from '../../domain/catalog
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { withDeadline } from '../deadline.ts';
 import { HeadPoller } from './head-poller.ts';
-import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
+import { ChainNode, checkedOpen, RPC_TIMEOUT_MS, sleep, type RetryPolicy } from './node.ts';
 import {
   staleTip,
   TransactionRejectedError,
@@ -146,9 +146,6 @@ function errorText(error: unknown): string {
   return [e?.message, e?.shortMessage, e?.info?.error?.message].filter(Boolean).join(' | ').toLowerCase();
 }
 
-/** A node that never answers (a dead WebSocket, a stuck proxy) must not stall the watcher or the sweeper. */
-const RPC_TIMEOUT_MS = 30_000;
-
 /** The pauses before opening a new WebSocket to the node, growing while it stays out of reach. */
 const RECONNECT_FIRST_MS = 250;
 const RECONNECT_MAX_MS = 30_000;
@@ -239,7 +236,7 @@ export class EvmChain implements ChainAdapter {
   private readonly tokens: EvmToken[];
   private readonly tokenByContract: Map<string, EvmToken>;
   private readonly poller: HeadPoller;
-  private closed = false;
+  private readonly node: ChainNode;
   private fee?: FeeQuote;
   private tipFetchedAt = 0;
   private knownHead = 0;
@@ -271,6 +268,7 @@ export class EvmChain implements ChainAdapter {
     this.feeWallet = options.keyring.deriveEvmServiceKey('fee').address;
     this.treasury = options.treasury ?? options.keyring.deriveEvmServiceKey('treasury').address;
     this.logBatch = options.logBatchBlocks ?? 100;
+    this.node = new ChainNode({ urls: [options.rpcUrl], retry: options.retry });
     this.poller = new HeadPoller(async () => Number(await this.provider.send('eth_blockNumber', [])), options.pollMs);
   }
 
@@ -284,38 +282,28 @@ export class EvmChain implements ChainAdapter {
     const expected = options.chainId ?? mainnetChainIds[options.chain];
     if (expected === undefined) throw new Error(`${variable}_RPC_URL: ${options.chain} is not an EVM chain`);
     const adapter = new EvmChain(new NodeConnection(options.rpcUrl, Network.from(expected)), options, expected);
-    let actual: bigint;
-    try {
-      actual = BigInt(await adapter.rpc<string>('eth_chainId', []));
-      await adapter.head(); // also the first fee quote
-    } catch (error) {
-      adapter.close();
-      const reason = withoutRpcUrl(error, options.rpcUrl).message.split('\n')[0]!;
-      throw new Error(`${variable}_RPC_URL: the node did not answer (${reason.slice(0, 200)})`);
-    }
-    if (actual !== expected) {
-      adapter.close();
-      throw new Error(
-        options.chainId === undefined
-          ? `${variable}_RPC_URL is a node of chain id ${actual}, not ${options.chain} mainnet (${expected}); set ${variable}_CHAIN_ID=${actual} if this test network is meant`
-          : `${variable}_CHAIN_ID is ${expected} but ${variable}_RPC_URL is a node of chain id ${actual}`,
-      );
-    }
-    const treasuryProblem =
-      options.treasury &&
-      (await adapter.receivingProblem(options.treasury).catch((error: unknown) => {
-        adapter.close();
-        throw error;
-      }));
-    if (treasuryProblem) {
-      adapter.close();
-      throw new Error(`${variable}_TREASURY: ${treasuryProblem}`);
-    }
-    return adapter;
+    return checkedOpen(adapter, async () => {
+      let actual: bigint;
+      try {
+        actual = BigInt(await adapter.rpc<string>('eth_chainId', []));
+        await adapter.head(); // also the first fee quote
+      } catch (error) {
+        throw adapter.node.unanswered(`${variable}_RPC_URL`, error);
+      }
+      if (actual !== expected) {
+        throw new Error(
+          options.chainId === undefined
+            ? `${variable}_RPC_URL is a node of chain id ${actual}, not ${options.chain} mainnet (${expected}); set ${variable}_CHAIN_ID=${actual} if this test network is meant`
+            : `${variable}_CHAIN_ID is ${expected} but ${variable}_RPC_URL is a node of chain id ${actual}`,
+        );
+      }
+      const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
+      if (treasuryProblem) throw new Error(`${variable}_TREASURY: ${treasuryProblem}`);
+    });
   }
 
   close(): void {
-    this.closed = true;
+    this.node.close();
     this.poller.close();
     this.provider.destroy();
   }
@@ -325,16 +313,8 @@ export class EvmChain implements ChainAdapter {
   // -------------------------------------------------------------------------
 
   /** A JSON-RPC call, retried with growing delays (rate limits, dropped connections, a lagging node). */
-  private async rpc<T>(method: string, params: unknown[]): Promise<T> {
-    try {
-      return await retried(
-        async () => (await withDeadline(this.provider.send(method, params), RPC_TIMEOUT_MS, method)) as T,
-        this.options.retry ?? DEFAULT_RETRY,
-        () => this.closed,
-      );
-    } catch (error) {
-      throw withoutRpcUrl(error, this.options.rpcUrl);
-    }
+  private rpc<T>(method: string, params: unknown[]): Promise<T> {
+    return this.node.call(method, async () => (await this.provider.send(method, params)) as T);
   }
 
   async head(): Promise<ChainHead> {
@@ -680,17 +660,15 @@ export class EvmChain implements ChainAdapter {
         return;
       }
       // Another transaction with the same nonce is pending (perhaps an earlier attempt's): the outcome is open.
-      if (/replacement|replace/.test(text)) throw withoutRpcUrl(error, this.options.rpcUrl);
+      if (/replacement|replace/.test(text)) throw this.node.redacted(error);
       if (
         /nonce too low|nonce has already been used|insufficient funds|intrinsic gas|exceeds block gas limit|gas limit reached|invalid sender|underpriced|too low for the next block|less than block base fee|fee cap less than/.test(
           text,
         )
       ) {
-        throw new TransactionRejectedError(
-          withoutRpcUrl(text.split(' | ')[0]!, this.options.rpcUrl).message.slice(0, 300),
-        );
+        throw new TransactionRejectedError(this.node.redacted(text.split(' | ')[0]!).message.slice(0, 300));
       }
-      throw withoutRpcUrl(error, this.options.rpcUrl);
+      throw this.node.redacted(error);
     }
   }
 

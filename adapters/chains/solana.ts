@@ -63,7 +63,7 @@ import bs58 from 'bs58';
 import { findChain, type ChainName } from '../../domain/catalogue.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
-import { DEFAULT_RETRY, retried, withoutRpcUrl, type RetryPolicy } from './retry.ts';
+import { ChainNode, checkedOpen, RPC_TIMEOUT_MS, type RetryPolicy } from './node.ts';
 import {
   PayoutRefusedError,
   TransactionRejectedError,
@@ -100,7 +100,6 @@ const MICRO_LAMPORTS = 1_000_000n;
 const MAX_PRIORITY_PRICE = 1_000_000n;
 /** How long a priority price is used before it is asked again (getRecentPrioritizationFees). */
 const PRIORITY_PRICE_MS = 10_000;
-const RPC_TIMEOUT_MS = 30_000;
 /**
  * getBlock's answers for a slot it does not serve: -32004 (not available at
  * that commitment), -32007 and -32009 (skipped, or not kept by this node).
@@ -374,7 +373,7 @@ export class SolanaChain implements ChainAdapter {
   private readonly feePayer: Keypair;
   private readonly tokens: SolanaToken[];
   private readonly poller: HeadPoller;
-  private closed = false;
+  private readonly node: ChainNode;
   private nextId = 1;
   /** The blocks last answered, by slot: read again, a block whose hash is unchanged is not fetched whole. */
   private readonly recentBlocks = new Map<number, ChainBlock>();
@@ -390,6 +389,11 @@ export class SolanaChain implements ChainAdapter {
     this.feeWallet = this.feePayer.publicKey.toBase58();
     this.treasury = options.treasury ?? options.keyring.deriveSolanaServiceKey('treasury').address;
     this.poller = new HeadPoller(() => this.rpc<number>('getSlot', [{ commitment: 'confirmed' }]), options.pollMs);
+    this.node = new ChainNode({
+      urls: [options.rpcUrl],
+      retry: options.retry,
+      answered: (error) => error instanceof SolanaRpcError,
+    });
   }
 
   /**
@@ -399,18 +403,14 @@ export class SolanaChain implements ChainAdapter {
    */
   static async open(options: SolanaChainOptions): Promise<SolanaChain> {
     const adapter = new SolanaChain(options);
-    try {
+    return checkedOpen(adapter, async () => {
       await adapter.checkCluster(options.cluster ?? 'mainnet-beta');
       // The treasury takes token fees in an associated account derived for it: a token account or a mint would lose them.
       const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
       if (treasuryProblem) throw new Error(`CHAIN_SOLANA_TREASURY: ${treasuryProblem}`);
       await adapter.checkTokens();
       await adapter.refreshPriorityPrice();
-      return adapter;
-    } catch (error) {
-      adapter.close();
-      throw error;
-    }
+    });
   }
 
   /**
@@ -458,8 +458,7 @@ export class SolanaChain implements ChainAdapter {
     try {
       genesis = await this.call<string>('getGenesisHash', []);
     } catch (error) {
-      const reason = withoutRpcUrl(error, this.options.rpcUrl).message.split('\n')[0]!;
-      throw new Error(`CHAIN_SOLANA_RPC_URL: the RPC did not answer (${reason.slice(0, 200)})`);
+      throw this.node.unanswered('CHAIN_SOLANA_RPC_URL', error, 'the RPC');
     }
     if (genesis !== expected) {
       const known = Object.entries(solanaClusters).find(([, hash]) => hash === genesis)?.[0];
@@ -472,7 +471,7 @@ export class SolanaChain implements ChainAdapter {
   }
 
   close(): void {
-    this.closed = true;
+    this.node.close();
     this.poller.close();
   }
 
@@ -481,24 +480,16 @@ export class SolanaChain implements ChainAdapter {
   // -------------------------------------------------------------------------
 
   /** One call, retried with growing delays (rate limits, dropped connections); an answered error is not retried. */
-  private async call<T>(method: string, params: unknown[]): Promise<T> {
-    try {
-      return await retried(
-        () => this.rpc<T>(method, params),
-        this.options.retry ?? DEFAULT_RETRY,
-        (error) => error instanceof SolanaRpcError || this.closed,
-      );
-    } catch (error) {
-      throw error instanceof SolanaRpcError ? error : withoutRpcUrl(error, this.options.rpcUrl);
-    }
+  private call<T>(method: string, params: unknown[]): Promise<T> {
+    return this.node.call(method, (signal) => this.rpc<T>(method, params, signal));
   }
 
-  private async rpc<T>(method: string, params: unknown[]): Promise<T> {
+  private async rpc<T>(method: string, params: unknown[], signal = AbortSignal.timeout(RPC_TIMEOUT_MS)): Promise<T> {
     const response = await fetch(this.options.rpcUrl, {
       method: 'POST',
       headers: { 'content-type': 'application/json' },
       body: JSON.stringify({ jsonrpc: '2.0', id: this.nextId++, method, params }),
-      signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
+      signal,
     });
     // 429 and 5xx: a rate limit or a node in trouble, retried by call().
     if (!response.ok) throw new Error(`${method}: HTTP ${response.status}`);

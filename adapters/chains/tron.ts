@@ -62,7 +62,7 @@ import { parseUnits } from '../../domain/money.ts';
 import type { RateProvider } from '../rates/port.ts';
 import type { DepositKeyring } from '../keys/derivation.ts';
 import { HeadPoller } from './head-poller.ts';
-import { DEFAULT_RETRY, retried, sleep, withoutRpcUrl, type RetryPolicy } from './retry.ts';
+import { ChainNode, sleep, type RetryPolicy } from './node.ts';
 import {
   staleTip,
   TransactionRejectedError,
@@ -99,7 +99,6 @@ const EXPIRATION_MS = 10 * 60 * 1000;
 const ENERGY_MARGIN_PERCENT = 110n;
 /** A transaction's bandwidth counts this many bytes beyond its serialisation (java-tron's MAX_RESULT_SIZE_IN_TX). */
 const RESULT_BYTES = 64;
-const RPC_TIMEOUT_MS = 30_000;
 /** The currency in which TRX's and a token's rates meet: TRX priced in the token is their ratio. */
 const QUOTE_FIAT = 'USD';
 /** Decimals a rate is read to: exact integers for the conversion (rates are decimal strings). */
@@ -348,7 +347,7 @@ export class TronChain implements ChainAdapter {
   private readonly builder: TronWeb['transactionBuilder'];
   private readonly poller: HeadPoller;
   private readonly solidityUrl: string;
-  private closed = false;
+  private readonly node: ChainNode;
   private fees?: FeeSchedule;
   private feesReadAt = 0;
   /** The last head read, and when; a block's time later it is read again. */
@@ -356,8 +355,6 @@ export class TronChain implements ChainAdapter {
   /** The last solidified block read, and when. */
   private solid?: { height: number; hash: string; timestamp: number; readAt: number };
   private reading?: Promise<void>;
-  /** No request before this time: the node answered 403, 429 or 503. */
-  private pausedUntil = 0;
   private readonly blocksByHeight = new Map<number, ChainBlock>();
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
   /** Payouts prepared or sent here whose platform fee is not sent yet, by payout id. */
@@ -385,6 +382,7 @@ export class TronChain implements ChainAdapter {
     this.feeWallet = options.keyring.deriveTronServiceKey('fee').address;
     this.treasury = options.treasury ?? options.keyring.deriveTronServiceKey('treasury').address;
     this.solidityUrl = options.solidityUrl ?? options.rpcUrl;
+    this.node = new ChainNode({ urls: [options.rpcUrl, this.solidityUrl], retry: options.retry });
     this.rates = options.rates;
     // Used offline only: transactions are built from a given block header and signed here.
     this.builder = new TronWeb({ fullHost: options.rpcUrl }).transactionBuilder;
@@ -412,9 +410,11 @@ export class TronChain implements ChainAdapter {
       await adapter.head(); // also the first fee schedule
     } catch (error) {
       adapter.close();
-      const reason = adapter.redacted(error).message.split('\n')[0]!;
-      const solidity = /\/walletsolidity\//.test(reason) ? 'CHAIN_TRON_SOLIDITY_URL' : 'CHAIN_TRON_RPC_URL';
-      throw new Error(`${solidity}: the node did not answer (${reason.slice(0, 200)})`);
+      const reason = adapter.node.redacted(error).message.split('\n')[0]!;
+      throw adapter.node.unanswered(
+        /\/walletsolidity\//.test(reason) ? 'CHAIN_TRON_SOLIDITY_URL' : 'CHAIN_TRON_RPC_URL',
+        error,
+      );
     }
     if (genesis !== expected) {
       adapter.close();
@@ -439,7 +439,7 @@ export class TronChain implements ChainAdapter {
   }
 
   close(): void {
-    this.closed = true;
+    this.node.close();
     this.poller.close();
   }
 
@@ -447,33 +447,16 @@ export class TronChain implements ChainAdapter {
   // The node's HTTP API
   // -------------------------------------------------------------------------
 
-  /** The error without either URL (they may hold an API key). */
-  private redacted(error: unknown): Error {
-    return withoutRpcUrl(withoutRpcUrl(error, this.options.rpcUrl), this.solidityUrl);
-  }
-
   /**
    * One POST, retried with growing delays (dropped connections, a lagging
-   * node), except while the node has asked us to slow down.
+   * node), except while the node has asked us to slow down; errors without
+   * either URL (they may hold an API key).
    */
-  private async call<T>(path: string, body: object): Promise<T> {
-    try {
-      return await retried(
-        () => this.post<T>(path, body),
-        this.options.retry ?? DEFAULT_RETRY,
-        () => this.closed || Date.now() < this.pausedUntil,
-      );
-    } catch (error) {
-      throw this.redacted(error);
-    }
+  private call<T>(path: string, body: object): Promise<T> {
+    return this.node.call(path, (signal) => this.post<T>(path, body, signal));
   }
 
-  private async post<T>(path: string, body: object): Promise<T> {
-    if (Date.now() < this.pausedUntil) {
-      throw new Error(
-        `${path}: the node asked for fewer requests; none before ${new Date(this.pausedUntil).toISOString()}`,
-      );
-    }
+  private async post<T>(path: string, body: object, signal: AbortSignal): Promise<T> {
     const base = path.startsWith('/walletsolidity/') ? this.solidityUrl : this.options.rpcUrl;
     this.requests.set(path, (this.requests.get(path) ?? 0) + 1);
     const response = await fetch(base.replace(/\/+$/, '') + path, {
@@ -483,13 +466,12 @@ export class TronChain implements ChainAdapter {
         ...(this.options.apiKey && { 'TRON-PRO-API-KEY': this.options.apiKey }),
       },
       body: JSON.stringify(body),
-      signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
+      signal,
     });
     if (response.status === 403 || response.status === 429 || response.status === 503) {
       // TronGrid's answer to a key over its rate (15 a second, 100,000 a day): it suspends the key for 30 s,
       // and every request in that time prolongs it.
-      this.pausedUntil = Date.now() + BACKOFF_MS;
-      throw new Error(`${path}: HTTP ${response.status}, rate limited; no request for ${BACKOFF_MS / 1000} s`);
+      throw this.node.rateLimited(path, response.status, BACKOFF_MS);
     }
     if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
     const json = (await response.json()) as T & { Error?: string };

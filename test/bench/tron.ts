@@ -14,7 +14,7 @@ import { startTronNode, TEST_USDT } from '../support/tron-flow.ts';
 import { runBlockBench } from './chain-block.ts';
 import { count, progress, scaled, timed, type BenchSuite } from './support.ts';
 import { formatSeconds, markdownTable } from './table.ts';
-import { sleep } from '../../adapters/chains/retry.ts';
+import { sleep } from '../../adapters/chains/node.ts';
 import { merchantWithKey } from '../support/merchant.ts';
 import { baseUnits } from '../support/evm-flow.ts';
 import { startTronService, stopTronService } from '../support/tron-flow.ts';

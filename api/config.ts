@@ -22,7 +22,7 @@ export interface Config {
   walletMnemonic: string | undefined;
   chains: ChainName[];
   chainRpcUrls: Partial<Record<ChainName, string>>;
-  /** Settings of the EVM chains that have an RPC URL (adapters/chains/evm.ts). */
+  /** Settings of the EVM chains that have an RPC URL (adapters/chains/evm/index.ts). */
   evm: Partial<Record<ChainName, EvmChainSettings>>;
   /** Tron's settings when it has an RPC URL (adapters/chains/tron.ts). */
   tron: TronChainSettings | undefined;

@@ -3,10 +3,10 @@
 // main.ts runs it as a process; tests run it in-process.
 import { hostname } from 'node:os';
 import type { FastifyBaseLogger } from 'fastify';
-import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { secretSealer } from '../adapters/secrets.ts';
 import { HttpError } from './errors.ts';
-import type { EvmChain } from '../adapters/chains/evm.ts';
+import type { EvmChain } from '../adapters/chains/evm/index.ts';
 import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
 import type { SolanaChain } from '../adapters/chains/solana.ts';
 import type { TronChain } from '../adapters/chains/tron.ts';
@@ -133,7 +133,7 @@ export async function startService(
   const hasNode = (...chains: ChainName[]) => chains.some((chain) => config.chainRpcUrls[chain]);
   try {
     if (hasNode('ethereum', 'bsc', 'polygon')) {
-      const { openEvmChains } = await import('../adapters/chains/evm.ts');
+      const { openEvmChains } = await import('../adapters/chains/evm/index.ts');
       for (const [name, chain] of await openEvmChains(config, keyring)) nodeChains.set(name, chain);
     }
     const tron = hasNode('tron')

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { staleTip, type ChainAdapter, type ChainBlock, type ChainHead } from '../adapters/chains/port.ts';
-import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { systemClock, type Clock } from '../adapters/clock.ts';
 import type { EventStore } from '../adapters/event-store/port.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';

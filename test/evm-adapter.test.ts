@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Wallet, type Contract } from 'ethers';
-import { EvmChain } from '../adapters/chains/evm.ts';
+import { EvmChain } from '../adapters/chains/evm/index.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { deployToken, HARDHAT_CHAIN_ID, startHardhat, type LocalNode } from './support/hardhat.ts';
 

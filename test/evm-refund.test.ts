@@ -9,7 +9,7 @@
 import assert from 'node:assert/strict';
 import { before, describe, it } from 'node:test';
 import { AbiCoder, getAddress } from 'ethers';
-import { TRANSFER_TOPIC } from '../adapters/chains/evm.ts';
+import { TRANSFER_TOPIC } from '../adapters/chains/evm/index.ts';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import type { RunningService } from './support/service.ts';
 import { baseUnits, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import type { ChainAdapter, OutgoingTransfer } from '../adapters/chains/port.ts';
-import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
 import { handleCommand, loadState } from '../commands/handle.ts';

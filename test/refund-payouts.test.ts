@@ -5,7 +5,7 @@
 // left. Each payout is checked on the ledger to the base unit.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { defaultConfirmations } from '../api/config.ts';
 import { catalogue } from '../domain/catalogue.ts';
 import { formatUnits, parseUnits } from '../domain/money.ts';

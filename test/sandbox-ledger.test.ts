@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import basex from 'base-x';
-import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import type { Clock } from '../adapters/clock.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { ChainName } from '../domain/catalogue.ts';
@@ -15,7 +15,7 @@ import {
   type BlockMined,
   type SandboxLedgerCommand,
   type SandboxLedgerEvent,
-} from '../adapters/chains/sandbox-ledger-decider.ts';
+} from '../adapters/chains/sandbox/decider.ts';
 import { given } from './support/decider.ts';
 
 const base58 = basex('123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz');

@@ -9,7 +9,7 @@ import {
   type OutgoingTransfer,
   type PreparedTransaction,
 } from '../adapters/chains/port.ts';
-import { SandboxLedger } from '../adapters/chains/sandbox-ledger.ts';
+import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import { SettlementPayouts } from '../commands/settlements.ts';
 import { merchantDecider, merchantStream } from '../domain/merchant.ts';

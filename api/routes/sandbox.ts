@@ -4,7 +4,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import type { SandboxLedger } from '../../adapters/chains/sandbox-ledger.ts';
+import type { SandboxLedger } from '../../adapters/chains/sandbox/ledger.ts';
 import { isValidAddress } from '../../adapters/keys/derivation.ts';
 import type { FixedRateProvider } from '../../adapters/rates/fixed.ts';
 import type { SandboxClock } from '../../adapters/sandbox-clock.ts';

@@ -15,7 +15,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { Interface, getAddress, type Contract } from 'ethers';
 import { sql, type Kysely } from 'kysely';
-import { EvmChain, TRANSFER_TOPIC, type EvmToken } from '../../adapters/chains/evm.ts';
+import { EvmChain, TRANSFER_TOPIC, type EvmToken } from '../../adapters/chains/evm/index.ts';
 import type { ChainBlock } from '../../adapters/chains/port.ts';
 import { systemClock } from '../../adapters/clock.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';

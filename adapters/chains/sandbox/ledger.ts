@@ -7,8 +7,8 @@
 // process wrote to the same ledger, so the ledger folds what it missed and
 // decides again.
 import { randomUUID } from 'node:crypto';
-import type { ChainName } from '../../domain/catalogue.ts';
-import { DomainError, type Decider } from '../../domain/decider.ts';
+import type { ChainName } from '../../../domain/catalogue.ts';
+import { DomainError, type Decider } from '../../../domain/decider.ts';
 import {
   blockAt,
   checkBlockCount,
@@ -21,10 +21,10 @@ import {
   type SandboxLedgerCommand,
   type SandboxLedgerEvent,
   type SandboxLedgerState,
-} from './sandbox-ledger-decider.ts';
-import { systemClock, type Clock } from '../clock.ts';
-import { ConcurrencyError, type EventStore } from '../event-store/port.ts';
-import { findChain } from '../../domain/catalogue.ts';
+} from './decider.ts';
+import { systemClock, type Clock } from '../../clock.ts';
+import { ConcurrencyError, type EventStore } from '../../event-store/port.ts';
+import { findChain } from '../../../domain/catalogue.ts';
 import {
   TransactionRejectedError,
   type ChainAdapter,
@@ -34,7 +34,7 @@ import {
   type OutgoingTransfer,
   type PreparedTransaction,
   type TransactionStatus,
-} from './port.ts';
+} from '../port.ts';
 
 /** A flat fee per native payout, about what each chain charges for a simple transfer. */
 const sandboxNetworkFees: Partial<Record<ChainName, bigint>> = {

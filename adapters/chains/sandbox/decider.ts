@@ -9,9 +9,9 @@
 // block's hash: the watcher finds reorgs by comparing hashes.
 import { createHash } from 'node:crypto';
 import { encodeBase58 } from 'ethers/utils';
-import { findChain, findToken, type ChainName, type ChainType } from '../../domain/catalogue.ts';
-import { type Decider, type DomainEvent, DomainError } from '../../domain/decider.ts';
-import { streams } from '../../domain/streams.ts';
+import { findChain, findToken, type ChainName, type ChainType } from '../../../domain/catalogue.ts';
+import { type Decider, type DomainEvent, DomainError } from '../../../domain/decider.ts';
+import { streams } from '../../../domain/streams.ts';
 
 export const sandboxLedgerStreamName = (chain: ChainName): string => streams.sandboxLedger.name(chain);
 

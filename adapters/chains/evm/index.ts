@@ -42,11 +42,11 @@ import {
   type TransactionRequest,
   Wallet,
 } from 'ethers';
-import { findChain, mainnetChainIds, type ChainName } from '../../domain/catalogue.ts';
-import type { DepositKeyring } from '../keys/derivation.ts';
-import { withDeadline } from '../deadline.ts';
-import { HeadPoller } from './head-poller.ts';
-import { ChainNode, checkedOpen, RPC_TIMEOUT_MS, sleep, type RetryPolicy } from './node.ts';
+import { findChain, mainnetChainIds, type ChainName } from '../../../domain/catalogue.ts';
+import type { DepositKeyring } from '../../keys/derivation.ts';
+import { withDeadline } from '../../deadline.ts';
+import { HeadPoller } from '../head-poller.ts';
+import { ChainNode, checkedOpen, RPC_TIMEOUT_MS, sleep, type RetryPolicy } from '../node.ts';
 import {
   staleTip,
   TransactionRejectedError,
@@ -57,7 +57,7 @@ import {
   type OutgoingTransfer,
   type PreparedTransaction,
   type TransactionStatus,
-} from './port.ts';
+} from '../port.ts';
 
 export const TRANSFER_TOPIC = '0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef';
 const NATIVE_GAS = 21_000n;

@@ -2,7 +2,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ConfigError, loadConfig } from '../api/config.ts';
-import { bloomMayContain, TRANSFER_TOPIC } from '../adapters/chains/evm/index.ts';
+import { bloomMayContain, TRANSFER_TOPIC } from '../adapters/chains/evm/reader.ts';
 import { withoutRpcUrl } from '../adapters/chains/node.ts';
 
 const USDT = '0x5FbDB2315678afecb367f032d93F642f64180aa3';

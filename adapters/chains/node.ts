@@ -68,7 +68,7 @@ export interface NodeOptions {
 
 /** One node's calls, as every adapter makes them. */
 export class ChainNode {
-  private closed = false;
+  protected closed = false;
   /** No request before this time: the node answered that we ask too often. */
   private pausedUntil = 0;
 

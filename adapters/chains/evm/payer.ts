@@ -1,0 +1,365 @@
+// Paying out on an EVM chain: fees, preparing and broadcasting a payout, and
+// the balances it is prepared from.
+//
+// Settlement: the deposit key is derived from WALLET_MNEMONIC. A settlement
+// is one bundle of signed transactions from the deposit address, in nonce
+// order: the platform fee to the treasury, then the payout (whose hash is
+// the settlement's). A token bundle also carries the gas budget that the fee
+// wallet tops the deposit address up with before it is sent. Since the payout
+// has the highest nonce, the payout on the chain means the fee is there too,
+// and since every attempt of a settlement starts at the deposit address's
+// mined nonce, two attempts compete for the same nonces: at most one payout
+// can ever be mined.
+//
+// Native payouts pay exactly the network fee the settlement recorded: every
+// transaction has 21,000 gas at one price per gas (EIP-1559 with the tip equal
+// to the fee cap, so the price paid is exactly the cap; a legacy gas price
+// where the chain has no base fee), so the merchant receives the net amount
+// to the wei and the deposit address keeps nothing. A refund is the same
+// payout with no platform fee: one transaction, whose fee was quoted for one
+// (`networkFee(token, 'refund')`), so the payer spends exactly the refund's
+// amount; a token refund leaves the rest of a deposit for its settlement.
+import { AbiCoder, getAddress, hexlify, Transaction, type TransactionRequest, Wallet } from 'ethers';
+import type { ChainName } from '../../../domain/catalogue.ts';
+import type { DepositKeyring } from '../../keys/derivation.ts';
+import { sleep } from '../node.ts';
+import { TransactionRejectedError, type OutgoingTransfer, type PreparedTransaction } from '../port.ts';
+import type { EvmNode } from './node.ts';
+import type { EvmToken, RpcBlock } from './reader.ts';
+
+const NATIVE_GAS = 21_000n;
+/** transfer(address,uint256) */
+const TRANSFER_SELECTOR = '0xa9059cbb';
+/** balanceOf(address) */
+const BALANCE_OF_SELECTOR = '0x70a08231';
+
+/** What a prepared settlement carries in `raw`. */
+interface Bundle {
+  v: 1;
+  /** Signed transactions from the deposit address, in nonce order; the last is the payout. */
+  steps: string[];
+  /** Token bundles: the native balance the deposit address needs for their gas, and the top-up's fee. */
+  topUp?: { budget: string; maxFeePerGas: string; maxPriorityFeePerGas: string; eip1559: boolean };
+}
+
+interface FeeQuote {
+  /** Fee cap per gas (the gas price where there is no base fee). */
+  maxFeePerGas: bigint;
+  maxPriorityFeePerGas: bigint;
+  eip1559: boolean;
+}
+
+/** Every message an ethers or node error carries, lower-cased, to recognise a refusal. */
+function errorText(error: unknown): string {
+  const e = error as { message?: string; shortMessage?: string; info?: { error?: { message?: string } } };
+  return [e?.message, e?.shortMessage, e?.info?.error?.message].filter(Boolean).join(' | ').toLowerCase();
+}
+
+export interface EvmPayerOptions {
+  chain: ChainName;
+  chainId: bigint;
+  native: string;
+  tokens: EvmToken[];
+  keyring: Pick<DepositKeyring, 'deriveDepositKey' | 'deriveEvmServiceKey'>;
+  treasury: string;
+  feeWallet: string;
+  /** With a platform fee a native settlement is two transactions, and its network fee covers both. */
+  platformFeeBps: number;
+  /** Token sweeps (not refunds) below this many base units are not made (the gas would cost more); default one whole token. */
+  dustThresholds?: Record<string, bigint> | undefined;
+  /** How long a broadcast waits for the fee wallet's top-up to be mined before it gives up (unknown outcome). */
+  topUpTimeoutMs?: number | undefined;
+}
+
+export class EvmPayer {
+  private fee?: FeeQuote;
+  private tipFetchedAt = 0;
+  /** The fee wallet's top-ups, one at a time: its nonces never collide. */
+  private topUps: Promise<unknown> = Promise.resolve();
+  /** Prepared bundles by reference: preparing one again gives the same transaction. */
+  private readonly preparedByReference = new Map<string, PreparedTransaction>();
+
+  constructor(
+    private readonly node: EvmNode,
+    private readonly options: EvmPayerOptions,
+  ) {}
+
+  async balanceOf(address: string, token: string = this.options.native): Promise<bigint> {
+    if (token === this.options.native)
+      return BigInt(await this.node.rpc<string>('eth_getBalance', [address, 'latest']));
+    const contract = this.options.tokens.find((t) => t.symbol === token)?.contract;
+    if (!contract) throw new Error(`${this.options.chain} has no token ${token}`);
+    const data = BALANCE_OF_SELECTOR + AbiCoder.defaultAbiCoder().encode(['address'], [address]).slice(2);
+    return BigInt(await this.node.rpc<string>('eth_call', [{ to: contract, data }, 'latest']));
+  }
+
+  /** The fee wallet and the treasury with their native balances (GET /admin/v1/wallets). */
+  async wallets() {
+    const [feeWalletBalance, treasuryBalance] = await Promise.all([
+      this.balanceOf(this.options.feeWallet),
+      this.balanceOf(this.options.treasury),
+    ]);
+    return { feeWallet: this.options.feeWallet, feeWalletBalance, treasury: this.options.treasury, treasuryBalance };
+  }
+
+  /** From the latest block's base fee (twice it, for headroom, plus the node's tip) or the gas price. */
+  async refreshFee(latest: RpcBlock): Promise<void> {
+    try {
+      if (latest.baseFeePerGas !== undefined) {
+        const now = Date.now();
+        let tip = this.fee?.maxPriorityFeePerGas;
+        if (tip === undefined || now - this.tipFetchedAt > 30_000) {
+          tip = BigInt(await this.node.rpc<string>('eth_maxPriorityFeePerGas', []));
+          this.tipFetchedAt = now;
+        }
+        this.fee = { maxFeePerGas: BigInt(latest.baseFeePerGas) * 2n + tip, maxPriorityFeePerGas: tip, eip1559: true };
+      } else {
+        const price = BigInt(await this.node.rpc<string>('eth_gasPrice', []));
+        this.fee = { maxFeePerGas: price, maxPriorityFeePerGas: price, eip1559: false };
+      }
+    } catch (error) {
+      if (!this.fee) throw error;
+      // Keep the last quote; the next head refreshes it.
+    }
+  }
+
+  private get transactionsPerNativeSettlement(): bigint {
+    return this.options.platformFeeBps > 0 ? 2n : 1n;
+  }
+
+  /**
+   * A native settlement's fee: 21,000 gas per transaction (the payout and,
+   * with a platform fee, the fee's transfer) at the current fee cap; a
+   * refund's, one transaction's. Token payouts' gas is paid by the fee
+   * wallet: 0.
+   */
+  networkFee(token: string, payout: 'settlement' | 'refund' = 'settlement'): bigint {
+    if (token !== this.options.native) return 0n;
+    if (!this.fee) throw new Error(`${this.options.chain}: no fee quote yet`);
+    return NATIVE_GAS * this.fee.maxFeePerGas * (payout === 'refund' ? 1n : this.transactionsPerNativeSettlement);
+  }
+
+  private async sign(wallet: Wallet, request: TransactionRequest, fee: FeeQuote): Promise<Transaction> {
+    const fees: TransactionRequest = fee.eip1559
+      ? { type: 2, maxFeePerGas: fee.maxFeePerGas, maxPriorityFeePerGas: fee.maxPriorityFeePerGas }
+      : { type: 0, gasPrice: fee.maxFeePerGas };
+    return Transaction.from(await wallet.signTransaction({ ...request, ...fees, chainId: this.options.chainId }));
+  }
+
+  private async nonceOf(address: string): Promise<number> {
+    // The mined count: a new attempt reuses the nonces of any earlier one still pending, so only one can land.
+    return Number(await this.node.rpc<string>('eth_getTransactionCount', [address, 'latest']));
+  }
+
+  private async isContract(address: string): Promise<boolean> {
+    return (await this.node.rpc<string>('eth_getCode', [address, 'latest'])) !== '0x';
+  }
+
+  async receivingProblem(address: string): Promise<string | undefined> {
+    // Native payouts carry exactly 21,000 gas (their fee is quoted exactly),
+    // which no contract's receive code can count on, EIP-7702 delegated
+    // accounts included: they too have code.
+    if (await this.isContract(address)) {
+      return `${address} is a contract on ${this.options.chain}: payouts carry a plain transfer's 21,000 gas, so they go to plain accounts (an externally owned address)`;
+    }
+    return undefined;
+  }
+
+  async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
+    const earlier = this.preparedByReference.get(transfer.reference);
+    if (earlier) return earlier;
+    const key = this.options.keyring.deriveDepositKey(this.options.chain as 'ethereum', transfer.from.derivationIndex);
+    if (key.address !== getAddress(transfer.from.address)) {
+      throw new TransactionRejectedError(
+        `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
+      );
+    }
+    const wallet = new Wallet(hexlify(key.privateKey));
+    const prepared =
+      transfer.token === this.options.native
+        ? await this.prepareNative(wallet, transfer)
+        : await this.prepareToken(wallet, transfer);
+    if (this.preparedByReference.size > 1000) this.preparedByReference.clear();
+    this.preparedByReference.set(transfer.reference, prepared);
+    return prepared;
+  }
+
+  private async prepareNative(wallet: Wallet, transfer: OutgoingTransfer): Promise<PreparedTransaction> {
+    // Without a platform fee (a refund) the payout is the only transaction, and it spends the whole network fee.
+    const platform = transfer.fees?.platform ?? 0n;
+    const count = platform > 0n ? this.transactionsPerNativeSettlement : 1n;
+    const network = transfer.fees?.network ?? this.networkFee(this.options.native);
+    const perGas = network / (NATIVE_GAS * count);
+    if (perGas <= 0n || perGas * NATIVE_GAS * count !== network) {
+      throw new TransactionRejectedError(`network fee ${network} is not ${count} transfers' gas at one price`);
+    }
+    for (const to of [transfer.to, this.options.treasury]) {
+      // A contract may need more than 21,000 gas, and the fee must be exact.
+      if (await this.isContract(to))
+        throw new TransactionRejectedError(`${to} is a contract: native payouts go to plain accounts`);
+    }
+    const from = wallet.address;
+    const [balance, nonce] = await Promise.all([this.balanceOf(from), this.nonceOf(from)]);
+    const gas = NATIVE_GAS * perGas;
+    const fee: FeeQuote = { maxFeePerGas: perGas, maxPriorityFeePerGas: perGas, eip1559: this.fee?.eip1559 ?? true };
+    // The platform fee, or what is left of it when an earlier attempt already sent it.
+    const feeAmount = [platform, balance - transfer.amount - 2n * gas].reduce((a, b) => (a < b ? a : b));
+    const steps: Transaction[] = [];
+    if (feeAmount > 0n) {
+      steps.push(
+        await this.sign(wallet, { to: this.options.treasury, value: feeAmount, nonce, gasLimit: NATIVE_GAS }, fee),
+      );
+    }
+    const left = balance - (feeAmount > 0n ? feeAmount + gas : 0n);
+    if (left < transfer.amount + gas) {
+      throw new TransactionRejectedError(
+        `${from} holds ${balance} wei, less than the payout of ${transfer.amount} and its gas`,
+      );
+    }
+    steps.push(
+      await this.sign(
+        wallet,
+        { to: transfer.to, value: transfer.amount, nonce: nonce + steps.length, gasLimit: NATIVE_GAS },
+        fee,
+      ),
+    );
+    return this.bundle(steps);
+  }
+
+  private async prepareToken(wallet: Wallet, transfer: OutgoingTransfer): Promise<PreparedTransaction> {
+    const token = this.options.tokens.find((t) => t.symbol === transfer.token);
+    if (!token) throw new TransactionRejectedError(`${this.options.chain} has no token ${transfer.token}`);
+    const platform = transfer.fees?.platform ?? 0n;
+    // A sweep this small costs the fee wallet more gas than it is worth; a refund is paid whatever its size.
+    const dust = this.options.dustThresholds?.[token.symbol] ?? 10n ** BigInt(token.decimals);
+    if (transfer.payout !== 'refund' && transfer.amount + platform < dust) {
+      throw new TransactionRejectedError(
+        `${transfer.amount + platform} ${token.symbol} base units is below the dust threshold of ${dust}`,
+      );
+    }
+    const from = wallet.address;
+    const [balance, nonce] = await Promise.all([this.balanceOf(from, token.symbol), this.nonceOf(from)]);
+    if (balance < transfer.amount) {
+      throw new TransactionRejectedError(
+        `${from} holds ${balance} ${token.symbol} base units, less than the payout of ${transfer.amount}`,
+      );
+    }
+    const feeAmount = platform < balance - transfer.amount ? platform : balance - transfer.amount;
+    const fee = this.fee;
+    if (!fee) throw new Error(`${this.options.chain}: no fee quote yet`);
+    const calls: { to: string; amount: bigint }[] = [
+      ...(feeAmount > 0n ? [{ to: this.options.treasury, amount: feeAmount }] : []),
+      { to: transfer.to, amount: transfer.amount },
+    ];
+    const steps: Transaction[] = [];
+    let budget = 0n;
+    for (const [i, call] of calls.entries()) {
+      const data =
+        TRANSFER_SELECTOR + AbiCoder.defaultAbiCoder().encode(['address', 'uint256'], [call.to, call.amount]).slice(2);
+      // Estimated from the deposit address (no gas needed for that), with a margin; unused gas stays there as dust.
+      const estimate = BigInt(await this.node.rpc<string>('eth_estimateGas', [{ from, to: token.contract, data }]));
+      const gasLimit = (estimate * 13n) / 10n;
+      budget += gasLimit * fee.maxFeePerGas;
+      steps.push(await this.sign(wallet, { to: token.contract, data, value: 0n, nonce: nonce + i, gasLimit }, fee));
+    }
+    return this.bundle(steps, {
+      budget: budget.toString(),
+      maxFeePerGas: fee.maxFeePerGas.toString(),
+      maxPriorityFeePerGas: fee.maxPriorityFeePerGas.toString(),
+      eip1559: fee.eip1559,
+    });
+  }
+
+  private bundle(steps: Transaction[], topUp?: Bundle['topUp']): PreparedTransaction {
+    const raw: Bundle = { v: 1, steps: steps.map((t) => t.serialized), ...(topUp && { topUp }) };
+    return { txHash: steps[steps.length - 1]!.hash!, raw: JSON.stringify(raw) };
+  }
+
+  async broadcast(transaction: PreparedTransaction): Promise<void> {
+    const bundle = JSON.parse(transaction.raw) as Bundle;
+    const steps = bundle.steps.map((s) => Transaction.from(s));
+    const payout = steps[steps.length - 1]!;
+    const landed = await this.node.receipt(payout.hash!);
+    if (landed) {
+      if (landed.status !== '0x1') throw new TransactionRejectedError(`payout ${payout.hash} reverted`);
+      return;
+    }
+    if (bundle.topUp) await this.topUp(steps, bundle.topUp);
+    for (const step of steps) await this.send(step);
+  }
+
+  /** Sends one signed transaction; one the node already has (pending or mined) is fine. */
+  private async send(tx: Transaction): Promise<void> {
+    try {
+      await this.node.once('eth_sendRawTransaction', [tx.serialized]);
+      return;
+    } catch (error) {
+      const text = errorText(error);
+      if (/already known|known transaction|already imported|already exists/.test(text)) return;
+      const receipt = await this.node.receipt(tx.hash!).catch(() => null);
+      if (receipt) {
+        if (receipt.status !== '0x1') throw new TransactionRejectedError(`${tx.hash} reverted`);
+        return;
+      }
+      // Another transaction with the same nonce is pending (perhaps an earlier attempt's): the outcome is open.
+      if (/replacement|replace/.test(text)) throw this.node.redacted(error);
+      if (
+        /nonce too low|nonce has already been used|insufficient funds|intrinsic gas|exceeds block gas limit|gas limit reached|invalid sender|underpriced|too low for the next block|less than block base fee|fee cap less than/.test(
+          text,
+        )
+      ) {
+        throw new TransactionRejectedError(this.node.redacted(text.split(' | ')[0]!).message.slice(0, 300));
+      }
+      throw this.node.redacted(error);
+    }
+  }
+
+  /**
+   * Gives the deposit address the gas of the transactions not mined yet, from
+   * the fee wallet, and waits for it to be mined (the node refuses a
+   * transaction whose sender cannot pay for it). One top-up at a time; its
+   * nonce is the fee wallet's mined count, so a top-up resent after a crash is
+   * the same transaction and the node takes it as a repeat.
+   */
+  private topUp(steps: Transaction[], topUp: NonNullable<Bundle['topUp']>): Promise<void> {
+    const run = this.topUps.then(async () => {
+      const from = steps[0]!.from!;
+      const mined = await this.nonceOf(from);
+      const waiting = steps.filter((s) => s.nonce >= mined);
+      if (waiting.length === 0) return;
+      const maxFee = BigInt(topUp.maxFeePerGas);
+      const need = waiting.reduce((total, s) => total + s.gasLimit * maxFee + s.value, 0n);
+      const balance = await this.balanceOf(from);
+      if (balance >= need) return;
+      const feeKey = this.options.keyring.deriveEvmServiceKey('fee');
+      const fee: FeeQuote = {
+        maxFeePerGas: maxFee,
+        maxPriorityFeePerGas: BigInt(topUp.maxPriorityFeePerGas),
+        eip1559: topUp.eip1559,
+      };
+      const tx = await this.sign(
+        new Wallet(hexlify(feeKey.privateKey)),
+        { to: from, value: need - balance, nonce: await this.nonceOf(feeKey.address), gasLimit: NATIVE_GAS },
+        fee,
+      );
+      try {
+        await this.send(tx);
+      } catch (error) {
+        if (/insufficient funds/.test(errorText(error))) {
+          throw new TransactionRejectedError(`the fee wallet ${feeKey.address} cannot pay the gas top-up: fund it`);
+        }
+        throw error;
+      }
+      const deadline = Date.now() + (this.options.topUpTimeoutMs ?? 120_000);
+      for (;;) {
+        const receipt = await this.node.receipt(tx.hash!);
+        if (receipt?.status === '0x1') return;
+        if (receipt) throw new Error(`gas top-up ${tx.hash} reverted`);
+        if (Date.now() > deadline) throw new Error(`gas top-up ${tx.hash} is not mined yet`);
+        await sleep(250);
+      }
+    });
+    this.topUps = run.catch(() => undefined);
+    return run;
+  }
+}

@@ -515,7 +515,8 @@ export class RefundPayouts implements PayoutKind {
       if (id === refund.id) continue;
       const other = await loadState(this.deps.store, refundDecider, refundStreamName(id));
       if (!other || other.payer?.fromAddress !== refund.payer?.fromAddress) continue;
-      if (other.status !== 'sending' && other.status !== 'failed') continue;
+      // On its way: being sent, or failed and to be tried again (a final failure sends nothing more).
+      if (other.status !== 'sending' && !(other.status === 'failed' && other.retryAt !== null)) continue;
       for (const coins of Object.values(other.coins)) {
         for (const c of coins.spent) taken.push({ txHash: c.txHash, index: c.index });
       }

@@ -121,21 +121,26 @@ describe('refunds paid on the Bitcoin test node', () => {
     // refund waits, saying why, rather than take the difference from the settlement's rest.
     node.feeRate = quotedRate * 3n;
     node.mempoolMinFee = quotedRate * 3n;
-    const approval = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
-    assert.equal(approval.status, 200, JSON.stringify(approval.body));
-    const approved = approval.body.data as { id: string; fundedFrom: string };
-    assert.equal(approved.fundedFrom, 'deposit');
-    const waiting = await eventuallyMining(
-      mine,
-      () => get(`/api/v1/invoices/${p.paymentId}/events`, key),
-      (events: { type: string; data: { reason?: string } }[]) =>
-        events.some((e) => e.type === 'RefundFailed' && /waits for lower fees/.test(e.data.reason ?? '')),
-    );
-    assert.ok(waiting);
-    // The mempool empties; the market's rate stays above the quote: it is sent at the quote all the same.
-    node.mempoolMinFee = 0n;
-    const done = await completed(approved.id, key);
-    node.feeRate = quotedRate;
+    let done;
+    try {
+      const approval = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
+      assert.equal(approval.status, 200, JSON.stringify(approval.body));
+      const approved = approval.body.data as { id: string; fundedFrom: string };
+      assert.equal(approved.fundedFrom, 'deposit');
+      const waiting = await eventuallyMining(
+        mine,
+        () => get(`/api/v1/invoices/${p.paymentId}/events`, key),
+        (events: { type: string; data: { reason?: string } }[]) =>
+          events.some((e) => e.type === 'RefundFailed' && /waits for lower fees/.test(e.data.reason ?? '')),
+      );
+      assert.ok(waiting);
+      // The mempool empties; the market's rate stays above the quote: it is sent at the quote all the same.
+      node.mempoolMinFee = 0n;
+      done = await completed(approved.id, key);
+    } finally {
+      node.feeRate = quotedRate;
+      node.mempoolMinFee = 0n;
+    }
     const [amount, fee, net] = [sats(done.amount), sats(done.networkFee), sats(done.netAmount)];
     assert.equal(amount, excess);
     assert.ok(fee > 0n);

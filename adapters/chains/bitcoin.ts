@@ -531,11 +531,12 @@ export class BitcoinChain implements ChainAdapter {
    * What a sweep must pay now, in sat/kvB: the market's rate (estimatesmartfee,
    * within the configured floor and cap), never under what the mempool
    * currently takes (mempoolminfee, which rises when it is full) nor the relay
-   * minimum (minrelaytxfee); the least of those two, what the node takes
-   * at all (`accepted`); and what a replacement adds per vbyte
+   * minimum (minrelaytxfee); the higher of those two, what the node takes
+   * at all now (`accepted`), and the relay minimum alone, which no wait
+   * lowers (`relay`); and what a replacement adds per vbyte
    * (incrementalrelayfee).
    */
-  private async sweepRates(): Promise<{ rate: bigint; accepted: bigint; incremental: bigint }> {
+  private async sweepRates(): Promise<{ rate: bigint; accepted: bigint; relay: bigint; incremental: bigint }> {
     await this.refreshFeeRate();
     const info = await this.rpc<{ mempoolminfee: string; minrelaytxfee: string; incrementalrelayfee: string }>(
       'getmempoolinfo',
@@ -546,6 +547,7 @@ export class BitcoinChain implements ChainAdapter {
     return {
       rate: max(this.satsPerVbyte! * 1000n, accepted),
       accepted,
+      relay: satoshis(info.minrelaytxfee),
       incremental: satoshis(info.incrementalrelayfee),
     };
   }
@@ -555,9 +557,11 @@ export class BitcoinChain implements ChainAdapter {
    * mempool (policy/rbf.cpp): at least the fees of everything it evicts, the
    * earlier attempts' descendants included (a merchant may already spend an
    * unconfirmed payout), plus its own size at the incremental rate; and a
-   * higher feerate than each attempt it replaces.
+   * higher feerate than each attempt it replaces. `earlier`: their txids.
    */
-  private async replacementFloor(coins: SweepCoin[]): Promise<(vsize: bigint, incremental: bigint) => bigint> {
+  private async replacementFloor(
+    coins: SweepCoin[],
+  ): Promise<((vsize: bigint, incremental: bigint) => bigint) & { earlier: string[] }> {
     const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
       coins.map(({ txid, vout }) => ({ txid, vout })),
     ]);
@@ -568,7 +572,7 @@ export class BitcoinChain implements ChainAdapter {
       ),
     );
     const evicted = entries.reduce((sum, e) => sum + satoshis(e.fees.descendant), 0n);
-    return (vsize, incremental) => {
+    const floorFor = (vsize: bigint, incremental: bigint) => {
       let floor = entries.length > 0 ? evicted + ceilDiv(incremental * vsize, 1000n) : 0n;
       for (const e of entries) {
         const higherRate = (satoshis(e.fees.base) * vsize) / BigInt(e.vsize) + 1n;
@@ -576,6 +580,7 @@ export class BitcoinChain implements ChainAdapter {
       }
       return floor;
     };
+    return Object.assign(floorFor, { earlier });
   }
 
   // -------------------------------------------------------------------------
@@ -777,8 +782,9 @@ export class BitcoinChain implements ChainAdapter {
     }
     const refund = transfer.payout === 'refund';
     const exact = refund && transfer.exactNetworkFee === true;
-    const { rate, accepted, incremental } = await this.sweepRates();
-    let fee = transfer.fees?.network ?? this.networkFee('BTC');
+    const { rate, accepted, relay, incremental } = await this.sweepRates();
+    const quote = transfer.fees?.network ?? this.networkFee('BTC');
+    let fee = quote;
     // A refund wallet's coins are found on the chain, as few as pay it, none that another
     // refund from it has prepared; a deposit's (and a later attempt's) are named.
     const coins =
@@ -817,11 +823,15 @@ export class BitcoinChain implements ChainAdapter {
       // is still sent as long as the node takes it (it confirms later, and is never bumped:
       // a bump would pay more); when the node would not take it at all (a full mempool)
       // it waits, retried later, and is made again, the same transaction, once it would.
+      // Only the relay minimum at its real size (several coins spent), which no wait
+      // lowers, is paid above the quote: a few hundred sats at most.
       const needed = [ceilDiv((exact ? accepted : rate) * vsize, 1000n), replacing(vsize, incremental)].reduce(
         (a, b) => (a > b ? a : b),
       );
-      if (paid >= needed) break;
-      if (exact) {
+      // At its exact fee a later attempt is the earlier one again, still in the mempool: nothing to replace.
+      if (paid >= needed || (exact && replacing.earlier.includes(tx.getId()))) break;
+      const relayFloor = ceilDiv(relay * vsize, 1000n);
+      if (exact && needed > (quote > relayFloor ? quote : relayFloor)) {
         throw new Error(
           `bitcoin: the refund from ${transfer.from.address} waits for lower fees: the node takes its ${vsize} vB now only for ${needed} sats, more than the ${paid} quoted when it was created; the deposit's rest is its settlement's, so the refund is sent once the node takes the quote`,
         );

@@ -73,6 +73,27 @@ export async function migratePayoutQueue(database: SqlDatabase): Promise<void> {
   await migrate(database.db, 'payout_migrations', queueMigrations);
 }
 
+/**
+ * The ids of a merchant's payouts of `kind` on `chain` still in the queue:
+ * every one approved and not yet completed, canceled or expired (a payout is
+ * queued before the worker can prepare it, and leaves only at its end).
+ */
+export async function queuedPayouts(
+  database: SqlDatabase,
+  kind: string,
+  merchantId: string,
+  chain: string,
+): Promise<string[]> {
+  const rows = await (database.db as Kysely<QueueTables>)
+    .selectFrom('payout_queue')
+    .select('payout_id')
+    .where('kind', '=', kind)
+    .where('merchant_id', '=', merchantId)
+    .where('chain', '=', chain)
+    .execute();
+  return rows.map((r) => r.payout_id);
+}
+
 const settlementIdOfStream = streams.settlement.idOf;
 
 /**

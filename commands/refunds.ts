@@ -44,6 +44,7 @@ import {
   type RefundCoins,
 } from '../domain/settlement.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { expiredClaims } from '../projections/refunds.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
@@ -53,6 +54,7 @@ import {
   advancePayout,
   failureCodeOf,
   payoutsToLookAt,
+  queuedPayouts,
   retryAtAfter,
   type PayoutKind,
   type PayoutLook,
@@ -304,8 +306,12 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
     },
 
     /** The refund wallet holds at least the refund's amount now. */
-    async holds(refund: Pick<Refund, 'chain' | 'token' | 'amount'>, payer: RefundPayer): Promise<boolean> {
-      return (await adapterOf(refund.chain).balanceOf(payer.fromAddress, refund.token)) >= refund.amount;
+    async holds(
+      refund: Pick<Refund, 'merchantId' | 'chain' | 'token' | 'amount'>,
+      payer: RefundPayer,
+    ): Promise<boolean> {
+      const since = await refundWalletSince(store, refund);
+      return (await adapterOf(refund.chain).balanceOf(payer.fromAddress, refund.token, since)) >= refund.amount;
     },
 
     /** GET /api/v1/refund-wallets: each enabled chain's wallet and what it holds of each token. */
@@ -317,7 +323,7 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
         const adapter = chains.get(chain);
         const balances: Record<string, string | null> = {};
         for (const token of findChain(chain)?.supportedTokens ?? []) {
-          const units = adapter ? await adapter.balanceOf(wallet.address, token.symbol) : undefined;
+          const units = adapter ? await adapter.balanceOf(wallet.address, token.symbol, wallet.assignedAt) : undefined;
           balances[token.symbol] = units === undefined ? null : formatUnits(units, token.decimals, token.decimals);
         }
         list.push({ chain, address: wallet.address, balances });
@@ -325,6 +331,12 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
       return list;
     },
   };
+}
+
+/** When the merchant's refund wallet on the refund's chain was assigned: no coin reached it before. */
+async function refundWalletSince(store: EventStore, refund: Pick<Refund, 'merchantId' | 'chain'>) {
+  const merchant = await loadState(store, merchantDecider, merchantStream(refund.merchantId));
+  return merchant?.refundWallets[refund.chain]?.assignedAt;
 }
 
 /**
@@ -415,6 +427,8 @@ const FUNDS_LOOK_MS = 5_000;
 
 export interface RefundPayoutDeps {
   store: EventStore;
+  /** The payout engine's queue: which other refunds from a refund wallet are on their way. */
+  database: SqlDatabase;
   clock: Clock;
   chains: ReadonlyMap<ChainName, ChainAdapter>;
   requiredConfirmations: Record<ChainName, number>;
@@ -458,7 +472,8 @@ export class RefundPayouts implements PayoutKind {
     const refund = await loadState(store, refundDecider, refundStreamName(refundId));
     if (refund?.status === 'awaiting_funds') {
       const chain = chains.get(refund.chain as ChainName);
-      const held = chain ? await chain.balanceOf(refund.payer!.fromAddress, refund.token) : 0n;
+      const since = await refundWalletSince(store, refund);
+      const held = chain ? await chain.balanceOf(refund.payer!.fromAddress, refund.token, since) : 0n;
       if (held < refund.amount) return { lookAgainInMs: FUNDS_LOOK_MS };
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }
@@ -485,6 +500,30 @@ export class RefundPayouts implements PayoutKind {
     return (settlement && payoutSources(settlement)) ?? [];
   }
 
+  /**
+   * The coins other refunds from the same refund wallet have prepared and
+   * recorded, not yet completed: a new refund from it must not choose them,
+   * or one of the two could never be mined. Read from their streams (what
+   * is recorded before anything is sent), so a restart between a refund's
+   * record and its broadcast loses nothing; the refunds of one chain are
+   * prepared one after another in a pass, so each sees the others' records.
+   */
+  private async takenByOthers(refund: Refund): Promise<{ txHash: string; index: number }[]> {
+    const ids = await queuedPayouts(this.deps.database, 'refund', refund.merchantId, refund.chain);
+    const taken: { txHash: string; index: number }[] = [];
+    for (const id of ids) {
+      if (id === refund.id) continue;
+      const other = await loadState(this.deps.store, refundDecider, refundStreamName(id));
+      if (!other || other.payer?.fromAddress !== refund.payer?.fromAddress) continue;
+      // On its way: being sent, or failed and to be tried again (a final failure sends nothing more).
+      if (other.status !== 'sending' && !(other.status === 'failed' && other.retryAt !== null)) continue;
+      for (const coins of Object.values(other.coins)) {
+        for (const c of coins.spent) taken.push({ txHash: c.txHash, index: c.index });
+      }
+    }
+    return taken;
+  }
+
   private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {
     kind: 'refund',
     load: async (id) => {
@@ -495,8 +534,14 @@ export class RefundPayouts implements PayoutKind {
       let ours: PreparedTransaction;
       try {
         const sources = await this.coinsToSpend(refund);
+        const fromWallet = refund.payer!.fundedFrom === 'refund_wallet';
+        const fundedSince = fromWallet ? await refundWalletSince(this.deps.store, refund) : undefined;
         ours = await chain.prepareTransfer({
-          from: { address: refund.payer!.fromAddress, derivationIndex: refund.payer!.derivationIndex },
+          from: {
+            address: refund.payer!.fromAddress,
+            derivationIndex: refund.payer!.derivationIndex,
+            ...(fundedSince && { fundedSince }),
+          },
           to: refund.destination!,
           token: refund.token,
           amount: refund.netAmount,
@@ -505,6 +550,10 @@ export class RefundPayouts implements PayoutKind {
           fees: { platform: 0n, network: refund.networkFee },
           payout: 'refund',
           ...(sources && { sources: sources.map((s) => ({ ...s, amount: BigInt(s.amount) })) }),
+          // From a deposit the rest is the settlement's, priced already: the refund pays its quote, never more.
+          ...(!fromWallet && { exactNetworkFee: true }),
+          // From a refund wallet, coins found on the chain (no earlier attempt names them): none another refund took.
+          ...(fromWallet && !sources && chain.spendsCoinsWhole && { taken: await this.takenByOthers(refund) }),
         });
       } catch (error) {
         await this.recorder.recordFailure(refund, error);

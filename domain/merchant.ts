@@ -38,6 +38,8 @@ export type MerchantEvent =
 export interface RefundWallet {
   address: string;
   derivationIndex: number;
+  /** When it was assigned: no coin reached it before (a chain may look back for its coins from then). */
+  assignedAt?: string;
 }
 
 export type MerchantCommand =
@@ -134,7 +136,7 @@ export const merchantDecider: Decider<MerchantCommand, MerchantState, MerchantEv
         return (
           state && {
             ...state,
-            refundWallets: { ...state.refundWallets, [chain]: { address, derivationIndex } },
+            refundWallets: { ...state.refundWallets, [chain]: { address, derivationIndex, assignedAt } },
             updatedAt: assignedAt,
           }
         );

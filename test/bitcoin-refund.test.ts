@@ -70,6 +70,21 @@ describe('refunds paid on the Bitcoin test node', () => {
       (r) => r.status === 'completed',
     );
 
+  /** A new merchant's invoice, paid exactly and settled: refunds of it are paid from the refund wallet. */
+  async function settledInvoice() {
+    const { key, merchant } = await merchantWithKey(svc);
+    assert.equal((await setWallet(merchant.id, randomAddress('p2wpkh'))).status, 200);
+    const p = await invoice(key);
+    node.pay(payer, [{ address: p.address, sats: sats(p.cryptoAmount) }]);
+    await eventuallyMining(
+      mine,
+      () => get(`/api/v1/invoices/${p.paymentId}`, key),
+      (i) => i.status === 'settled',
+      90_000,
+    );
+    return { key, p };
+  }
+
   /** A mined transaction decoded: the coins it spends, its outputs (address, sats), and its fee. */
   function decoded(txid: string) {
     const tx = node.minedTransaction(txid);
@@ -81,7 +96,7 @@ describe('refunds paid on the Bitcoin test node', () => {
     };
   }
 
-  it("an overpayment's excess is paid from the deposit, its change comes back to it, and the settlement sweeps that change", async () => {
+  it("an overpayment's excess is paid from the deposit at its quoted fee whatever the rate does, its change comes back to it, and the settlement sweeps that change", async () => {
     const { key, merchant } = await merchantWithKey(svc);
     const p = await invoice(key);
     const excess = 1_000_000n;
@@ -96,9 +111,36 @@ describe('refunds paid on the Bitcoin test node', () => {
     assert.equal((await settlementOf(p.paymentId, key)).status, 'pending', 'no settlement wallet yet');
 
     const customer = randomAddress('p2wpkh');
-    const approved = await refund(key, p.paymentId, { kind: 'excess', destination: customer });
-    assert.equal(approved.fundedFrom, 'deposit');
-    const done = await completed(approved.id, key);
+    const quotedRate = node.feeRate;
+    const created = await svc.call('POST', `/api/v1/invoices/${p.paymentId}/refunds`, {
+      token: key,
+      body: { kind: 'excess', destination: customer },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    // The rate triples after the quote, and a full mempool takes nothing below it: the
+    // refund waits, saying why, rather than take the difference from the settlement's rest.
+    node.feeRate = quotedRate * 3n;
+    node.mempoolMinFee = quotedRate * 3n;
+    let done;
+    try {
+      const approval = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
+      assert.equal(approval.status, 200, JSON.stringify(approval.body));
+      const approved = approval.body.data as { id: string; fundedFrom: string };
+      assert.equal(approved.fundedFrom, 'deposit');
+      const waiting = await eventuallyMining(
+        mine,
+        () => get(`/api/v1/invoices/${p.paymentId}/events`, key),
+        (events: { type: string; data: { reason?: string } }[]) =>
+          events.some((e) => e.type === 'RefundFailed' && /waits for lower fees/.test(e.data.reason ?? '')),
+      );
+      assert.ok(waiting);
+      // The mempool empties; the market's rate stays above the quote: it is sent at the quote all the same.
+      node.mempoolMinFee = 0n;
+      done = await completed(approved.id, key);
+    } finally {
+      node.feeRate = quotedRate;
+      node.mempoolMinFee = 0n;
+    }
     const [amount, fee, net] = [sats(done.amount), sats(done.networkFee), sats(done.netAmount)];
     assert.equal(amount, excess);
     assert.ok(fee > 0n);
@@ -111,7 +153,7 @@ describe('refunds paid on the Bitcoin test node', () => {
       { to: p.address, sats: received - amount },
     ]);
     assert.equal(paidOut.fee, fee, 'the quoted fee is what the transaction pays');
-    assert.ok(fee * 1000n >= node.feeRate * BigInt(paidOut.vsize), 'and it covers its size at the rate');
+    assert.ok(fee * 1000n >= quotedRate * BigInt(paidOut.vsize), 'and it covers its size at the quoted rate');
 
     // The change paid back to the deposit is not a payment.
     await eventuallyMining(
@@ -145,16 +187,7 @@ describe('refunds paid on the Bitcoin test node', () => {
   });
 
   it('a settled invoice is refunded from the refund wallet once a coin reaches it', async () => {
-    const { key, merchant } = await merchantWithKey(svc);
-    assert.equal((await setWallet(merchant.id, randomAddress('p2wpkh'))).status, 200);
-    const p = await invoice(key);
-    node.pay(payer, [{ address: p.address, sats: sats(p.cryptoAmount) }]);
-    await eventuallyMining(
-      mine,
-      () => get(`/api/v1/invoices/${p.paymentId}`, key),
-      (i) => i.status === 'settled',
-      90_000,
-    );
+    const { key, p } = await settledInvoice();
 
     const customer = randomAddress('p2tr');
     const approved = await refund(key, p.paymentId, { kind: 'full', destination: customer });
@@ -195,7 +228,44 @@ describe('refunds paid on the Bitcoin test node', () => {
     await svc.close();
     ({ svc } = await startBitcoinService(0, env, node));
     assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.05150000');
-    assert.equal(node.calls.get('importdescriptors'), imports + 1, 'imported again by the new process');
+    assert.equal(node.calls.get('importdescriptors'), imports, "not imported again: the node's wallet follows it");
     assert.equal(node.calls.get('createwallet'), 1, 'the wallet is made once');
+  });
+
+  it('two refunds from one refund wallet, both prepared before either is sent, spend different coins and both complete', async () => {
+    const { key, p } = await settledInvoice();
+    // Two refunds of a third each, both waiting for the refund wallet's coins.
+    const third = (sats(p.cryptoAmount) / 3n).toString().padStart(9, '0');
+    const part = `${third.slice(0, -8)}.${third.slice(-8)}`;
+    const first = await refund(key, p.paymentId, { amount: part, destination: randomAddress('p2wpkh') });
+    const second = await refund(key, p.paymentId, { amount: part, destination: randomAddress('p2wpkh') });
+    assert.equal(first.status, 'awaiting_funds');
+    assert.equal(second.status, 'awaiting_funds');
+    const [wallet] = (await get('/api/v1/refund-wallets', key)) as { address: string }[];
+
+    // Two coins alike, each enough for one refund. Nothing reaches the node's mempool for a
+    // while: both refunds are prepared and recorded before either is sent.
+    const coin = sats(p.cryptoAmount);
+    const funding = node.pay(payer, [
+      { address: wallet!.address, sats: coin },
+      { address: wallet!.address, sats: coin },
+    ]);
+    node.unreachable.add('sendrawtransaction');
+    const history = () =>
+      get(`/api/v1/invoices/${p.paymentId}/events`, key) as Promise<{ type: string; streamId: string }[]>;
+    const prepared = (events: { type: string; streamId: string }[]) =>
+      new Set(events.filter((e) => e.type === 'RefundTransactionPrepared').map((e) => e.streamId)).size;
+    try {
+      await eventuallyMining(mine, history, (events) => prepared(events) === 2, 90_000);
+    } finally {
+      node.unreachable.delete('sendrawtransaction');
+    }
+    const done = [await completed(first.id, key), await completed(second.id, key)];
+    assert.notEqual(done[0].transactionHash, done[1].transactionHash);
+    const spends = done.map((r) => decoded(r.transactionHash).spends);
+    assert.equal(spends[0]!.length, 1);
+    assert.equal(spends[1]!.length, 1);
+    assert.notEqual(spends[0]![0], spends[1]![0], 'never both spending one coin');
+    for (const s of spends) assert.ok(s[0]!.startsWith(funding.getId()), "each spends one of the wallet's coins");
   });
 });

@@ -210,7 +210,7 @@ describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
     }
   });
 
-  it('loads its wallet and imports again after a restart of the service, and of bitcoind, without error', async () => {
+  it('loads its wallet after a restart of the service, and of bitcoind, and finds the addresses it follows already', async () => {
     const a = randomBitcoinKey();
     const first = await open();
     assert.equal(await first.balanceOf(a.address, 'BTC'), 0n);
@@ -230,6 +230,34 @@ describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
       assert.equal(t.node.calls.get('createwallet'), created, 'never made again');
     } finally {
       second.close();
+    }
+  });
+
+  it("finds a refund wallet's coins mined hours before its first import into the node's wallet, from its assignment on", async () => {
+    const a = randomBitcoinKey();
+    const assignedAt = new Date(Date.now() - 60_000).toISOString();
+    t.node.pay(t.payer, [{ address: a.address, sats: 60_000n }]);
+    t.node.mine(1);
+    t.node.mockTimeAhead = 3 * 3600; // three hours on: the coin is older than "now" less Core's two hours
+    try {
+      t.node.mine(1);
+      const imports = t.node.calls.get('importdescriptors') ?? 0;
+      const chain = await open();
+      try {
+        assert.equal(await chain.balanceOf(a.address, 'BTC', assignedAt), 60_000n);
+        assert.equal(t.node.calls.get('importdescriptors'), imports + 1);
+      } finally {
+        chain.close();
+      }
+      const restarted = await open();
+      try {
+        assert.equal(await restarted.balanceOf(a.address, 'BTC', assignedAt), 60_000n);
+        assert.equal(t.node.calls.get('importdescriptors'), imports + 1, 'followed already: no import, no rescan');
+      } finally {
+        restarted.close();
+      }
+    } finally {
+      t.node.mockTimeAhead = 0;
     }
   });
 });

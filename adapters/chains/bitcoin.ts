@@ -30,15 +30,17 @@
 //
 // Refunds (payout 'refund'): the same transaction's shape, the customer paid
 // `amount` and the rest sent back to the payer as change instead of to the
-// treasury, at exactly the quoted fee (sized for any customer address) unless
-// the real size asks more, which the change pays. From a deposit it spends
-// the coins the refund names (the settlement's, see domain/settlement.ts
-// payoutSources); the settlement then sweeps the change. From a refund wallet
-// it spends the wallet's confirmed coins, followed by a watch-only wallet of
-// this service's in Core (each refund wallet's address imported the first
-// time it is asked about, read with `listunspent`), less those a mempool
-// transaction spends; a later attempt names the first one's coins, so at
-// most one can be mined.
+// treasury, at exactly the quoted fee (sized for any customer address). From
+// a deposit it spends the coins the refund names (the settlement's, see
+// domain/settlement.ts payoutSources) at the quote and never more
+// (`exactNetworkFee`: the change is the settlement's); the settlement then
+// sweeps the change. From a refund wallet, where the real size asks more the
+// change pays it; it spends the wallet's confirmed coins, followed by a
+// watch-only wallet of this service's in Core (each refund wallet's address
+// imported, from its assignment on, the first time the node's wallet is
+// asked about it, read with `listunspent`), less those a mempool transaction
+// spends and those another refund has prepared (`taken`); a later attempt
+// names the first one's coins, so at most one can be mined.
 import { readFile } from 'node:fs/promises';
 import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
@@ -82,6 +84,8 @@ const PAYOUT_LOOKBACK_BLOCKS = 1008;
 const SCAN_BATCH = 50;
 /** Blocks a sweep may wait in the mempool below the market's fee rate before it is replaced. */
 const STUCK_BLOCKS = 3;
+/** An import that rescans answers only when its rescan is done: on mainnet, minutes. */
+const RESCAN_TIMEOUT_MS = 3_600_000;
 /** Without a healthy ZMQ feed, the mempool's whole txid list is downloaded at most this often. */
 const MEMPOOL_POLL_MS = 5_000;
 /** New mempool transactions read (getrawtransaction) in one watcher step. */
@@ -170,11 +174,15 @@ export function dustThreshold(script: Uint8Array): bigint {
   return BigInt((outputSize + spendSize) * 3);
 }
 
-/** A prepared sweep's raw form: its bytes, and the tip when it was prepared (where to look for it in the chain). Older records are bare hex. */
-function preparedSweep(raw: string): { hex: string; since?: number } {
+/**
+ * A prepared sweep's raw form: its bytes, the tip when it was prepared (where
+ * to look for it in the chain), and whether its fee may never grow (`exact`:
+ * it is never bumped). Older records are bare hex.
+ */
+function preparedSweep(raw: string): { hex: string; since?: number; exact?: boolean } {
   if (!raw.startsWith('{')) return { hex: raw };
-  const parsed = JSON.parse(raw) as { hex: string; since: number };
-  return { hex: parsed.hex, since: parsed.since };
+  const parsed = JSON.parse(raw) as { hex: string; since: number; exact?: boolean };
+  return { hex: parsed.hex, since: parsed.since, ...(parsed.exact && { exact: true }) };
 }
 
 interface RpcTx {
@@ -352,12 +360,12 @@ export class BitcoinChain implements ChainAdapter {
   // JSON-RPC
 
   /** `wallet` names a wallet of Core's, asked through its `/wallet/<name>` endpoint (src/wallet/rpc/util.cpp). */
-  private rpc<T>(method: string, params: unknown[], wallet?: string): Promise<T> {
-    return this.node.call(method, () => this.send<T>(method, params, wallet));
+  private rpc<T>(method: string, params: unknown[], wallet?: string, timeoutMs = RPC_TIMEOUT_MS): Promise<T> {
+    return this.node.call(method, () => this.send<T>(method, params, wallet, timeoutMs), timeoutMs);
   }
 
-  private async send<T>(method: string, params: unknown[], wallet?: string): Promise<T> {
-    const [body] = await this.post<T>([{ method, params }], wallet);
+  private async send<T>(method: string, params: unknown[], wallet?: string, timeoutMs?: number): Promise<T> {
+    const [body] = await this.post<T>([{ method, params }], wallet, timeoutMs);
     if (body!.error) throw new BitcoinRpcError(body!.error.code, body!.error.message);
     return body!.result;
   }
@@ -369,7 +377,7 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   /** One HTTP request; several calls go as one JSON-RPC batch, answered in order. */
-  private async post<T>(calls: { method: string; params: unknown[] }[], wallet?: string) {
+  private async post<T>(calls: { method: string; params: unknown[] }[], wallet?: string, timeoutMs = RPC_TIMEOUT_MS) {
     const requests = calls.map((c) => ({ jsonrpc: '1.0', id: ++this.rpcId, ...c }));
     const url = wallet === undefined ? this.endpoint : new URL(`wallet/${encodeURIComponent(wallet)}`, this.endpoint);
     const send = () =>
@@ -380,7 +388,7 @@ export class BitcoinChain implements ChainAdapter {
           ...(this.authorization && { authorization: this.authorization }),
         },
         body: JSON.stringify(requests.length === 1 ? requests[0] : requests),
-        signal: AbortSignal.timeout(RPC_TIMEOUT_MS),
+        signal: AbortSignal.timeout(timeoutMs),
       });
     let response = await send();
     if (response.status === 401 && this.options.cookieFile) {
@@ -522,18 +530,25 @@ export class BitcoinChain implements ChainAdapter {
    * What a sweep must pay now, in sat/kvB: the market's rate (estimatesmartfee,
    * within the configured floor and cap), never under what the mempool
    * currently takes (mempoolminfee, which rises when it is full) nor the relay
-   * minimum (minrelaytxfee); and what a replacement adds per vbyte
+   * minimum (minrelaytxfee); the higher of those two, what the node takes
+   * at all now (`accepted`), and the relay minimum alone, which no wait
+   * lowers (`relay`); and what a replacement adds per vbyte
    * (incrementalrelayfee).
    */
-  private async sweepRates(): Promise<{ rate: bigint; incremental: bigint }> {
+  private async sweepRates(): Promise<{ rate: bigint; accepted: bigint; relay: bigint; incremental: bigint }> {
     await this.refreshFeeRate();
     const info = await this.rpc<{ mempoolminfee: string; minrelaytxfee: string; incrementalrelayfee: string }>(
       'getmempoolinfo',
       [],
     );
-    const market = this.satsPerVbyte! * 1000n;
-    const rate = [market, satoshis(info.mempoolminfee), satoshis(info.minrelaytxfee)].reduce((a, b) => (a > b ? a : b));
-    return { rate, incremental: satoshis(info.incrementalrelayfee) };
+    const max = (a: bigint, b: bigint) => (a > b ? a : b);
+    const accepted = max(satoshis(info.mempoolminfee), satoshis(info.minrelaytxfee));
+    return {
+      rate: max(this.satsPerVbyte! * 1000n, accepted),
+      accepted,
+      relay: satoshis(info.minrelaytxfee),
+      incremental: satoshis(info.incrementalrelayfee),
+    };
   }
 
   /**
@@ -541,9 +556,11 @@ export class BitcoinChain implements ChainAdapter {
    * mempool (policy/rbf.cpp): at least the fees of everything it evicts, the
    * earlier attempts' descendants included (a merchant may already spend an
    * unconfirmed payout), plus its own size at the incremental rate; and a
-   * higher feerate than each attempt it replaces.
+   * higher feerate than each attempt it replaces. `earlier`: their txids.
    */
-  private async replacementFloor(coins: SweepCoin[]): Promise<(vsize: bigint, incremental: bigint) => bigint> {
+  private async replacementFloor(
+    coins: SweepCoin[],
+  ): Promise<((vsize: bigint, incremental: bigint) => bigint) & { earlier: string[] }> {
     const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
       coins.map(({ txid, vout }) => ({ txid, vout })),
     ]);
@@ -554,7 +571,7 @@ export class BitcoinChain implements ChainAdapter {
       ),
     );
     const evicted = entries.reduce((sum, e) => sum + satoshis(e.fees.descendant), 0n);
-    return (vsize, incremental) => {
+    const floorFor = (vsize: bigint, incremental: bigint) => {
       let floor = entries.length > 0 ? evicted + ceilDiv(incremental * vsize, 1000n) : 0n;
       for (const e of entries) {
         const higherRate = (satoshis(e.fees.base) * vsize) / BigInt(e.vsize) + 1n;
@@ -562,6 +579,7 @@ export class BitcoinChain implements ChainAdapter {
       }
       return floor;
     };
+    return Object.assign(floorFor, { earlier });
   }
 
   // -------------------------------------------------------------------------
@@ -644,38 +662,47 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   /** A call on the watch-only wallet; one Core no longer has loaded (-18: unloaded by hand) is loaded again first. */
-  private async walletRpc<T>(method: string, params: unknown[]): Promise<T> {
+  private async walletRpc<T>(method: string, params: unknown[], timeoutMs?: number): Promise<T> {
     await this.openWatchWallet();
     try {
-      return await this.rpc<T>(method, params, WATCH_WALLET);
+      return await this.rpc<T>(method, params, WATCH_WALLET, timeoutMs);
     } catch (error) {
       if (!(error instanceof BitcoinRpcError && error.code === -18)) throw error;
       this.watchWallet = undefined;
       await this.openWatchWallet();
-      return this.rpc<T>(method, params, WATCH_WALLET);
+      return this.rpc<T>(method, params, WATCH_WALLET, timeoutMs);
     }
   }
 
   /**
-   * `address` followed by the watch-only wallet: its `addr()` descriptor,
-   * checksummed by `getdescriptorinfo` (src/rpc/output_script.cpp), imported
-   * with `importdescriptors` (src/wallet/rpc/backup.cpp), which answers each
-   * import's `success` and `error` rather than failing the call. Timestamp
-   * "now" suffices: the first question about a refund wallet (its balance,
-   * asked before an approval records it and before GET /refund-wallets
-   * shows it) comes before anyone can pay it, and Core rescans the blocks
-   * of the two hours before "now" anyway. Importing it again after a restart
-   * is harmless: Core updates the descriptor it has.
+   * `address` followed by the watch-only wallet. One the wallet already
+   * follows (`getaddressinfo`'s `ismine`, src/wallet/rpc/addresses.cpp: a
+   * descriptor wallet's own scripts, keys or not) is left as it is: importing
+   * again would rescan again. Otherwise its `addr()` descriptor, checksummed
+   * by `getdescriptorinfo` (src/rpc/output_script.cpp), is imported with
+   * `importdescriptors` (src/wallet/rpc/backup.cpp), which answers each
+   * import's `success` and `error` rather than failing the call, with the
+   * timestamp of the earliest time it may have been funded (the refund
+   * wallet's assignment): Core rescans the blocks from two hours before it,
+   * so coins a new (rebuilt) node's wallet, or an address never imported,
+   * would miss are found. For a wallet assigned just now that rescans
+   * nothing; an old one on a new node costs one rescan from its assignment
+   * (blocks read from disk; minutes on mainnet, less with blockfilterindex),
+   * once per node. Without that time, "now".
    */
-  private watch(address: string): Promise<void> {
+  private watch(address: string, fundedSince?: string): Promise<void> {
     const known = this.watched.get(address);
     if (known) return known;
     const importing = (async () => {
       await this.openWatchWallet();
+      const info = await this.walletRpc<{ ismine: boolean }>('getaddressinfo', [address]);
+      if (info.ismine) return;
       const { descriptor } = await this.rpc<{ descriptor: string }>('getdescriptorinfo', [`addr(${address})`]);
+      const since = fundedSince === undefined ? NaN : Math.floor(Date.parse(fundedSince) / 1000);
       const [imported] = await this.walletRpc<{ success: boolean; error?: { code: number; message: string } }[]>(
         'importdescriptors',
-        [[{ desc: descriptor, timestamp: 'now' }]],
+        [[{ desc: descriptor, timestamp: Number.isFinite(since) ? since : 'now' }]],
+        RESCAN_TIMEOUT_MS,
       );
       if (!imported?.success) {
         throw new Error(`bitcoin: the watch-only wallet refused ${descriptor}: ${imported?.error?.message}`);
@@ -695,10 +722,15 @@ export class BitcoinChain implements ChainAdapter {
    * immature coinbase outputs are not listed), less those a mempool
    * transaction spends (`gettxspendingprevout`, src/rpc/mempool.cpp: another
    * refund on its way, even before the wallet has taken in the mempool's
-   * news).
+   * news), and less those `taken` (another refund's, prepared and recorded
+   * but not broadcast yet: only the records know of it).
    */
-  private async walletCoins(address: string): Promise<SweepCoin[]> {
-    await this.watch(address);
+  private async walletCoins(
+    address: string,
+    fundedSince?: string,
+    taken: readonly { txHash: string; index: number }[] = [],
+  ): Promise<SweepCoin[]> {
+    await this.watch(address, fundedSince);
     const unspent = await this.walletRpc<{ txid: string; vout: number; scriptPubKey: string; amount: string }[]>(
       'listunspent',
       [1, 9_999_999, [address]],
@@ -707,8 +739,9 @@ export class BitcoinChain implements ChainAdapter {
     const spending = await this.rpc<{ spendingtxid?: string }[]>('gettxspendingprevout', [
       unspent.map(({ txid, vout }) => ({ txid, vout })),
     ]);
+    const takenByOthers = new Set(taken.map((c) => `${c.txHash}:${c.index}`));
     return unspent
-      .filter((_, i) => spending[i]?.spendingtxid === undefined)
+      .filter((u, i) => spending[i]?.spendingtxid === undefined && !takenByOthers.has(`${u.txid}:${u.vout}`))
       .map((u) => ({
         txid: u.txid,
         vout: u.vout,
@@ -719,9 +752,9 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   /** What a refund wallet can spend now: its confirmed coins no pending transaction spends. */
-  async balanceOf(address: string, token: string): Promise<bigint> {
+  async balanceOf(address: string, token: string, fundedSince?: string): Promise<bigint> {
     if (token !== 'BTC') return 0n;
-    return (await this.walletCoins(address)).reduce((sum, c) => sum + c.value, 0n);
+    return (await this.walletCoins(address, fundedSince)).reduce((sum, c) => sum + c.value, 0n);
   }
 
   /**
@@ -747,12 +780,20 @@ export class BitcoinChain implements ChainAdapter {
       );
     }
     const refund = transfer.payout === 'refund';
-    const { rate, incremental } = await this.sweepRates();
-    let fee = transfer.fees?.network ?? this.networkFee('BTC');
-    // A refund wallet's coins are found on the chain, as few as pay it; a deposit's (and a later attempt's) are named.
+    const exact = refund && transfer.exactNetworkFee === true;
+    const { rate, accepted, relay, incremental } = await this.sweepRates();
+    const quote = transfer.fees?.network ?? this.networkFee('BTC');
+    let fee = quote;
+    // A refund wallet's coins are found on the chain, as few as pay it, none that another
+    // refund from it has prepared; a deposit's (and a later attempt's) are named.
     const coins =
       refund && !transfer.sources
-        ? refundCoins(await this.walletCoins(transfer.from.address), transfer.amount, fee, rate)
+        ? refundCoins(
+            await this.walletCoins(transfer.from.address, transfer.from.fundedSince, transfer.taken),
+            transfer.amount,
+            fee,
+            rate,
+          )
         : await this.sourceCoins(transfer);
     const inputs = coins.reduce((sum, c) => sum + c.value, 0n);
     const since = await this.rpc<number>('getblockcount', []);
@@ -775,8 +816,25 @@ export class BitcoinChain implements ChainAdapter {
       ]);
       const paid = inputs - tx.outs.reduce((sum, o) => sum + BigInt(o.value), 0n);
       const vsize = BigInt(tx.virtualSize());
-      const needed = [ceilDiv(rate * vsize, 1000n), replacing(vsize, incremental)].reduce((a, b) => (a > b ? a : b));
-      if (paid >= needed) break;
+      // A refund from a deposit pays its quote and never more: the change is the settlement's,
+      // which is priced already (the merchant's net and the platform's fee), so taking more
+      // from it could leave the settlement unable to pay either. Below the market's rate it
+      // is still sent as long as the node takes it (it confirms later, and is never bumped:
+      // a bump would pay more); when the node would not take it at all (a full mempool)
+      // it waits, retried later, and is made again, the same transaction, once it would.
+      // Only the relay minimum at its real size (several coins spent), which no wait
+      // lowers, is paid above the quote: a few hundred sats at most.
+      const needed = [ceilDiv((exact ? accepted : rate) * vsize, 1000n), replacing(vsize, incremental)].reduce(
+        (a, b) => (a > b ? a : b),
+      );
+      // At its exact fee a later attempt is the earlier one again, still in the mempool: nothing to replace.
+      if (paid >= needed || (exact && replacing.earlier.includes(tx.getId()))) break;
+      const relayFloor = ceilDiv(relay * vsize, 1000n);
+      if (exact && needed > (quote > relayFloor ? quote : relayFloor)) {
+        throw new Error(
+          `bitcoin: the refund from ${transfer.from.address} waits for lower fees: the node takes its ${vsize} vB now only for ${needed} sats, more than the ${paid} quoted when it was created; the deposit's rest is its settlement's, so the refund is sent once the node takes the quote`,
+        );
+      }
       fee = needed;
       tx = undefined;
     }
@@ -792,7 +850,7 @@ export class BitcoinChain implements ChainAdapter {
     const change = refund && tx.outs[1] ? { index: 1, amount: BigInt(tx.outs[1].value) } : null;
     const prepared: PreparedTransaction = {
       txHash: tx.getId(),
-      raw: JSON.stringify({ hex: tx.toHex(), since }),
+      raw: JSON.stringify({ hex: tx.toHex(), since, ...(exact && { exact }) }),
       ...(refund && {
         coins: { spent: coins.map((c) => ({ txHash: c.txid, index: c.vout, amount: c.value })), change },
       }),
@@ -857,10 +915,11 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   async broadcast(transaction: PreparedTransaction): Promise<void> {
-    const { hex, since } = preparedSweep(transaction.raw);
+    const { hex, since, exact } = preparedSweep(transaction.raw);
     if (since !== undefined) this.trackPayout(transaction.txHash, since);
     if (await this.transactionStatus(transaction.txHash)) return;
-    await this.refuseIfStuck(transaction.txHash);
+    // One at its exact fee waits in the mempool to be mined: no replacement could pay more.
+    if (!exact) await this.refuseIfStuck(transaction.txHash);
     try {
       await this.rpc<string>('sendrawtransaction', [hex]);
     } catch (error) {

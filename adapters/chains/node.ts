@@ -75,18 +75,18 @@ export class ChainNode {
   constructor(private readonly options: NodeOptions) {}
 
   /**
-   * `request` until it answers: each attempt given RPC_TIMEOUT_MS (its
+   * `request` until it answers: each attempt given `deadlineMs` (its
    * signal aborts then, and a request that ignores the signal is given up
    * all the same), retried unless the node answered, we are closing, or the
    * node asked for a pause; a failure comes out without the node's URLs.
    */
-  async call<T>(what: string, request: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  async call<T>(what: string, request: (signal: AbortSignal) => Promise<T>, deadlineMs = RPC_TIMEOUT_MS): Promise<T> {
     const answered = this.options.answered ?? (() => false);
     try {
       return await retried(
         () => {
           this.refuseWhilePaused(what);
-          return withDeadline(request(AbortSignal.timeout(RPC_TIMEOUT_MS)), RPC_TIMEOUT_MS, what);
+          return withDeadline(request(AbortSignal.timeout(deadlineMs)), deadlineMs, what);
         },
         this.options.retry ?? DEFAULT_RETRY,
         (error) => answered(error) || this.closed || Date.now() < this.pausedUntil,

@@ -85,7 +85,11 @@ export class BlockPrunedError extends Error {
 
 /** A payout from a deposit address (a settlement's sweep). */
 export interface OutgoingTransfer {
-  from: { address: string; derivationIndex: number };
+  /**
+   * `fundedSince`: the earliest time the address may have received coins (a
+   * refund wallet's assignment), for a chain that must look back for them.
+   */
+  from: { address: string; derivationIndex: number; fundedSince?: string };
   to: string;
   token: string;
   /** Base units of `token`. */
@@ -116,6 +120,18 @@ export interface OutgoingTransfer {
    * looked up on the chain (a refund wallet).
    */
   payout?: 'settlement' | 'refund';
+  /**
+   * The network fee is `fees.network` exactly, never more: the payer's coins
+   * beyond the payout are another payout's, priced already (a refund from a
+   * deposit, whose change is the settlement's). When the chain would not take
+   * the payout at that fee now, preparing it fails, to be tried again later.
+   */
+  exactNetworkFee?: boolean;
+  /**
+   * Coins (a UTXO chain's) that other payouts from the same payer have
+   * prepared and the chain has not yet seen spent: never chosen for this one.
+   */
+  taken?: { txHash: string; index: number }[];
 }
 
 /**
@@ -231,8 +247,12 @@ export interface ChainAdapter {
    * only when that call succeeds.
    */
   broadcast(transaction: PreparedTransaction): Promise<void>;
-  /** What `address` holds of `token` now, base units (a merchant's refund wallet). */
-  balanceOf(address: string, token: string): Promise<bigint>;
+  /**
+   * What `address` holds of `token` now, base units (a merchant's refund
+   * wallet); `fundedSince`, the earliest time it may have received coins,
+   * for a chain that must look back for them (Bitcoin's watch-only wallet).
+   */
+  balanceOf(address: string, token: string, fundedSince?: string): Promise<bigint>;
   /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */
   transactionStatus(txHash: string): Promise<TransactionStatus | undefined>;
   /**

@@ -48,6 +48,10 @@
 //     src/chain.h) before it ("now": the tip's time) on; `listunspent`
 //     (src/wallet/rpc/coins.cpp) answers only what the wallet sees, never an
 //     output a mempool transaction spends nor an immature coinbase output;
+//     `getaddressinfo` (src/wallet/rpc/addresses.cpp) answers `ismine` for
+//     an address the wallet watches (a descriptor wallet's IsMine,
+//     DescriptorScriptPubKeyMan::IsMine, keys or not), `iswatchonly` false;
+//     `mockTimeAhead` is `setmocktime`: later blocks are timed that far on;
 //     `restartWallets` unloads those not saved to load at start-up; with
 //     `walletDisabled` (-disablewallet) the wallet RPCs are not registered
 //     (src/wallet/init.cpp, WalletInit::Construct), so -32601;
@@ -178,6 +182,10 @@ export class BitcoinTestNode {
   incrementalRelayFee = 1_000n;
   /** sat/vB below which `mine` leaves a transaction in the mempool (a fee market that passes it by). */
   miningFloor = 0n;
+  /** Methods whose calls never reach the node: the connection drops (a network failure). */
+  readonly unreachable = new Set<string>();
+  /** Seconds the node's clock runs ahead of the real one (Core's `setmocktime`): later blocks are timed so. */
+  mockTimeAhead = 0;
   /** bitcoind run with -disablewallet: no wallet RPC exists. */
   walletDisabled = false;
   /** Wallets by name: loaded or only on disk, and each watched address's first block seen. */
@@ -257,6 +265,11 @@ export class BitcoinTestNode {
           res
             .writeHead(500)
             .end(JSON.stringify({ result: null, error: { code: -32700, message: 'Parse error' }, id: null }));
+          return;
+        }
+        // Lost on the way: the connection drops with no answer (the network, not an answer of Core's).
+        if (!Array.isArray(request) && this.unreachable.has(request.method)) {
+          req.socket.destroy();
           return;
         }
         const wallet = /^\/wallet\/(.*)$/.exec(req.url ?? '/')?.[1];
@@ -631,6 +644,25 @@ export class BitcoinTestNode {
         return { success: true };
       });
     }
+    if (method === 'getaddressinfo') {
+      // src/wallet/rpc/addresses.cpp getaddressinfo: `ismine` is IsMine's ISMINE_SPENDABLE, which a
+      // descriptor wallet answers for every script of its descriptors, keys or not
+      // (DescriptorScriptPubKeyMan::IsMine); `iswatchonly` is never set in a descriptor wallet.
+      const script = this.scriptOf(String(params[0]));
+      const address = addressOf(script);
+      if (!address) throw new RpcError(-5, 'Invalid address');
+      return {
+        address,
+        scriptPubKey: script.toString('hex'),
+        ismine: wallet.watching.has(address),
+        solvable: false,
+        iswatchonly: false,
+        isscript: false,
+        iswitness: false,
+        ischange: false,
+        labels: [],
+      };
+    }
     // listunspent (src/wallet/rpc/coins.cpp): minconf, maxconf, addresses.
     const [minconf = 1, maxconf = 9_999_999, addresses] = params as [number?, number?, string[]?];
     const wanted = new Set<string>();
@@ -879,7 +911,7 @@ export class BitcoinTestNode {
       const block = {
         hash,
         height,
-        time: Math.max(this.tip.time + 1, Math.floor(Date.now() / 1000)),
+        time: Math.max(this.tip.time + 1, Math.floor(Date.now() / 1000) + this.mockTimeAhead),
         txs: [coinbase, ...txs],
       };
       this.blocks.push(block);
@@ -1063,7 +1095,7 @@ export class BitcoinTestNode {
   }
 }
 
-const WALLET_METHODS = new Set(['importdescriptors', 'listunspent']);
+const WALLET_METHODS = new Set(['importdescriptors', 'listunspent', 'getaddressinfo']);
 const walletPath = (name: string) => `/home/bitcoin/.bitcoin/regtest/wallets/${name}`;
 
 /**

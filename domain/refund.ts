@@ -149,24 +149,10 @@ export type RefundEvent =
   | RefundExpired;
 
 export type RefundCommand =
-  | {
-      type: 'CreateRefund';
-      refundId: string;
-      invoiceId: string;
-      merchantId: string;
-      chain: string;
-      token: string;
-      tokenDecimals: number;
-      amount: bigint;
-      networkFee: bigint;
-      fiatAmount: string;
-      fiatCurrency: string;
-      reason: string | null;
-      destination: string | null;
-      claimToken: string;
-      claimExpiresAt: string;
-      now: string;
-    }
+  | ({ type: 'CreateRefund'; amount: bigint; networkFee: bigint; now: string } & Omit<
+      RefundCreated['data'],
+      BaseUnits | 'createdAt'
+    >)
   | { type: 'GiveDestination'; destination: string; now: string }
   | { type: 'Approve'; payer: RefundPayer; funded: boolean; now: string }
   | { type: 'MarkFunded'; now: string }
@@ -185,22 +171,12 @@ export type RefundCommand =
     }
   | { type: 'Retry'; now: string };
 
-export interface Refund extends payout.PayoutAttempts {
+/** RefundCreated's amounts, base units as integer strings in events and bigint elsewhere. */
+type BaseUnits = 'amount' | 'networkFee' | 'netAmount';
+
+export interface Refund
+  extends payout.PayoutAttempts, Omit<RefundCreated['data'], 'refundId' | BaseUnits>, Record<BaseUnits, bigint> {
   id: string;
-  invoiceId: string;
-  merchantId: string;
-  chain: string;
-  token: string;
-  tokenDecimals: number;
-  amount: bigint;
-  networkFee: bigint;
-  netAmount: bigint;
-  fiatAmount: string;
-  fiatCurrency: string;
-  reason: string | null;
-  destination: string | null;
-  claimToken: string;
-  claimExpiresAt: string;
   status: RefundStatus;
   payer: RefundPayer | null;
   /** The current attempt's transaction was broadcast. */

@@ -47,7 +47,7 @@ import type { Reactor } from '../adapters/event-store/followers.ts';
 import { expiredClaims } from '../projections/refunds.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
-import { handleCommand, loadState, type Actor } from './handle.ts';
+import { handleCommand, loadState, unlessRefused, type Actor } from './handle.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
   advancePayout,
@@ -369,13 +369,10 @@ export function refundManager(
       const refundId = streams.refund.idOf(recorded.streamId);
       const event = { type: recorded.type, data: recorded.data } as RefundEvent;
       for (const action of reactToRefundEvent(refundId, event)) {
-        try {
-          await runRefusable(store, action, recorded.recordedAt.toISOString(), recorded.id);
-        } catch (error) {
-          // Deterministic: retrying would refuse again and hold up everything after it.
-          if (!(error instanceof DomainError)) throw error;
-          onRefused?.(error, recorded);
-        }
+        await unlessRefused(
+          () => runRefusable(store, action, recorded.recordedAt.toISOString(), recorded.id),
+          (error) => onRefused?.(error, recorded),
+        );
       }
     },
   };

@@ -26,7 +26,7 @@ import {
   waitsForRefund,
 } from '../domain/settlement.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
-import { handleCommand, loadState } from './handle.ts';
+import { handleCommand, loadState, unlessRefused } from './handle.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
   advancePayout,
@@ -102,22 +102,21 @@ export function settlementManager({ store, chains, platformFeeBps, onRefused }: 
     async react(recorded: RecordedEvent) {
       const input = await sagaInput(store, recorded);
       if (!input) return;
+      const options = { causationId: recorded.id };
       for (const action of reactToSettlementEvent(input, policy)) {
-        try {
-          if (action.to === 'settlement') {
-            await handleCommand(store, settlementDecider, settlementStreamName(action.settlementId), action.command, {
-              causationId: recorded.id,
-            });
-          } else {
-            await handleCommand(store, invoiceDecider, invoiceStreamName(action.invoiceId), action.command, {
-              causationId: recorded.id,
-            });
-          }
-        } catch (error) {
-          // A refusal is deterministic: retrying would refuse again and hold up everything after it.
-          if (!(error instanceof DomainError)) throw error;
-          onRefused?.(error, recorded);
-        }
+        await unlessRefused(
+          () =>
+            action.to === 'settlement'
+              ? handleCommand(
+                  store,
+                  settlementDecider,
+                  settlementStreamName(action.settlementId),
+                  action.command,
+                  options,
+                )
+              : handleCommand(store, invoiceDecider, invoiceStreamName(action.invoiceId), action.command, options),
+          (error) => onRefused?.(error, recorded),
+        );
       }
     },
   };

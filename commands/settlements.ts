@@ -3,7 +3,7 @@
 // engine (payouts.ts) pays a settlement out.
 import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
-import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
+import type { ChainAdapter, PreparedTransaction } from '../adapters/chains/port.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { DomainError } from '../domain/decider.ts';
@@ -22,6 +22,7 @@ import {
   type Settlement,
   type SettlementCommand,
   type SettlementCompleted,
+  type SettlementFailureReason,
   payoutSources,
   waitsForRefund,
 } from '../domain/settlement.ts';
@@ -32,7 +33,7 @@ import {
   advancePayout,
   failureCodeOf,
   payoutsToLookAt,
-  retryAtAfter,
+  recordedSteps,
   type PayoutKind,
   type PayoutLook,
   type PayoutRecorder,
@@ -164,6 +165,12 @@ export class SettlementPayouts implements PayoutKind {
     return advancePayout(settlementId, this.recorder, chains, requiredConfirmations, clock, statusOf);
   }
 
+  private readonly steps = recordedSteps<Settlement, SettlementFailureReason>(
+    (id, command) => this.act(id, command),
+    () => this.deps.clock,
+    failureCodeOf,
+  );
+
   private readonly recorder: PayoutRecorder<Settlement & PayoutStanding> = {
     kind: 'settlement',
     load: async (id) => {
@@ -179,11 +186,7 @@ export class SettlementPayouts implements PayoutKind {
       // Failed, or another process recorded its own: look again.
       return prepared ? { prepared } : { waitMs: 0 };
     },
-    markSubmitted: (s, txHash) => this.act(s.id, { type: 'MarkSubmitted', txHash, now: this.now() }),
-    markCompleted: (s, txHash, { blockNumber, confirmations }) =>
-      this.act(s.id, { type: 'MarkCompleted', txHash, blockNumber, confirmations, now: this.now() }),
-    retry: (s) => this.act(s.id, { type: 'Retry', now: this.now() }),
-    recordFailure: (s, error) => this.recordFailure(s, error),
+    ...this.steps,
   };
 
   /**
@@ -259,15 +262,7 @@ export class SettlementPayouts implements PayoutKind {
   }
 
   private async recordFailure(settlement: Settlement, error: unknown) {
-    const code = failureCodeOf(error);
-    await this.act(settlement.id, {
-      type: 'MarkFailed',
-      reason: error instanceof Error ? error.message : String(error),
-      code,
-      rejected: error instanceof TransactionRejectedError,
-      retryAt: retryAtAfter(code, settlement.attempt, this.deps.clock),
-      now: this.now(),
-    });
+    await this.steps.recordFailure(settlement, error);
   }
 }
 

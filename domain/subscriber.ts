@@ -201,13 +201,10 @@ export type SubscriberCommand =
 
 // ---------------------------------------------------------------- state
 
-export interface PeriodInvoice {
-  invoiceId: string;
+/** A period's invoice as RenewalInvoiceIssued issues it (the first one at enrollment), and how it ended. */
+export interface PeriodInvoice extends Omit<RenewalInvoiceIssued['data'], 'period'> {
+  /** 0 for the first billing period. */
   period: number;
-  periodStart: string;
-  periodEnd: string;
-  gracePeriodEndsAt: string;
-  issuedAt: string;
   paidAt: string | null;
   /** expired or cancelled unpaid */
   closedAt: string | null;

@@ -3,7 +3,7 @@
 // fail; then the command is decided again on the fresh stream.
 import { randomUUID } from 'node:crypto';
 import { v5 as uuidv5 } from 'uuid';
-import { fold, type Decider, type DomainEvent } from '../domain/decider.ts';
+import { DomainError, fold, type Decider, type DomainEvent } from '../domain/decider.ts';
 import { ConcurrencyError, type EventMetadata, type EventStore, type NewEvent } from '../adapters/event-store/port.ts';
 
 /** Namespace of event ids derived from their cause (UUIDv5). */
@@ -41,6 +41,21 @@ export interface Handled<State, Event> {
   events: Event[];
   /** Global position of the stream's last event after the command; undefined for an untouched, empty stream. */
   position: string | undefined;
+}
+
+/**
+ * Runs what a process manager does for one event. A refusal is deterministic:
+ * retrying would refuse again and hold up everything after it, so it is
+ * handed to `onRefused` (the event stays recorded on its own stream); any
+ * other error is thrown, and the event is handled again.
+ */
+export async function unlessRefused(run: () => Promise<unknown>, onRefused?: (error: DomainError) => void) {
+  try {
+    await run();
+  } catch (error) {
+    if (!(error instanceof DomainError)) throw error;
+    onRefused?.(error);
+  }
 }
 
 export function handleCommand<Command, State, Event extends DomainEvent>(

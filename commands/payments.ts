@@ -3,12 +3,17 @@ import type { Clock } from '../adapters/clock.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { ChainBlock, ChainTransfer } from '../adapters/chains/port.ts';
 import { findToken, type ChainName } from '../domain/catalogue.ts';
-import { DomainError } from '../domain/decider.ts';
-import { classifyPayment, invoiceDecider, invoiceStreamName, type Invoice } from '../domain/invoice.ts';
+import {
+  classifyPayment,
+  invoiceDecider,
+  invoiceStreamName,
+  type Invoice,
+  type InvoiceCommand,
+} from '../domain/invoice.ts';
 import { payoutSources, settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
 import { paymentDecider, paymentStreamName, type PaymentEvent } from '../domain/payment.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
-import { handleCommand, loadState } from './handle.ts';
+import { handleCommand, loadState, unlessRefused } from './handle.ts';
 import { streams } from '../domain/streams.ts';
 
 export interface WatchedAddress {
@@ -124,59 +129,43 @@ export function paymentsToInvoices(store: EventStore): Reactor {
       if (!streams.payment.holds(recorded.streamId)) return;
       const event = { type: recorded.type, data: recorded.data } as PaymentEvent;
       const options = { causationId: recorded.id, correlationId: recorded.metadata.correlationId };
-      try {
-        await carry(event, options);
-      } catch (error) {
-        // A refusal is deterministic: retrying would refuse again and hold up
-        // every later payment. The payment stays recorded on its own stream.
-        if (!(error instanceof DomainError)) throw error;
-      }
+      const carried = carriedToInvoice(event);
+      if (!carried) return;
+      await unlessRefused(() =>
+        handleCommand(store, invoiceDecider, invoiceStreamName(carried.invoiceId), carried.command, options),
+      );
     },
   };
+}
 
-  async function carry(event: PaymentEvent, options: { causationId: string; correlationId?: string }) {
-    switch (event.type) {
-      case 'PaymentDetected': {
-        const d = event.data;
-        await handleCommand(
-          store,
-          invoiceDecider,
-          invoiceStreamName(d.invoiceId),
-          {
-            type: 'ApplyPayment',
-            paymentId: d.paymentId,
-            chain: d.chain,
-            token: d.token,
-            tokenDecimals: d.tokenDecimals,
-            address: d.toAddress,
-            amount: BigInt(d.amount),
-            txHash: d.txHash,
-            detectedAt: d.detectedAt,
-            ...(d.paidAt !== undefined && { paidAt: d.paidAt }),
-            outputIndex: d.outputIndex,
-          },
-          options,
-        );
-        return;
-      }
-      case 'PaymentConfirmed':
-        await handleCommand(
-          store,
-          invoiceDecider,
-          invoiceStreamName(event.data.invoiceId),
-          { type: 'ConfirmInvoicePayment', paymentId: event.data.paymentId, confirmedAt: event.data.confirmedAt },
-          options,
-        );
-        return;
-      case 'PaymentReorged':
-        await handleCommand(
-          store,
-          invoiceDecider,
-          invoiceStreamName(event.data.invoiceId),
-          { type: 'WithdrawPayment', paymentId: event.data.paymentId, withdrawnAt: event.data.reorgedAt },
-          options,
-        );
-        return;
+/** What a payment event asks of its invoice: applied, confirmed, withdrawn; nothing for the others. */
+function carriedToInvoice(event: PaymentEvent): { invoiceId: string; command: InvoiceCommand } | undefined {
+  switch (event.type) {
+    case 'PaymentDetected': {
+      const d = event.data;
+      const command: InvoiceCommand = {
+        type: 'ApplyPayment',
+        paymentId: d.paymentId,
+        chain: d.chain,
+        token: d.token,
+        tokenDecimals: d.tokenDecimals,
+        address: d.toAddress,
+        amount: BigInt(d.amount),
+        txHash: d.txHash,
+        detectedAt: d.detectedAt,
+        ...(d.paidAt !== undefined && { paidAt: d.paidAt }),
+        outputIndex: d.outputIndex,
+      };
+      return { invoiceId: d.invoiceId, command };
+    }
+    case 'PaymentConfirmed': {
+      const { invoiceId, paymentId, confirmedAt } = event.data;
+      return { invoiceId, command: { type: 'ConfirmInvoicePayment', paymentId, confirmedAt } };
+    }
+    case 'PaymentReorged': {
+      const { invoiceId, paymentId, reorgedAt } = event.data;
+      return { invoiceId, command: { type: 'WithdrawPayment', paymentId, withdrawnAt: reorgedAt } };
     }
   }
+  return undefined;
 }

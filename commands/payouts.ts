@@ -324,7 +324,7 @@ export interface PayoutStanding extends Pick<PayoutAttempts, 'preparedHashes' | 
 }
 
 /** What a kind of payout records at each step, on its own stream. */
-export interface PayoutRecorder<P extends PayoutStanding> {
+export interface PayoutRecorder<P extends PayoutStanding> extends PayoutSteps<P> {
   /** The kind's name, also the prefix of its failpoints. */
   readonly kind: string;
   load(id: string): Promise<P | undefined>;
@@ -334,10 +334,52 @@ export interface PayoutRecorder<P extends PayoutStanding> {
    * not until an event says otherwise).
    */
   prepare(payout: P, chain: ChainAdapter): Promise<{ prepared: PreparedTransaction } | { waitMs: number | null }>;
+}
+
+/** The steps every kind records alike (see recordedSteps). */
+export interface PayoutSteps<P> {
   markSubmitted(payout: P, txHash: string): Promise<unknown>;
   markCompleted(payout: P, txHash: string, onChain: TransactionStatus): Promise<unknown>;
   retry(payout: P): Promise<unknown>;
   recordFailure(payout: P, error: unknown): Promise<unknown>;
+}
+
+/** The commands every payout's decider takes alike for these steps (see domain/payout-attempt.ts). */
+type PayoutStepCommand<Code> =
+  | { type: 'MarkSubmitted'; txHash: string; now: string }
+  | { type: 'MarkCompleted'; txHash: string; blockNumber: number; confirmations: number; now: string }
+  | { type: 'Retry'; now: string }
+  | { type: 'MarkFailed'; reason: string; code: Code; rejected: boolean; retryAt: string | null; now: string };
+
+/**
+ * The steps every kind of payout records alike, each a command `act` sends
+ * to the payout's own stream. A failure is recorded in words, by its code
+ * (`codeOf`: those the kind knows), whether the chain refused the
+ * transaction for good, and when the next attempt is due.
+ */
+export function recordedSteps<P extends Pick<PayoutStanding, 'id'> & Pick<PayoutAttempts, 'attempt'>, Code>(
+  act: (id: string, command: PayoutStepCommand<Code>) => Promise<unknown>,
+  clock: () => Clock,
+  codeOf: (error: unknown) => Code & SettlementFailureReason,
+): PayoutSteps<P> {
+  const now = () => clock().now().toISOString();
+  return {
+    markSubmitted: (p, txHash) => act(p.id, { type: 'MarkSubmitted', txHash, now: now() }),
+    markCompleted: (p, txHash, { blockNumber, confirmations }) =>
+      act(p.id, { type: 'MarkCompleted', txHash, blockNumber, confirmations, now: now() }),
+    retry: (p) => act(p.id, { type: 'Retry', now: now() }),
+    recordFailure: (p, error) => {
+      const code = codeOf(error);
+      return act(p.id, {
+        type: 'MarkFailed',
+        reason: error instanceof Error ? error.message : String(error),
+        code,
+        rejected: error instanceof TransactionRejectedError,
+        retryAt: retryAtAfter(code, p.attempt, clock()),
+        now: now(),
+      });
+    },
+  };
 }
 
 /**

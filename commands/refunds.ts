@@ -13,7 +13,7 @@ import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { DomainError } from '../domain/decider.ts';
-import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
+import type { ChainAdapter, PreparedTransaction } from '../adapters/chains/port.ts';
 import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
@@ -48,14 +48,14 @@ import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { expiredClaims } from '../projections/refunds.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
-import { handleCommand, loadState, type Actor } from './handle.ts';
+import { handleCommand, loadState, unlessRefused, type Actor } from './handle.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
   advancePayout,
   failureCodeOf,
   payoutsToLookAt,
   queuedPayouts,
-  retryAtAfter,
+  recordedSteps,
   type PayoutKind,
   type PayoutLook,
   type PayoutRecorder,
@@ -381,13 +381,10 @@ export function refundManager(
       const refundId = streams.refund.idOf(recorded.streamId);
       const event = { type: recorded.type, data: recorded.data } as RefundEvent;
       for (const action of reactToRefundEvent(refundId, event)) {
-        try {
-          await runRefusable(store, action, recorded.recordedAt.toISOString(), recorded.id);
-        } catch (error) {
-          // Deterministic: retrying would refuse again and hold up everything after it.
-          if (!(error instanceof DomainError)) throw error;
-          onRefused?.(error, recorded);
-        }
+        await unlessRefused(
+          () => runRefusable(store, action, recorded.recordedAt.toISOString(), recorded.id),
+          (error) => onRefused?.(error, recorded),
+        );
       }
     },
   };
@@ -570,20 +567,10 @@ export class RefundPayouts implements PayoutKind {
       if (!state?.prepared || state.status !== 'sending' || state.submitted) return { waitMs: 0 };
       return { prepared: state.prepared };
     },
-    markSubmitted: (r, txHash) => this.act(r.id, { type: 'MarkSubmitted', txHash, now: this.now() }),
-    markCompleted: (r, txHash, { blockNumber, confirmations }) =>
-      this.act(r.id, { type: 'MarkCompleted', txHash, blockNumber, confirmations, now: this.now() }),
-    retry: (r) => this.act(r.id, { type: 'Retry', now: this.now() }),
-    recordFailure: (r, error) => {
-      const code = failureCodeOf(error) as RefundFailureReason;
-      return this.act(r.id, {
-        type: 'MarkFailed',
-        reason: error instanceof Error ? error.message : String(error),
-        code,
-        rejected: error instanceof TransactionRejectedError,
-        retryAt: retryAtAfter(code, r.attempt, this.deps.clock),
-        now: this.now(),
-      });
-    },
+    ...recordedSteps<Refund, RefundFailureReason>(
+      (id, command) => this.act(id, command),
+      () => this.deps.clock,
+      (error) => failureCodeOf(error) as RefundFailureReason,
+    ),
   };
 }

@@ -3,7 +3,7 @@
 // engine (payouts.ts) pays a settlement out.
 import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
-import { TransactionRejectedError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
+import type { ChainAdapter, PreparedTransaction } from '../adapters/chains/port.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { DomainError } from '../domain/decider.ts';
@@ -22,17 +22,18 @@ import {
   type Settlement,
   type SettlementCommand,
   type SettlementCompleted,
+  type SettlementFailureReason,
   payoutSources,
   waitsForRefund,
 } from '../domain/settlement.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
-import { handleCommand, loadState } from './handle.ts';
+import { handleCommand, loadState, unlessRefused } from './handle.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
   advancePayout,
   failureCodeOf,
   payoutsToLookAt,
-  retryAtAfter,
+  recordedSteps,
   type PayoutKind,
   type PayoutLook,
   type PayoutRecorder,
@@ -102,22 +103,21 @@ export function settlementManager({ store, chains, platformFeeBps, onRefused }: 
     async react(recorded: RecordedEvent) {
       const input = await sagaInput(store, recorded);
       if (!input) return;
+      const options = { causationId: recorded.id };
       for (const action of reactToSettlementEvent(input, policy)) {
-        try {
-          if (action.to === 'settlement') {
-            await handleCommand(store, settlementDecider, settlementStreamName(action.settlementId), action.command, {
-              causationId: recorded.id,
-            });
-          } else {
-            await handleCommand(store, invoiceDecider, invoiceStreamName(action.invoiceId), action.command, {
-              causationId: recorded.id,
-            });
-          }
-        } catch (error) {
-          // A refusal is deterministic: retrying would refuse again and hold up everything after it.
-          if (!(error instanceof DomainError)) throw error;
-          onRefused?.(error, recorded);
-        }
+        await unlessRefused(
+          () =>
+            action.to === 'settlement'
+              ? handleCommand(
+                  store,
+                  settlementDecider,
+                  settlementStreamName(action.settlementId),
+                  action.command,
+                  options,
+                )
+              : handleCommand(store, invoiceDecider, invoiceStreamName(action.invoiceId), action.command, options),
+          (error) => onRefused?.(error, recorded),
+        );
       }
     },
   };
@@ -165,6 +165,12 @@ export class SettlementPayouts implements PayoutKind {
     return advancePayout(settlementId, this.recorder, chains, requiredConfirmations, clock, statusOf);
   }
 
+  private readonly steps = recordedSteps<Settlement, SettlementFailureReason>(
+    (id, command) => this.act(id, command),
+    () => this.deps.clock,
+    failureCodeOf,
+  );
+
   private readonly recorder: PayoutRecorder<Settlement & PayoutStanding> = {
     kind: 'settlement',
     load: async (id) => {
@@ -180,11 +186,7 @@ export class SettlementPayouts implements PayoutKind {
       // Failed, or another process recorded its own: look again.
       return prepared ? { prepared } : { waitMs: 0 };
     },
-    markSubmitted: (s, txHash) => this.act(s.id, { type: 'MarkSubmitted', txHash, now: this.now() }),
-    markCompleted: (s, txHash, { blockNumber, confirmations }) =>
-      this.act(s.id, { type: 'MarkCompleted', txHash, blockNumber, confirmations, now: this.now() }),
-    retry: (s) => this.act(s.id, { type: 'Retry', now: this.now() }),
-    recordFailure: (s, error) => this.recordFailure(s, error),
+    ...this.steps,
   };
 
   /**
@@ -260,15 +262,7 @@ export class SettlementPayouts implements PayoutKind {
   }
 
   private async recordFailure(settlement: Settlement, error: unknown) {
-    const code = failureCodeOf(error);
-    await this.act(settlement.id, {
-      type: 'MarkFailed',
-      reason: error instanceof Error ? error.message : String(error),
-      code,
-      rejected: error instanceof TransactionRejectedError,
-      retryAt: retryAtAfter(code, settlement.attempt, this.deps.clock),
-      now: this.now(),
-    });
+    await this.steps.recordFailure(settlement, error);
   }
 }
 

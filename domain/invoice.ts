@@ -46,21 +46,19 @@ export type InvoiceCreated = DomainEvent<
   }
 >;
 
+/** What an address asks for: the rate, the amount in the token and the window the rate holds. */
+export interface Quote extends RateProvenance {
+  /** fiat per whole token, decimal string */
+  rate: string;
+  /** base units of the token */
+  cryptoAmount: string;
+  quotedAt: string;
+  rateValidUntil: string;
+}
+
 export type AddressAssigned = DomainEvent<
   'AddressAssigned',
-  {
-    chain: string;
-    token: string;
-    tokenDecimals: number;
-    address: string;
-    derivationIndex: number;
-    /** fiat per whole token, decimal string */
-    rate: string;
-    /** base units of the token */
-    cryptoAmount: string;
-    quotedAt: string;
-    rateValidUntil: string;
-  } & RateProvenance
+  { chain: string; token: string; tokenDecimals: number; address: string; derivationIndex: number } & Quote
 >;
 
 /**
@@ -76,40 +74,32 @@ export interface RateProvenance {
 }
 
 /** A new quote for an address whose rate window passed with nothing paid to it. */
-export type AddressRequoted = DomainEvent<
-  'AddressRequoted',
-  {
-    chain: string;
-    token: string;
-    address: string;
-    rate: string;
-    /** base units of the token */
-    cryptoAmount: string;
-    quotedAt: string;
-    rateValidUntil: string;
-  } & RateProvenance
->;
+export type AddressRequoted = DomainEvent<'AddressRequoted', { chain: string; token: string; address: string } & Quote>;
 
 export type InvoiceCancelled = DomainEvent<'InvoiceCancelled', { cancelledAt: string }>;
 export type InvoiceExpired = DomainEvent<'InvoiceExpired', { expiredAt: string }>;
 
+/** A transfer to one of the invoice's addresses, as the chain watcher saw it (its amount apart). */
+export interface Transfer {
+  paymentId: string;
+  chain: string;
+  /** the token actually sent */
+  token: string;
+  tokenDecimals: number;
+  address: string;
+  txHash: string;
+  detectedAt: string;
+  /** When the chain says it was paid (its block's time), if it says; lateness is judged by it. */
+  paidAt?: string;
+  /** The output (Bitcoin) or log index in its transaction; absent in payments applied before it was recorded. */
+  outputIndex?: number;
+}
+
 export type PaymentApplied = DomainEvent<
   'PaymentApplied',
-  {
-    paymentId: string;
-    chain: string;
-    /** the token actually sent */
-    token: string;
-    tokenDecimals: number;
-    address: string;
+  Transfer & {
     /** base units of `token` */
     amount: string;
-    txHash: string;
-    detectedAt: string;
-    /** When the chain says it was paid (its block's time), if it says; lateness is judged by it. */
-    paidAt?: string;
-    /** The output (Bitcoin) or log index in its transaction; absent in payments applied before it was recorded. */
-    outputIndex?: number;
     /** not the token of the invoice's payment quote: recorded, never counted */
     wrongToken: boolean;
     /** arrived after expiry or cancellation: recorded, never counted */
@@ -225,120 +215,34 @@ export type InvoiceEvent =
 // ---------------------------------------------------------------- commands
 
 export type InvoiceCommand =
-  | {
-      type: 'CreateInvoice';
-      id: string;
-      merchantId: string;
-      amount: string;
-      currency: string;
-      description: string | null;
-      expiresAt: string;
-      webhookUrl: string | null;
-      metadata: JsonObject | null;
-      createdAt: string;
-      subscriberId?: string;
-    }
-  | ({
-      type: 'AssignAddress';
-      chain: string;
-      token: string;
-      tokenDecimals: number;
-      address: string;
-      derivationIndex: number;
-      /** fiat per whole token; the decider computes the crypto amount from it */
-      rate: string;
-      quotedAt: string;
-      rateValidUntil: string;
-    } & RateProvenance)
-  | ({
-      type: 'RequoteAddress';
-      chain: string;
-      token: string;
-      rate: string;
-      quotedAt: string;
-      rateValidUntil: string;
-    } & RateProvenance)
+  | ({ type: 'CreateInvoice' } & InvoiceCreated['data'])
+  // The quotes without their crypto amount: the decider computes it from the rate.
+  | ({ type: 'AssignAddress' } & Omit<AddressAssigned['data'], 'cryptoAmount'>)
+  | ({ type: 'RequoteAddress' } & Omit<AddressRequoted['data'], 'cryptoAmount' | 'address'>)
   | { type: 'CancelInvoice'; cancelledAt: string }
   | { type: 'ExpireInvoice'; now: string }
-  | {
-      type: 'ApplyPayment';
-      paymentId: string;
-      chain: string;
-      token: string;
-      tokenDecimals: number;
-      address: string;
-      amount: bigint;
-      txHash: string;
-      detectedAt: string;
-      /** the block's time: a payment made in time and seen later (the watcher was behind) is not late */
-      paidAt?: string;
-      outputIndex?: number;
-    }
+  | ({ type: 'ApplyPayment'; amount: bigint } & Transfer)
   | { type: 'ConfirmInvoicePayment'; paymentId: string; confirmedAt: string }
   | { type: 'WithdrawPayment'; paymentId: string; withdrawnAt: string }
-  | {
-      type: 'SettleInvoice';
-      settlementId: string;
-      settledAmount: string;
-      settledCurrency: string;
-      txHash: string | null;
-      settledAt: string;
-    }
+  | ({ type: 'SettleInvoice' } & Settlement)
   | { type: 'ReserveRefund'; refundId: string; chain: string; token: string; amount: bigint; now: string }
   | { type: 'ReleaseRefund'; refundId: string; now: string }
   | { type: 'RecordRefund'; refundId: string; txHash: string; now: string };
 
 // ---------------------------------------------------------------- state
 
-export interface AssignedAddress {
-  chain: string;
-  token: string;
-  tokenDecimals: number;
-  address: string;
-  derivationIndex: number;
-  rate: string;
-  cryptoAmount: bigint;
-  quotedAt: string;
-  rateValidUntil: string;
-  rateObservedAt?: string;
-  rateSources?: RateProvenance['rateSources'];
-}
+export type AssignedAddress = Omit<AddressAssigned['data'], 'cryptoAmount'> & { cryptoAmount: bigint };
 
-export interface InvoicePayment {
-  paymentId: string;
-  chain: string;
-  token: string;
-  tokenDecimals: number;
-  address: string;
+export interface InvoicePayment extends Omit<PaymentApplied['data'], 'amount' | 'paidAt'> {
   amount: bigint;
-  txHash: string;
-  detectedAt: string;
-  outputIndex?: number;
-  wrongToken: boolean;
-  late: boolean;
   confirmedAt: string | null;
   /** taken back out by a reorg; kept for the history, ignored everywhere else */
   withdrawn: boolean;
 }
 
-export interface Settlement {
-  settlementId: string;
-  settledAmount: string;
-  settledCurrency: string;
-  txHash: string | null;
-  settledAt: string;
-}
+export type Settlement = InvoiceSettled['data'];
 
-export interface Invoice {
-  id: string;
-  merchantId: string;
-  amount: string;
-  currency: string;
-  description: string | null;
-  expiresAt: string;
-  webhookUrl: string | null;
-  metadata: JsonObject | null;
-  createdAt: string;
+export interface Invoice extends Omit<InvoiceCreated['data'], 'subscriberId'> {
   updatedAt: string;
   subscriberId: string | null;
   status: InvoiceStatus;
@@ -553,11 +457,7 @@ function requoteAddress(
         chain: assigned.chain,
         token: assigned.token,
         address: assigned.address,
-        rate: command.rate,
-        cryptoAmount: cryptoAmount.toString(),
-        quotedAt: command.quotedAt,
-        rateValidUntil: command.rateValidUntil,
-        ...provenanceOf(command),
+        ...quoteOf(command, cryptoAmount),
       },
     },
   ];
@@ -569,6 +469,12 @@ function provenanceOf(command: RateProvenance): RateProvenance {
     ...(command.rateObservedAt !== undefined && { rateObservedAt: command.rateObservedAt }),
     ...(command.rateSources !== undefined && { rateSources: command.rateSources }),
   };
+}
+
+/** The quote a command gives an address, as AddressAssigned and AddressRequoted record it. */
+function quoteOf(command: Extract<InvoiceCommand, { type: 'AssignAddress' | 'RequoteAddress' }>, cryptoAmount: bigint) {
+  const { rate, quotedAt, rateValidUntil } = command;
+  return { rate, cryptoAmount: cryptoAmount.toString(), quotedAt, rateValidUntil, ...provenanceOf(command) };
 }
 
 function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' }>, invoice: Invoice): InvoiceEvent[] {
@@ -591,11 +497,7 @@ function assignAddress(command: Extract<InvoiceCommand, { type: 'AssignAddress' 
         tokenDecimals: command.tokenDecimals,
         address: command.address,
         derivationIndex: command.derivationIndex,
-        rate: command.rate,
-        cryptoAmount: cryptoAmount.toString(),
-        quotedAt: command.quotedAt,
-        rateValidUntil: command.rateValidUntil,
-        ...provenanceOf(command),
+        ...quoteOf(command, cryptoAmount),
       },
     },
   ];

@@ -48,6 +48,7 @@ export type PaymentDetected = DomainEvent<
     /** not the token quoted for `toAddress` (or not the invoice's payment token) */
     wrongToken: boolean;
     confirmations: number;
+    /** the chain's configured requirement, fixed at detection */
     requiredConfirmations: number;
     detectedAt: string;
     /** When the chain says the transfer was made (its block's time); judges lateness. */
@@ -90,27 +91,12 @@ export type PaymentEvent =
 // ---------------------------------------------------------------- commands
 
 export type PaymentCommand =
-  | {
+  | ({
       type: 'DetectPayment';
-      chain: string;
-      token: string;
-      tokenDecimals: number;
       amount: bigint;
-      toAddress: string;
-      txHash: string;
-      outputIndex: number;
-      blockNumber: number;
-      blockHash: string;
-      invoiceId: string;
       /** whether the token is the one the invoice quoted for this address (see classifyPayment in invoice.ts) */
       tokenMatchesInvoice: boolean;
-      confirmations: number;
-      /** the chain's configured requirement, fixed at detection */
-      requiredConfirmations: number;
-      detectedAt: string;
-      /** the block's time, when the chain tells it */
-      paidAt?: string;
-    }
+    } & Omit<PaymentDetected['data'], 'paymentId' | 'amount' | 'wrongToken'>)
   | { type: 'UpdateConfirmations'; confirmations: number; observedAt: string }
   | {
       type: 'RecordReorg';
@@ -124,23 +110,9 @@ export type PaymentCommand =
 /** detected: in a block, counting confirmations; confirmed: final; reorged: its block was dropped. */
 export type PaymentRecordStatus = 'detected' | 'confirmed' | 'reorged';
 
-export interface Payment {
-  paymentId: string;
-  invoiceId: string;
-  chain: string;
-  token: string;
-  tokenDecimals: number;
+export interface Payment extends Omit<PaymentDetected['data'], 'amount' | 'paidAt'> {
   amount: bigint;
-  toAddress: string;
-  txHash: string;
-  outputIndex: number;
-  blockNumber: number;
-  blockHash: string;
-  wrongToken: boolean;
   status: PaymentRecordStatus;
-  confirmations: number;
-  requiredConfirmations: number;
-  detectedAt: string;
   confirmedAt: string | null;
   reorgedAt: string | null;
 }

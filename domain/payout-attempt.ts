@@ -4,7 +4,9 @@
 // connection) the next attempt sends that very transaction again; only a
 // transaction the chain refused outright is replaced by a new one; and
 // whichever prepared transaction lands is the one payout. The aggregates keep
-// these fields flat in their state and fold their own events through these.
+// these fields flat in their state, decide their payout steps and fold their
+// own events through these.
+import { DomainError, type DomainEvent } from './decider.ts';
 
 export interface PayoutAttempts {
   /** The current attempt, from 1. */
@@ -34,29 +36,74 @@ export const noAttemptYet: PayoutAttempts = {
 /** Any of its prepared transactions is the payout; another one is not. */
 export const isOneOfItsTransactions = (state: PayoutAttempts, txHash: string) => state.preparedHashes.includes(txHash);
 
-export const afterPrepared = (state: PayoutAttempts, txHash: string, raw: string): Partial<PayoutAttempts> => ({
-  prepared: { txHash, raw },
-  preparedHashes: [...state.preparedHashes, txHash],
+/**
+ * The landed transaction as its completion event records it. Any attempt's
+ * transaction that made it counts: it is the one payout; a transaction it
+ * never prepared is refused (`payout` names it in the refusal).
+ */
+export function landed(
+  state: PayoutAttempts,
+  command: { txHash: string; blockNumber: number; confirmations: number; now: string },
+  payout: 'refund' | 'settlement',
+) {
+  if (!isOneOfItsTransactions(state, command.txHash)) {
+    throw new DomainError('conflict', `Transaction ${command.txHash} is not one of this ${payout}'s`);
+  }
+  const { txHash, blockNumber, confirmations, now } = command;
+  return { txHash, blockNumber, confirmations, completedAt: now };
+}
+
+/** The next attempt, once a failure that names a time for one is behind it; nothing after a final one. */
+export function retried<Type extends string>(
+  type: Type,
+  state: PayoutAttempts & { status: string },
+  now: string,
+): DomainEvent<Type, { attempt: number; retriedAt: string }>[] {
+  if (state.status !== 'failed' || state.retryAt === null) return [];
+  return [{ type, data: { attempt: state.attempt + 1, retriedAt: now } }];
+}
+
+export const afterPrepared = (
+  state: PayoutAttempts,
+  prepared: { txHash: string; raw: string; preparedAt: string },
+) => ({
+  prepared: { txHash: prepared.txHash, raw: prepared.raw },
+  preparedHashes: [...state.preparedHashes, prepared.txHash],
+  updatedAt: prepared.preparedAt,
 });
 
-export const afterSubmitted = (state: PayoutAttempts, txHash: string): Partial<PayoutAttempts> => ({
+export const afterSubmitted = (state: PayoutAttempts, submitted: { txHash: string; submittedAt: string }) => ({
   attempts: state.attempts + 1,
-  txHash,
+  txHash: submitted.txHash,
+  failureCode: null,
+  updatedAt: submitted.submittedAt,
+});
+
+export const afterCompleted = (completed: { txHash: string; completedAt: string }) => ({
+  status: 'completed' as const,
+  txHash: completed.txHash,
+  failureCode: null,
+  completedAt: completed.completedAt,
+  updatedAt: completed.completedAt,
 });
 
 export const afterFailed = (
   state: PayoutAttempts,
-  failure: { rejected?: boolean; retryAt: string | null },
-): Partial<PayoutAttempts> => ({
+  failure: { reason: string; rejected?: boolean; retryAt: string | null; failedAt: string },
+) => ({
   attempts: state.attempts + 1,
   rejected: failure.rejected === true,
   retryAt: failure.retryAt,
+  status: 'failed' as const,
+  failureReason: failure.reason,
+  updatedAt: failure.failedAt,
 });
 
 /** The next attempt: the same transaction again, unless the chain refused it. */
-export const afterRetried = (state: PayoutAttempts, attempt: number): Partial<PayoutAttempts> => ({
-  attempt,
+export const afterRetried = (state: PayoutAttempts, retry: { attempt: number; retriedAt: string }) => ({
+  attempt: retry.attempt,
   prepared: state.rejected ? null : state.prepared,
   rejected: false,
   retryAt: null,
+  updatedAt: retry.retriedAt,
 });

@@ -10,15 +10,7 @@
 // broadcast, sent again as it is after a crash, and a new one is made only
 // once the chain proves the last can never land.
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
-import {
-  afterFailed,
-  afterPrepared,
-  afterRetried,
-  afterSubmitted,
-  isOneOfItsTransactions,
-  noAttemptYet,
-  type PayoutAttempts,
-} from './payout-attempt.ts';
+import * as payout from './payout-attempt.ts';
 import type { RefundCoins, SettlementFailureReason } from './settlement.ts';
 import { streams } from './streams.ts';
 
@@ -157,24 +149,10 @@ export type RefundEvent =
   | RefundExpired;
 
 export type RefundCommand =
-  | {
-      type: 'CreateRefund';
-      refundId: string;
-      invoiceId: string;
-      merchantId: string;
-      chain: string;
-      token: string;
-      tokenDecimals: number;
-      amount: bigint;
-      networkFee: bigint;
-      fiatAmount: string;
-      fiatCurrency: string;
-      reason: string | null;
-      destination: string | null;
-      claimToken: string;
-      claimExpiresAt: string;
-      now: string;
-    }
+  | ({ type: 'CreateRefund'; amount: bigint; networkFee: bigint; now: string } & Omit<
+      RefundCreated['data'],
+      BaseUnits | 'createdAt'
+    >)
   | { type: 'GiveDestination'; destination: string; now: string }
   | { type: 'Approve'; payer: RefundPayer; funded: boolean; now: string }
   | { type: 'MarkFunded'; now: string }
@@ -193,22 +171,12 @@ export type RefundCommand =
     }
   | { type: 'Retry'; now: string };
 
-export interface Refund extends PayoutAttempts {
+/** RefundCreated's amounts, base units as integer strings in events and bigint elsewhere. */
+type BaseUnits = 'amount' | 'networkFee' | 'netAmount';
+
+export interface Refund
+  extends payout.PayoutAttempts, Omit<RefundCreated['data'], 'refundId' | BaseUnits>, Record<BaseUnits, bigint> {
   id: string;
-  invoiceId: string;
-  merchantId: string;
-  chain: string;
-  token: string;
-  tokenDecimals: number;
-  amount: bigint;
-  networkFee: bigint;
-  netAmount: bigint;
-  fiatAmount: string;
-  fiatCurrency: string;
-  reason: string | null;
-  destination: string | null;
-  claimToken: string;
-  claimExpiresAt: string;
   status: RefundStatus;
   payer: RefundPayer | null;
   /** The current attempt's transaction was broadcast. */
@@ -330,16 +298,13 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
         },
       ];
     case 'MarkSubmitted':
-      if (state.status !== 'sending' || state.submitted || !isOneOfItsTransactions(state, command.txHash)) return [];
+      if (state.status !== 'sending' || state.submitted || !payout.isOneOfItsTransactions(state, command.txHash))
+        return [];
       return [
         { type: 'RefundSubmitted', data: { attempt: state.attempt, txHash: command.txHash, submittedAt: command.now } },
       ];
     case 'MarkCompleted':
       if (state.status === 'completed') return [];
-      // Any attempt's transaction that made it counts: it is the one payout.
-      if (!isOneOfItsTransactions(state, command.txHash)) {
-        throw new DomainError('conflict', `Transaction ${command.txHash} is not one of this refund's`);
-      }
       return [
         {
           type: 'RefundCompleted',
@@ -347,10 +312,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
             invoiceId: state.invoiceId,
             ...(state.payer && { fundedFrom: state.payer.fundedFrom }),
             ...(state.coins[command.txHash] && { coins: state.coins[command.txHash] }),
-            txHash: command.txHash,
-            blockNumber: command.blockNumber,
-            confirmations: command.confirmations,
-            completedAt: command.now,
+            ...payout.landed(state, command, 'refund'),
           },
         },
       ];
@@ -372,8 +334,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
         },
       ];
     case 'Retry':
-      if (state.status !== 'failed' || state.retryAt === null) return [];
-      return [{ type: 'RefundRetried', data: { attempt: state.attempt + 1, retriedAt: command.now } }];
+      return payout.retried('RefundRetried', state, command.now);
   }
 }
 
@@ -388,7 +349,7 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
       netAmount: BigInt(netAmount),
       status: d.destination === null ? 'awaiting_destination' : 'awaiting_approval',
       payer: null,
-      ...noAttemptYet,
+      ...payout.noAttemptYet,
       submitted: false,
       coins: {},
       failureReason: null,
@@ -424,44 +385,29 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
     case 'RefundTransactionPrepared':
       return {
         ...state,
-        ...afterPrepared(state, event.data.txHash, event.data.raw),
+        ...payout.afterPrepared(state, event.data),
         ...(event.data.coins && { coins: { ...state.coins, [event.data.txHash]: event.data.coins } }),
-        updatedAt: event.data.preparedAt,
       };
     case 'RefundSubmitted':
       return {
         ...state,
-        ...afterSubmitted(state, event.data.txHash),
+        ...payout.afterSubmitted(state, event.data),
         submitted: true,
-        failureCode: null,
-        updatedAt: event.data.submittedAt,
       };
     case 'RefundCompleted':
-      return {
-        ...state,
-        status: 'completed',
-        txHash: event.data.txHash,
-        failureCode: null,
-        retryAt: null,
-        completedAt: event.data.completedAt,
-        updatedAt: event.data.completedAt,
-      };
+      return { ...state, ...payout.afterCompleted(event.data), retryAt: null };
     case 'RefundFailed':
       return {
         ...state,
-        ...afterFailed(state, event.data),
-        status: 'failed',
-        failureReason: event.data.reason,
+        ...payout.afterFailed(state, event.data),
         failureCode: event.data.code,
-        updatedAt: event.data.failedAt,
       };
     case 'RefundRetried':
       return {
         ...state,
-        ...afterRetried(state, event.data.attempt),
+        ...payout.afterRetried(state, event.data),
         status: 'sending',
         submitted: false,
-        updatedAt: event.data.retriedAt,
       };
     case 'RefundCanceled':
       return { ...state, status: 'canceled', updatedAt: event.data.canceledAt };

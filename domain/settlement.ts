@@ -14,15 +14,7 @@
 // after that, a change it can no longer follow is raised for a person.
 import { v5 as uuidv5 } from 'uuid';
 import { DomainError, type Decider, type DomainEvent } from './decider.ts';
-import {
-  afterFailed,
-  afterPrepared,
-  afterRetried,
-  afterSubmitted,
-  isOneOfItsTransactions,
-  noAttemptYet,
-  type PayoutAttempts,
-} from './payout-attempt.ts';
+import * as payout from './payout-attempt.ts';
 import { streams } from './streams.ts';
 
 const SETTLEMENT_ID_NAMESPACE = '3d4b8f6e-9a1c-4e2b-8c7d-5f0a1b2c3d4e';
@@ -252,7 +244,7 @@ export interface RefundHold {
   coins?: RefundCoins;
 }
 
-export interface Settlement extends SettlementSource, PayoutAttempts {
+export interface Settlement extends SettlementSource, payout.PayoutAttempts {
   id: string;
   invoiceId: string;
   merchantId: string;
@@ -532,7 +524,7 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       ];
     case 'MarkSubmitted':
       // An earlier attempt's transaction found on the chain is adopted: it is the payout.
-      if (state.status !== 'pending' || !isOneOfItsTransactions(state, command.txHash)) return [];
+      if (state.status !== 'pending' || !payout.isOneOfItsTransactions(state, command.txHash)) return [];
       return [
         {
           type: 'SettlementSubmitted',
@@ -541,18 +533,11 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       ];
     case 'MarkCompleted':
       if (state.status === 'completed') return [];
-      // Any attempt's transaction that made it counts: it is the one payout.
-      if (!isOneOfItsTransactions(state, command.txHash)) {
-        throw new DomainError('conflict', `Transaction ${command.txHash} is not one of this settlement's`);
-      }
       return [
         {
           type: 'SettlementCompleted',
           data: {
-            txHash: command.txHash,
-            blockNumber: command.blockNumber,
-            confirmations: command.confirmations,
-            completedAt: command.now,
+            ...payout.landed(state, command, 'settlement'),
             invoiceId: state.invoiceId,
             netAmount: state.netAmount.toString(),
             token: state.token,
@@ -577,8 +562,7 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
         throw new DomainError('conflict', 'Nothing about this settlement needs attention');
       return [{ type: 'SettlementAttentionResolved', data: { note: command.note, resolvedAt: command.now } }];
     case 'Retry':
-      if (state.status !== 'failed' || state.retryAt === null) return [];
-      return [{ type: 'SettlementRetried', data: { attempt: state.attempt + 1, retriedAt: command.now } }];
+      return payout.retried('SettlementRetried', state, command.now);
   }
 }
 
@@ -605,7 +589,7 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       platformFeeBps: d.platformFeeBps,
       merchantWallet: d.merchantWallet,
       status: 'pending',
-      ...noAttemptYet,
+      ...payout.noAttemptYet,
       sources: d.sources,
       failureReason: null,
       failureCode: d.merchantWallet === null ? 'no_wallet' : null,
@@ -659,45 +643,28 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
         updatedAt: event.data.setAt,
       };
     case 'SettlementTransactionPrepared':
-      return {
-        ...state,
-        ...afterPrepared(state, event.data.txHash, event.data.raw),
-        updatedAt: event.data.preparedAt,
-      };
+      return { ...state, ...payout.afterPrepared(state, event.data) };
     case 'SettlementSubmitted':
       return {
         ...state,
-        ...afterSubmitted(state, event.data.txHash),
+        ...payout.afterSubmitted(state, event.data),
         status: 'submitted',
-        failureCode: null,
         initiatedAt: event.data.submittedAt,
-        updatedAt: event.data.submittedAt,
       };
     case 'SettlementCompleted':
-      return {
-        ...state,
-        status: 'completed',
-        txHash: event.data.txHash,
-        failureCode: null,
-        completedAt: event.data.completedAt,
-        updatedAt: event.data.completedAt,
-      };
+      return { ...state, ...payout.afterCompleted(event.data) };
     case 'SettlementFailed':
       return {
         ...state,
-        ...afterFailed(state, event.data),
-        status: 'failed',
-        failureReason: event.data.reason,
+        ...payout.afterFailed(state, event.data),
         failureCode: codeOf(event.data),
         failedAt: event.data.failedAt,
-        updatedAt: event.data.failedAt,
       };
     case 'SettlementRetried':
       return {
         ...state,
-        ...afterRetried(state, event.data.attempt),
+        ...payout.afterRetried(state, event.data),
         status: 'pending',
-        updatedAt: event.data.retriedAt,
       };
   }
 }

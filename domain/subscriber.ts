@@ -64,17 +64,21 @@ export const renewalInvoiceHours = (terms: Pick<PlanTerms, 'gracePeriodHours'>):
 
 // ---------------------------------------------------------------- events
 
+/** Who subscribes to which plan, on which terms: as enrolled, and as the subscriber keeps it. */
+export interface Enrollment {
+  id: string;
+  merchantId: string;
+  planId: string;
+  email: string;
+  externalId: string | null;
+  metadata: JsonObject | null;
+  /** The plan's terms at enrollment: renewals are billed on them. */
+  terms: PlanTerms;
+}
+
 export type SubscriberEnrolled = DomainEvent<
   'SubscriberEnrolled',
-  {
-    id: string;
-    merchantId: string;
-    planId: string;
-    email: string;
-    externalId: string | null;
-    metadata: JsonObject | null;
-    /** The plan's terms at enrollment: renewals are billed on them. */
-    terms: PlanTerms;
+  Enrollment & {
     /** The first period's invoice, created just before. */
     invoiceId: string;
     periodStart: string;
@@ -197,26 +201,16 @@ export type SubscriberCommand =
 
 // ---------------------------------------------------------------- state
 
-export interface PeriodInvoice {
-  invoiceId: string;
+/** A period's invoice as RenewalInvoiceIssued issues it (the first one at enrollment), and how it ended. */
+export interface PeriodInvoice extends Omit<RenewalInvoiceIssued['data'], 'period'> {
+  /** 0 for the first billing period. */
   period: number;
-  periodStart: string;
-  periodEnd: string;
-  gracePeriodEndsAt: string;
-  issuedAt: string;
   paidAt: string | null;
   /** expired or cancelled unpaid */
   closedAt: string | null;
 }
 
-export interface Subscriber {
-  id: string;
-  merchantId: string;
-  planId: string;
-  email: string;
-  externalId: string | null;
-  metadata: JsonObject | null;
-  terms: PlanTerms;
+export interface Subscriber extends Enrollment {
   status: SubscriberStatus;
   /** Start of the first billing period: every period is counted from it. */
   anchor: string;

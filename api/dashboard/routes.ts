@@ -21,12 +21,14 @@ import { hashInviteToken, userIdOf } from '../../commands/merchant-users.ts';
 import type { Actor } from '../../commands/handle.ts';
 import { invoiceAddresses, invoiceRow } from '../../projections/invoice-queries.ts';
 import { invoiceCounts, invoicesNeedingAttention } from '../../projections/overview.ts';
-import { listRefunds, refundById, refundsWaiting, refundView } from '../../projections/refunds.ts';
+import { listRefunds, refundById, refundsWaiting } from '../../projections/refunds.ts';
+import { refundView } from '../../projections/contract/refund.ts';
+import { paymentUrlOf } from '../../projections/contract/invoice.ts';
 import { invoiceDecider, invoiceStreamName, refundableOf } from '../../domain/invoice.ts';
 import { formatUnits } from '../../domain/money.ts';
 import { loadState } from '../../commands/handle.ts';
 import type { NewRefund } from '../../commands/refunds.ts';
-import { settlementsNeedingAttention } from '../../projections/settlements.ts';
+import { settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
 import type { Authentication } from '../auth.ts';
 import type { DashboardSessions } from './sessions.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
@@ -429,7 +431,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         row,
         addresses,
         payments,
-        `${config.publicBaseUrl}/checkout/${row.id}`,
+        paymentUrlOf(config.publicBaseUrl, row.id),
         markup`${section}${history}`,
       ),
     );

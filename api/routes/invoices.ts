@@ -14,20 +14,14 @@ import {
   invoiceDecider,
   invoiceStreamName,
   refundableOf,
-  refundStatusOf,
   type AssignedAddress,
   type Invoice,
 } from '../../domain/invoice.ts';
 import type { ChainName } from '../../domain/catalogue.ts';
 import { formatFiat, formatUnits, parseUnits, FIAT_DECIMALS } from '../../domain/money.ts';
 import { paymentStreamName } from '../../domain/payment.ts';
-import {
-  invoiceAddresses,
-  invoiceRow,
-  invoiceStatus,
-  invoiceView,
-  listInvoices,
-} from '../../projections/invoice-queries.ts';
+import { invoiceAddresses, invoiceRow, invoiceStatus, listInvoices } from '../../projections/invoice-queries.ts';
+import { invoiceView, invoiceViewOf } from '../../projections/contract/invoice.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
 import { keyActor, type Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
@@ -293,23 +287,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
     };
   }
 
-  const viewOf = (invoice: Invoice) =>
-    invoiceView(
-      {
-        id: invoice.id,
-        merchant_id: invoice.merchantId,
-        amount: invoice.amount,
-        currency: invoice.currency,
-        status: invoice.status,
-        description: invoice.description,
-        expires_at: new Date(invoice.expiresAt),
-        webhook_url: invoice.webhookUrl,
-        refund_status: refundStatusOf(invoice),
-        created_at: new Date(invoice.createdAt),
-        updated_at: new Date(invoice.updatedAt),
-      },
-      config.publicBaseUrl,
-    );
+  const viewOf = (invoice: Invoice) => invoiceViewOf(invoice, config.publicBaseUrl);
 
   app.post(
     '/api/v1/payments',

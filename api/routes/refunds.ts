@@ -2,13 +2,8 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import {
-  listRefunds,
-  publicRefundView,
-  refundByClaimToken,
-  refundById,
-  refundView,
-} from '../../projections/refunds.ts';
+import { listRefunds, refundByClaimToken, refundById } from '../../projections/refunds.ts';
+import { publicRefundView, refundView } from '../../projections/contract/refund.ts';
 import { keyActor, type Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';

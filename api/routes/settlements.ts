@@ -2,7 +2,8 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { listSettlements, settlementView } from '../../projections/settlements.ts';
+import { listSettlements } from '../../projections/settlement-queries.ts';
+import { settlementView } from '../../projections/contract/settlement.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import type { Authentication } from '../auth.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';

@@ -14,7 +14,7 @@ import {
   type BillingInterval,
 } from '../../domain/plan.ts';
 import { checkEnrollmentInput, subscriberStatuses, subscriberView } from '../../domain/subscriber.ts';
-import { invoiceView } from '../../projections/invoice-queries.ts';
+import { invoiceView } from '../../projections/contract/invoice.ts';
 import {
   listPlans,
   listSubscriberInvoices,

@@ -101,16 +101,20 @@ export function formatFiatAmount(amount: string, currency: string): string {
   }
 }
 
-export function layout(title: string, body: SafeHtml, script: boolean): string {
-  return markup`<!doctype html>
-    <html lang="en">
-      <head>
-        <meta charset="utf-8" />
+/** The head every page begins with (the dashboard's too): no referrer leaves it, no favicon is asked for. */
+export const pageHead = (title: string, stylesheet: string) =>
+  markup`<meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <meta name="referrer" content="no-referrer" />
         <title>${title}</title>
         <link rel="icon" href="data:," />
-        <link rel="stylesheet" href="/checkout/assets/checkout.css" />
+        <link rel="stylesheet" href="${stylesheet}" />`;
+
+export function layout(title: string, body: SafeHtml, script: boolean): string {
+  return markup`<!doctype html>
+    <html lang="en">
+      <head>
+        ${pageHead(title, '/checkout/assets/checkout.css')}
         ${script && markup`<script type="module" src="/checkout/assets/checkout.js"></script>`}
       </head>
       <body>

@@ -11,6 +11,14 @@ export function pageOf(query: { limit?: string; page?: string }): { limit: numbe
   };
 }
 
+/** The `pagination` block of a list answer. */
+export const pagination = (total: number, { limit, page }: { limit: number; page: number }) => ({
+  total,
+  page,
+  limit,
+  totalPages: Math.ceil(total / limit),
+});
+
 function wholeNumber(raw: string | undefined, fallback: number, message: string, min: number, max: number): number {
   if (raw === undefined) return fallback;
   const n = Number(raw);

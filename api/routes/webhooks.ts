@@ -17,8 +17,8 @@ import {
 import type { Authentication } from '../auth.ts';
 import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
-import { pageOf } from './query.ts';
-import { Nullable, Pagination } from './schemas.ts';
+import { pageOf, pagination } from './query.ts';
+import { IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 import { sampleWebhookEvent, WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../projections/contract/webhooks.ts';
 
 const DeliverySchema = Type.Object({
@@ -53,17 +53,10 @@ const TestResult = Type.Object({
   eventId: Type.String({ description: 'The simulated event, as in the body sent' }),
 });
 const ListQuery = Type.Object({
-  status: Type.Optional(
-    Type.String({
-      enum: [...DELIVERY_STATUSES],
-      errorMessage: `Status must be one of ${DELIVERY_STATUSES.join(', ')}`,
-    }),
-  ),
+  status: StatusQuery(DELIVERY_STATUSES),
   event: Type.Optional(Type.String({ description: 'Event name, e.g. invoice.confirmed' })),
-  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
-  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+  ...PageQuery,
 });
-const IdParams = Type.Object({ id: Type.String() });
 const RedeliverBody = Type.Union([
   Type.Object({
     to: Type.Optional(
@@ -129,7 +122,7 @@ export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks
         summary: "The merchant's webhook deliveries, newest first",
         security,
         querystring: ListQuery,
-        response: { 200: Type.Object({ data: Type.Array(DeliverySchema), pagination: Pagination }) },
+        response: { 200: Paged(DeliverySchema) },
       },
     },
     async (request) => {
@@ -140,7 +133,7 @@ export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks
         limit,
         page,
       });
-      return { data: items, pagination: { total, page, limit, totalPages: Math.ceil(total / limit) } };
+      return { data: items, pagination: pagination(total, { limit, page }) };
     },
   );
 

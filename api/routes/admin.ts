@@ -23,6 +23,7 @@ import { webhookUrlProblem } from '../webhook-url.ts';
 import { data, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
 import { newestFirst } from '../../projections/paging.ts';
+import { merchantApiKeys, merchantUsers } from '../../projections/merchants.ts';
 import { settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
 import { settlementView } from '../../projections/contract/settlement.ts';
 import { resolveSettlementAttention } from '../../commands/settlements.ts';
@@ -503,12 +504,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
     },
     async (request) => {
       await merchants.existingMerchant(request.params.id);
-      const rows = await db
-        .selectFrom('api_keys')
-        .selectAll()
-        .where('merchant_id', '=', request.params.id)
-        .orderBy('created_at')
-        .execute();
+      const rows = await merchantApiKeys(db, request.params.id);
       return {
         data: rows.map((r) =>
           apiKeyView({
@@ -603,13 +599,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
     },
     async (request) => {
       await merchants.existingMerchant(request.params.id);
-      const rows = await db
-        .selectFrom('merchant_users')
-        .selectAll()
-        .where('merchant_id', '=', request.params.id)
-        .orderBy('invited_at')
-        .execute();
-      return { data: rows.map(userView) };
+      return { data: (await merchantUsers(db, request.params.id)).map(userView) };
     },
   );
 

@@ -12,7 +12,7 @@ import type { ReadModels, RefundsTable } from '../../projections/schema.ts';
 import type { Actor } from '../../commands/handle.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
-import { pageOf, pagination, UUID } from './query.ts';
+import { ownRow, pageOf, pagination, UUID } from './query.ts';
 import { data, IdParams, Nullable, PageQuery, Paged } from './schemas.ts';
 
 export const RefundSchema = Type.Object({
@@ -96,11 +96,8 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RefundRouteDeps)
   const key = [{ apiKey: [] }];
   const view = (row: Parameters<typeof refundView>[0]) => refundView(row, config.publicBaseUrl);
   /** The caller's refund, or 404 as refunds.md says (also for another merchant's). */
-  async function ownRefund(id: string, merchantId: string) {
-    const row = UUID.test(id) ? await refundById(db, id) : undefined;
-    if (!row || row.merchant_id !== merchantId) throw notFound('Refund not found');
-    return row;
-  }
+  const ownRefund = (id: string, merchantId: string) =>
+    ownRow(id, merchantId, (refundId) => refundById(db, refundId), 'Refund not found');
 
   app.post(
     '/api/v1/invoices/:id/refunds',

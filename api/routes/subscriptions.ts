@@ -30,7 +30,7 @@ import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { SubscriptionCommands } from '../../commands/subscriptions.ts';
 import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
-import { pageOf, pagination, UUID } from './query.ts';
+import { ownRow, pageOf, pagination, UUID } from './query.ts';
 import { data, IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 import { InvoiceSchema } from './invoices.ts';
 
@@ -207,11 +207,8 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
   );
 
   /** The caller's plan row, or 404 (also for another merchant's plan). */
-  async function ownPlan(id: string, merchantId: string) {
-    const row = UUID.test(id) ? await planRow(db, id) : undefined;
-    if (!row || row.merchant_id !== merchantId) throw notFound(PLAN_NOT_FOUND);
-    return row;
-  }
+  const ownPlan = (id: string, merchantId: string) =>
+    ownRow(id, merchantId, (planId) => planRow(db, planId), PLAN_NOT_FOUND);
 
   app.get(
     '/api/v1/subscriptions/plans/:id',
@@ -317,11 +314,8 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
   );
 
   /** The caller's subscriber row, or 404 (also for another merchant's subscriber). */
-  async function ownSubscriber(id: string, merchantId: string) {
-    const row = UUID.test(id) ? await subscriberRow(db, id) : undefined;
-    if (!row || row.merchant_id !== merchantId) throw notFound(SUBSCRIBER_NOT_FOUND);
-    return row;
-  }
+  const ownSubscriber = (id: string, merchantId: string) =>
+    ownRow(id, merchantId, (subscriberId) => subscriberRow(db, subscriberId), SUBSCRIBER_NOT_FOUND);
 
   app.get(
     '/api/v1/subscriptions/subscribers/:id',

@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { STATUS_CODES } from 'node:http';
 import swagger from '@fastify/swagger';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance } from 'fastify';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyInstance, type FastifyPluginAsync } from 'fastify';
 import Negotiator from 'negotiator';
 import type { Kysely } from 'kysely';
 import type { EventStore } from '../adapters/event-store/port.ts';
@@ -222,19 +222,22 @@ export async function buildApp(deps: AppDeps) {
   app.addHook('preHandler', idempotent.claim);
   app.addHook('onSend', idempotent.record);
 
-  await app.register(healthRoutes, context);
-  await app.register(catalogueRoutes, context);
-  await app.register(adminRoutes, context);
-  await app.register(invoiceRoutes, context);
-  await app.register(settlementRoutes, context);
-  await app.register(refundRoutes, context);
-  await app.register(refundClaimRoutes, context);
-  await app.register(reportRoutes, context);
-  await app.register(subscriptionRoutes, context);
-  await app.register(liveRoutes, context);
-  await app.register(webhookRoutes, context);
-  await app.register(checkoutRoutes, context);
-  await app.register(dashboardRoutes, context);
+  const resources: FastifyPluginAsync<typeof context>[] = [
+    healthRoutes,
+    catalogueRoutes,
+    adminRoutes,
+    invoiceRoutes,
+    settlementRoutes,
+    refundRoutes,
+    refundClaimRoutes,
+    reportRoutes,
+    subscriptionRoutes,
+    liveRoutes,
+    webhookRoutes,
+    checkoutRoutes,
+    dashboardRoutes,
+  ];
+  for (const routes of resources) await app.register(routes, context);
   if (deps.sandbox) await app.register(sandboxRoutes, { ...context, sandbox: deps.sandbox });
 
   app.get('/openapi.json', { schema: { hide: true } }, async () => app.swagger());

@@ -1,62 +1,10 @@
 // Reads of the invoice read models, shaped as the contract shows them.
 import { sql, type Kysely, type RawBuilder } from 'kysely';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
-import type { InvoicesTable, ReadModelTables } from './schema.ts';
+import type { ReadModelTables } from './schema.ts';
 import { newestFirst, type Page } from './paging.ts';
 
 const iso = (value: Date | string) => new Date(value).toISOString();
-
-/** The create, list and get shapes name four states: a partly paid invoice is still pending there. */
-const contractStatus = (status: string) => (status === 'partial' ? 'pending' : status);
-
-export interface InvoiceView {
-  id: string;
-  merchantId: string;
-  amount: string;
-  currency: string;
-  status: string;
-  description: string | null;
-  expiresAt: string;
-  webhookUrl: string | null;
-  paymentUrl: string;
-  /** none, partial or full (refunds.md) */
-  refundStatus: string;
-  createdAt: string;
-  updatedAt: string;
-}
-
-export function invoiceView(
-  row: Pick<
-    InvoicesTable,
-    | 'id'
-    | 'merchant_id'
-    | 'amount'
-    | 'currency'
-    | 'status'
-    | 'description'
-    | 'expires_at'
-    | 'webhook_url'
-    | 'refund_status'
-    | 'created_at'
-    | 'updated_at'
-  >,
-  baseUrl: string,
-): InvoiceView {
-  return {
-    id: row.id,
-    merchantId: row.merchant_id,
-    amount: row.amount,
-    currency: row.currency,
-    status: contractStatus(row.status),
-    description: row.description,
-    expiresAt: iso(row.expires_at),
-    webhookUrl: row.webhook_url,
-    paymentUrl: `${baseUrl}/checkout/${row.id}`,
-    refundStatus: row.refund_status,
-    createdAt: iso(row.created_at),
-    updatedAt: iso(row.updated_at),
-  };
-}
 
 /** Only http(s) URLs are ever handed back: anything else (javascript:, data:) is ignored. */
 export function returnUrlOf(metadata: Record<string, unknown> | null): string | null {

@@ -56,7 +56,8 @@ export const invoicesProjector: Projector<Touched> = {
   },
 };
 
-function invoiceRowOf(invoice: Invoice) {
+/** An invoice's row in `invoices`; the contract's invoice view is made from it. */
+export function invoiceRowOf(invoice: Invoice) {
   const view = invoicePaymentView(invoice);
   return {
     id: invoice.id,

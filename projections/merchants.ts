@@ -92,3 +92,11 @@ function userRowOf(u: MerchantUser) {
     updated_at: new Date(u.updatedAt),
   };
 }
+
+/** A merchant's API keys, oldest first: the operator's list and the dashboard's. */
+export const merchantApiKeys = (db: Kysely<ReadModelTables>, merchantId: string) =>
+  db.selectFrom('api_keys').selectAll().where('merchant_id', '=', merchantId).orderBy('created_at').execute();
+
+/** A merchant's people, in the order they were invited: the operator's list and the dashboard's team page. */
+export const merchantUsers = (db: Kysely<ReadModelTables>, merchantId: string) =>
+  db.selectFrom('merchant_users').selectAll().where('merchant_id', '=', merchantId).orderBy('invited_at').execute();

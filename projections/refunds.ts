@@ -54,54 +54,6 @@ export function refundRowOf(r: Refund): RefundsTable {
   };
 }
 
-const iso = (value: Date | string | null) => (value === null ? null : new Date(value).toISOString());
-
-/** The claim link's address: `{PUBLIC_BASE_URL}/refunds/{claimToken}`. */
-export const claimUrlOf = (baseUrl: string, claimToken: string) => `${baseUrl}/refunds/${claimToken}`;
-
-/** The Refund object of refunds.md, from its row. */
-export function refundView(row: RefundsTable, baseUrl: string) {
-  return {
-    id: row.id,
-    invoiceId: row.invoice_id,
-    status: row.status,
-    chain: row.chain,
-    token: row.token,
-    amount: row.amount,
-    networkFee: row.network_fee,
-    netAmount: row.net_amount,
-    fiatAmount: row.fiat_amount,
-    fiatCurrency: row.fiat_currency,
-    reason: row.reason,
-    destination: row.destination,
-    // The link is for giving the address; once the merchant approved, there is nothing left to give.
-    claimUrl: row.approved_at === null ? claimUrlOf(baseUrl, row.claim_token) : null,
-    claimExpiresAt: iso(row.claim_expires_at)!,
-    fundedFrom: row.funded_from,
-    transactionHash: row.transaction_hash,
-    createdAt: iso(row.created_at)!,
-    updatedAt: iso(row.updated_at)!,
-    approvedAt: iso(row.approved_at),
-    completedAt: iso(row.completed_at),
-  };
-}
-
-export type RefundView = ReturnType<typeof refundView>;
-
-/** The customer's view through the claim link: no ids, nothing of the merchant's but its name. */
-export function publicRefundView(row: RefundsTable, merchantName: string) {
-  return {
-    status: row.status,
-    merchantName,
-    chain: row.chain,
-    token: row.token,
-    amount: row.amount,
-    netAmount: row.net_amount,
-    destination: row.destination,
-    claimExpiresAt: iso(row.claim_expires_at)!,
-  };
-}
-
 /**
  * A merchant's refunds, newest first: the API's list and the dashboard's
  * Refunds page; created from `from` (inclusive) to `to` (exclusive), as the

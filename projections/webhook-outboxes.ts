@@ -12,14 +12,7 @@ import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts'
 import { loadState } from '../commands/handle.ts';
 import { enqueueWebhook } from '../commands/webhook-delivery.ts';
 import { fold, type Decider, type DomainEvent } from '../domain/decider.ts';
-import {
-  countedTotal,
-  invoiceDecider,
-  invoicePaymentView,
-  invoiceStreamName,
-  paymentQuote,
-  type Invoice,
-} from '../domain/invoice.ts';
+import { countedTotal, invoiceDecider, invoiceStreamName, paymentQuote, type Invoice } from '../domain/invoice.ts';
 import { merchantDecider, merchantStream, type Merchant } from '../domain/merchant.ts';
 import { refundDecider, type RefundEvent } from '../domain/refund.ts';
 import { settlementDecider } from '../domain/settlement.ts';
@@ -27,8 +20,10 @@ import { streams } from '../domain/streams.ts';
 import { subscriberDecider, subscriberIn, subscriberView, type SubscriberEvent } from '../domain/subscriber.ts';
 import { eventsByStream } from './batch.ts';
 import type { Projector } from '../adapters/event-store/followers.ts';
-import { refundRowOf, refundView } from './refunds.ts';
-import { settlementRowOf, settlementView } from './settlements.ts';
+import { refundPayload, refundWebhookOf } from './contract/refund.ts';
+import { settlementPayload } from './contract/settlement.ts';
+import { subscriberPayload, subscriberWebhookOf } from './contract/subscriber.ts';
+import { invoicePayload, subscriberInvoicePayload, type InvoiceWebhook } from './contract/invoice.ts';
 
 const WEBHOOK_EVENT_NAMESPACE = '8e0f5a36-6a3e-4f44-9b8e-2d7c1b9e4a51';
 
@@ -81,7 +76,7 @@ interface InvoiceHistories {
 }
 
 /** Which webhooks an invoice event causes, given the invoice before and after it. */
-function invoiceWebhooks(event: RecordedEvent, before: Invoice | null, after: Invoice): string[] {
+function invoiceWebhooks(event: RecordedEvent, before: Invoice | null, after: Invoice): InvoiceWebhook[] {
   switch (event.type) {
     case 'InvoiceConfirmed':
       return ['invoice.confirmed'];
@@ -91,7 +86,7 @@ function invoiceWebhooks(event: RecordedEvent, before: Invoice | null, after: In
     case 'InvoiceCancelled':
       return ['invoice.expired'];
     case 'PaymentApplied': {
-      const names: string[] = [];
+      const names: InvoiceWebhook[] = [];
       const quote = paymentQuote(after);
       const wasOver = before !== null && quote !== undefined && countedTotal(before) > quote.cryptoAmount;
       if (quote !== undefined && countedTotal(after) > quote.cryptoAmount && !wasOver) names.push('invoice.overpaid');
@@ -103,32 +98,6 @@ function invoiceWebhooks(event: RecordedEvent, before: Invoice | null, after: In
     default:
       return [];
   }
-}
-
-/** `data.invoice` of a webhook: the invoice, its metadata and where its payment stands. */
-function invoicePayload(invoice: Invoice) {
-  const view = invoicePaymentView(invoice);
-  return {
-    id: invoice.id,
-    merchantId: invoice.merchantId,
-    amount: invoice.amount,
-    currency: invoice.currency,
-    status: invoice.status,
-    description: invoice.description,
-    expiresAt: invoice.expiresAt,
-    createdAt: invoice.createdAt,
-    updatedAt: invoice.updatedAt,
-    metadata: invoice.metadata,
-    subscriberId: invoice.subscriberId ?? null,
-    chain: view.chain,
-    cryptoCurrency: view.token,
-    cryptoAmount: view.cryptoAmount,
-    totalReceivedAmount: view.totalReceivedAmount,
-    remainingAmount: view.remainingAmount,
-    paymentIssueType: view.paymentIssueType,
-    txHash: view.txHash,
-    settledAmount: invoice.settlement?.settledAmount ?? null,
-  };
 }
 
 const invoiceUpTo = (history: readonly RecordedEvent[], revision: number) =>
@@ -197,28 +166,10 @@ async function enqueueSettlementFailed(
   const invoice = stateOf(invoiceDecider, invoices.get(invoiceStreamName(settlement.invoiceId)) ?? []);
   const url = invoice?.webhookUrl ?? merchants.get(settlement.merchantId)?.webhookUrl ?? null;
   if (!url) return;
-  await enqueue(
-    trx,
-    event,
-    'settlement.failed',
-    settlement.merchantId,
-    url,
-    settlementView(settlementRowOf(settlement)),
-  );
+  await enqueue(trx, event, 'settlement.failed', settlement.merchantId, url, settlementPayload(settlement));
 }
 
 // ---------------------------------------------------------------- refund webhooks
-
-/** The refunds.md webhook each refund event causes. */
-const REFUND_WEBHOOKS: Partial<Record<RefundEvent['type'], string>> = {
-  RefundCreated: 'refund.created',
-  RefundClaimed: 'refund.claimed',
-  RefundApproved: 'refund.approved',
-  RefundCompleted: 'refund.completed',
-  RefundFailed: 'refund.failed',
-  RefundCanceled: 'refund.canceled',
-  RefundExpired: 'refund.expired',
-};
 
 interface RefundHistories {
   refunds: Map<string, RecordedEvent[]>;
@@ -246,29 +197,17 @@ export function refundWebhooks(publicBaseUrl: string): Projector<RefundHistories
     },
 
     async apply(trx: Kysely<any>, event: RecordedEvent, { refunds, urls }: RefundHistories) {
-      const name = REFUND_WEBHOOKS[event.type as RefundEvent['type']];
+      const name = refundWebhookOf(event.type);
       const url = urls.get(event.streamId);
       if (!name || !url) return;
       const refund = stateOf(refundDecider, refunds.get(event.streamId) ?? [], (e) => e.revision <= event.revision);
       if (!refund) return;
-      await enqueue(trx, event, name, refund.merchantId, url, refundView(refundRowOf(refund), publicBaseUrl));
+      await enqueue(trx, event, name, refund.merchantId, url, refundPayload(refund, publicBaseUrl));
     },
   };
 }
 
 // ---------------------------------------------------------------- subscriber webhooks
-
-/** The webhook each subscriber event sends (README, "Subscriptions"); an abandoned enrollment had no subscriber to tell of. */
-const SUBSCRIBER_WEBHOOKS: Record<Exclude<SubscriberEvent['type'], 'EnrollmentAbandoned'>, string> = {
-  SubscriberEnrolled: 'subscriber.enrolled',
-  SubscriberActivated: 'subscriber.activated',
-  RenewalInvoiceIssued: 'subscriber.renewal_invoice_created',
-  RenewalPaid: 'subscriber.renewed',
-  PeriodPaymentReversed: 'subscriber.payment_reversed',
-  SubscriberPastDue: 'subscriber.past_due',
-  CancellationScheduled: 'subscriber.cancellation_scheduled',
-  SubscriberCancelled: 'subscriber.cancelled',
-};
 
 interface SubscriberHistories {
   subscribers: Map<string, RecordedEvent[]>;
@@ -277,10 +216,6 @@ interface SubscriberHistories {
   comparePositions: (a: string, b: string) => number;
 }
 
-const subscriberWebhookOf = (event: RecordedEvent): string | undefined =>
-  Object.hasOwn(SUBSCRIBER_WEBHOOKS, event.type)
-    ? SUBSCRIBER_WEBHOOKS[event.type as keyof typeof SUBSCRIBER_WEBHOOKS]
-    : undefined;
 const invoiceIdOf = (event: RecordedEvent): string | undefined => (event.data as { invoiceId?: string }).invoiceId;
 
 /**
@@ -295,7 +230,9 @@ export function subscriberWebhooks(publicBaseUrl: string): Projector<SubscriberH
     tables: [],
 
     async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-      const ours = batch.filter((e) => streams.subscriber.holds(e.streamId) && subscriberWebhookOf(e) !== undefined);
+      const ours = batch.filter(
+        (e) => streams.subscriber.holds(e.streamId) && subscriberWebhookOf(e.type) !== undefined,
+      );
       const subscribers = await readStreams(
         store,
         ours.map((e) => e.streamId),
@@ -316,7 +253,7 @@ export function subscriberWebhooks(publicBaseUrl: string): Projector<SubscriberH
     },
 
     async apply(trx: Kysely<any>, event: RecordedEvent, prepared: SubscriberHistories) {
-      const name = subscriberWebhookOf(event);
+      const name = subscriberWebhookOf(event.type);
       const history = prepared.subscribers.get(event.streamId);
       if (!name || !history) return;
       const subscriber = subscriberIn(stateOf(subscriberDecider, history, (e) => e.revision <= event.revision));
@@ -333,12 +270,8 @@ export function subscriberWebhooks(publicBaseUrl: string): Projector<SubscriberH
               prepared.invoices.get(invoiceStreamName(invoiceId)) ?? [],
               (e) => prepared.comparePositions(e.position, event.position) <= 0,
             );
-      const data: Record<string, unknown> = {
-        subscriber: subscriberView(subscriber),
-        externalId: subscriber.externalId,
-        metadata: subscriber.metadata,
-      };
-      if (invoice) data.invoice = { ...invoicePayload(invoice), paymentUrl: `${publicBaseUrl}/checkout/${invoice.id}` };
+      const data: Record<string, unknown> = subscriberPayload(subscriberView(subscriber));
+      if (invoice) data.invoice = subscriberInvoicePayload(invoice, publicBaseUrl);
       if (event.type === 'SubscriberCancelled') data.reason = (event.data as { reason: string }).reason;
       if (event.type === 'RenewalPaid') data.paidLate = (event.data as { late: boolean }).late;
       await enqueue(trx, event, name, subscriber.merchantId, url, data);

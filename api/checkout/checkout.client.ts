@@ -1,7 +1,7 @@
 /// <reference lib="dom" />
 // The checkout page's script, run in the customer's browser. Served by
-// api/routes/checkout.ts, transpiled from this file at start-up; type imports
-// are erased, so the page stays one self-contained module with no bundler.
+// api/routes/checkout.ts, bundled from this file (and live.client.ts) when
+// first asked for; type imports are erased, so the page is one self-contained module.
 //
 // It lets the customer pick a token on a network in one choice, asks for the
 // deposit address, and follows the invoice live: WebSocket first, polling the
@@ -9,14 +9,12 @@
 import type { CheckoutData, CheckoutPayment } from '../routes/checkout.ts';
 import type { TokenListing } from '../../domain/catalogue.ts';
 import type { InvoiceStatusView } from '../../projections/invoice-queries.ts';
+import { CLOSE_FINAL, CLOSE_NOT_FOUND, invoiceSocket, polledStatus } from './live.client.ts';
 
 const POLL_MS = 5_000;
 /** Long enough to read "Payment complete" before leaving for the merchant's page. */
 const RETURN_DELAY_MS = 2_500;
 const COPY_FEEDBACK_MS = 3_000;
-/** Close code of /ws/invoices/{id} once the invoice is settled or expired (api/routes/live.ts). */
-const CLOSE_FINAL = 4000;
-const CLOSE_NOT_FOUND = 4404;
 
 function element<T extends HTMLElement = HTMLElement>(id: string): T {
   const found = document.getElementById(id);
@@ -146,13 +144,8 @@ function returnToMerchant(url: string | null) {
 // ---- Following the invoice: WebSocket, then polling --------------------------
 
 function follow() {
-  const scheme = window.location.protocol === 'https:' ? 'wss:' : 'ws:';
-  let socket: WebSocket;
-  try {
-    socket = new WebSocket(`${scheme}//${window.location.host}/ws/invoices/${encodeURIComponent(invoiceId)}`);
-  } catch {
-    return poll();
-  }
+  const socket = invoiceSocket(invoiceId);
+  if (!socket) return poll();
   socket.addEventListener('message', (event) => {
     const message = JSON.parse(String(event.data)) as { type?: string; data?: InvoiceStatusView };
     if (message.type === 'status' && message.data) showStatus(message.data);
@@ -167,11 +160,9 @@ function follow() {
 function poll() {
   const timer = setInterval(async () => {
     try {
-      const response = await fetch(`/api/v1/invoices/${encodeURIComponent(invoiceId)}/status`, {
-        headers: { accept: 'application/json' },
-      });
-      if (!response.ok) return;
-      showStatus(((await response.json()) as { data: InvoiceStatusView }).data);
+      const status = await polledStatus(invoiceId);
+      if (!status) return;
+      showStatus(status);
       if (isFinal(current)) clearInterval(timer);
     } catch {
       // offline for a moment: the next tick tries again

@@ -5,7 +5,7 @@
 // server checks again whatever the page offered.
 import type { WebhookDeliveryView } from '../../commands/webhook-delivery.ts';
 import { DELIVERY_STATUSES } from '../../commands/webhook-delivery.ts';
-import { WEBHOOK_EVENT_TYPES } from '../routes/webhooks.ts';
+import { WEBHOOK_EVENT_TYPES } from '../../projections/contract/webhooks.ts';
 import { markup } from '../routes/checkout.ts';
 import { csrfField, errorLine, page, reauthenticationFields } from './pages.ts';
 import type { DashboardSession } from './sessions.ts';

@@ -7,14 +7,11 @@
 // facts, payments, webhook deliveries and history), leaving the forms alone
 // and the keyboard focus where it was.
 // It also offers to copy the checkout link. Served by
-// api/dashboard/developer-routes.ts, its types stripped as the checkout's are.
-import type { InvoiceStatusView } from '../../projections/invoice-queries.ts';
+// api/dashboard/developer-routes.ts, bundled as the checkout's is.
+import { CLOSE_FINAL, CLOSE_NOT_FOUND, invoiceSocket, polledStatus } from '../checkout/live.client.ts';
 
 const POLL_MS = 10_000;
 const COPY_FEEDBACK_MS = 3_000;
-/** Close codes of /ws/invoices/{id} (api/routes/live.ts). */
-const CLOSE_FINAL = 4000;
-const CLOSE_NOT_FOUND = 4404;
 
 const invoiceId = document.getElementById('invoice-id')?.textContent ?? '';
 const isFinal = (status: string | undefined) => status === 'settled' || status === 'expired';
@@ -71,13 +68,8 @@ async function refresh(): Promise<void> {
 // ---- Following the invoice: WebSocket, then polling ----------------------------
 
 function follow() {
-  const scheme = window.location.protocol === 'https:' ? 'wss:' : 'ws:';
-  let socket: WebSocket;
-  try {
-    socket = new WebSocket(`${scheme}//${window.location.host}/ws/invoices/${encodeURIComponent(invoiceId)}`);
-  } catch {
-    return poll();
-  }
+  const socket = invoiceSocket(invoiceId);
+  if (!socket) return poll();
   socket.addEventListener('open', () => say(`Following live: ${shownStatus()}.`));
   // The first message is the status on connect: the page may be older than it.
   socket.addEventListener('message', () => void refresh());
@@ -91,11 +83,8 @@ function poll() {
   let last: string | undefined;
   const timer = setInterval(async () => {
     try {
-      const response = await fetch(`/api/v1/invoices/${encodeURIComponent(invoiceId)}/status`, {
-        headers: { accept: 'application/json' },
-      });
-      if (!response.ok) return;
-      const status = ((await response.json()) as { data: InvoiceStatusView }).data;
+      const status = await polledStatus(invoiceId);
+      if (!status) return;
       const seen = JSON.stringify(status);
       if (seen !== last) await refresh();
       last = seen;

@@ -3,7 +3,7 @@
 // lists with their filters, keyset pages and the CSV export of what is shown.
 import { roleAllows } from '../../domain/merchant-user.ts';
 import type { DayVolume } from '../../projections/overview.ts';
-import type { RefundView } from '../../projections/refunds.ts';
+import type { RefundView } from '../../projections/contract/refund.ts';
 import type { InvoicesTable } from '../../projections/schema.ts';
 import { formatFiatAmount, markup } from '../routes/checkout.ts';
 import { errorLine, page } from './pages.ts';

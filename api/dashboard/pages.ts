@@ -11,7 +11,7 @@ import type {
   MerchantUsersTable,
   PaymentsTable,
 } from '../../projections/schema.ts';
-import { formatFiatAmount, markup } from '../routes/checkout.ts';
+import { formatFiatAmount, markup, pageHead } from '../routes/checkout.ts';
 import type { DashboardSession } from './sessions.ts';
 
 type Html = ReturnType<typeof markup>;
@@ -50,12 +50,7 @@ export function page(title: string, body: Html, session?: DashboardSession): str
   return markup`<!doctype html>
     <html lang="en">
       <head>
-        <meta charset="utf-8" />
-        <meta name="viewport" content="width=device-width, initial-scale=1" />
-        <meta name="referrer" content="no-referrer" />
-        <title>${title} · Dashboard</title>
-        <link rel="icon" href="data:," />
-        <link rel="stylesheet" href="/dashboard/assets/dashboard.css" />
+        ${pageHead(`${title} · Dashboard`, '/dashboard/assets/dashboard.css')}
       </head>
       <body>
         ${session && nav(session)}

@@ -3,7 +3,7 @@
 // with Approve and Cancel. Offered only to the roles that may; the server
 // checks again whatever the page offered.
 import { roleAllows } from '../../domain/merchant-user.ts';
-import type { RefundView } from '../../projections/refunds.ts';
+import type { RefundView } from '../../projections/contract/refund.ts';
 import { markup } from '../routes/checkout.ts';
 import { csrfField, errorLine, page, reauthenticationFields } from './pages.ts';
 import type { DashboardSession } from './sessions.ts';

@@ -21,12 +21,15 @@ import { hashInviteToken, userIdOf } from '../../commands/merchant-users.ts';
 import type { Actor } from '../../commands/handle.ts';
 import { invoiceAddresses, invoiceRow } from '../../projections/invoice-queries.ts';
 import { invoiceCounts, invoicesNeedingAttention } from '../../projections/overview.ts';
-import { listRefunds, refundById, refundsWaiting, refundView } from '../../projections/refunds.ts';
+import { listRefunds, refundById, refundsWaiting } from '../../projections/refunds.ts';
+import { refundView } from '../../projections/contract/refund.ts';
+import { paymentUrlOf } from '../../projections/contract/invoice.ts';
 import { invoiceDecider, invoiceStreamName, refundableOf } from '../../domain/invoice.ts';
 import { formatUnits } from '../../domain/money.ts';
 import { loadState } from '../../commands/handle.ts';
 import type { NewRefund } from '../../commands/refunds.ts';
-import { settlementsNeedingAttention } from '../../projections/settlements.ts';
+import { merchantApiKeys, merchantUsers } from '../../projections/merchants.ts';
+import { settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
 import type { Authentication } from '../auth.ts';
 import type { DashboardSessions } from './sessions.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
@@ -429,7 +432,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         row,
         addresses,
         payments,
-        `${config.publicBaseUrl}/checkout/${row.id}`,
+        paymentUrlOf(config.publicBaseUrl, row.id),
         markup`${section}${history}`,
       ),
     );
@@ -575,12 +578,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
   // ---- Developers: API keys ------------------------------------------------------------
 
   const keysOf = async (merchantId: string) => {
-    const keys = await db
-      .selectFrom('api_keys')
-      .selectAll()
-      .where('merchant_id', '=', merchantId)
-      .orderBy('created_at')
-      .execute();
+    const keys = await merchantApiKeys(db, merchantId);
     const lastUsed = await ctx.keyUsage.lastUsed(keys.map((k) => k.id));
     return keys.map((k) => ({ ...k, lastUsedAt: lastUsed.get(k.id) }));
   };
@@ -688,8 +686,6 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   // ---- Team ----------------------------------------------------------------------------
 
-  const teamOf = (merchantId: string) =>
-    db.selectFrom('merchant_users').selectAll().where('merchant_id', '=', merchantId).orderBy('invited_at').execute();
   const teamAnswer = async (
     reply: FastifyReply,
     session: DashboardSession,
@@ -699,7 +695,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     html(
       reply,
       status,
-      teamPage(session, await teamOf(session.merchantId), {
+      teamPage(session, await merchantUsers(db, session.merchantId), {
         reauthenticate: needsReauthentication(session, new Date()) && !options.invited,
         ...options,
       }),

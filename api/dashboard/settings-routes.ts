@@ -8,7 +8,7 @@ import type { Actor } from '../../commands/handle.ts';
 import { catalogue, isChainName } from '../../domain/catalogue.ts';
 import type { DashboardPermission } from '../../domain/merchant-user.ts';
 import { listActivity } from '../../projections/activity.ts';
-import { listSettlements } from '../../projections/settlements.ts';
+import { listSettlements } from '../../projections/settlement-queries.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
 import type { ChainName } from '../../domain/catalogue.ts';
 import type { MerchantCommands } from '../../commands/merchants.ts';

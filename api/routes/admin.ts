@@ -20,13 +20,15 @@ import type { Actor } from '../../commands/handle.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { settlementWalletProblem } from '../settlement-wallet.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
-import { Nullable, Pagination, data } from './schemas.ts';
+import { data, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
 import { newestFirst } from '../../projections/paging.ts';
-import { settlementsNeedingAttention, settlementView } from '../../projections/settlements.ts';
+import { merchantApiKeys, merchantUsers } from '../../projections/merchants.ts';
+import { settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
+import { settlementView } from '../../projections/contract/settlement.ts';
 import { resolveSettlementAttention } from '../../commands/settlements.ts';
-import { SettlementSchema } from './settlements.ts';
-import { pageOf } from './query.ts';
+import { SETTLEMENT_STATUSES, SettlementSchema } from './settlements.ts';
+import { pageOf, pagination } from './query.ts';
 import { isUserRole, userRoles } from '../../domain/merchant-user.ts';
 import type { MerchantUsersTable } from '../../projections/schema.ts';
 
@@ -227,17 +229,11 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
         summary: "Every merchant's settlements, newest first; status=failed for those that need a person",
         security,
         querystring: Type.Object({
-          status: Type.Optional(
-            OneOf(
-              ['pending', 'submitted', 'completed', 'failed'] as const,
-              'Status must be one of pending, submitted, completed, failed',
-            ),
-          ),
+          status: StatusQuery(SETTLEMENT_STATUSES),
           merchantId: Type.Optional(Uuid),
-          limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
-          page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+          ...PageQuery,
         }),
-        response: { 200: Type.Object({ data: Type.Array(SettlementSchema), pagination: Pagination }) },
+        response: { 200: Paged(SettlementSchema) },
       },
     },
     async (request) => {
@@ -249,7 +245,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       const { rows, total } = await newestFirst(query, { limit, page });
       return {
         data: rows.map(settlementView),
-        pagination: { total, page, limit, totalPages: Math.ceil(total / limit) },
+        pagination: pagination(total, { limit, page }),
       };
     },
   );
@@ -508,12 +504,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
     },
     async (request) => {
       await merchants.existingMerchant(request.params.id);
-      const rows = await db
-        .selectFrom('api_keys')
-        .selectAll()
-        .where('merchant_id', '=', request.params.id)
-        .orderBy('created_at')
-        .execute();
+      const rows = await merchantApiKeys(db, request.params.id);
       return {
         data: rows.map((r) =>
           apiKeyView({
@@ -608,13 +599,7 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
     },
     async (request) => {
       await merchants.existingMerchant(request.params.id);
-      const rows = await db
-        .selectFrom('merchant_users')
-        .selectAll()
-        .where('merchant_id', '=', request.params.id)
-        .orderBy('invited_at')
-        .execute();
-      return { data: rows.map(userView) };
+      return { data: (await merchantUsers(db, request.params.id)).map(userView) };
     },
   );
 

@@ -4,6 +4,7 @@
 // follows the payment live. Nothing is loaded from another host, so the page
 // can run under a strict Content-Security-Policy.
 import { readFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import type { ChainName } from '../../domain/catalogue.ts';
 import { parseUnits } from '../../domain/money.ts';
@@ -101,16 +102,20 @@ export function formatFiatAmount(amount: string, currency: string): string {
   }
 }
 
-export function layout(title: string, body: SafeHtml, script: boolean): string {
-  return markup`<!doctype html>
-    <html lang="en">
-      <head>
-        <meta charset="utf-8" />
+/** The head every page begins with (the dashboard's too): no referrer leaves it, no favicon is asked for. */
+export const pageHead = (title: string, stylesheet: string) =>
+  markup`<meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <meta name="referrer" content="no-referrer" />
         <title>${title}</title>
         <link rel="icon" href="data:," />
-        <link rel="stylesheet" href="/checkout/assets/checkout.css" />
+        <link rel="stylesheet" href="${stylesheet}" />`;
+
+export function layout(title: string, body: SafeHtml, script: boolean): string {
+  return markup`<!doctype html>
+    <html lang="en">
+      <head>
+        ${pageHead(title, '/checkout/assets/checkout.css')}
         ${script && markup`<script type="module" src="/checkout/assets/checkout.js"></script>`}
       </head>
       <body>
@@ -203,18 +208,24 @@ function notFoundPage(): string {
 // ---- Assets ------------------------------------------------------------------
 
 /**
- * The client script, its types stripped when it is first asked for: esbuild
- * (tsx's own transpiler) rather than the TypeScript compiler, which stayed
- * resident at ~150 MB. esbuild is loaded then, not at start (an instance
- * that serves no checkout page never holds it), and its helper process is
- * stopped once done.
+ * The client script, bundled with what it imports (live.client.ts) and its
+ * types stripped when it is first asked for: esbuild (tsx's own transpiler)
+ * rather than the TypeScript compiler, which stayed resident at ~150 MB.
+ * esbuild is loaded then, not at start (an instance that serves no checkout
+ * page never holds it), and its helper process is stopped once done.
  */
 async function clientScript(file: URL): Promise<string> {
-  const source = await readFile(file, 'utf8');
   const esbuild = await import('esbuild');
   try {
-    const { code } = await esbuild.transform(source, { loader: 'ts', format: 'esm', target: 'es2020' });
-    return code;
+    const { outputFiles } = await esbuild.build({
+      entryPoints: [fileURLToPath(file)],
+      bundle: true,
+      write: false,
+      format: 'esm',
+      target: 'es2020',
+      logLevel: 'silent',
+    });
+    return outputFiles[0]!.text;
   } finally {
     await esbuild.stop();
   }

@@ -14,20 +14,14 @@ import {
   invoiceDecider,
   invoiceStreamName,
   refundableOf,
-  refundStatusOf,
   type AssignedAddress,
   type Invoice,
 } from '../../domain/invoice.ts';
 import type { ChainName } from '../../domain/catalogue.ts';
 import { formatFiat, formatUnits, parseUnits, FIAT_DECIMALS } from '../../domain/money.ts';
 import { paymentStreamName } from '../../domain/payment.ts';
-import {
-  invoiceAddresses,
-  invoiceRow,
-  invoiceStatus,
-  invoiceView,
-  listInvoices,
-} from '../../projections/invoice-queries.ts';
+import { invoiceAddresses, invoiceRow, invoiceStatus, listInvoices } from '../../projections/invoice-queries.ts';
+import { invoiceView, invoiceViewOf } from '../../projections/contract/invoice.ts';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
 import { keyActor, type Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
@@ -37,8 +31,8 @@ import type { ReadModels, ReadModelTables } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
-import { pageOf, timeOf, UUID } from './query.ts';
-import { Nullable, data, Pagination } from './schemas.ts';
+import { pageOf, pagination, timeOf, UUID } from './query.ts';
+import { CreatedQuery, data, IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 
 const MAX_INVOICE_MINUTES = 525_600;
 
@@ -171,19 +165,11 @@ const EventSchema = Type.Object({
   ),
 });
 const ListQuery = Type.Object({
-  status: Type.Optional(
-    Type.String({
-      enum: ['pending', 'confirmed', 'settled', 'expired'],
-      errorMessage: 'Status must be one of pending, confirmed, settled, expired',
-    }),
-  ),
+  status: StatusQuery(['pending', 'confirmed', 'settled', 'expired']),
   currency: Type.Optional(Type.String()),
-  from: Type.Optional(Type.String({ description: 'ISO 8601; created on or after' })),
-  to: Type.Optional(Type.String({ description: 'ISO 8601; created on or before' })),
-  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
-  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+  ...CreatedQuery,
+  ...PageQuery,
 });
-const IdParams = Type.Object({ id: Type.String() });
 
 type InvoiceInput = Static<typeof InvoiceBody>;
 
@@ -293,23 +279,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
     };
   }
 
-  const viewOf = (invoice: Invoice) =>
-    invoiceView(
-      {
-        id: invoice.id,
-        merchant_id: invoice.merchantId,
-        amount: invoice.amount,
-        currency: invoice.currency,
-        status: invoice.status,
-        description: invoice.description,
-        expires_at: new Date(invoice.expiresAt),
-        webhook_url: invoice.webhookUrl,
-        refund_status: refundStatusOf(invoice),
-        created_at: new Date(invoice.createdAt),
-        updated_at: new Date(invoice.updatedAt),
-      },
-      config.publicBaseUrl,
-    );
+  const viewOf = (invoice: Invoice) => invoiceViewOf(invoice, config.publicBaseUrl);
 
   app.post(
     '/api/v1/payments',
@@ -372,7 +342,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
         summary: "List the merchant's invoices, newest first",
         security: key,
         querystring: ListQuery,
-        response: { 200: Type.Object({ data: Type.Array(InvoiceSchema), pagination: Pagination }) },
+        response: { 200: Paged(InvoiceSchema) },
       },
     },
     async (request) => {
@@ -390,7 +360,7 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
       });
       return {
         data: rows.map((r) => invoiceView(r, config.publicBaseUrl)),
-        pagination: { total, page, limit, totalPages: Math.ceil(total / limit) },
+        pagination: pagination(total, { limit, page }),
       };
     },
   );

@@ -1,7 +1,23 @@
-// Query-string rules shared by the list endpoints (interface.md, "Limits").
-import { badRequest } from '../errors.ts';
+// Query-string rules shared by the list endpoints (interface.md, "Limits"),
+// and the lookup of the caller's own resource by the id in its path.
+import { badRequest, notFound } from '../errors.ts';
 
 export const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
+/**
+ * The caller's row of the resource `id` names, found by `find` when `id` is a
+ * UUID; else the contract's 404 with `message`, also for another merchant's.
+ */
+export async function ownRow<Row extends { merchant_id: string }>(
+  id: string,
+  merchantId: string,
+  find: (id: string) => Promise<Row | undefined>,
+  message: string,
+): Promise<Row> {
+  const row = UUID.test(id) ? await find(id) : undefined;
+  if (!row || row.merchant_id !== merchantId) throw notFound(message);
+  return row;
+}
 
 /** `limit` 1–100 (default 20) and `page` from 1 (default 1). */
 export function pageOf(query: { limit?: string; page?: string }): { limit: number; page: number } {
@@ -10,6 +26,14 @@ export function pageOf(query: { limit?: string; page?: string }): { limit: numbe
     page: wholeNumber(query.page, 1, 'Page must be a whole number of at least 1', 1, 1_000_000),
   };
 }
+
+/** The `pagination` block of a list answer. */
+export const pagination = (total: number, { limit, page }: { limit: number; page: number }) => ({
+  total,
+  page,
+  limit,
+  totalPages: Math.ceil(total / limit),
+});
 
 function wholeNumber(raw: string | undefined, fallback: number, message: string, min: number, max: number): number {
   if (raw === undefined) return fallback;

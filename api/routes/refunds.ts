@@ -2,22 +2,18 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import {
-  listRefunds,
-  publicRefundView,
-  refundByClaimToken,
-  refundById,
-  refundView,
-} from '../../projections/refunds.ts';
+import { listRefunds, refundByClaimToken, refundById } from '../../projections/refunds.ts';
+import { publicRefundView, refundView } from '../../projections/contract/refund.ts';
 import { keyActor, type Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { RefundCommands } from '../../commands/refunds.ts';
-import type { ReadModels } from '../../projections/schema.ts';
+import type { ReadModels, RefundsTable } from '../../projections/schema.ts';
+import type { Actor } from '../../commands/handle.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
-import { pageOf, UUID } from './query.ts';
-import { data, Nullable, Pagination } from './schemas.ts';
+import { ownRow, pageOf, pagination, UUID } from './query.ts';
+import { data, IdParams, Nullable, PageQuery, Paged } from './schemas.ts';
 
 export const RefundSchema = Type.Object({
   id: Type.String(),
@@ -79,10 +75,8 @@ const RefundBody = Type.Object(
 const ListQuery = Type.Object({
   status: Type.Optional(Type.String()),
   invoiceId: Type.Optional(Type.String()),
-  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
-  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+  ...PageQuery,
 });
-const IdParams = Type.Object({ id: Type.String() });
 const ClaimParams = Type.Object({ claimToken: Type.String({ maxLength: 128 }) });
 const DestinationBody = Type.Object({
   address: Type.String({ minLength: 1, maxLength: 128, errorMessage: 'address is required' }),
@@ -101,14 +95,9 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RefundRouteDeps)
   const { auth, db, refunds, settle, caughtUp, config } = ctx;
   const key = [{ apiKey: [] }];
   const view = (row: Parameters<typeof refundView>[0]) => refundView(row, config.publicBaseUrl);
-  /** The key that asked, recorded on the refund's events as the dashboard records its user. */
-
   /** The caller's refund, or 404 as refunds.md says (also for another merchant's). */
-  async function ownRefund(id: string, merchantId: string) {
-    const row = UUID.test(id) ? await refundById(db, id) : undefined;
-    if (!row || row.merchant_id !== merchantId) throw notFound('Refund not found');
-    return row;
-  }
+  const ownRefund = (id: string, merchantId: string) =>
+    ownRow(id, merchantId, (refundId) => refundById(db, refundId), 'Refund not found');
 
   app.post(
     '/api/v1/invoices/:id/refunds',
@@ -146,7 +135,7 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RefundRouteDeps)
         summary: "List the merchant's refunds, newest first",
         security: key,
         querystring: ListQuery,
-        response: { 200: Type.Object({ data: Type.Array(RefundSchema), pagination: Pagination }) },
+        response: { 200: Paged(RefundSchema) },
       },
     },
     async (request) => {
@@ -159,7 +148,7 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RefundRouteDeps)
         { merchantId: request.caller!.merchantId, status: q.status, invoiceId: q.invoiceId },
         { limit, page },
       );
-      return { data: rows.map(view), pagination: { total, page, limit, totalPages: Math.ceil(total / limit) } };
+      return { data: rows.map(view), pagination: pagination(total, { limit, page }) };
     },
   );
 
@@ -178,43 +167,35 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RefundRouteDeps)
     async (request) => ({ data: view(await ownRefund(request.params.id, request.caller!.merchantId)) }),
   );
 
-  app.post(
-    '/api/v1/refunds/:id/cancel',
+  // Cancel and approve: a command on the caller's refund, answered with the refund as it then stands.
+  const decisions = [
     {
-      onRequest: auth.merchant('refunds:write'),
-      schema: {
-        tags: ['refunds'],
-        summary: 'Cancel a refund before it is sent',
-        security: key,
-        params: IdParams,
-        response: { 200: data(RefundSchema) },
-      },
+      name: 'cancel',
+      permission: 'refunds:write',
+      summary: 'Cancel a refund before it is sent',
+      decide: (row: RefundsTable, actor: Actor) => refunds.cancel(row.id, actor),
     },
-    async (request) => {
-      const row = await ownRefund(request.params.id, request.caller!.merchantId);
-      await settle((await refunds.cancel(row.id, keyActor(request))).position);
-      return { data: view((await refundById(db, row.id))!) };
-    },
-  );
-
-  app.post(
-    '/api/v1/refunds/:id/approve',
     {
-      onRequest: auth.merchant('refunds:approve'),
-      schema: {
-        tags: ['refunds'],
-        summary: 'Approve a refund: it is paid from the deposit or the refund wallet; approving again is harmless',
-        security: key,
-        params: IdParams,
-        response: { 200: data(RefundSchema) },
+      name: 'approve',
+      permission: 'refunds:approve',
+      summary: 'Approve a refund: it is paid from the deposit or the refund wallet; approving again is harmless',
+      decide: (row: RefundsTable, actor: Actor) => refunds.approve(row.merchant_id, row.id, actor),
+    },
+  ] as const;
+  for (const { name, permission, summary, decide } of decisions) {
+    app.post(
+      `/api/v1/refunds/:id/${name}`,
+      {
+        onRequest: auth.merchant(permission),
+        schema: { tags: ['refunds'], summary, security: key, params: IdParams, response: { 200: data(RefundSchema) } },
       },
-    },
-    async (request) => {
-      const row = await ownRefund(request.params.id, request.caller!.merchantId);
-      await settle((await refunds.approve(row.merchant_id, row.id, keyActor(request))).position);
-      return { data: view((await refundById(db, row.id))!) };
-    },
-  );
+      async (request) => {
+        const row = await ownRefund(request.params.id, request.caller!.merchantId);
+        await settle((await decide(row, keyActor(request))).position);
+        return { data: view((await refundById(db, row.id))!) };
+      },
+    );
+  }
 
   app.get(
     '/api/v1/refund-wallets',

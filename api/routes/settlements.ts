@@ -2,14 +2,15 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
 import { Type } from 'typebox';
-import { listSettlements, settlementView } from '../../projections/settlements.ts';
+import { listSettlements } from '../../projections/settlement-queries.ts';
+import { settlementView } from '../../projections/contract/settlement.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import type { Authentication } from '../auth.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { ReadModels } from '../../projections/schema.ts';
 import { forbidden, notFound } from '../errors.ts';
-import { pageOf, timeOf, UUID } from './query.ts';
-import { Nullable, Pagination } from './schemas.ts';
+import { pageOf, pagination, timeOf, UUID } from './query.ts';
+import { CreatedQuery, IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 
 export const SettlementSchema = Type.Object({
   id: Type.String(),
@@ -35,20 +36,14 @@ export const SettlementSchema = Type.Object({
   attempts: Type.Integer({ description: 'attempts that reached the chain or failed trying' }),
   nextAttemptAt: Nullable(Type.String({ description: 'when a failed settlement is tried again; null when final' })),
 });
+/** The statuses a settlement list can be narrowed to. */
+export const SETTLEMENT_STATUSES = ['pending', 'submitted', 'completed', 'failed'];
 const ListQuery = Type.Object({
-  status: Type.Optional(
-    Type.String({
-      enum: ['pending', 'submitted', 'completed', 'failed'],
-      errorMessage: 'Status must be one of pending, submitted, completed, failed',
-    }),
-  ),
+  status: StatusQuery(SETTLEMENT_STATUSES),
   chain: Type.Optional(Type.String()),
-  from: Type.Optional(Type.String({ description: 'ISO 8601; created on or after' })),
-  to: Type.Optional(Type.String({ description: 'ISO 8601; created on or before' })),
-  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
-  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+  ...CreatedQuery,
+  ...PageQuery,
 });
-const IdParams = Type.Object({ id: Type.String() });
 /** What these routes use of the service. */
 export interface SettlementRouteDeps extends Pick<ReadYourWrites, 'readInvoice'> {
   auth: Authentication;
@@ -99,7 +94,7 @@ export async function settlementRoutes(scope: FastifyInstance, { auth, db, readI
         summary: "List the merchant's settlements, newest first",
         security,
         querystring: ListQuery,
-        response: { 200: Type.Object({ data: Type.Array(SettlementSchema), pagination: Pagination }) },
+        response: { 200: Paged(SettlementSchema) },
       },
     },
     async (request) => {
@@ -118,7 +113,7 @@ export async function settlementRoutes(scope: FastifyInstance, { auth, db, readI
       );
       return {
         data: rows.map(settlementView),
-        pagination: { total, page, limit, totalPages: Math.ceil(total / limit) },
+        pagination: pagination(total, { limit, page }),
       };
     },
   );

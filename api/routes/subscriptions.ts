@@ -14,7 +14,7 @@ import {
   type BillingInterval,
 } from '../../domain/plan.ts';
 import { checkEnrollmentInput, subscriberStatuses, subscriberView } from '../../domain/subscriber.ts';
-import { invoiceView } from '../../projections/invoice-queries.ts';
+import { invoiceView } from '../../projections/contract/invoice.ts';
 import {
   listPlans,
   listSubscriberInvoices,
@@ -30,8 +30,8 @@ import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { SubscriptionCommands } from '../../commands/subscriptions.ts';
 import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
-import { pageOf, UUID } from './query.ts';
-import { Nullable, data, Pagination } from './schemas.ts';
+import { ownRow, pageOf, pagination, UUID } from './query.ts';
+import { data, IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 import { InvoiceSchema } from './invoices.ts';
 
 // Field types are checked in the handlers, so that every failure carries a clear message of its own.
@@ -103,27 +103,15 @@ const SubscriberSchema = Type.Object({
   metadata: Nullable(Type.Object({}, { additionalProperties: true })),
   createdAt: Type.String(),
 });
-const PageQuery = {
-  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
-  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
-};
 const PlanListQuery = Type.Object({
-  status: Type.Optional(
-    Type.String({ enum: ['active', 'archived'], errorMessage: 'Status must be one of active, archived' }),
-  ),
+  status: StatusQuery(['active', 'archived']),
   ...PageQuery,
 });
 const SubscriberListQuery = Type.Object({
   planId: Type.Optional(Type.String({ description: 'Only subscribers of this plan' })),
-  status: Type.Optional(
-    Type.String({
-      enum: [...subscriberStatuses],
-      errorMessage: `Status must be one of ${subscriberStatuses.join(', ')}`,
-    }),
-  ),
+  status: StatusQuery(subscriberStatuses),
   ...PageQuery,
 });
-const IdParams = Type.Object({ id: Type.String() });
 
 const PLAN_NOT_FOUND = 'Subscription plan not found';
 const SUBSCRIBER_NOT_FOUND = 'Subscriber not found';
@@ -147,12 +135,6 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
   const app = scope.withTypeProvider<TypeBoxTypeProvider>();
   const { auth, db, config, settle, subscriptions } = ctx;
   const security = [{ apiKey: [] }];
-  const pagination = (total: number, page: number, limit: number) => ({
-    total,
-    page,
-    limit,
-    totalPages: Math.ceil(total / limit),
-  });
 
   app.post(
     '/api/v1/subscriptions/plans',
@@ -209,7 +191,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         summary: "List the merchant's subscription plans, newest first",
         security,
         querystring: PlanListQuery,
-        response: { 200: Type.Object({ data: Type.Array(PlanSchema), pagination: Pagination }) },
+        response: { 200: Paged(PlanSchema) },
       },
     },
     async (request) => {
@@ -220,16 +202,13 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         limit,
         page,
       });
-      return { data: rows.map(planRowView), pagination: pagination(total, page, limit) };
+      return { data: rows.map(planRowView), pagination: pagination(total, { limit, page }) };
     },
   );
 
   /** The caller's plan row, or 404 (also for another merchant's plan). */
-  async function ownPlan(id: string, merchantId: string) {
-    const row = UUID.test(id) ? await planRow(db, id) : undefined;
-    if (!row || row.merchant_id !== merchantId) throw notFound(PLAN_NOT_FOUND);
-    return row;
-  }
+  const ownPlan = (id: string, merchantId: string) =>
+    ownRow(id, merchantId, (planId) => planRow(db, planId), PLAN_NOT_FOUND);
 
   app.get(
     '/api/v1/subscriptions/plans/:id',
@@ -316,7 +295,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         summary: "List the merchant's subscribers, newest first, by plan and status",
         security,
         querystring: SubscriberListQuery,
-        response: { 200: Type.Object({ data: Type.Array(SubscriberSchema), pagination: Pagination }) },
+        response: { 200: Paged(SubscriberSchema) },
       },
     },
     async (request) => {
@@ -330,16 +309,13 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         limit,
         page,
       });
-      return { data: rows.map(subscriberRowView), pagination: pagination(total, page, limit) };
+      return { data: rows.map(subscriberRowView), pagination: pagination(total, { limit, page }) };
     },
   );
 
   /** The caller's subscriber row, or 404 (also for another merchant's subscriber). */
-  async function ownSubscriber(id: string, merchantId: string) {
-    const row = UUID.test(id) ? await subscriberRow(db, id) : undefined;
-    if (!row || row.merchant_id !== merchantId) throw notFound(SUBSCRIBER_NOT_FOUND);
-    return row;
-  }
+  const ownSubscriber = (id: string, merchantId: string) =>
+    ownRow(id, merchantId, (subscriberId) => subscriberRow(db, subscriberId), SUBSCRIBER_NOT_FOUND);
 
   app.get(
     '/api/v1/subscriptions/subscribers/:id',
@@ -368,7 +344,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         security,
         params: IdParams,
         querystring: Type.Object(PageQuery),
-        response: { 200: Type.Object({ data: Type.Array(InvoiceSchema), pagination: Pagination }) },
+        response: { 200: Paged(InvoiceSchema) },
       },
     },
     async (request) => {
@@ -377,7 +353,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
       const { rows, total } = await listSubscriberInvoices(db, subscriber.id, { limit, page });
       return {
         data: rows.map((r) => invoiceView(r, config.publicBaseUrl)),
-        pagination: pagination(total, page, limit),
+        pagination: pagination(total, { limit, page }),
       };
     },
   );

@@ -17,33 +17,9 @@ import {
 import type { Authentication } from '../auth.ts';
 import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
-import { pageOf } from './query.ts';
-import { Nullable, Pagination } from './schemas.ts';
-
-export const WEBHOOK_EVENT_TYPES = [
-  'invoice.confirmed',
-  'invoice.settled',
-  'invoice.overpaid',
-  'invoice.underpaid',
-  'invoice.expired',
-  'settlement.failed',
-  'subscriber.enrolled',
-  'subscriber.activated',
-  'subscriber.renewal_invoice_created',
-  'subscriber.renewed',
-  'subscriber.payment_reversed',
-  'subscriber.past_due',
-  'subscriber.cancellation_scheduled',
-  'subscriber.cancelled',
-  'refund.created',
-  'refund.claimed',
-  'refund.approved',
-  'refund.completed',
-  'refund.failed',
-  'refund.canceled',
-  'refund.expired',
-] as const;
-export type WebhookEventType = (typeof WEBHOOK_EVENT_TYPES)[number];
+import { pageOf, pagination } from './query.ts';
+import { IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
+import { sampleWebhookEvent, WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../projections/contract/webhooks.ts';
 
 const DeliverySchema = Type.Object({
   id: Type.String(),
@@ -77,17 +53,10 @@ const TestResult = Type.Object({
   eventId: Type.String({ description: 'The simulated event, as in the body sent' }),
 });
 const ListQuery = Type.Object({
-  status: Type.Optional(
-    Type.String({
-      enum: [...DELIVERY_STATUSES],
-      errorMessage: `Status must be one of ${DELIVERY_STATUSES.join(', ')}`,
-    }),
-  ),
+  status: StatusQuery(DELIVERY_STATUSES),
   event: Type.Optional(Type.String({ description: 'Event name, e.g. invoice.confirmed' })),
-  limit: Type.Optional(Type.String({ description: '1 to 100, default 20' })),
-  page: Type.Optional(Type.String({ description: '1-indexed, default 1' })),
+  ...PageQuery,
 });
-const IdParams = Type.Object({ id: Type.String() });
 const RedeliverBody = Type.Union([
   Type.Object({
     to: Type.Optional(
@@ -153,7 +122,7 @@ export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks
         summary: "The merchant's webhook deliveries, newest first",
         security,
         querystring: ListQuery,
-        response: { 200: Type.Object({ data: Type.Array(DeliverySchema), pagination: Pagination }) },
+        response: { 200: Paged(DeliverySchema) },
       },
     },
     async (request) => {
@@ -164,7 +133,7 @@ export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks
         limit,
         page,
       });
-      return { data: items, pagination: { total, page, limit, totalPages: Math.ceil(total / limit) } };
+      return { data: items, pagination: pagination(total, { limit, page }) };
     },
   );
 
@@ -243,151 +212,5 @@ export async function sendTestEvent(
     error: result.error,
     deliveryId: delivery.id,
     eventId,
-  };
-}
-
-/**
- * A simulated event of the given type in the envelope real events use
- * ({ eventId, event, createdAt, data }), marked `test: true`, with a sample
- * invoice or subscriber of the real shape, so receivers can exercise their
- * whole handler, signature check included.
- */
-export function sampleWebhookEvent(event: WebhookEventType, eventId: string, merchantId: string, now: Date) {
-  const createdAt = now.toISOString();
-  const subscriber = event.startsWith('subscriber.') ? sampleSubscriber(event, merchantId, now) : undefined;
-  // Subscriber events carry externalId and metadata beside the subscriber, as the real ones do.
-  const data =
-    event === 'settlement.failed'
-      ? sampleFailedSettlement(now)
-      : event.startsWith('refund.')
-        ? sampleRefund(event, now)
-        : subscriber
-          ? { subscriber, externalId: subscriber.externalId, metadata: subscriber.metadata }
-          : { invoice: sampleInvoice(event, merchantId, now) };
-  return { eventId, event, createdAt, test: true, data };
-}
-
-function sampleInvoice(event: WebhookEventType, merchantId: string, now: Date) {
-  const status: Record<string, string> = {
-    'invoice.confirmed': 'confirmed',
-    'invoice.settled': 'settled',
-    'invoice.overpaid': 'confirmed',
-    'invoice.underpaid': 'partial',
-    'invoice.expired': 'expired',
-  };
-  const received: Record<string, string> = {
-    'invoice.overpaid': '30.00000000',
-    'invoice.underpaid': '12.50000000',
-    'invoice.expired': '0.00000000',
-  };
-  const totalReceivedAmount = received[event] ?? '25.00000000';
-  const paid = totalReceivedAmount !== '0.00000000';
-  return {
-    id: randomUUID(),
-    merchantId,
-    amount: '25.00',
-    currency: 'USD',
-    status: status[event] ?? 'confirmed',
-    description: 'Test invoice',
-    expiresAt: new Date(now.getTime() + 30 * 60_000).toISOString(),
-    createdAt: new Date(now.getTime() - 10 * 60_000).toISOString(),
-    updatedAt: now.toISOString(),
-    metadata: { orderId: 'test_order_123' },
-    chain: 'tron',
-    cryptoCurrency: 'USDT',
-    cryptoAmount: '25.00000000',
-    totalReceivedAmount,
-    remainingAmount:
-      event === 'invoice.underpaid' ? '12.50000000' : event === 'invoice.expired' ? '25.00000000' : '0.00000000',
-    paymentIssueType: event === 'invoice.overpaid' ? 'overpaid' : event === 'invoice.underpaid' ? 'underpaid' : null,
-    txHash: paid ? `test_${randomUUID().replace(/-/g, '')}` : null,
-    settledAmount: event === 'invoice.settled' ? '24.75000000' : null,
-  };
-}
-
-/** A Refund as the `refund.*` webhooks carry it, in the state the event leaves it. */
-function sampleRefund(event: WebhookEventType, now: Date) {
-  const status: Record<string, string> = {
-    'refund.created': 'awaiting_destination',
-    'refund.claimed': 'awaiting_approval',
-    'refund.approved': 'sending',
-    'refund.completed': 'completed',
-    'refund.failed': 'failed',
-    'refund.canceled': 'canceled',
-    'refund.expired': 'expired',
-  };
-  const approved = ['refund.approved', 'refund.completed', 'refund.failed'].includes(event);
-  const claimed = approved || event === 'refund.claimed';
-  const sent = event === 'refund.completed' || event === 'refund.failed';
-  const createdAt = new Date(now.getTime() - 60 * 60_000);
-  return {
-    id: randomUUID(),
-    invoiceId: randomUUID(),
-    status: status[event]!,
-    chain: 'tron',
-    token: 'USDT',
-    amount: '5.000000',
-    networkFee: '0.000000',
-    netAmount: '5.000000',
-    fiatAmount: '5.00000000',
-    fiatCurrency: 'USD',
-    reason: 'Overpaid',
-    destination: claimed ? 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH' : null,
-    claimUrl: approved ? null : `https://pay.example.com/refunds/test_${randomUUID().replace(/-/g, '')}`,
-    claimExpiresAt: new Date(createdAt.getTime() + 30 * 86_400_000).toISOString(),
-    fundedFrom: approved ? 'refund_wallet' : null,
-    transactionHash: sent ? `test_${randomUUID().replace(/-/g, '')}` : null,
-    createdAt: createdAt.toISOString(),
-    updatedAt: now.toISOString(),
-    approvedAt: approved ? now.toISOString() : null,
-    completedAt: event === 'refund.completed' ? now.toISOString() : null,
-  };
-}
-
-/** A Settlement that failed, as `settlement.failed` carries it. */
-function sampleFailedSettlement(now: Date) {
-  return {
-    id: randomUUID(),
-    invoiceId: randomUUID(),
-    amount: '24.75000000',
-    grossAmount: '25.00000000',
-    currency: 'USDT',
-    chain: 'tron',
-    transactionHash: null,
-    merchantWallet: 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH',
-    status: 'failed',
-    initiatedAt: null,
-    completedAt: null,
-    failedAt: now.toISOString(),
-    createdAt: new Date(now.getTime() - 60_000).toISOString(),
-    updatedAt: now.toISOString(),
-    failureReason: 'node_unavailable',
-    attempts: 1,
-    nextAttemptAt: new Date(now.getTime() + 10_000).toISOString(),
-  };
-}
-
-const subscriberStatusAfter: Partial<Record<WebhookEventType, string>> = {
-  'subscriber.enrolled': 'pending',
-  'subscriber.past_due': 'past_due',
-  'subscriber.payment_reversed': 'pending',
-  'subscriber.cancelled': 'cancelled',
-};
-
-function sampleSubscriber(event: WebhookEventType, merchantId: string, now: Date) {
-  const day = 24 * 60 * 60_000;
-  return {
-    id: randomUUID(),
-    merchantId,
-    planId: randomUUID(),
-    email: 'subscriber@example.com',
-    externalId: 'test_customer_123',
-    status: subscriberStatusAfter[event] ?? 'active',
-    currentPeriodStart: now.toISOString(),
-    currentPeriodEnd: new Date(now.getTime() + 30 * day).toISOString(),
-    gracePeriodEndsAt: new Date(now.getTime() + 3 * day).toISOString(),
-    cancelAtEnd: event === 'subscriber.cancellation_scheduled',
-    metadata: { plan: 'test' },
-    createdAt: now.toISOString(),
   };
 }

@@ -131,6 +131,7 @@ export const payoutQueueProjector: Projector = {
         await enqueue(trx, payoutId, 'settlement', event.data, now);
         return;
       case 'SettlementCompleted':
+      case 'SettlementRefundedInFull':
         await trx.deleteFrom('payout_queue').where('payout_id', '=', payoutId).execute();
         return;
       case 'SettlementFailed':

@@ -13,7 +13,7 @@ import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { DomainError } from '../domain/decider.ts';
-import type { ChainAdapter, PreparedTransaction } from '../adapters/chains/port.ts';
+import { canPay, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
 import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
@@ -237,24 +237,34 @@ export type RefundCommands = ReturnType<typeof refundCommands>;
 const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivationIndex: 0 };
 
 /**
- * The deposit pays the refund when the invoice's settlement, on the same
- * asset and address, takes the hold: decided on the settlement's stream, so
- * a refund and the settlement's payout never both spend the same coins.
- * Undefined when it does not (already being paid out, another asset, no
- * settlement, or on a chain whose payouts spend coins whole another refund
- * from the deposit on its way).
+ * The deposit pays the refund when the invoice's settlement, paying out the
+ * address the refunded token arrived on, takes the hold: decided on the
+ * settlement's stream, so a refund and the settlement's payout never both
+ * spend from that address at once (refunds.md: from the deposit while the
+ * settlement is not prepared, a wrong-token payment included). Undefined
+ * when it does not (already being paid out, another address, no settlement,
+ * or on a chain whose payouts spend coins whole another refund from the
+ * deposit on its way).
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
   const { store, clock } = deps;
   const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
   const settlement = await loadState(store, settlementDecider, stream);
-  if (!settlement) return undefined;
+  if (!settlement || settlement.chain !== refund.chain) return undefined;
+  const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
+  const paidTo = new Set(
+    invoice?.payments
+      .filter((p) => !p.withdrawn && p.chain === refund.chain && p.token === refund.token)
+      .map((p) => p.address),
+  );
+  // Paid to more than one address: no one deposit holds it all.
+  if (paidTo.size !== 1) return undefined;
   try {
     await handleCommand(store, settlementDecider, stream, {
       type: 'HoldForRefund',
       refundId: refund.id,
       token: refund.token,
-      fromAddress: settlement.fromAddress,
+      fromAddress: [...paidTo][0]!,
       amount: refund.amount,
       ...(deps.chains.get(refund.chain as ChainName)?.spendsCoinsWhole && { oneAtATime: true }),
       now: clock.now().toISOString(),
@@ -305,13 +315,13 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
       return { fundedFrom: 'refund_wallet', fromAddress: wallet.address, derivationIndex: wallet.derivationIndex };
     },
 
-    /** The refund wallet holds at least the refund's amount now. */
+    /** The refund wallet can pay the refund's amount now (the chain's own rules, see ChainAdapter.canPay). */
     async holds(
       refund: Pick<Refund, 'merchantId' | 'chain' | 'token' | 'amount'>,
       payer: RefundPayer,
     ): Promise<boolean> {
       const since = await refundWalletSince(store, refund);
-      return (await adapterOf(refund.chain).balanceOf(payer.fromAddress, refund.token, since)) >= refund.amount;
+      return canPay(adapterOf(refund.chain), payer.fromAddress, refund.token, refund.amount, since);
     },
 
     /** GET /api/v1/refund-wallets: each enabled chain's wallet and what it holds of each token. */
@@ -469,9 +479,11 @@ export class RefundPayouts implements PayoutKind {
     const refund = await loadState(store, refundDecider, refundStreamName(refundId));
     if (refund?.status === 'awaiting_funds') {
       const chain = chains.get(refund.chain as ChainName);
+      if (!chain) return { lookAgainInMs: FUNDS_LOOK_MS };
       const since = await refundWalletSince(store, refund);
-      const held = chain ? await chain.balanceOf(refund.payer!.fromAddress, refund.token, since) : 0n;
-      if (held < refund.amount) return { lookAgainInMs: FUNDS_LOOK_MS };
+      if (!(await canPay(chain, refund.payer!.fromAddress, refund.token, refund.amount, since))) {
+        return { lookAgainInMs: FUNDS_LOOK_MS };
+      }
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }
     return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock, this.statuses.take(refundId));

@@ -168,13 +168,26 @@ export type SettlementRetried = DomainEvent<'SettlementRetried', { attempt: numb
  */
 export type SettlementRefundHeld = DomainEvent<
   'SettlementRefundHeld',
-  { refundId: string; amount: string; heldAt: string }
+  {
+    refundId: string;
+    amount: string;
+    /** Another token than the settlement's, paid to its deposit (a wrong-token payment); absent: the settlement's. */
+    token?: string;
+    heldAt: string;
+  }
 >;
 /** The held refund was paid (its amount stays out of the settlement), or will never be (it comes back). */
 export type SettlementRefundReleased = DomainEvent<
   'SettlementRefundReleased',
   { refundId: string; paid: boolean; coins?: RefundCoins; releasedAt: string }
 >;
+/**
+ * Refunds paid from the deposit gave back everything it received: nothing is
+ * left to settle. The settlement ends `completed` with an amount of 0 and no
+ * transaction (interface.md has no state of its own for it); the invoice is
+ * not settled, since nothing reached the merchant.
+ */
+export type SettlementRefundedInFull = DomainEvent<'SettlementRefundedInFull', { closedAt: string }>;
 
 export type SettlementEvent =
   | SettlementRequested
@@ -188,7 +201,8 @@ export type SettlementEvent =
   | SettlementAttentionRaised
   | SettlementAttentionResolved
   | SettlementRefundHeld
-  | SettlementRefundReleased;
+  | SettlementRefundReleased
+  | SettlementRefundedInFull;
 
 export type SettlementCommand =
   | (SettlementSource & {
@@ -222,7 +236,11 @@ export type SettlementCommand =
     }
   | { type: 'Retry'; now: string }
   | { type: 'ResolveAttention'; note: string; now: string }
-  /** Refused (conflict) once a payout is prepared, or for another asset or address: the refund is then paid another way. */
+  /**
+   * Refused (conflict) once a payout is prepared, or from another address: the refund is then paid another way.
+   * Another token on the deposit (a wrong-token payment) is held too, so that the two payouts never run at once
+   * from one address, but takes nothing from the settlement's amount.
+   */
   | {
       type: 'HoldForRefund';
       refundId: string;
@@ -240,6 +258,8 @@ export type SettlementCommand =
 export interface RefundHold {
   refundId: string;
   amount: bigint;
+  /** Another token than the settlement's (a wrong-token payment): its amount is not the settlement's. */
+  token?: string;
   paid: boolean;
   coins?: RefundCoins;
 }
@@ -308,8 +328,9 @@ const failed = (
 const FEES_EXCEED = 'The amount received does not cover the fees';
 const REVERSED = 'The payments of this settlement were withdrawn by a reorganisation of the chain';
 
-/** What refunds paid from the deposit took. */
-const heldForRefunds = (s: Settlement) => s.refundHolds.reduce((sum, h) => sum + h.amount, 0n);
+/** What refunds paid from the deposit took of the settlement's token. */
+const heldForRefunds = (s: Settlement) =>
+  s.refundHolds.reduce((sum, h) => (h.token === undefined ? sum + h.amount : sum), 0n);
 
 /** A refund from the deposit is on its way: the settlement waits for it. */
 export const waitsForRefund = (s: Settlement) => s.refundHolds.some((h) => !h.paid);
@@ -462,11 +483,16 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
   if (!isUnprepared(state) || state.status === 'completed') {
     throw new DomainError('conflict', 'The settlement is already being paid out');
   }
-  if (command.token !== state.token || command.fromAddress !== state.fromAddress) {
-    throw new DomainError('conflict', 'The settlement pays out another asset or address');
+  if (command.fromAddress !== state.fromAddress) {
+    throw new DomainError('conflict', 'The settlement pays out another address');
   }
   if (command.oneAtATime && waitsForRefund(state)) {
     throw new DomainError('conflict', 'Another refund from the deposit is on its way');
+  }
+  if (command.token !== state.token) {
+    // The invoice's reservation already bounds it by what arrived of that token; the settlement only waits.
+    const data = { refundId: command.refundId, amount: command.amount.toString(), token: command.token };
+    return [{ type: 'SettlementRefundHeld', data: { ...data, heldAt: command.now } } satisfies SettlementRefundHeld];
   }
   if (command.amount <= 0n || command.amount > state.grossAmount - heldForRefunds(state)) {
     throw new DomainError('conflict', 'The deposit holds less than the refund');
@@ -477,8 +503,13 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
   };
   const after = evolve(state, held)!;
   const repriced = repricedTo(after, after.grossAmount, after.networkFee, 'refund_held', command.now);
+  // Refunds taking everything leave nothing to fail for: the settlement waits for them, then ends (ReleaseRefund).
+  if (refundsTakeAll(after)) return [held, repriced];
   return [held, ...withFeesFailure(after, repriced, command.now)];
 }
+
+/** Refunds from the deposit take all it received: no fee can be short of anything. */
+const refundsTakeAll = (s: Settlement) => s.grossAmount > 0n && heldForRefunds(s) >= s.grossAmount;
 
 function decide(command: SettlementCommand, state: SettlementState): SettlementEvent[] {
   if (command.type === 'RequestSettlement') return request(command, state);
@@ -506,7 +537,14 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
           releasedAt: command.now,
         },
       };
-      if (command.paid) return [released];
+      if (command.paid || hold.token !== undefined) {
+        const after = evolve(state, released)!;
+        // The last refund out, and nothing left to pay: the settlement ends here, never failed.
+        if (refundsTakeAll(after) && !waitsForRefund(after) && isUnprepared(after)) {
+          return [released, { type: 'SettlementRefundedInFull', data: { closedAt: command.now } }];
+        }
+        return [released];
+      }
       const after = evolve(state, released)!;
       const repriced = repricedTo(after, after.grossAmount, after.networkFee, 'refund_released', command.now);
       return [released, ...withFeesFailure(after, repriced, command.now)];
@@ -622,8 +660,8 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
     case 'SettlementAttentionRaised':
       return { ...state, attention: [...state.attention, event.data], updatedAt: event.data.raisedAt };
     case 'SettlementRefundHeld': {
-      const { refundId, amount, heldAt } = event.data;
-      const hold = { refundId, amount: BigInt(amount), paid: false };
+      const { refundId, amount, token, heldAt } = event.data;
+      const hold = { refundId, amount: BigInt(amount), paid: false, ...(token !== undefined && { token }) };
       return { ...state, refundHolds: [...state.refundHolds, hold], updatedAt: heldAt };
     }
     case 'SettlementRefundReleased': {
@@ -633,6 +671,16 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
         : state.refundHolds.filter((h) => h.refundId !== refundId);
       return { ...state, refundHolds, updatedAt: releasedAt };
     }
+    case 'SettlementRefundedInFull':
+      return {
+        ...state,
+        status: 'completed',
+        failureCode: null,
+        failureReason: null,
+        failedAt: null,
+        completedAt: event.data.closedAt,
+        updatedAt: event.data.closedAt,
+      };
     case 'SettlementAttentionResolved':
       return { ...state, attention: [], updatedAt: event.data.resolvedAt };
     case 'SettlementWalletSet':

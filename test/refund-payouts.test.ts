@@ -120,47 +120,105 @@ describe('refund payouts', () => {
     assert.equal(invoice.refundStatus, 'partial');
   });
 
-  it('before settlement: paid from the deposit, and the settlement re-priced to what is left', async () => {
-    // No wallet yet: the settlement waits, unprepared.
+  /** An overpaid invoice of a merchant with no wallet yet: its settlement waits, unprepared. */
+  async function unsettled() {
     const { key, merchant: m } = await merchant();
-    const { id } = await overpaid(key);
+    const invoice = await overpaid(key);
     await eventually(
-      () => settlementOf(key, id),
+      () => settlementOf(key, invoice.id),
       (s) => s?.status === 'pending',
     );
-    const created = await svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+    return { key, merchantId: m.id, ...invoice };
+  }
+
+  /** A refund to the customer created and approved: paid from the deposit. */
+  async function fromTheDeposit(key: string, invoiceId: string, body: Record<string, unknown>) {
+    const created = await svc.call('POST', `/api/v1/invoices/${invoiceId}/refunds`, {
       token: key,
-      body: { amount: '20', destination: CUSTOMER },
+      body: { ...body, destination: CUSTOMER },
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const approved = await approve(key, created.body.data.id);
     assert.equal(approved.status, 200, JSON.stringify(approved.body));
     assert.equal(approved.body.data.fundedFrom, 'deposit');
     assert.equal(approved.body.data.status, 'sending');
+    return created.body.data.id as string;
+  }
 
-    const completed = await eventuallyMining(
+  const completedRefund = (key: string, refundId: string) =>
+    eventuallyMining(
       () => mine(),
-      async () => (await refundOf(key, created.body.data.id)).body.data,
+      async () => (await refundOf(key, refundId)).body.data,
       (r) => r.status === 'completed',
     );
+
+  /** What one transaction paid `to`, token and base units. */
+  const paidBy = async (to: string, txHash: string) =>
+    (await ledgerTransfersTo(to)).filter((t) => t.txHash === txHash).map((t) => [t.token, t.amount]);
+
+  /** The merchant's wallet set, and what its settlement then paid it. */
+  async function settledToWallet(key: string, merchantId: string, invoiceId: string) {
+    await admin('PATCH', `/admin/v1/merchants/${merchantId}`, { settlementWallets: { ethereum: MERCHANT_WALLET } });
+    const settled = await eventuallyMining(
+      () => mine(),
+      () => settlementOf(key, invoiceId),
+      (s) => s?.status === 'completed',
+    );
+    return paidBy(MERCHANT_WALLET, settled.transactionHash);
+  }
+
+  it('before settlement: paid from the deposit, and the settlement re-priced to what is left', async () => {
+    const { key, merchantId, id } = await unsettled();
+    const completed = await completedRefund(key, await fromTheDeposit(key, id, { amount: '20' }));
     // The merchant gets 120 less the refund's 20 less the platform fee on all 120 (not given back).
     const platformFee = 1_200_000n; // 1% of 120 USDT
     const net = 120_000_000n - 20_000_000n - platformFee;
-    await admin('PATCH', `/admin/v1/merchants/${m.id}`, { settlementWallets: { ethereum: MERCHANT_WALLET } });
-    const settled = await eventuallyMining(
-      () => mine(),
+    assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', net]]);
+    assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 20_000_000n]]);
+  });
+
+  it('a full refund before settlement: the settlement ends completed with nothing to pay, never failed', async () => {
+    const { key, merchantId, id } = await unsettled();
+    const refundId = await fromTheDeposit(key, id, { kind: 'full' });
+    // While the refund is on its way the settlement waits (for a wallet too): it does not fail for its fees.
+    const waiting = await settlementOf(key, id);
+    assert.equal(waiting.status, 'pending');
+    assert.equal(waiting.failureReason, 'no_wallet');
+    const completed = await completedRefund(key, refundId);
+    assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 120_000_000n]]);
+    const ended = await eventually(
       () => settlementOf(key, id),
       (s) => s?.status === 'completed',
     );
-    const toMerchant = (await ledgerTransfersTo(MERCHANT_WALLET)).filter((t) => t.txHash === settled.transactionHash);
-    assert.deepEqual(
-      toMerchant.map((t) => t.amount),
-      [net],
+    assert.equal(ended.amount, '0.000000');
+    assert.equal(ended.transactionHash, null);
+    assert.equal(ended.failureReason, null);
+    assert.equal(ended.failedAt, null);
+    // A wallet set later pays nothing: there is nothing left.
+    await admin('PATCH', `/admin/v1/merchants/${merchantId}`, { settlementWallets: { ethereum: MERCHANT_WALLET } });
+    await mine();
+    await svc.service.payouts.pass();
+    assert.equal((await settlementOf(key, id)).status, 'completed');
+    const invoice = (await svc.call('GET', `/api/v1/invoices/${id}`, { token: key })).body.data;
+    assert.equal(invoice.refundStatus, 'full');
+    assert.equal(invoice.status, 'confirmed', 'nothing reached the merchant: the invoice is not settled');
+  });
+
+  it('a wrong-token payment on a deposit whose settlement is unprepared is refunded from that deposit; the settlement then pays its own token whole', async () => {
+    const { key, merchantId, id, deposit } = await unsettled();
+    await transfer(deposit, '0.5', 'ETH'); // the wrong token
+    await mine(defaultConfirmations.ethereum);
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${id}/refundable`, { token: key })).body.data,
+      (assets) => assets?.length === 2,
     );
-    assert.equal(
-      (await ledgerTransfersTo(CUSTOMER)).filter((t) => t.txHash === completed.transactionHash)[0]?.amount,
-      20_000_000n,
-    );
+    const refundId = await fromTheDeposit(key, id, { chain: 'ethereum', token: 'ETH', kind: 'excess' });
+    const completed = await completedRefund(key, refundId);
+    assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [
+      ['ETH', 500_000_000_000_000_000n - parseUnits(completed.networkFee, 18)!],
+    ]);
+    // The USDT settlement is not re-priced by the ETH refund: 120 less the 1% platform fee.
+    assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', 120_000_000n - 1_200_000n]]);
   });
 
   it('needs refunds:approve to approve, and answers 404 for another merchant', async () => {
@@ -215,9 +273,15 @@ describe('refund payouts', () => {
     assert.match(refused.output, /Refund exceeds the refundable amount/);
   });
 
-  it('a wrong-token payment is refunded in that token, from the refund wallet; a partial refund, a second up to the limit, a third refused', async () => {
+  it('a wrong-token payment after settlement is refunded in that token, from the refund wallet; a partial refund, a second up to the limit, a third refused', async () => {
     const { key } = await merchant(MERCHANT_WALLET);
     const { id, deposit } = await overpaid(key);
+    // Settled first: the deposit's settlement is no longer the one to wait for.
+    await eventuallyMining(
+      () => mine(),
+      async () => (await svc.call('GET', `/api/v1/invoices/${id}`, { token: key })).body.data.status,
+      (status) => status === 'settled',
+    );
     await transfer(deposit, '0.5', 'ETH'); // the wrong token
     await mine(defaultConfirmations.ethereum);
     await eventually(
@@ -231,7 +295,7 @@ describe('refund payouts', () => {
     assert.equal(wrong.status, 201, JSON.stringify(wrong.body));
     assert.equal(wrong.body.data.token, 'ETH');
     const approved = await approve(key, wrong.body.data.id);
-    // The settlement pays USDT out: the ETH is paid from the refund wallet, once the merchant funds it.
+    // The settlement paid USDT out already: the ETH is paid from the refund wallet, once the merchant funds it.
     assert.equal(approved.body.data.fundedFrom, 'refund_wallet');
     assert.equal(approved.body.data.status, 'awaiting_funds');
     const wallet = (await svc.call('GET', '/api/v1/refund-wallets', { token: key })).body.data.find(

@@ -96,6 +96,15 @@ const receipts = (gross: bigint, at = T1): SettlementCommand => ({
   now: at,
 });
 const retried: SettlementEvent = { type: 'SettlementRetried', data: { attempt: 2, retriedAt: T1 } };
+/** A refund from the deposit asking its settlement to hold `amount` of `token`. */
+const holdFor = (refundId: string, amount: bigint, token = 'USDT'): SettlementCommand => ({
+  type: 'HoldForRefund',
+  refundId,
+  token,
+  fromAddress: 'TDeposit',
+  amount,
+  now: T1,
+});
 
 describe('settlement decider', () => {
   it('requests a settlement net of the platform fee, once per invoice', () => {
@@ -342,13 +351,13 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested(null)])
       .when(hold)
       .then([held, repriced('refund_held', '79000000')]);
-    // Held once per refund; another asset, another address, or more than is left is refused.
+    // Held once per refund; another address, or more than is left is refused.
     given(settlementDecider, [requested(null), held])
       .when(hold)
       .then([]);
     given(settlementDecider, [requested(null)])
-      .when({ ...hold, token: 'USDC' })
-      .thenError('conflict', 'The settlement pays out another asset or address');
+      .when({ ...hold, fromAddress: 'TOther' })
+      .thenError('conflict', 'The settlement pays out another address');
     given(settlementDecider, [requested(null), held])
       .when({ ...hold, refundId: 'r2', amount: 80_000_001n })
       .thenError('conflict', 'The deposit holds less than the refund');
@@ -454,6 +463,94 @@ describe('settlement decider', () => {
       ]);
     // Without a recorded payment list (an older settlement) there is nothing to name.
     assert.equal(payoutSources(given(settlementDecider, [requested(null)]).state!), undefined);
+  });
+
+  it("holds for a wrong-token payment's refund from its deposit: nothing re-priced, nothing prepared until it is out", () => {
+    const hold = holdFor('w1', 500_000_000n, 'TRX');
+    const held: SettlementEvent = {
+      type: 'SettlementRefundHeld',
+      data: { refundId: 'w1', amount: '500000000', token: 'TRX', heldAt: T1 },
+    };
+    // More than the settlement's own amount: the invoice's reservation bounds it, not the settlement.
+    given(settlementDecider, [requested('TWallet')])
+      .when(hold)
+      .then([held]);
+    const waiting = given(settlementDecider, [requested('TWallet'), held]).state!;
+    assert.equal(waiting.netAmount, 99_000_000n, 'the USDT payout is not touched');
+    given(settlementDecider, [requested('TWallet'), held])
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })
+      .then([]);
+    // Never to be paid, or paid: the settlement goes on with its amount as it was.
+    for (const paid of [true, false]) {
+      const released: SettlementEvent = {
+        type: 'SettlementRefundReleased',
+        data: { refundId: 'w1', paid, releasedAt: T1 },
+      };
+      given(settlementDecider, [requested('TWallet'), held])
+        .when({ type: 'ReleaseRefund', refundId: 'w1', paid, now: T1 })
+        .then([released]);
+      given(settlementDecider, [requested('TWallet'), held, released])
+        .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T0 })
+        .then([prepared('0xaa')]);
+    }
+    // Once the payout is prepared, the deposit's other token is refunded another way.
+    given(settlementDecider, [requested('TWallet'), prepared()])
+      .when(hold)
+      .thenError('conflict', 'The settlement is already being paid out');
+  });
+
+  it('refunded in full from the deposit: waits for the refunds, not failed, and ends completed with nothing to pay', () => {
+    const hold = holdFor;
+    const held = (refundId: string, amount: string): SettlementEvent => ({
+      type: 'SettlementRefundHeld',
+      data: { refundId, amount, heldAt: T1 },
+    });
+    const nothingLeft: SettlementEvent = {
+      type: 'SettlementRepriced',
+      data: {
+        grossAmount: '100000000',
+        platformFee: '0',
+        networkFee: '0',
+        netAmount: '0',
+        cause: 'refund_held',
+        repricedAt: T1,
+      },
+    };
+    const paid = (refundId: string): SettlementEvent => ({
+      type: 'SettlementRefundReleased',
+      data: { refundId, paid: true, releasedAt: T1 },
+    });
+    const closed: SettlementEvent = { type: 'SettlementRefundedInFull', data: { closedAt: T1 } };
+    // The hold of everything fails nothing: the refund is on its way.
+    given(settlementDecider, [requested(null)])
+      .when(hold('r1', 100_000_000n))
+      .then([held('r1', '100000000'), nothingLeft]);
+    // Once it is out, nothing is left to settle: completed, not failed.
+    const whole = [requested('TWallet'), held('r1', '100000000'), nothingLeft];
+    given(settlementDecider, whole)
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
+      .then([paid('r1'), closed]);
+    const ended = given(settlementDecider, [...whole, paid('r1'), closed]).state!;
+    assert.equal(ended.status, 'completed');
+    assert.equal(ended.netAmount, 0n);
+    assert.equal(ended.failureCode, null);
+    assert.equal(ended.txHash, null);
+    assert.equal(ended.completedAt, T1);
+    given(settlementDecider, [...whole, paid('r1'), closed])
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })
+      .then([]);
+    // Two refunds taking it all: the first one out leaves the settlement waiting for the second.
+    const halves = [requested('TWallet'), held('r1', '40000000'), held('r2', '60000000'), nothingLeft];
+    given(settlementDecider, halves)
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
+      .then([paid('r1')]);
+    given(settlementDecider, [...halves, paid('r1')])
+      .when({ type: 'ReleaseRefund', refundId: 'r2', paid: true, now: T1 })
+      .then([paid('r2'), closed]);
+    // A settlement failed for it before (recorded so earlier) ends the same way.
+    given(settlementDecider, [...whole, failedFor('fees_exceed_amount', FEES, T1)])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
+      .then([paid('r1'), closed]);
   });
 
   it('keeps the platform fee on what was received but never more than a refund leaves, failing when nothing is left', () => {

@@ -49,6 +49,15 @@ describe('refunds paid on the Solana test node', () => {
   const newWallet = () => Keypair.generate().publicKey.toBase58();
   const tokenAccount = (owner: string, symbol: string) => node.tokenAccount(owner, symbol).toBase58();
 
+  /** The node's rent-exempt minimum of an account with no data (the runtime's, as the adapter asks it). */
+  async function rentExemptMinimum(): Promise<bigint> {
+    const answer = await fetch(node.url, {
+      method: 'POST',
+      body: JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'getMinimumBalanceForRentExemption', params: [0] }),
+    });
+    return BigInt(((await answer.json()) as { result: number }).result);
+  }
+
   /**
    * The refund's transaction as the node gives it (getTransaction, confirmed):
    * its fee payer, its fee, and its instructions decoded (compute budget left out).
@@ -256,7 +265,8 @@ describe('refunds paid on the Solana test node', () => {
     assert.equal(await node.tokenBalance(wallet.address, 'USDC'), 500_000n, 'the rest stays in the refund wallet');
   });
 
-  it('a settled SOL invoice is refunded from the refund wallet once it is funded, the wallet keeping the rest', async () => {
+  /** A settled 10 USD SOL invoice and its 0.01 SOL refund approved, waiting for the empty refund wallet. */
+  async function settledSolRefund() {
     const { key, merchant } = await merchantWithKey(svc);
     await flow.setWallet(merchant.id, newWallet());
     const p = await flow.invoice(key, undefined, '10');
@@ -269,6 +279,34 @@ describe('refunds paid on the Solana test node', () => {
     assert.equal(approved.fundedFrom, 'refund_wallet');
     assert.equal(approved.status, 'awaiting_funds');
     const wallet = (await flow.refundWallets(key)).find((w) => w.chain === 'solana')!;
+    return { key, customer, approved, wallet };
+  }
+
+  it('a SOL refund that would leave its refund wallet under the rent-exempt minimum waits for funds, then completes', async () => {
+    const { key, customer, approved, wallet } = await settledSolRefund();
+    const amount = 10_000_000n;
+    const half = (await rentExemptMinimum()) / 2n;
+    // The amount and half the minimum: the runtime would refuse a payout that leaves the wallet rent-paying.
+    await node.sendSol(payer, wallet.address, amount + half);
+    await node.mine();
+    // The engine looks at a waiting refund every 5 s: two looks find it still unable to pay, and nothing failed.
+    const waitUntil = Date.now() + 11_000;
+    while (Date.now() < waitUntil) {
+      await node.mine();
+      const refund = await flow.refundOf(approved.id, key);
+      assert.equal(refund.status, 'awaiting_funds', JSON.stringify(refund));
+      await new Promise((resolve) => setTimeout(resolve, 500));
+    }
+    await node.sendSol(payer, wallet.address, half + 1n);
+    await node.mine();
+    const done = await flow.completed(approved.id, key);
+    assert.equal(baseUnits(done.amount, 9), amount);
+    assert.equal(await node.balance(customer), baseUnits(done.netAmount, 9));
+    assert.equal(await node.balance(wallet.address), 2n * half + 1n, 'left with the minimum');
+  });
+
+  it('a settled SOL invoice is refunded from the refund wallet once it is funded, the wallet keeping the rest', async () => {
+    const { key, customer, approved, wallet } = await settledSolRefund();
     const funded = 12_000_000n;
     const feeBefore = await node.balance(feeWallet);
     await node.sendSol(payer, wallet.address, funded);

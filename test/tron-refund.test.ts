@@ -174,20 +174,26 @@ describe('refunds paid on the Tron test node', () => {
     assert.equal(node.tokenBalance(TEST_USDT, p.address), 0n);
   });
 
+  /** A 10 USD USDT invoice paid and settled to a new wallet of a new merchant. */
+  async function settledUsdtInvoice() {
+    const { key, merchant } = await merchantWithKey(svc);
+    await flow.setWallet(merchant.id, randomTronKey().address);
+    const p = await flow.invoice(key, 'USDT', '10');
+    await node.sendToken(payer, TEST_USDT, p.address, baseUnits(p.cryptoAmount, 6));
+    await eventuallyMining(
+      mine,
+      () => flow.invoiceOf(p.paymentId, key),
+      (i) => i.status === 'settled',
+      90_000,
+    );
+    return { key, p };
+  }
+
   // The merchant's TRX kept in the refund wallet for TRX refunds (more than the call's energy would burn) is
   // never spent on a USDT refund: the fee wallet pays its energy.
   for (const kept of [0n, 50_000_000n]) {
     it(`a settled USDT invoice is refunded from the refund wallet once it is funded (holding ${kept} sun of TRX)`, async () => {
-      const { key, merchant } = await merchantWithKey(svc);
-      await flow.setWallet(merchant.id, randomTronKey().address);
-      const p = await flow.invoice(key, 'USDT', '10');
-      await node.sendToken(payer, TEST_USDT, p.address, baseUnits(p.cryptoAmount, 6));
-      await eventuallyMining(
-        mine,
-        () => flow.invoiceOf(p.paymentId, key),
-        (i) => i.status === 'settled',
-        90_000,
-      );
+      const { key, p } = await settledUsdtInvoice();
 
       const customer = randomTronKey().address;
       const approved = await flow.refund(key, p.paymentId, { amount: '4', destination: customer });
@@ -214,6 +220,32 @@ describe('refunds paid on the Tron test node', () => {
       assert.equal(feeBefore - node.balance(feeWallet), feeWalletSpentOn(wallet.address, done.transactionHash));
     });
   }
+
+  it('two USDT refunds at once from one refund wallet both complete, each its own transaction of its exact amount', async () => {
+    const { key, p } = await settledUsdtInvoice();
+    const refunds = [
+      { customer: randomTronKey().address, units: 3_000_000n },
+      { customer: randomTronKey().address, units: 4_000_000n },
+    ];
+    const approved = [];
+    for (const { customer, units } of refunds) {
+      const refund = await flow.refund(key, p.paymentId, { amount: String(units / 1_000_000n), destination: customer });
+      assert.equal(refund.status, 'awaiting_funds');
+      approved.push(refund);
+    }
+    const wallet = await refundWallet(key);
+    // Funded once for both: the engine's next look finds both payable and pays them side by side.
+    await node.sendToken(payer, TEST_USDT, wallet.address, 7_000_000n);
+    node.mine(1);
+    const done = await Promise.all(approved.map((r) => flow.completed(r.id, key)));
+    assert.notEqual(done[0].transactionHash, done[1].transactionHash);
+    for (const [i, { customer, units }] of refunds.entries()) {
+      assert.equal(baseUnits(done[i].netAmount, 6), units);
+      await assertUsdtPayout(done[i].transactionHash, wallet.address, customer, units);
+      assert.equal(node.tokenBalance(TEST_USDT, customer), units);
+    }
+    assert.equal(node.tokenBalance(TEST_USDT, wallet.address), 0n);
+  });
 
   it("a USDT deposit's settlement leaves a wrong-token TRX payment on it to the sun", async () => {
     const { key, merchant } = await merchantWithKey(svc);

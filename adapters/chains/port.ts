@@ -253,6 +253,15 @@ export interface ChainAdapter {
    * for a chain that must look back for them (Bitcoin's watch-only wallet).
    */
   balanceOf(address: string, token: string, fundedSince?: string): Promise<bigint>;
+  /**
+   * Whether `address` can pay out `amount` of `token` now, `amount` being all
+   * it gives up (a refund's network fee is in it where the payer pays it): a
+   * refund wallet that cannot waits in `awaiting_funds`. Without it, holding
+   * `amount` is enough (see `canPay`). Solana: a System account left neither
+   * empty nor rent-exempt is refused by the runtime, so it must hold `amount`
+   * exactly or `amount` plus the rent-exempt minimum.
+   */
+  canPay?(address: string, token: string, amount: bigint): Promise<boolean>;
   /** Where a transaction stands on the best chain, or undefined when the chain does not have it. */
   transactionStatus(txHash: string): Promise<TransactionStatus | undefined>;
   /**
@@ -264,4 +273,16 @@ export interface ChainAdapter {
    * `transactionStatus` on its own.
    */
   transactionStatuses?(txHashes: readonly string[]): Promise<Map<string, TransactionStatus | undefined>>;
+}
+
+/** The adapter's own answer where it has one, else: the payer holds at least `amount`. */
+export async function canPay(
+  chain: ChainAdapter,
+  address: string,
+  token: string,
+  amount: bigint,
+  fundedSince?: string,
+): Promise<boolean> {
+  if (chain.canPay) return chain.canPay(address, token, amount);
+  return (await chain.balanceOf(address, token, fundedSince)) >= amount;
 }

@@ -636,6 +636,23 @@ export class SolanaChain implements ChainAdapter {
     return toBigInt(answer.value);
   }
 
+  /**
+   * A token payout's fees and rent are the fee wallet's, so holding the amount
+   * is enough. A SOL payer must be left with 0 or at least the rent-exempt
+   * minimum: the runtime refuses a transaction that leaves a System account
+   * neither empty nor rent-exempt (agave `svm/src/rent_calculator.rs`,
+   * `check_rent_state_with_account`: an account that becomes `RentPaying` is
+   * refused with `InsufficientFundsForRent`).
+   */
+  async canPay(address: string, token: string, amount: bigint): Promise<boolean> {
+    const [held, rentExempt] = await Promise.all([
+      this.balanceOf(address, token),
+      token === 'SOL' ? this.rentExemptMinimum() : 0n,
+    ]);
+    const rest = held - amount;
+    return rest === 0n || rest >= rentExempt;
+  }
+
   /** The fee wallet and the treasury with their SOL balances (GET /admin/v1/wallets). */
   async wallets() {
     const [feeWalletBalance, treasuryBalance] = await Promise.all([

@@ -231,6 +231,10 @@ interface Bundle {
   fee: { from: string; derivationIndex: number; token: string; platform: string; network: string };
 }
 
+/** The TRX a token payout's top-up gave its payer, sun. */
+const givenBy = (bundle: Bundle) =>
+  BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
+
 const toHex = (base58: string) => hexFromBase58(base58).toLowerCase();
 const fromHex = (hex: string) => base58FromHex(hex);
 
@@ -916,8 +920,28 @@ export class TronChain implements ChainAdapter {
       feeKey.privateKey,
       await this.builder.sendTrx(from, Number(need), feeKey.address, { blockHeader: header }),
     );
-    const before = deposit.balance.toString();
+    // The payer's own TRX: not another payout's top-up still there (two refunds at once from one refund wallet).
+    const before = (deposit.balance - (await this.topUpsOn(from))).toString();
     return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString(), before }, delegate);
+  }
+
+  /**
+   * What other token payouts' top-ups (this process's) left on `payer` and
+   * not yet sent back: the fee wallet's TRX, not the payer's own. Each is
+   * what its top-up gave less what its payout burnt, once the top-up is mined
+   * and until its way back is.
+   */
+  private async topUpsOn(payer: string): Promise<bigint> {
+    let held = 0n;
+    for (const bundle of this.feesOwed.values()) {
+      if (bundle.fee.from !== payer || !bundle.topUp) continue;
+      if (!('id' in (await this.info(bundle.topUp.transaction.txID)))) continue;
+      const back = this.leftoversBack.get(bundle.payout.txID);
+      if (back !== undefined && 'id' in (await this.info(back))) continue;
+      const payout = await this.info(bundle.payout.txID);
+      held += givenBy(bundle) - BigInt(('id' in payout && payout.fee) || 0);
+    }
+    return held;
   }
 
   /**
@@ -1199,6 +1223,7 @@ export class TronChain implements ChainAdapter {
       await this.sendTrxOut(from, this.treasury, treasury.exists, owed, header);
     } else {
       const feeCall = this.feeCalls.get(bundle.payout.txID);
+      let feeCallInfo: TransactionInfoJson | undefined;
       if (!feeCall) {
         const token = this.tokenOf(fee.token);
         const held = await this.balanceOf(fee.from, token.symbol);
@@ -1210,22 +1235,27 @@ export class TronChain implements ChainAdapter {
           this.feeCalls.set(bundle.payout.txID, call.txID);
           return false;
         }
-      } else if (!('id' in (await this.info(feeCall)))) {
-        return false;
+      } else {
+        const info = await this.info(feeCall);
+        if (!('id' in info)) return false;
+        feeCallInfo = info as TransactionInfoJson;
       }
       // The delegated energy back to the fee wallet's stake (looked at again until it has gone).
       if (!(await this.undelegated(fee.from, header))) return false;
-      // What the energy did not burn goes back to the fee wallet: what the payer holds above its TRX before the
-      // top-up (that is not ours), up to what the top-up gave; worked out from the balance each time, so a
-      // repeat after a crash finds nothing left to send. Mined before the payout counts as final: the
-      // settlement a refund from a deposit leaves records the deposit's TRX before its own top-up next.
+      // What the energy did not burn goes back to the fee wallet: what the top-up gave less what this payout's
+      // own calls burnt (their results' fee). Not all the payer holds above its TRX before the top-up: another
+      // payout from the same payer (two refunds at once from one refund wallet) has its own top-up there, which
+      // it still needs or sends back itself. Never more than that either, so a repeat after a crash (or a fee
+      // call this process no longer knows) finds nothing more to send. Mined before the payout counts as
+      // final: the settlement a refund from a deposit leaves records the deposit's TRX before its own top-up.
       const back = this.leftoversBack.get(bundle.payout.txID);
       if (back === undefined) {
-        const given = BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
         const deposit = await this.account(fee.from);
-        const ours = deposit.balance - BigInt(bundle.topUp?.before ?? 0);
+        const unspent = givenBy(bundle) - BigInt(payoutInfo.fee ?? 0) - BigInt(feeCallInfo?.fee ?? 0);
+        const above = deposit.balance - BigInt(bundle.topUp?.before ?? 0);
+        const ours = above < unspent ? above : unspent;
         const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
-        const sent = await this.sendTrxOut(from, this.feeWallet, true, ours < given ? ours : given, header);
+        const sent = await this.sendTrxOut(from, this.feeWallet, true, ours, header);
         if (sent) {
           this.leftoversBack.set(bundle.payout.txID, sent);
           return false;

@@ -7,7 +7,7 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 import { v5 as uuidv5 } from 'uuid';
 import type { Kysely, Migration } from 'kysely';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
-import { migrate } from '../adapters/sql/migrate.ts';
+import { ddl, migrate } from '../adapters/sql/migrate.ts';
 import { HttpError } from './errors.ts';
 
 interface IdempotencyTables {
@@ -21,21 +21,18 @@ interface IdempotencyTables {
   };
 }
 
-const migrations: Record<string, Migration> = {
-  '0001_idempotency_keys': {
-    async up(db) {
-      await db.schema
-        .createTable('idempotency_keys')
-        .addColumn('scope', 'text', (c) => c.notNull())
-        .addColumn('key', 'text', (c) => c.notNull())
-        .addColumn('request_hash', 'text', (c) => c.notNull())
-        .addColumn('status_code', 'integer')
-        .addColumn('response_body', 'text')
-        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-        .addPrimaryKeyConstraint('idempotency_keys_pk', ['scope', 'key'])
-        .execute();
-    },
-  },
+export const idempotencyMigrations: Record<string, Migration> = {
+  '0001_idempotency_keys': ddl(
+    `create table idempotency_keys (
+      scope text not null,
+      key text not null,
+      request_hash text not null,
+      status_code integer,
+      response_body text,
+      created_at timestamptz not null,
+      constraint idempotency_keys_pk primary key (scope, key)
+    )`,
+  ),
 };
 
 declare module 'fastify' {
@@ -61,7 +58,7 @@ export function keyedId(request: FastifyRequest, what: string): string | undefin
 const ABANDONED_CLAIM_MS = 60_000;
 
 export async function idempotency(database: SqlDatabase) {
-  await migrate(database.db, 'idempotency_migrations', migrations);
+  await migrate(database.db, 'idempotency_migrations', idempotencyMigrations);
   const db = database.db as Kysely<IdempotencyTables>;
 
   /** Whose keys these are: a merchant's, the operator's, or a public client's. */

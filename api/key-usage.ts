@@ -3,10 +3,10 @@
 // decision, and a request must not append to the log. A table of its own,
 // written at most once a minute per key and process, so a busy key costs a
 // write a minute, not one a request.
-import type { Kysely } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
 import type { FastifyBaseLogger } from 'fastify';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
-import { migrate } from '../adapters/sql/migrate.ts';
+import { ddl, migrate } from '../adapters/sql/migrate.ts';
 
 interface KeyUsageTables {
   api_key_usage: { key_id: string; last_used_at: Date };
@@ -15,18 +15,17 @@ interface KeyUsageTables {
 /** How stale a key's "last used" may be: one write per key and process in this time. */
 const WRITE_EVERY_MS = 60_000;
 
+export const keyUsageMigrations: Record<string, Migration> = {
+  '0001_api_key_usage': ddl(
+    `create table api_key_usage (
+      key_id uuid primary key,
+      last_used_at timestamptz not null
+    )`,
+  ),
+};
+
 export async function keyUsage(database: SqlDatabase, log?: FastifyBaseLogger) {
-  await migrate(database.db, 'key_usage_migrations', {
-    '0001_api_key_usage': {
-      async up(db) {
-        await db.schema
-          .createTable('api_key_usage')
-          .addColumn('key_id', 'uuid', (c) => c.primaryKey())
-          .addColumn('last_used_at', 'timestamptz', (c) => c.notNull())
-          .execute();
-      },
-    },
-  });
+  await migrate(database.db, 'key_usage_migrations', keyUsageMigrations);
   const db = database.db as unknown as Kysely<KeyUsageTables>;
   const writtenAt = new Map<string, number>();
 

@@ -15,7 +15,7 @@ import { MEMPOOL_BLOCK_HASH } from '../domain/payment.ts';
 import type { Clock } from '../adapters/clock.ts';
 import { BlockPrunedError, type ChainAdapter, type ChainBlock, type ChainHead } from '../adapters/chains/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
-import { migrate } from '../adapters/sql/migrate.ts';
+import { ddl, migrate } from '../adapters/sql/migrate.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import type { PaymentCommands, WatchedAddress } from './payments.ts';
@@ -26,20 +26,17 @@ interface WatcherTables extends ReadModelTables {
 }
 
 /** A table of blocks by chain and height: those read (`watched_blocks`), those passed unread (`unread_blocks`). */
-const blocksTable =
-  (table: string): Migration['up'] =>
-  (db) =>
-    db.schema
-      .createTable(table)
-      .addColumn('chain', 'text', (c) => c.notNull())
-      .addColumn('height', 'integer', (c) => c.notNull())
-      .addColumn('hash', 'text', (c) => c.notNull())
-      .addPrimaryKeyConstraint(`${table}_pk`, ['chain', 'height'])
-      .execute();
+const blocksTable = (table: string) =>
+  ddl(`create table ${table} (
+    chain text not null,
+    height integer not null,
+    hash text not null,
+    constraint ${table}_pk primary key (chain, height)
+  )`);
 
 export const watcherMigrations: Record<string, Migration> = {
-  '0001_watched_blocks': { up: blocksTable('watched_blocks') },
-  '0002_unread_blocks': { up: blocksTable('unread_blocks') },
+  '0001_watched_blocks': blocksTable('watched_blocks'),
+  '0002_unread_blocks': blocksTable('unread_blocks'),
 };
 
 /** Blocks the node did not have that are asked for again in one step. */

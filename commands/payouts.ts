@@ -21,7 +21,7 @@ import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
 import type { RecordedEvent } from '../adapters/event-store/port.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
-import { migrate } from '../adapters/sql/migrate.ts';
+import { ddl, migrate } from '../adapters/sql/migrate.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import type { MerchantEvent } from '../domain/merchant.ts';
 import type { PayoutAttempts } from '../domain/payout-attempt.ts';
@@ -50,23 +50,20 @@ interface QueueTables {
   payout_queue: PayoutQueueTable;
 }
 
-const queueMigrations: Record<string, Migration> = {
-  '0001_payout_queue': {
-    async up(db) {
-      await db.schema
-        .createTable('payout_queue')
-        .addColumn('payout_id', 'uuid', (c) => c.primaryKey())
-        .addColumn('kind', 'text', (c) => c.notNull())
-        .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-        .addColumn('chain', 'text', (c) => c.notNull())
-        .addColumn('state', 'text', (c) => c.notNull())
-        .addColumn('due_at', 'timestamptz', (c) => c.notNull())
-        .addColumn('looks', 'integer', (c) => c.notNull().defaultTo(0))
-        .addColumn('version', 'integer', (c) => c.notNull().defaultTo(0))
-        .execute();
-      await db.schema.createIndex('payout_queue_due').on('payout_queue').columns(['state', 'due_at']).execute();
-    },
-  },
+export const queueMigrations: Record<string, Migration> = {
+  '0001_payout_queue': ddl(
+    `create table payout_queue (
+      payout_id uuid primary key,
+      kind text not null,
+      merchant_id uuid not null,
+      chain text not null,
+      state text not null,
+      due_at timestamptz not null,
+      looks integer not null default 0,
+      version integer not null default 0
+    )`,
+    `create index payout_queue_due on payout_queue (state, due_at)`,
+  ),
 };
 
 export async function migratePayoutQueue(database: SqlDatabase): Promise<void> {

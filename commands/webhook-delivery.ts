@@ -24,7 +24,7 @@
 import { randomUUID } from 'node:crypto';
 import { sql, type Generated, type Kysely, type Migration } from 'kysely';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
-import { migrate } from '../adapters/sql/migrate.ts';
+import { ddl, migrate } from '../adapters/sql/migrate.ts';
 import { DEFAULT_TIMEOUT_MS, sendWebhook, type WebhookSendResult } from '../adapters/webhooks/sender.ts';
 import type { WebhookTargetPolicy } from '../adapters/webhooks/target.ts';
 import { DomainError } from '../domain/decider.ts';
@@ -77,54 +77,41 @@ export interface WebhookTables {
 }
 
 export const webhookMigrations: Record<string, Migration> = {
-  '0001_webhook_deliveries': {
-    async up(db) {
-      await db.schema
-        .createTable('webhook_deliveries')
-        .addColumn('id', 'uuid', (c) => c.primaryKey())
-        .addColumn('seq', 'bigserial', (c) => c.notNull())
-        .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-        .addColumn('event_id', 'uuid', (c) => c.notNull())
-        .addColumn('event', 'text', (c) => c.notNull())
-        .addColumn('url', 'text', (c) => c.notNull())
-        .addColumn('payload', 'text', (c) => c.notNull())
-        .addColumn('status', 'text', (c) => c.notNull())
-        .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
-        .addColumn('series_attempts', 'integer', (c) => c.notNull().defaultTo(0))
-        .addColumn('generation', 'integer', (c) => c.notNull().defaultTo(0))
-        .addColumn('last_status_code', 'integer')
-        .addColumn('last_error', 'text')
-        .addColumn('next_attempt_at', 'timestamptz')
-        .addColumn('locked_until', 'timestamptz')
-        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-        .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-        .addUniqueConstraint('webhook_deliveries_event_url', ['event_id', 'url'])
-        .execute();
-      // The worker's question: the oldest pending delivery of each URL.
-      await db.schema
-        .createIndex('webhook_deliveries_pending_by_url')
-        .on('webhook_deliveries')
-        .columns(['url', 'seq'])
-        .where(sql.ref('status'), '=', 'pending')
-        .execute();
-      // The merchant's question: their deliveries, newest first.
-      await db.schema
-        .createIndex('webhook_deliveries_by_merchant')
-        .on('webhook_deliveries')
-        .columns(['merchant_id', 'seq'])
-        .execute();
-      await db.schema
-        .createTable('webhook_attempts')
-        .addColumn('delivery_id', 'uuid', (c) => c.notNull().references('webhook_deliveries.id').onDelete('cascade'))
-        .addColumn('attempt', 'integer', (c) => c.notNull())
-        .addColumn('status_code', 'integer')
-        .addColumn('error', 'text')
-        .addColumn('duration_ms', 'integer', (c) => c.notNull())
-        .addColumn('attempted_at', 'timestamptz', (c) => c.notNull())
-        .addPrimaryKeyConstraint('webhook_attempts_pk', ['delivery_id', 'attempt'])
-        .execute();
-    },
-  },
+  '0001_webhook_deliveries': ddl(
+    `create table webhook_deliveries (
+      id uuid primary key,
+      seq bigserial not null,
+      merchant_id uuid not null,
+      event_id uuid not null,
+      event text not null,
+      url text not null,
+      payload text not null,
+      status text not null,
+      attempts integer not null default 0,
+      series_attempts integer not null default 0,
+      generation integer not null default 0,
+      last_status_code integer,
+      last_error text,
+      next_attempt_at timestamptz,
+      locked_until timestamptz,
+      created_at timestamptz not null,
+      updated_at timestamptz not null,
+      constraint webhook_deliveries_event_url unique (event_id, url)
+    )`,
+    // The worker's question: the oldest pending delivery of each URL.
+    `create index webhook_deliveries_pending_by_url on webhook_deliveries (url, seq) where status = 'pending'`,
+    // The merchant's question: their deliveries, newest first.
+    `create index webhook_deliveries_by_merchant on webhook_deliveries (merchant_id, seq)`,
+    `create table webhook_attempts (
+      delivery_id uuid not null references webhook_deliveries (id) on delete cascade,
+      attempt integer not null,
+      status_code integer,
+      error text,
+      duration_ms integer not null,
+      attempted_at timestamptz not null,
+      constraint webhook_attempts_pk primary key (delivery_id, attempt)
+    )`,
+  ),
 };
 
 /** Creates or updates the outbox tables; run before any projector can enqueue. */

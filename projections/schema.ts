@@ -1,7 +1,8 @@
 // Read-model tables, the ones finance tools may query directly (documented in
 // the README). Every table belongs to one projector and is rebuilt from the
 // events by it.
-import { sql, type Kysely, type Migration } from 'kysely';
+import type { Kysely, Migration } from 'kysely';
+import { ddl } from '../adapters/sql/migrate.ts';
 
 export interface MerchantsTable {
   id: string;
@@ -267,388 +268,276 @@ export interface ReadModelTables {
 export type ReadModels = Kysely<ReadModelTables>;
 
 export const readModelMigrations: Record<string, Migration> = {
-  '0001_merchants_and_keys': {
-    async up(db) {
-      await db.schema
-        .createTable('merchants')
-        .addColumn('id', 'uuid', (c) => c.primaryKey())
-        .addColumn('name', 'text', (c) => c.notNull())
-        .addColumn('tier', 'text', (c) => c.notNull())
-        .addColumn('status', 'text', (c) => c.notNull())
-        .addColumn('webhook_url', 'text')
-        .addColumn('settlement_wallets', 'jsonb', (c) => c.notNull().defaultTo(sql`'{}'::jsonb`))
-        .addColumn('webhook_secret', 'text', (c) => c.notNull())
-        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-        .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-        .execute();
-      await db.schema
-        .createTable('api_keys')
-        .addColumn('id', 'uuid', (c) => c.primaryKey())
-        .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-        .addColumn('name', 'text')
-        .addColumn('key_hash', 'text', (c) => c.notNull().unique())
-        .addColumn('key_prefix', 'text', (c) => c.notNull())
-        .addColumn('permissions', 'jsonb')
-        .addColumn('expires_at', 'timestamptz')
-        .addColumn('revoked_at', 'timestamptz')
-        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-        .execute();
-      await db.schema.createIndex('api_keys_merchant').on('api_keys').columns(['merchant_id', 'created_at']).execute();
-    },
-  },
-};
-
-readModelMigrations['0002_invoices_and_payments'] = {
-  async up(db) {
-    await db.schema
-      .createTable('invoices')
-      .addColumn('id', 'uuid', (c) => c.primaryKey())
-      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-      .addColumn('amount', 'text', (c) => c.notNull())
-      .addColumn('currency', 'text', (c) => c.notNull())
-      .addColumn('status', 'text', (c) => c.notNull())
-      .addColumn('cancelled', 'boolean', (c) => c.notNull())
-      .addColumn('description', 'text')
-      .addColumn('expires_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('webhook_url', 'text')
-      .addColumn('metadata', 'jsonb')
-      .addColumn('subscriber_id', 'uuid')
-      .addColumn('chain', 'text')
-      .addColumn('token', 'text')
-      .addColumn('crypto_amount', 'text')
-      .addColumn('payment_status', 'text', (c) => c.notNull())
-      .addColumn('payment_status_detail', 'text')
-      .addColumn('payment_issue_type', 'text')
-      .addColumn('paid_late', 'boolean', (c) => c.notNull())
-      .addColumn('total_received_amount', 'text', (c) => c.notNull())
-      .addColumn('total_received_currency', 'text', (c) => c.notNull())
-      .addColumn('remaining_amount', 'text', (c) => c.notNull())
-      .addColumn('payment_progress', 'integer', (c) => c.notNull())
-      .addColumn('has_detected_payment', 'boolean', (c) => c.notNull())
-      .addColumn('detected_payment_amount', 'text')
-      .addColumn('detected_payment_currency', 'text')
-      .addColumn('mismatch_payment', 'jsonb')
-      .addColumn('tx_hash', 'text')
-      .addColumn('settled_amount', 'text')
-      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-      .execute();
-    await db.schema
-      .createIndex('invoices_merchant_created')
-      .on('invoices')
-      .columns(['merchant_id', 'created_at'])
-      .execute();
-    await db.schema.createIndex('invoices_open_expiry').on('invoices').columns(['status', 'expires_at']).execute();
-    await db.schema
-      .createTable('invoice_addresses')
-      .addColumn('chain', 'text', (c) => c.notNull())
-      .addColumn('address', 'text', (c) => c.notNull())
-      .addColumn('invoice_id', 'uuid', (c) => c.notNull())
-      .addColumn('token', 'text', (c) => c.notNull())
-      .addColumn('token_decimals', 'integer', (c) => c.notNull())
-      .addColumn('derivation_index', 'integer', (c) => c.notNull())
-      .addColumn('rate', 'text', (c) => c.notNull())
-      .addColumn('crypto_amount', sql`numeric(78,0)`, (c) => c.notNull())
-      .addColumn('quoted_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('rate_valid_until', 'timestamptz', (c) => c.notNull())
-      .addPrimaryKeyConstraint('invoice_addresses_pk', ['chain', 'address'])
-      .execute();
-    await db.schema.createIndex('invoice_addresses_invoice').on('invoice_addresses').column('invoice_id').execute();
-    await db.schema
-      .createTable('payments')
-      .addColumn('payment_id', 'uuid', (c) => c.primaryKey())
-      .addColumn('invoice_id', 'uuid', (c) => c.notNull())
-      .addColumn('chain', 'text', (c) => c.notNull())
-      .addColumn('token', 'text', (c) => c.notNull())
-      .addColumn('token_decimals', 'integer', (c) => c.notNull())
-      .addColumn('amount', sql`numeric(78,0)`, (c) => c.notNull())
-      .addColumn('to_address', 'text', (c) => c.notNull())
-      .addColumn('tx_hash', 'text', (c) => c.notNull())
-      .addColumn('output_index', 'integer', (c) => c.notNull())
-      .addColumn('block_number', 'integer', (c) => c.notNull())
-      .addColumn('block_hash', 'text', (c) => c.notNull())
-      .addColumn('wrong_token', 'boolean', (c) => c.notNull())
-      .addColumn('status', 'text', (c) => c.notNull())
-      .addColumn('confirmations', 'integer', (c) => c.notNull())
-      .addColumn('required_confirmations', 'integer', (c) => c.notNull())
-      .addColumn('detected_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('confirmed_at', 'timestamptz')
-      .execute();
-    await db.schema.createIndex('payments_invoice').on('payments').columns(['invoice_id', 'detected_at']).execute();
-    await db.schema.createIndex('payments_open').on('payments').columns(['chain', 'status']).execute();
-  },
-};
-
-readModelMigrations['0003_settlements'] = {
-  async up(db) {
-    await db.schema
-      .createTable('settlements')
-      .addColumn('id', 'uuid', (c) => c.primaryKey())
-      .addColumn('invoice_id', 'uuid', (c) => c.notNull().unique())
-      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-      .addColumn('chain', 'text', (c) => c.notNull())
-      .addColumn('currency', 'text', (c) => c.notNull())
-      .addColumn('amount', 'text', (c) => c.notNull())
-      .addColumn('gross_amount', 'text', (c) => c.notNull())
-      .addColumn('platform_fee', 'text', (c) => c.notNull())
-      .addColumn('network_fee', 'text', (c) => c.notNull())
-      .addColumn('from_address', 'text', (c) => c.notNull())
-      .addColumn('merchant_wallet', 'text')
-      .addColumn('status', 'text', (c) => c.notNull())
-      .addColumn('attempt', 'integer', (c) => c.notNull())
-      .addColumn('transaction_hash', 'text')
-      .addColumn('failure_reason', 'text')
-      .addColumn('next_attempt_at', 'timestamptz')
-      .addColumn('initiated_at', 'timestamptz')
-      .addColumn('completed_at', 'timestamptz')
-      .addColumn('failed_at', 'timestamptz')
-      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-      .execute();
-    await db.schema
-      .createIndex('settlements_merchant_created')
-      .on('settlements')
-      .columns(['merchant_id', 'created_at'])
-      .execute();
-    await db.schema.createIndex('settlements_open').on('settlements').columns(['status']).execute();
-  },
-};
-
-readModelMigrations['0004_subscriptions'] = {
-  async up(db) {
-    await db.schema
-      .createTable('subscription_plans')
-      .addColumn('id', 'uuid', (c) => c.primaryKey())
-      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-      .addColumn('name', 'text', (c) => c.notNull())
-      .addColumn('description', 'text')
-      .addColumn('amount', 'text', (c) => c.notNull())
-      .addColumn('currency', 'text', (c) => c.notNull())
-      .addColumn('interval', 'text', (c) => c.notNull())
-      .addColumn('interval_count', 'integer', (c) => c.notNull())
-      .addColumn('grace_period_hours', 'integer', (c) => c.notNull())
-      .addColumn('status', 'text', (c) => c.notNull())
-      .addColumn('archived_at', 'timestamptz')
-      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-      .execute();
-    await db.schema
-      .createIndex('subscription_plans_merchant_created')
-      .on('subscription_plans')
-      .columns(['merchant_id', 'created_at'])
-      .execute();
-    await db.schema
-      .createTable('subscribers')
-      .addColumn('id', 'uuid', (c) => c.primaryKey())
-      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-      .addColumn('plan_id', 'uuid', (c) => c.notNull())
-      .addColumn('email', 'text', (c) => c.notNull())
-      .addColumn('external_id', 'text')
-      .addColumn('status', 'text', (c) => c.notNull())
-      .addColumn('period', 'integer', (c) => c.notNull())
-      .addColumn('current_period_start', 'timestamptz', (c) => c.notNull())
-      .addColumn('current_period_end', 'timestamptz', (c) => c.notNull())
-      .addColumn('grace_period_ends_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('cancel_at_end', 'boolean', (c) => c.notNull())
-      .addColumn('metadata', 'jsonb')
-      .addColumn('current_invoice_id', 'uuid', (c) => c.notNull())
-      .addColumn('current_invoice_paid_at', 'timestamptz')
-      .addColumn('activated_at', 'timestamptz')
-      .addColumn('past_due_at', 'timestamptz')
-      .addColumn('cancelled_at', 'timestamptz')
-      .addColumn('cancellation_reason', 'text')
-      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-      .execute();
-    await db.schema
-      .createIndex('subscribers_merchant_created')
-      .on('subscribers')
-      .columns(['merchant_id', 'created_at'])
-      .execute();
-    await db.schema.createIndex('subscribers_plan_status').on('subscribers').columns(['plan_id', 'status']).execute();
+  '0001_merchants_and_keys': ddl(
+    `create table merchants (
+      id uuid primary key,
+      name text not null,
+      tier text not null,
+      status text not null,
+      webhook_url text,
+      settlement_wallets jsonb not null default '{}'::jsonb,
+      webhook_secret text not null,
+      created_at timestamptz not null,
+      updated_at timestamptz not null
+    )`,
+    `create table api_keys (
+      id uuid primary key,
+      merchant_id uuid not null,
+      name text,
+      key_hash text not null unique,
+      key_prefix text not null,
+      permissions jsonb,
+      expires_at timestamptz,
+      revoked_at timestamptz,
+      created_at timestamptz not null
+    )`,
+    `create index api_keys_merchant on api_keys (merchant_id, created_at)`,
+  ),
+  '0002_invoices_and_payments': ddl(
+    `create table invoices (
+      id uuid primary key,
+      merchant_id uuid not null,
+      amount text not null,
+      currency text not null,
+      status text not null,
+      cancelled boolean not null,
+      description text,
+      expires_at timestamptz not null,
+      webhook_url text,
+      metadata jsonb,
+      subscriber_id uuid,
+      chain text,
+      token text,
+      crypto_amount text,
+      payment_status text not null,
+      payment_status_detail text,
+      payment_issue_type text,
+      paid_late boolean not null,
+      total_received_amount text not null,
+      total_received_currency text not null,
+      remaining_amount text not null,
+      payment_progress integer not null,
+      has_detected_payment boolean not null,
+      detected_payment_amount text,
+      detected_payment_currency text,
+      mismatch_payment jsonb,
+      tx_hash text,
+      settled_amount text,
+      created_at timestamptz not null,
+      updated_at timestamptz not null
+    )`,
+    `create index invoices_merchant_created on invoices (merchant_id, created_at)`,
+    `create index invoices_open_expiry on invoices (status, expires_at)`,
+    `create table invoice_addresses (
+      chain text not null,
+      address text not null,
+      invoice_id uuid not null,
+      token text not null,
+      token_decimals integer not null,
+      derivation_index integer not null,
+      rate text not null,
+      crypto_amount numeric(78,0) not null,
+      quoted_at timestamptz not null,
+      rate_valid_until timestamptz not null,
+      constraint invoice_addresses_pk primary key (chain, address)
+    )`,
+    `create index invoice_addresses_invoice on invoice_addresses (invoice_id)`,
+    `create table payments (
+      payment_id uuid primary key,
+      invoice_id uuid not null,
+      chain text not null,
+      token text not null,
+      token_decimals integer not null,
+      amount numeric(78,0) not null,
+      to_address text not null,
+      tx_hash text not null,
+      output_index integer not null,
+      block_number integer not null,
+      block_hash text not null,
+      wrong_token boolean not null,
+      status text not null,
+      confirmations integer not null,
+      required_confirmations integer not null,
+      detected_at timestamptz not null,
+      confirmed_at timestamptz
+    )`,
+    `create index payments_invoice on payments (invoice_id, detected_at)`,
+    `create index payments_open on payments (chain, status)`,
+  ),
+  '0003_settlements': ddl(
+    `create table settlements (
+      id uuid primary key,
+      invoice_id uuid not null unique,
+      merchant_id uuid not null,
+      chain text not null,
+      currency text not null,
+      amount text not null,
+      gross_amount text not null,
+      platform_fee text not null,
+      network_fee text not null,
+      from_address text not null,
+      merchant_wallet text,
+      status text not null,
+      attempt integer not null,
+      transaction_hash text,
+      failure_reason text,
+      next_attempt_at timestamptz,
+      initiated_at timestamptz,
+      completed_at timestamptz,
+      failed_at timestamptz,
+      created_at timestamptz not null,
+      updated_at timestamptz not null
+    )`,
+    `create index settlements_merchant_created on settlements (merchant_id, created_at)`,
+    `create index settlements_open on settlements (status)`,
+  ),
+  '0004_subscriptions': ddl(
+    `create table subscription_plans (
+      id uuid primary key,
+      merchant_id uuid not null,
+      name text not null,
+      description text,
+      amount text not null,
+      currency text not null,
+      "interval" text not null,
+      interval_count integer not null,
+      grace_period_hours integer not null,
+      status text not null,
+      archived_at timestamptz,
+      created_at timestamptz not null,
+      updated_at timestamptz not null
+    )`,
+    `create index subscription_plans_merchant_created on subscription_plans (merchant_id, created_at)`,
+    `create table subscribers (
+      id uuid primary key,
+      merchant_id uuid not null,
+      plan_id uuid not null,
+      email text not null,
+      external_id text,
+      status text not null,
+      period integer not null,
+      current_period_start timestamptz not null,
+      current_period_end timestamptz not null,
+      grace_period_ends_at timestamptz not null,
+      cancel_at_end boolean not null,
+      metadata jsonb,
+      current_invoice_id uuid not null,
+      current_invoice_paid_at timestamptz,
+      activated_at timestamptz,
+      past_due_at timestamptz,
+      cancelled_at timestamptz,
+      cancellation_reason text,
+      created_at timestamptz not null,
+      updated_at timestamptz not null
+    )`,
+    `create index subscribers_merchant_created on subscribers (merchant_id, created_at)`,
+    `create index subscribers_plan_status on subscribers (plan_id, status)`,
     // The renewal scheduler's questions: periods ending, grace periods running out.
-    await db.schema
-      .createIndex('subscribers_period_end')
-      .on('subscribers')
-      .columns(['status', 'current_period_end'])
-      .execute();
-    await db.schema
-      .createIndex('subscribers_grace_end')
-      .on('subscribers')
-      .columns(['status', 'grace_period_ends_at'])
-      .execute();
+    `create index subscribers_period_end on subscribers (status, current_period_end)`,
+    `create index subscribers_grace_end on subscribers (status, grace_period_ends_at)`,
     // A subscriber's invoices (GET /api/v1/subscriptions/subscribers/{id}/invoices).
-    await db.schema
-      .createIndex('invoices_subscriber')
-      .on('invoices')
-      .columns(['subscriber_id', 'created_at'])
-      .where(sql.ref('subscriber_id'), 'is not', null)
-      .execute();
-  },
-};
-
-readModelMigrations['0005_settlement_failures'] = {
-  async up(db) {
-    await db.schema
-      .alterTable('settlements')
-      .addColumn('failure_code', 'text')
-      .addColumn('attempts', 'integer', (c) => c.notNull().defaultTo(0))
-      .addColumn('attention', 'text')
-      .execute();
+    `create index invoices_subscriber on invoices (subscriber_id, created_at) where subscriber_id is not null`,
+  ),
+  '0005_settlement_failures': ddl(
+    `alter table settlements
+      add column failure_code text,
+      add column attempts integer not null default 0,
+      add column attention text`,
     // The operator's views: failed settlements of every merchant, and what needs a person.
-    await db.schema
-      .createIndex('settlements_failure')
-      .on('settlements')
-      .columns(['failure_code', 'updated_at'])
-      .execute();
-  },
-};
-
-readModelMigrations['0006_refund_status'] = {
-  async up(db) {
+    `create index settlements_failure on settlements (failure_code, updated_at)`,
+  ),
+  '0006_refund_status': ddl(
     // Every invoice so far has had no refund.
-    await db.schema
-      .alterTable('invoices')
-      .addColumn('refund_status', 'text', (c) => c.notNull().defaultTo('none'))
-      .execute();
-  },
-};
-
-readModelMigrations['0007_refunds'] = {
-  async up(db) {
-    await db.schema
-      .createTable('refunds')
-      .addColumn('id', 'uuid', (c) => c.primaryKey())
-      .addColumn('invoice_id', 'uuid', (c) => c.notNull())
-      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-      .addColumn('chain', 'text', (c) => c.notNull())
-      .addColumn('token', 'text', (c) => c.notNull())
-      .addColumn('amount', 'text', (c) => c.notNull())
-      .addColumn('network_fee', 'text', (c) => c.notNull())
-      .addColumn('net_amount', 'text', (c) => c.notNull())
-      .addColumn('fiat_amount', 'text', (c) => c.notNull())
-      .addColumn('fiat_currency', 'text', (c) => c.notNull())
-      .addColumn('reason', 'text')
-      .addColumn('destination', 'text')
-      .addColumn('claim_token', 'text', (c) => c.notNull().unique())
-      .addColumn('claim_expires_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('status', 'text', (c) => c.notNull())
-      .addColumn('funded_from', 'text')
-      .addColumn('transaction_hash', 'text')
-      .addColumn('failure_code', 'text')
-      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('approved_at', 'timestamptz')
-      .addColumn('completed_at', 'timestamptz')
-      .execute();
-    await db.schema
-      .createIndex('refunds_merchant_created')
-      .on('refunds')
-      .columns(['merchant_id', 'created_at'])
-      .execute();
-    await db.schema.createIndex('refunds_invoice').on('refunds').columns(['invoice_id', 'created_at']).execute();
+    `alter table invoices
+      add column refund_status text not null default 'none'`,
+  ),
+  '0007_refunds': ddl(
+    `create table refunds (
+      id uuid primary key,
+      invoice_id uuid not null,
+      merchant_id uuid not null,
+      chain text not null,
+      token text not null,
+      amount text not null,
+      network_fee text not null,
+      net_amount text not null,
+      fiat_amount text not null,
+      fiat_currency text not null,
+      reason text,
+      destination text,
+      claim_token text not null unique,
+      claim_expires_at timestamptz not null,
+      status text not null,
+      funded_from text,
+      transaction_hash text,
+      failure_code text,
+      created_at timestamptz not null,
+      updated_at timestamptz not null,
+      approved_at timestamptz,
+      completed_at timestamptz
+    )`,
+    `create index refunds_merchant_created on refunds (merchant_id, created_at)`,
+    `create index refunds_invoice on refunds (invoice_id, created_at)`,
     // The expiry timer's look: unused claim links, soonest first.
-    await db.schema.createIndex('refunds_claim_expiry').on('refunds').columns(['status', 'claim_expires_at']).execute();
-  },
-};
-
-readModelMigrations['0009_merchant_users'] = {
-  async up(db) {
-    await db.schema
-      .createTable('merchant_users')
-      .addColumn('id', 'uuid', (c) => c.primaryKey())
-      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-      .addColumn('email', 'text', (c) => c.notNull().unique())
-      .addColumn('role', 'text', (c) => c.notNull())
-      .addColumn('status', 'text', (c) => c.notNull())
-      .addColumn('invite_token_hash', 'text', (c) => c.unique())
-      .addColumn('invite_expires_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('totp_enrolled', 'boolean', (c) => c.notNull())
-      .addColumn('invited_at', 'timestamptz', (c) => c.notNull())
-      .addColumn('accepted_at', 'timestamptz')
-      .addColumn('disabled_at', 'timestamptz')
-      .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-      .execute();
-    await db.schema
-      .createIndex('merchant_users_merchant')
-      .on('merchant_users')
-      .columns(['merchant_id', 'invited_at'])
-      .execute();
-  },
-};
-
-readModelMigrations['0010_report_paging'] = {
-  async up(db) {
+    `create index refunds_claim_expiry on refunds (status, claim_expires_at)`,
+  ),
+  '0009_merchant_users': ddl(
+    `create table merchant_users (
+      id uuid primary key,
+      merchant_id uuid not null,
+      email text not null unique,
+      role text not null,
+      status text not null,
+      invite_token_hash text unique,
+      invite_expires_at timestamptz not null,
+      totp_enrolled boolean not null,
+      invited_at timestamptz not null,
+      accepted_at timestamptz,
+      disabled_at timestamptz,
+      updated_at timestamptz not null
+    )`,
+    `create index merchant_users_merchant on merchant_users (merchant_id, invited_at)`,
+  ),
+  '0010_report_paging': ddl(
     // The finance reports page through a merchant's rows in (time, id) order
     // (projections/reports.ts): these let each page start at its cursor in an
     // index instead of sorting what is left of the merchant's rows.
-    await db.schema
-      .createIndex('invoices_merchant_created_id')
-      .on('invoices')
-      .columns(['merchant_id', 'created_at', 'id'])
-      .execute();
-    await db.schema.createIndex('payments_detected').on('payments').columns(['detected_at', 'payment_id']).execute();
+    `create index invoices_merchant_created_id on invoices (merchant_id, created_at, id)`,
+    `create index payments_detected on payments (detected_at, payment_id)`,
     // Fees and the ledger count what completed, when it completed.
-    await db.schema
-      .createIndex('settlements_merchant_completed')
-      .on('settlements')
-      .columns(['merchant_id', 'completed_at'])
-      .where(sql.ref('status'), '=', 'completed')
-      .execute();
-    await db.schema
-      .createIndex('refunds_merchant_completed')
-      .on('refunds')
-      .columns(['merchant_id', 'completed_at'])
-      .where(sql.ref('status'), '=', 'completed')
-      .execute();
+    `create index settlements_merchant_completed on settlements (merchant_id, completed_at) where status = 'completed'`,
+    `create index refunds_merchant_completed on refunds (merchant_id, completed_at) where status = 'completed'`,
     // One CSV cell as api/csv.ts writes it (quoted, quotes doubled, a formula
     // start made text with a single quote), for the reports PostgreSQL writes
     // line by line (projections/reports.ts, invoiceCsvPages).
-    await sql`
-      create or replace function report_csv_cell(v text) returns text language sql immutable parallel safe as $$
+    `create or replace function report_csv_cell(v text) returns text language sql immutable parallel safe as $$
         select case when v is null or v = '' then ''
           else '"' || case when left(v, 1) in ('=', '+', '-', '@', chr(9), chr(13)) then '''' else '' end
             || replace(v, '"', '""') || '"' end
-      $$`.execute(db);
-  },
-};
-
-readModelMigrations['0011_rate_provenance'] = {
-  async up(db) {
+      $$`,
+  ),
+  '0011_rate_provenance': ddl(
     // Where each quote's rate came from, for the finance reports' rate_source (docs/rates.md).
-    await db.schema
-      .alterTable('invoice_addresses')
-      .addColumn('rate_source', 'text')
-      .addColumn('rate_observed_at', 'timestamptz')
-      .execute();
-  },
-};
-
-readModelMigrations['0012_activity'] = {
-  async up(db) {
-    await db.schema
-      .createTable('activity')
-      .addColumn('id', 'uuid', (c) => c.primaryKey())
-      .addColumn('merchant_id', 'uuid', (c) => c.notNull())
-      .addColumn('stream_id', 'text', (c) => c.notNull())
-      .addColumn('event_type', 'text', (c) => c.notNull())
-      .addColumn('actor_type', 'text', (c) => c.notNull())
-      .addColumn('actor_id', 'text')
-      .addColumn('actor_email', 'text')
-      .addColumn('detail', 'text')
-      .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-      .execute();
+    `alter table invoice_addresses
+      add column rate_source text,
+      add column rate_observed_at timestamptz`,
+  ),
+  '0012_activity': ddl(
+    `create table activity (
+      id uuid primary key,
+      merchant_id uuid not null,
+      stream_id text not null,
+      event_type text not null,
+      actor_type text not null,
+      actor_id text,
+      actor_email text,
+      detail text,
+      created_at timestamptz not null
+    )`,
     // The Activity page: a merchant's rows, newest first (projections/paging.ts).
-    await db.schema
-      .createIndex('activity_merchant_created')
-      .on('activity')
-      .columns(['merchant_id', 'created_at', 'id'])
-      .execute();
-  },
-};
-
-readModelMigrations['0013_one_quote_per_token'] = {
-  async up(db) {
+    `create index activity_merchant_created on activity (merchant_id, created_at, id)`,
+  ),
+  '0013_one_quote_per_token': ddl(
     // An invoice has at most one address, and so one quote, per chain and
     // token: domain/invoice.ts `assignAddress` makes a second AddressAssigned
     // for a chain+token a no-op, and a requote updates the address's row
@@ -657,13 +546,8 @@ readModelMigrations['0013_one_quote_per_token'] = {
     // (a hash join, a parallel scan), rather than a lateral sort-and-limit
     // per row. It leads with invoice_id, so it serves every lookup the index
     // it replaces did.
-    await db.schema
-      .createIndex('invoice_addresses_invoice_token')
-      .on('invoice_addresses')
-      .columns(['invoice_id', 'chain', 'token'])
-      .unique()
-      .execute();
-    await db.schema.dropIndex('invoice_addresses_invoice').execute();
+    `create unique index invoice_addresses_invoice_token on invoice_addresses (invoice_id, chain, token)`,
+    `drop index invoice_addresses_invoice`,
     // report_csv_cell (0010) with the same rule, cheaper: ascii() reads the
     // first character's code where left() made a text of it and compared it
     // six times under the collation (the invoices report of 200,000 rows,
@@ -671,11 +555,10 @@ readModelMigrations['0013_one_quote_per_token'] = {
     // database, as PGlite always is: in other multibyte encodings ascii()
     // refuses a non-ASCII character. test/reports-csv.test.ts holds it to
     // api/csv.ts's csvCell.
-    await sql`
-      create or replace function report_csv_cell(v text) returns text language sql immutable parallel safe as $$
+    `create or replace function report_csv_cell(v text) returns text language sql immutable parallel safe as $$
         select case when v is null or v = '' then ''
           when ascii(v) in (61, 43, 45, 64, 9, 13) then '"''' || replace(v, '"', '""') || '"'
           else '"' || replace(v, '"', '""') || '"' end
-      $$`.execute(db);
-  },
+      $$`,
+  ),
 };

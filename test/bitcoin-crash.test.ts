@@ -7,12 +7,10 @@
 // same kills around a refund from the deposit: the customer is paid once,
 // and the settlement afterwards sweeps the refund's change.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { baseUnits, SERVICE_MNEMONIC } from './support/evm-flow.ts';
-import { callService as call, startProcess, untilKilled, type ServiceProcess } from './support/process.ts';
+import { callService as call } from './support/process.ts';
+import { crashHarness } from './support/crash.ts';
 import { eventually, eventuallyMining } from './support/merchant.ts';
 import { BitcoinTestNode, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';
 import { settlementAmounts } from './support/settlement.ts';
@@ -24,8 +22,6 @@ const ADMIN = 'bitcoin-crash-test-admin-token';
 describe('crashes on the Bitcoin test node', () => {
   let node: BitcoinTestNode;
   let payer: BitcoinKey;
-  let dir: string;
-  let running: ServiceProcess | undefined;
   before(async () => {
     node = await new BitcoinTestNode().start();
     payer = randomBitcoinKey();
@@ -33,28 +29,15 @@ describe('crashes on the Bitcoin test node', () => {
   });
   after(() => node.stop());
 
-  async function start(extra: Record<string, string> = {}) {
-    running = await startProcess({
-      CHAINS: 'bitcoin',
-      CHAIN_BITCOIN_RPC_URL: node.rpcUrl,
-      CHAIN_BITCOIN_NETWORK: 'regtest',
-      WALLET_MNEMONIC: SERVICE_MNEMONIC,
-      RATE_LIMITS: 'off',
-      ADMIN_TOKEN: ADMIN,
-      DATA_DIR: dir,
-      ...extra,
-    });
-    return running.url;
-  }
-  async function withDataDir(work: () => Promise<void>) {
-    dir = await mkdtemp(join(tmpdir(), 'invoicing-bitcoin-crash-'));
-    try {
-      await work();
-    } finally {
-      if (running && running.child.exitCode === null && running.child.signalCode === null) await running.stop();
-      await rm(dir, { recursive: true, force: true });
-    }
-  }
+  const service = crashHarness('bitcoin-crash', () => ({
+    CHAINS: 'bitcoin',
+    CHAIN_BITCOIN_RPC_URL: node.rpcUrl,
+    CHAIN_BITCOIN_NETWORK: 'regtest',
+    WALLET_MNEMONIC: SERVICE_MNEMONIC,
+    RATE_LIMITS: 'off',
+    ADMIN_TOKEN: ADMIN,
+  }));
+  const { start, kill, withDataDir } = service;
   async function merchant(url: string, wallet: string) {
     const m = (
       await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'BTC', settlementWallets: { bitcoin: wallet } })
@@ -67,7 +50,7 @@ describe('crashes on the Bitcoin test node', () => {
     return res.body.data as { paymentId: string; address: string; cryptoAmount: string };
   }
   /** Mines a block at a time until the failpoint kills the service. */
-  const minedUntilKilled = () => untilKilled(running!, () => node.mine(1));
+  const minedUntilKilled = () => service.untilKilled(() => node.mine(1));
   const status = async (url: string, id: string) => (await call(url, 'GET', `/api/v1/invoices/${id}/status`)).body.data;
   const types = async (url: string, key: string, id: string) =>
     ((await call(url, 'GET', `/api/v1/invoices/${id}/events`, key)).body.data as any[]).map((e) => e.type as string);
@@ -83,8 +66,7 @@ describe('crashes on the Bitcoin test node', () => {
         () => status(url, invoices[0]!.paymentId),
         (s) => s.hasDetectedPayment,
       );
-      running!.child.kill('SIGKILL');
-      await running!.exited;
+      await kill();
       for (const p of invoices.slice(1)) node.pay(payer, [{ address: p.address, sats: baseUnits(p.cryptoAmount, 8) }]);
       node.mine(2);
       url = await start();
@@ -181,7 +163,7 @@ describe('crashes on the Bitcoin test node', () => {
         const approved = await call(url, 'POST', `/api/v1/refunds/${refundId}/approve`, key);
         assert.equal(approved.body.data?.fundedFrom, 'deposit', JSON.stringify(approved.body));
         await minedUntilKilled();
-        assert.equal(running!.child.signalCode, 'SIGKILL');
+        assert.equal(service.running!.child.signalCode, 'SIGKILL');
         url = await start();
         const done = await eventuallyMining(
           () => node.mine(1),

@@ -2,11 +2,9 @@
 // payout, and at random moments of many flows, and restarted; every invoice
 // must end settled with one payout and its webhooks delivered.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { callService as call } from './support/process.ts';
+import { crashHarness } from './support/crash.ts';
 import { eventually as until } from './support/merchant.ts';
 import { startWebhookReceiver } from './support/webhook-receiver.ts';
 import { EsdbCluster } from './support/eventstoredb-server.ts';
@@ -32,40 +30,35 @@ describe('crashes during a payout', () => {
  * with exactly one payout. `store` adds the environment of the event store.
  */
 async function killAndRestart(failpoint: string, store: Record<string, string> = {}): Promise<void> {
-  const dir = await mkdtemp(join(tmpdir(), 'invoicing-crash-'));
-  const env = { DATA_DIR: dir, CHAIN_TRON_CONFIRMATIONS: '3', ADMIN_TOKEN: 'crash-test-admin-token', ...store };
-  let running: ServiceProcess | undefined = await startProcess({ ...env, FAILPOINTS: failpoint });
-  try {
-    const admin = env.ADMIN_TOKEN;
+  const admin = 'crash-test-admin-token';
+  const service = crashHarness('crash', () => ({ CHAIN_TRON_CONFIRMATIONS: '3', ADMIN_TOKEN: admin, ...store }));
+  await service.withDataDir(async () => {
+    let url = await service.start({ FAILPOINTS: failpoint });
     const merchant = (
-      await call(running.url, 'POST', '/admin/v1/merchants', admin, {
+      await call(url, 'POST', '/admin/v1/merchants', admin, {
         name: 'Crash',
         settlementWallets: { tron: WALLET },
       })
     ).body.data;
-    const key = (await call(running.url, 'POST', `/admin/v1/merchants/${merchant.id}/api-keys`, admin, {})).body.data
-      .key;
+    const key = (await call(url, 'POST', `/admin/v1/merchants/${merchant.id}/api-keys`, admin, {})).body.data.key;
     const payment = (
-      await call(running.url, 'POST', '/api/v1/payments', key, {
+      await call(url, 'POST', '/api/v1/payments', key, {
         amount: '50',
         currency: 'USD',
         chain: 'tron',
         token: 'USDT',
       })
     ).body.data;
-    await call(running.url, 'POST', '/dev/v1/chains/tron/transfers', admin, {
+    await call(url, 'POST', '/dev/v1/chains/tron/transfers', admin, {
       to: payment.address,
       amount: payment.cryptoAmount,
       token: 'USDT',
     });
-    await call(running.url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 2 });
+    await call(url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 2 });
     // Confirmation leads to the payout, where the failpoint kills the process.
-    const exit = await Promise.race([running.exited, new Promise((r) => setTimeout(() => r('alive'), 20_000))]);
-    assert.notEqual(exit, 'alive', 'the failpoint killed the process');
-    assert.equal(running.child.signalCode, 'SIGKILL');
+    await service.killedWithin(20_000);
 
-    running = await startProcess(env);
-    const url = running.url;
+    url = await service.start();
     await until(
       async () => (await call(url, 'GET', `/api/v1/invoices/${payment.paymentId}/settlement`, key)).body.data,
       (s) => s?.status === 'submitted',
@@ -80,10 +73,7 @@ async function killAndRestart(failpoint: string, store: Record<string, string> =
     assert.equal(wallet.transfers.length, 1, 'exactly one payout');
     assert.equal(wallet.received.USDT, '49.500000');
     assert.equal(wallet.transfers[0].txHash, settled.txHash);
-  } finally {
-    if (running.child.exitCode === null && running.child.signalCode === null) await running.stop();
-    await rm(dir, { recursive: true, force: true });
-  }
+  });
 }
 
 describe('crashes during a payout, events in EventStoreDB (gRPC protocol test server)', () => {
@@ -109,47 +99,45 @@ function randomFrom(seed: number) {
 }
 
 describe('random kills during 50 payment flows', () => {
-  it('leaves every invoice settled once, no payout twice, and every webhook delivered with one eventId', async () => {
+  it('leaves every invoice settled once, no payout twice, and every webhook delivered with one eventId', async (t) => {
     const FLOWS = 50;
     const KILLS = 8;
     const seed = Number(process.env.CRASH_SEED ?? Date.now() % 1_000_000);
     console.log(`# random kills: CRASH_SEED=${seed}`);
     const random = randomFrom(seed);
-    const dir = await mkdtemp(join(tmpdir(), 'invoicing-chaos-'));
     const receiver = await startWebhookReceiver();
+    t.after(() => receiver.close());
     const admin = 'chaos-test-admin-token';
-    const env = {
-      DATA_DIR: dir,
+    const service = crashHarness('chaos', () => ({
       ADMIN_TOKEN: admin,
       CHAIN_TRON_CONFIRMATIONS: '2',
       RATE_LIMITS: 'off',
       WEBHOOK_ALLOW_PRIVATE_TARGETS: 'true',
       WEBHOOK_RETRY_DELAYS: '200ms,500ms,1s',
-    };
-    let running = await startProcess(env);
-    try {
+    }));
+    await service.withDataDir(async () => {
+      let url = await service.start();
       const merchant = (
-        await call(running.url, 'POST', '/admin/v1/merchants', admin, {
+        await call(url, 'POST', '/admin/v1/merchants', admin, {
           name: 'Chaos',
           webhookUrl: `${receiver.url}/hooks`,
           settlementWallets: { tron: WALLET },
         })
       ).body.data;
-      const key = (await call(running.url, 'POST', `/admin/v1/merchants/${merchant.id}/api-keys`, admin, {})).body.data
-        .key;
+      const key = (await call(url, 'POST', `/admin/v1/merchants/${merchant.id}/api-keys`, admin, {})).body.data.key;
       // Amounts of 10.01 … 10.50 USDT: each payout names its invoice.
       const payments: { paymentId: string; address: string; cryptoAmount: string }[] = [];
       for (let i = 1; i <= FLOWS; i++) {
         const amount = `10.${String(i).padStart(2, '0')}`;
         const p = (
-          await call(running.url, 'POST', '/api/v1/payments', key, {
+          await call(url, 'POST', '/api/v1/payments', key, {
             amount,
             currency: 'USD',
             chain: 'tron',
             token: 'USDT',
           })
         ).body.data;
-        await call(running.url, 'POST', '/dev/v1/chains/tron/transfers', admin, {
+        await call(url, 'POST', '/dev/v1/chains/tron/transfers', admin, {
           to: p.address,
           amount: p.cryptoAmount,
           token: 'USDT',
@@ -163,17 +151,15 @@ describe('random kills during 50 payment flows', () => {
         const aliveFor = 200 + random() * 2500;
         const deadline = Date.now() + aliveFor;
         while (Date.now() < deadline) {
-          await call(running.url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 1 }).catch(() => undefined);
+          await call(url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 1 }).catch(() => undefined);
           await new Promise((r) => setTimeout(r, random() * 300));
         }
-        running.child.kill('SIGKILL');
-        await running.exited;
+        await service.kill();
         // Where the work stood when it was killed: the kills should land all along it.
         console.log(`# kill ${kill + 1}: ${receiver.accepted().length} webhooks accepted so far`);
-        running = await startProcess(env);
+        url = await service.start();
       }
 
-      const url = running.url;
       const statuses = await until(
         async () => {
           await call(url, 'POST', '/dev/v1/chains/tron/blocks', admin, { count: 1 });
@@ -219,10 +205,6 @@ describe('random kills during 50 payment flows', () => {
           assert.equal(ids.size, 1, `${event} of ${p.paymentId} has one eventId however often it was sent`);
         }
       }
-    } finally {
-      if (running.child.exitCode === null && running.child.signalCode === null) await running.stop();
-      await receiver.close();
-      await rm(dir, { recursive: true, force: true });
-    }
+    });
   });
 });

@@ -4,14 +4,12 @@
 // a kill between a sweep's broadcast and its record, or between its record
 // and its broadcast, sends exactly one payout.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { id as topicOf, zeroPadValue } from 'ethers';
 import { startHardhat, type LocalNode } from './support/hardhat.ts';
 import { baseUnits, evmFixture, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
-import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { callService as call } from './support/process.ts';
+import { crashHarness } from './support/crash.ts';
 import { eventually as until } from './support/merchant.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
@@ -24,8 +22,6 @@ if (skip) console.log(`# skipped EVM crash tests: ${skip}`);
 describe('crashes on a local EVM node', { skip }, () => {
   const node = started as LocalNode;
   let fx: EvmFixture;
-  let dir: string;
-  let running: ServiceProcess | undefined;
   before(async () => {
     fx = await evmFixture(node, { ADMIN_TOKEN: ADMIN });
   });
@@ -33,23 +29,8 @@ describe('crashes on a local EVM node', { skip }, () => {
     await node.stop();
   });
 
-  async function start(extra: Record<string, string> = {}) {
-    running = await startProcess({ ...fx.env, DATA_DIR: dir, ...extra });
-    return running.url;
-  }
-  async function kill() {
-    running!.child.kill('SIGKILL');
-    await running!.exited;
-  }
-  async function withDataDir(work: () => Promise<void>) {
-    dir = await mkdtemp(join(tmpdir(), 'invoicing-evm-crash-'));
-    try {
-      await work();
-    } finally {
-      if (running && running.child.exitCode === null && running.child.signalCode === null) await running.stop();
-      await rm(dir, { recursive: true, force: true });
-    }
-  }
+  const service = crashHarness('evm-crash', () => fx.env);
+  const { start, kill, withDataDir } = service;
   async function merchant(url: string, wallet: string) {
     const m = (
       await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'EVM', settlementWallets: { ethereum: wallet } })
@@ -129,9 +110,7 @@ describe('crashes on a local EVM node', { skip }, () => {
         await pay(p, token);
         await node.mine(2);
         // Confirmation leads to the payout, where the failpoint kills the process.
-        const exit = await Promise.race([running!.exited, new Promise((r) => setTimeout(() => r('alive'), 30_000))]);
-        assert.notEqual(exit, 'alive', 'the failpoint killed the process');
-        assert.equal(running!.child.signalCode, 'SIGKILL');
+        await service.killedWithin(30_000);
 
         url = await start();
         const settled = await until(

@@ -2,11 +2,9 @@
 // process is killed (SIGKILL) at each step of a refund, restarted, and the
 // customer receives exactly one payout of exactly the refund's net amount.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { callService as call, startProcess, type ServiceProcess } from './support/process.ts';
+import { callService as call } from './support/process.ts';
+import { crashHarness } from './support/crash.ts';
 import { eventually as until } from './support/merchant.ts';
 
 const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
@@ -31,11 +29,13 @@ async function killAndRestart(
   funding: 'deposit' | 'refund_wallet',
   then: 'approve' | 'cancel' = 'approve',
 ): Promise<void> {
-  const dir = await mkdtemp(join(tmpdir(), 'invoicing-refund-crash-'));
-  const env = { DATA_DIR: dir, CHAIN_TRON_CONFIRMATIONS: '3', ADMIN_TOKEN: ADMIN, PLATFORM_FEE_BPS: '100' };
-  let running: ServiceProcess | undefined = await startProcess(env);
-  try {
-    let url = running.url;
+  const service = crashHarness('refund-crash', () => ({
+    CHAIN_TRON_CONFIRMATIONS: '3',
+    ADMIN_TOKEN: ADMIN,
+    PLATFORM_FEE_BPS: '100',
+  }));
+  await service.withDataDir(async () => {
+    let url = await service.start();
     const mine = (count: number) => call(url, 'POST', '/dev/v1/chains/tron/blocks', ADMIN, { count });
     const pay = (to: string, amount: string) =>
       call(url, 'POST', '/dev/v1/chains/tron/transfers', ADMIN, { to, amount, token: 'USDT' });
@@ -77,16 +77,12 @@ async function killAndRestart(
     }
 
     // The same data directory, now armed: the approval leads to the step where the process dies.
-    await running.stop();
-    running = await startProcess({ ...env, FAILPOINTS: failpoint });
-    url = running.url;
+    await service.stop();
+    url = await service.start({ FAILPOINTS: failpoint });
     await call(url, 'POST', `/api/v1/refunds/${refund.id}/approve`, key).catch(() => undefined);
-    const exit = await Promise.race([running.exited, new Promise((r) => setTimeout(() => r('alive'), 20_000))]);
-    assert.notEqual(exit, 'alive', 'the failpoint killed the process');
-    assert.equal(running.child.signalCode, 'SIGKILL');
+    await service.killedWithin(20_000);
 
-    running = await startProcess(env);
-    url = running.url;
+    url = await service.start();
     if (then === 'cancel') {
       const canceled = await call(url, 'POST', `/api/v1/refunds/${refund.id}/cancel`, key);
       assert.equal(canceled.body.data?.status, 'canceled', JSON.stringify(canceled.body));
@@ -122,8 +118,5 @@ async function killAndRestart(
     assert.equal(customer.transfers[0].txHash, completed.transactionHash);
     assert.equal(customer.transfers[0].amount, '10.000000');
     assert.equal(customer.transfers[0].token, 'USDT');
-  } finally {
-    await running?.stop();
-    await rm(dir, { recursive: true, force: true });
-  }
+  });
 }

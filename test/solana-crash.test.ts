@@ -8,13 +8,11 @@
 // blockhash expired while the service was down is replaced only once the
 // chain shows it can never land.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { Keypair } from '@solana/web3.js';
 import { baseUnits } from './support/evm-flow.ts';
-import { callService as call, startProcess, untilKilled, type ServiceProcess } from './support/process.ts';
+import { callService as call } from './support/process.ts';
+import { crashHarness } from './support/crash.ts';
 import { eventually as until } from './support/merchant.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
 import { solanaEnv, startSolanaNode } from './support/solana-flow.ts';
@@ -25,8 +23,6 @@ const ADMIN = 'solana-crash-test-admin-token';
 describe('crashes on the Solana test node', () => {
   let node: SolanaTestNode;
   let payer: Keypair;
-  let dir: string;
-  let running: ServiceProcess | undefined;
   before(async () => {
     node = await startSolanaNode();
     payer = Keypair.generate();
@@ -36,23 +32,8 @@ describe('crashes on the Solana test node', () => {
   });
   after(() => node.stop());
 
-  async function start(extra: Record<string, string> = {}) {
-    running = await startProcess({ ...solanaEnv(node, { ADMIN_TOKEN: ADMIN }), DATA_DIR: dir, ...extra });
-    return running.url;
-  }
-  async function kill() {
-    running!.child.kill('SIGKILL');
-    await running!.exited;
-  }
-  async function withDataDir(work: () => Promise<void>) {
-    dir = await mkdtemp(join(tmpdir(), 'invoicing-solana-crash-'));
-    try {
-      await work();
-    } finally {
-      if (running && running.child.exitCode === null && running.child.signalCode === null) await running.stop();
-      await rm(dir, { recursive: true, force: true });
-    }
-  }
+  const service = crashHarness('solana-crash', () => solanaEnv(node, { ADMIN_TOKEN: ADMIN }));
+  const { start, kill, withDataDir } = service;
   async function merchant(url: string, wallet: string) {
     const m = (
       await call(url, 'POST', '/admin/v1/merchants', ADMIN, { name: 'Solana', settlementWallets: { solana: wallet } })
@@ -94,7 +75,7 @@ describe('crashes on the Solana test node', () => {
       90_000,
     );
   /** Mines until the failpoint has killed the process. */
-  const mineUntilKilled = () => untilKilled(running!, () => node.mine(1));
+  const mineUntilKilled = () => service.untilKilled(() => node.mine(1));
   /** The merchant got exactly one payout, of the net amount, in the settlement's transaction. */
   async function paidOnce(url: string, p: { paymentId: string }, key: string, wallet: string, token?: string) {
     const settled = await mineUntil(url, p.paymentId, (s) => s.status === 'settled');

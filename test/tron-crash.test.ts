@@ -5,12 +5,10 @@
 // its record, sends exactly one payout; so does a kill there in a refund
 // from a deposit, whose settlement then pays exactly the rest.
 import assert from 'node:assert/strict';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import { baseUnits } from './support/evm-flow.ts';
-import { callService as call, startProcess, untilKilled, type ServiceProcess } from './support/process.ts';
+import { callService as call } from './support/process.ts';
+import { crashHarness } from './support/crash.ts';
 import { eventually as until } from './support/merchant.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { startTronNode, TEST_USDT, tronEnv } from './support/tron-flow.ts';
@@ -21,8 +19,6 @@ const ADMIN = 'tron-crash-test-admin-token';
 describe('crashes on the Tron test node', () => {
   let node: TronTestNode;
   let payer: TronKey;
-  let dir: string;
-  let running: ServiceProcess | undefined;
   before(async () => {
     node = await startTronNode();
     payer = randomTronKey();
@@ -31,23 +27,8 @@ describe('crashes on the Tron test node', () => {
   });
   after(() => node.stop());
 
-  async function start(extra: Record<string, string> = {}) {
-    running = await startProcess({ ...tronEnv(node, { ADMIN_TOKEN: ADMIN }), DATA_DIR: dir, ...extra });
-    return running.url;
-  }
-  async function kill() {
-    running!.child.kill('SIGKILL');
-    await running!.exited;
-  }
-  async function withDataDir(work: () => Promise<void>) {
-    dir = await mkdtemp(join(tmpdir(), 'invoicing-tron-crash-'));
-    try {
-      await work();
-    } finally {
-      if (running && running.child.exitCode === null && running.child.signalCode === null) await running.stop();
-      await rm(dir, { recursive: true, force: true });
-    }
-  }
+  const service = crashHarness('tron-crash', () => tronEnv(node, { ADMIN_TOKEN: ADMIN }));
+  const { start, kill, withDataDir } = service;
   async function merchant(url: string, wallet?: string) {
     const m = (
       await call(url, 'POST', '/admin/v1/merchants', ADMIN, {
@@ -58,7 +39,7 @@ describe('crashes on the Tron test node', () => {
     return (await call(url, 'POST', `/admin/v1/merchants/${m.id}/api-keys`, ADMIN, {})).body.data.key as string;
   }
   /** Until the process has died at its failpoint, mining so that it gets there. */
-  const killed = () => untilKilled(running!, () => node.mine(1));
+  const killed = () => service.untilKilled(() => node.mine(1));
   /** The fee wallet funded for token payouts' energy, and the treasury an existing account. */
   async function fundServiceWallets(url: string) {
     const [{ feeWallet, treasury }] = (await call(url, 'GET', '/admin/v1/wallets', ADMIN)).body.data;

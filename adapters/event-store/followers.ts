@@ -12,7 +12,7 @@
 import { sql, type Kysely, type Migration } from 'kysely';
 import type { EventStore, RecordedEvent } from './port.ts';
 import type { SqlDatabase } from '../sql/database.ts';
-import { migrate } from '../sql/migrate.ts';
+import { ddl, migrate } from '../sql/migrate.ts';
 import { followAppends } from './catch-up.ts';
 
 export interface Projector<Prepared = unknown> {
@@ -56,17 +56,14 @@ interface CheckpointTables {
   projection_checkpoints: { name: string; position: string; updated_at: Date };
 }
 
-const checkpointMigrations: Record<string, Migration> = {
-  '0001_checkpoints': {
-    async up(db) {
-      await db.schema
-        .createTable('projection_checkpoints')
-        .addColumn('name', 'text', (c) => c.primaryKey())
-        .addColumn('position', 'text', (c) => c.notNull())
-        .addColumn('updated_at', 'timestamptz', (c) => c.notNull())
-        .execute();
-    },
-  },
+export const checkpointMigrations: Record<string, Migration> = {
+  '0001_checkpoints': ddl(
+    `create table projection_checkpoints (
+      name text primary key,
+      "position" text not null,
+      updated_at timestamptz not null
+    )`,
+  ),
 };
 
 export interface EngineOptions {

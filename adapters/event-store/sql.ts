@@ -11,7 +11,7 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { sql, type Generated, type Kysely, type Migration } from 'kysely';
 import type { SqlDatabase } from '../sql/database.ts';
-import { migrate } from '../sql/migrate.ts';
+import { ddl, migrate } from '../sql/migrate.ts';
 import { catchUpSubscription } from './catch-up.ts';
 import {
   checkExpected,
@@ -43,34 +43,26 @@ interface EventStoreTables {
 export const NOTIFY_CHANNEL = 'es_events_appended';
 
 export const eventStoreMigrations: Record<string, Migration> = {
-  '0001_events': {
-    async up(db) {
-      await db.schema
-        .createTable('es_events')
-        .addColumn('global_position', 'bigint', (c) => c.primaryKey().generatedAlwaysAsIdentity())
-        .addColumn('transaction_id', sql`xid8`, (c) => c.notNull().defaultTo(sql`pg_current_xact_id()`))
-        .addColumn('stream_id', 'text', (c) => c.notNull())
-        .addColumn('stream_revision', 'integer', (c) => c.notNull())
-        .addColumn('event_id', 'uuid', (c) => c.notNull())
-        .addColumn('event_type', 'text', (c) => c.notNull())
-        .addColumn('data', 'jsonb', (c) => c.notNull())
-        .addColumn('metadata', 'jsonb', (c) => c.notNull())
-        .addColumn('recorded_at', 'timestamptz', (c) => c.notNull().defaultTo(sql`now()`))
-        .addUniqueConstraint('es_events_stream_revision', ['stream_id', 'stream_revision'])
-        .addUniqueConstraint('es_events_stream_event_id', ['stream_id', 'event_id'])
-        .execute();
-      await db.schema
-        .createIndex('es_events_global_order')
-        .on('es_events')
-        .columns(['transaction_id', 'global_position'])
-        .execute();
-      await db.schema
-        .createTable('es_streams')
-        .addColumn('stream_id', 'text', (c) => c.primaryKey())
-        .addColumn('revision', 'integer', (c) => c.notNull())
-        .execute();
-    },
-  },
+  '0001_events': ddl(
+    `create table es_events (
+      global_position bigint generated always as identity primary key,
+      transaction_id xid8 not null default pg_current_xact_id(),
+      stream_id text not null,
+      stream_revision integer not null,
+      event_id uuid not null,
+      event_type text not null,
+      data jsonb not null,
+      metadata jsonb not null,
+      recorded_at timestamptz not null default now(),
+      constraint es_events_stream_revision unique (stream_id, stream_revision),
+      constraint es_events_stream_event_id unique (stream_id, event_id)
+    )`,
+    `create index es_events_global_order on es_events (transaction_id, global_position)`,
+    `create table es_streams (
+      stream_id text primary key,
+      revision integer not null
+    )`,
+  ),
 };
 
 export class SqlEventStore implements EventStore {

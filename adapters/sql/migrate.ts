@@ -1,4 +1,4 @@
-import { Migrator, type Kysely, type Migration } from 'kysely';
+import { Migrator, sql, type Kysely, type Migration } from 'kysely';
 
 /** Applies migrations in name order, recording them in their own table so that several sets can share one database. */
 export async function migrate(db: Kysely<any>, table: string, migrations: Record<string, Migration>): Promise<void> {
@@ -10,4 +10,17 @@ export async function migrate(db: Kysely<any>, table: string, migrations: Record
   });
   const { error } = await migrator.migrateToLatest();
   if (error) throw error;
+}
+
+/**
+ * A migration written as the SQL it runs, a statement a string, in order:
+ * a table reads best as its `create table`. One statement at a time, as
+ * PGlite's extended protocol takes one per query.
+ */
+export function ddl(...statements: string[]): Migration {
+  return {
+    async up(db) {
+      for (const statement of statements) await sql.raw(statement).execute(db);
+    },
+  };
 }

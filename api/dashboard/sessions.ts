@@ -5,7 +5,7 @@
 import { createHash, randomBytes, timingSafeEqual } from 'node:crypto';
 import { sql, type Kysely, type Migration } from 'kysely';
 import type { SqlDatabase } from '../../adapters/sql/database.ts';
-import { migrate } from '../../adapters/sql/migrate.ts';
+import { ddl, migrate } from '../../adapters/sql/migrate.ts';
 import { isUserRole, type UserRole } from '../../domain/merchant-user.ts';
 import type { ReadModelTables } from '../../projections/schema.ts';
 
@@ -33,42 +33,31 @@ interface SessionTables {
   dashboard_totp_steps: { user_id: string; step: number; used_at: Date };
 }
 
-const migrations: Record<string, Migration> = {
-  '0001_sessions': {
-    async up(db) {
-      await db.schema
-        .createTable('dashboard_sessions')
-        .addColumn('id_hash', 'text', (c) => c.primaryKey())
-        .addColumn('user_id', 'uuid', (c) => c.notNull())
-        .addColumn('csrf_token', 'text', (c) => c.notNull())
-        .addColumn('created_at', 'timestamptz', (c) => c.notNull())
-        .addColumn('last_seen_at', 'timestamptz', (c) => c.notNull())
-        .addColumn('authenticated_at', 'timestamptz', (c) => c.notNull())
-        .execute();
-      await db.schema.createIndex('dashboard_sessions_user').on('dashboard_sessions').column('user_id').execute();
-      await db.schema
-        .createTable('dashboard_sign_in_failures')
-        .addColumn('email', 'text', (c) => c.notNull())
-        .addColumn('failed_at', 'timestamptz', (c) => c.notNull())
-        .execute();
-      await db.schema
-        .createIndex('dashboard_sign_in_failures_email')
-        .on('dashboard_sign_in_failures')
-        .columns(['email', 'failed_at'])
-        .execute();
-    },
-  },
-  '0002_totp_steps': {
-    async up(db) {
-      await db.schema
-        .createTable('dashboard_totp_steps')
-        .addColumn('user_id', 'uuid', (c) => c.notNull())
-        .addColumn('step', 'bigint', (c) => c.notNull())
-        .addColumn('used_at', 'timestamptz', (c) => c.notNull())
-        .addPrimaryKeyConstraint('dashboard_totp_steps_pk', ['user_id', 'step'])
-        .execute();
-    },
-  },
+export const sessionMigrations: Record<string, Migration> = {
+  '0001_sessions': ddl(
+    `create table dashboard_sessions (
+      id_hash text primary key,
+      user_id uuid not null,
+      csrf_token text not null,
+      created_at timestamptz not null,
+      last_seen_at timestamptz not null,
+      authenticated_at timestamptz not null
+    )`,
+    `create index dashboard_sessions_user on dashboard_sessions (user_id)`,
+    `create table dashboard_sign_in_failures (
+      email text not null,
+      failed_at timestamptz not null
+    )`,
+    `create index dashboard_sign_in_failures_email on dashboard_sign_in_failures (email, failed_at)`,
+  ),
+  '0002_totp_steps': ddl(
+    `create table dashboard_totp_steps (
+      user_id uuid not null,
+      step bigint not null,
+      used_at timestamptz not null,
+      constraint dashboard_totp_steps_pk primary key (user_id, step)
+    )`,
+  ),
 };
 
 /** The signed-in person behind a request. */
@@ -111,7 +100,7 @@ export function csrfTokenMatches(session: DashboardSession, token: unknown): boo
 
 /** Sessions use the wall clock: the sandbox's business clock may run days ahead. */
 export async function dashboardSessions(database: SqlDatabase, now: () => Date = () => new Date()) {
-  await migrate(database.db, 'dashboard_migrations', migrations);
+  await migrate(database.db, 'dashboard_migrations', sessionMigrations);
   const db = database.db as unknown as Kysely<SessionTables & ReadModelTables>;
 
   return {

@@ -24,22 +24,6 @@ export interface ServiceProcess {
   exited: Promise<number | null>;
 }
 
-/**
- * Calls `mine` (a block at a time) until the service's failpoint has killed
- * it; throws unless it died of SIGKILL within a minute.
- */
-export async function untilKilled(service: ServiceProcess, mine: () => unknown): Promise<void> {
-  const deadline = Date.now() + 60_000;
-  while (service.child.exitCode === null && service.child.signalCode === null) {
-    if (Date.now() > deadline) throw new Error('the failpoint did not kill the service in time');
-    await mine();
-    await new Promise((r) => setTimeout(r, 25));
-  }
-  if (service.child.signalCode !== 'SIGKILL') {
-    throw new Error(`the service ended with ${service.child.signalCode ?? service.child.exitCode}, not SIGKILL`);
-  }
-}
-
 /** Built once per test file, from the sources as they are now. */
 let built: Promise<void> | undefined;
 

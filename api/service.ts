@@ -40,7 +40,8 @@ import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { refundsProjector } from '../projections/refunds.ts';
 import { activityProjector } from '../projections/activity.ts';
-import { RefundExpiry, RefundPayouts, refundCommands, refundManager } from '../commands/refunds.ts';
+import { RefundPayouts, refundCommands, refundManager } from '../commands/refunds.ts';
+import { RefundExpiry, migrateRefundClaims, refundClaimsProjector } from '../commands/refund-expiry.ts';
 import { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands, type MerchantCommands } from '../commands/merchants.ts';
@@ -159,6 +160,7 @@ export async function startService(
   await ChainWatcher.migrate(database);
   await migrateWebhookDeliveries(database);
   await migratePayoutQueue(database);
+  await migrateRefundClaims(database);
 
   const production = config.appEnv === 'production';
   const sandboxClock = production ? undefined : await SandboxClock.open(store);
@@ -230,6 +232,7 @@ export async function startService(
       carryPayments,
       settlementManager(settlementDeps),
       payoutQueueProjector,
+      refundClaimsProjector,
       webhookEvents,
       subscriptionManager(store, subscriptions),
       subscriberHooks,

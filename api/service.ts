@@ -30,7 +30,7 @@ import { openRateSources } from '../adapters/rates/sources.ts';
 import { SandboxClock } from '../adapters/sandbox-clock.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
 import { ChainWatcher, type WatcherCondition } from '../commands/chain-watcher.ts';
-import { ExpiryScheduler } from '../commands/expiry.ts';
+import { ExpiryScheduler, expiringInvoicesProjector, migrateExpiringInvoices } from '../commands/expiry.ts';
 import { SettlementPayouts, settlementManager } from '../commands/settlements.ts';
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
 import type { ChainAdapter } from '../adapters/chains/port.ts';
@@ -161,6 +161,7 @@ export async function startService(
   await migrateWebhookDeliveries(database);
   await migratePayoutQueue(database);
   await migrateRefundClaims(database);
+  await migrateExpiringInvoices(database);
 
   const production = config.appEnv === 'production';
   const sandboxClock = production ? undefined : await SandboxClock.open(store);
@@ -233,6 +234,7 @@ export async function startService(
       settlementManager(settlementDeps),
       payoutQueueProjector,
       refundClaimsProjector,
+      expiringInvoicesProjector,
       webhookEvents,
       subscriptionManager(store, subscriptions),
       subscriberHooks,
@@ -272,6 +274,7 @@ export async function startService(
   for (const watcher of watchers) watcher.start();
   const expiry = new ExpiryScheduler(database.db, invoices, clock, {
     onError: (error) => log?.error({ err: error }, 'expiry failed'),
+    caughtUp: () => projections.caughtUp(30_000, [expiringInvoicesProjector.name]),
     // A chain nobody watches here has nothing to wait for.
     watchedThrough: (chain) => {
       const watcher = watchers.find((w) => w.chain.chain === chain);

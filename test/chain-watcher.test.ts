@@ -13,7 +13,7 @@ import { FixedRateProvider } from '../adapters/rates/fixed.ts';
 import { openPglite } from '../adapters/sql/database.ts';
 import { projectors } from '../api/service.ts';
 import { ChainWatcher, type WatcherOptions } from '../commands/chain-watcher.ts';
-import { ExpiryScheduler } from '../commands/expiry.ts';
+import { ExpiryScheduler, expiringInvoicesProjector, migrateExpiringInvoices } from '../commands/expiry.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands } from '../commands/merchants.ts';
 import { paymentCommands, paymentsToInvoices } from '../commands/payments.ts';
@@ -162,6 +162,7 @@ async function serviceOn(
   const chain = await chainOn(store);
   await ProjectionEngine.migrate(database, readModelMigrations);
   await ChainWatcher.migrate(database);
+  await migrateExpiringInvoices(database);
   const carry = paymentsToInvoices(store);
   let held: Promise<void> | undefined;
   const slowCarry: Reactor = {
@@ -171,7 +172,9 @@ async function serviceOn(
       return carry.react(event);
     },
   };
-  const projections = new ProjectionEngine(database, store, [...projectors, slowCarry], { pollMs: 50 });
+  const projections = new ProjectionEngine(database, store, [...projectors, slowCarry, expiringInvoicesProjector], {
+    pollMs: 50,
+  });
   projections.start();
   const invoices = invoiceCommands({
     store,
@@ -196,8 +199,9 @@ async function serviceOn(
     onError: (error) => errors.push(error),
   };
   const watcher = new ChainWatcher(chain, database, paymentCommands(store, clock), clock, options);
-  const expiry = new ExpiryScheduler(database.db as never, invoices, clock, {
+  const expiry = new ExpiryScheduler(database.db, invoices, clock, {
     watchedThrough: () => watcher.caughtUpAt,
+    caughtUp: () => projections.caughtUp(30_000, [expiringInvoicesProjector.name]),
   });
   return {
     store,

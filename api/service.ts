@@ -35,7 +35,8 @@ import { SettlementPayouts, settlementManager } from '../commands/settlements.ts
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
 import type { ChainAdapter } from '../adapters/chains/port.ts';
 import { WebhookDeliveryWorker, migrateWebhookDeliveries } from '../commands/webhook-delivery.ts';
-import { RenewalScheduler, subscriptionCommands, subscriptionManager } from '../commands/subscriptions.ts';
+import { subscriptionCommands, subscriptionManager } from '../commands/subscriptions.ts';
+import { RenewalScheduler, migrateRenewals, renewalsProjector } from '../commands/renewals.ts';
 import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { refundsProjector } from '../projections/refunds.ts';
@@ -162,6 +163,7 @@ export async function startService(
   await migratePayoutQueue(database);
   await migrateRefundClaims(database);
   await migrateExpiringInvoices(database);
+  await migrateRenewals(database);
 
   const production = config.appEnv === 'production';
   const sandboxClock = production ? undefined : await SandboxClock.open(store);
@@ -235,6 +237,7 @@ export async function startService(
       payoutQueueProjector,
       refundClaimsProjector,
       expiringInvoicesProjector,
+      renewalsProjector,
       webhookEvents,
       subscriptionManager(store, subscriptions),
       subscriberHooks,

@@ -15,7 +15,8 @@ import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts'
 import { StreamFolds } from '../adapters/event-store/stream-folds.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { migrate } from '../adapters/sql/migrate.ts';
-import { invoiceDecider, isPaidInFull, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
+import { replaceRows } from '../adapters/sql/rows.ts';
+import { awaitsPayment, invoiceDecider, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
 import { streams } from '../domain/streams.ts';
 import type { InvoiceCommands } from './invoices.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
@@ -48,10 +49,6 @@ export async function migrateExpiringInvoices(database: SqlDatabase): Promise<vo
 
 const invoiceFolds = new StreamFolds<Invoice | null, InvoiceEvent>(streams.invoice.holds, invoiceDecider);
 
-/** What time running out would change: an open invoice not paid in full (paid in full, it waits for confirmations). */
-const expirable = (invoice: Invoice) =>
-  (invoice.status === 'pending' || invoice.status === 'partial') && !isPaidInFull(invoice);
-
 /** Keeps `expiring_invoices` as each invoice a batch touches stands after it. */
 export const expiringInvoicesProjector: Projector<Map<string, Invoice | null>> = {
   name: 'expiring-invoices',
@@ -59,24 +56,13 @@ export const expiringInvoicesProjector: Projector<Map<string, Invoice | null>> =
   prepare: (batch: readonly RecordedEvent[], store: EventStore) => invoiceFolds.ofBatch(batch, store),
   async applyBatch(trx: Kysely<ExpiryTables>, _batch, touched: Map<string, Invoice | null>) {
     const invoices = [...touched.values()].filter((invoice) => invoice !== null);
-    const done = invoices.filter((invoice) => !expirable(invoice)).map((invoice) => invoice.id);
-    if (done.length > 0) await trx.deleteFrom('expiring_invoices').where('invoice_id', 'in', done).execute();
-    const open = invoices.filter(expirable).map((invoice) => ({
+    const open = invoices.filter(awaitsPayment).map((invoice) => ({
       invoice_id: invoice.id,
       expires_at: new Date(invoice.expiresAt),
       chains: [...new Set(invoice.addresses.map((a) => a.chain))],
     }));
-    if (open.length === 0) return;
-    await trx
-      .insertInto('expiring_invoices')
-      .values(open)
-      .onConflict((oc) =>
-        oc.column('invoice_id').doUpdateSet((eb) => ({
-          expires_at: eb.ref('excluded.expires_at'),
-          chains: eb.ref('excluded.chains'),
-        })),
-      )
-      .execute();
+    const done = invoices.filter((invoice) => !awaitsPayment(invoice)).map((invoice) => invoice.id);
+    await replaceRows(trx, 'expiring_invoices', 'invoice_id', open, done);
   },
 };
 

@@ -30,6 +30,7 @@ import { openRateSources } from '../adapters/rates/sources.ts';
 import { SandboxClock } from '../adapters/sandbox-clock.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
 import { ChainWatcher, type WatcherCondition } from '../commands/chain-watcher.ts';
+import { watchListProjector } from '../commands/watch-list.ts';
 import { ExpiryScheduler, expiringInvoicesProjector, migrateExpiringInvoices } from '../commands/expiry.ts';
 import { SettlementPayouts, settlementManager } from '../commands/settlements.ts';
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
@@ -238,6 +239,7 @@ export async function startService(
       refundClaimsProjector,
       expiringInvoicesProjector,
       renewalsProjector,
+      watchListProjector,
       webhookEvents,
       subscriptionManager(store, subscriptions),
       subscriberHooks,
@@ -268,8 +270,8 @@ export async function startService(
         requiredConfirmations: config.requiredConfirmations[ledger.chain],
         monitoringWindowMs: MONITORING_WINDOW_MS,
         pollMs: 1000,
-        // The read models it reads: deposit addresses, invoices and payments.
-        caughtUp: () => projections.caughtUp(30_000, [invoicesProjector.name]),
+        // Its own to-do tables: the watched deposit addresses and payments.
+        caughtUp: () => projections.caughtUp(30_000, [watchListProjector.name]),
         paymentsApplied: () => projections.caughtUp(30_000, [carryPayments.name]),
         onError: (error) => log?.error({ err: error, chain: ledger.chain }, 'chain watcher step failed'),
       }),

@@ -13,6 +13,7 @@ import { FixedRateProvider } from '../adapters/rates/fixed.ts';
 import { openPglite } from '../adapters/sql/database.ts';
 import { projectors } from '../api/service.ts';
 import { ChainWatcher, type WatcherOptions } from '../commands/chain-watcher.ts';
+import { watchListProjector } from '../commands/watch-list.ts';
 import { ExpiryScheduler, expiringInvoicesProjector, migrateExpiringInvoices } from '../commands/expiry.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands } from '../commands/merchants.ts';
@@ -55,9 +56,14 @@ describe('chain watcher', () => {
     const store = await SqlEventStore.open(database);
     await ProjectionEngine.migrate(database, readModelMigrations);
     await ChainWatcher.migrate(database);
-    const projections = new ProjectionEngine(database, store, [...projectors, paymentsToInvoices(store)], {
-      pollMs: 50,
-    });
+    const projections = new ProjectionEngine(
+      database,
+      store,
+      [...projectors, paymentsToInvoices(store), watchListProjector],
+      {
+        pollMs: 50,
+      },
+    );
     projections.start();
     const invoices = invoiceCommands({
       store,
@@ -172,9 +178,14 @@ async function serviceOn(
       return carry.react(event);
     },
   };
-  const projections = new ProjectionEngine(database, store, [...projectors, slowCarry, expiringInvoicesProjector], {
-    pollMs: 50,
-  });
+  const projections = new ProjectionEngine(
+    database,
+    store,
+    [...projectors, slowCarry, expiringInvoicesProjector, watchListProjector],
+    {
+      pollMs: 50,
+    },
+  );
   projections.start();
   const invoices = invoiceCommands({
     store,
@@ -193,7 +204,7 @@ async function serviceOn(
   const options: WatcherOptions = {
     requiredConfirmations,
     monitoringWindowMs: 60_000,
-    caughtUp: () => projections.caughtUp(30_000, ['invoices']),
+    caughtUp: () => projections.caughtUp(30_000, [watchListProjector.name]),
     // Short, so that a held reactor fails the step instead of stalling the test.
     paymentsApplied: () => projections.caughtUp(300, [carry.name]),
     onError: (error) => errors.push(error),

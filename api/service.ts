@@ -30,17 +30,20 @@ import { openRateSources } from '../adapters/rates/sources.ts';
 import { SandboxClock } from '../adapters/sandbox-clock.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
 import { ChainWatcher, type WatcherCondition } from '../commands/chain-watcher.ts';
-import { ExpiryScheduler } from '../commands/expiry.ts';
+import { watchListProjector } from '../commands/watch-list.ts';
+import { ExpiryScheduler, expiringInvoicesProjector, migrateExpiringInvoices } from '../commands/expiry.ts';
 import { SettlementPayouts, settlementManager } from '../commands/settlements.ts';
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
 import type { ChainAdapter } from '../adapters/chains/port.ts';
 import { WebhookDeliveryWorker, migrateWebhookDeliveries } from '../commands/webhook-delivery.ts';
-import { RenewalScheduler, subscriptionCommands, subscriptionManager } from '../commands/subscriptions.ts';
+import { subscriptionCommands, subscriptionManager } from '../commands/subscriptions.ts';
+import { RenewalScheduler, migrateRenewals, renewalsProjector } from '../commands/renewals.ts';
 import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { refundsProjector } from '../projections/refunds.ts';
 import { activityProjector } from '../projections/activity.ts';
-import { RefundExpiry, RefundPayouts, refundCommands, refundManager } from '../commands/refunds.ts';
+import { RefundPayouts, refundCommands, refundManager } from '../commands/refunds.ts';
+import { RefundExpiry, migrateRefundClaims, refundClaimsProjector } from '../commands/refund-expiry.ts';
 import { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands, type MerchantCommands } from '../commands/merchants.ts';
@@ -159,6 +162,9 @@ export async function startService(
   await ChainWatcher.migrate(database);
   await migrateWebhookDeliveries(database);
   await migratePayoutQueue(database);
+  await migrateRefundClaims(database);
+  await migrateExpiringInvoices(database);
+  await migrateRenewals(database);
 
   const production = config.appEnv === 'production';
   const sandboxClock = production ? undefined : await SandboxClock.open(store);
@@ -230,6 +236,10 @@ export async function startService(
       carryPayments,
       settlementManager(settlementDeps),
       payoutQueueProjector,
+      refundClaimsProjector,
+      expiringInvoicesProjector,
+      renewalsProjector,
+      watchListProjector,
       webhookEvents,
       subscriptionManager(store, subscriptions),
       subscriberHooks,
@@ -260,8 +270,8 @@ export async function startService(
         requiredConfirmations: config.requiredConfirmations[ledger.chain],
         monitoringWindowMs: MONITORING_WINDOW_MS,
         pollMs: 1000,
-        // The read models it reads: deposit addresses, invoices and payments.
-        caughtUp: () => projections.caughtUp(30_000, [invoicesProjector.name]),
+        // Its own to-do tables: the watched deposit addresses and payments.
+        caughtUp: () => projections.caughtUp(30_000, [watchListProjector.name]),
         paymentsApplied: () => projections.caughtUp(30_000, [carryPayments.name]),
         onError: (error) => log?.error({ err: error, chain: ledger.chain }, 'chain watcher step failed'),
       }),
@@ -269,6 +279,7 @@ export async function startService(
   for (const watcher of watchers) watcher.start();
   const expiry = new ExpiryScheduler(database.db, invoices, clock, {
     onError: (error) => log?.error({ err: error }, 'expiry failed'),
+    caughtUp: () => projections.caughtUp(30_000, [expiringInvoicesProjector.name]),
     // A chain nobody watches here has nothing to wait for.
     watchedThrough: (chain) => {
       const watcher = watchers.find((w) => w.chain.chain === chain);

@@ -2,20 +2,77 @@
 // decider decides: an invoice paid in full that waits for confirmations is
 // left alone, and one expired twice stays expired once. An invoice waits
 // until the watchers of its chains have seen everything up to its deadline.
-import type { Kysely } from 'kysely';
+//
+// It finds its work in its own to-do table, `expiring_invoices`: one row per
+// invoice that time running out would expire (open and not paid in full),
+// with its deadline and the chains it has addresses on. Its follower of the
+// event log writes the rows in the same transaction as its checkpoint, so a
+// crash replays at most one batch, and the scheduler reads no read model.
+import type { Kysely, Migration } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
-import type { ReadModelTables } from '../projections/schema.ts';
+import type { Projector } from '../adapters/event-store/followers.ts';
+import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
+import { StreamFolds } from '../adapters/event-store/stream-folds.ts';
+import type { SqlDatabase } from '../adapters/sql/database.ts';
+import { ddl, migrate } from '../adapters/sql/migrate.ts';
+import { replaceRows } from '../adapters/sql/rows.ts';
+import { awaitsPayment, invoiceDecider, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
+import { streams } from '../domain/streams.ts';
 import type { InvoiceCommands } from './invoices.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 
+interface ExpiryTables {
+  expiring_invoices: { invoice_id: string; expires_at: Date; chains: string[] };
+}
+
+export const expiryMigrations: Record<string, Migration> = {
+  '0001_expiring_invoices': ddl(
+    `create table expiring_invoices (
+      invoice_id uuid primary key,
+      expires_at timestamptz not null,
+      chains text[] not null
+    )`,
+    'create index expiring_invoices_expires_at on expiring_invoices (expires_at)',
+  ),
+};
+
+export async function migrateExpiringInvoices(database: SqlDatabase): Promise<void> {
+  await migrate(database.db, 'expiry_migrations', expiryMigrations);
+}
+
+const invoiceFolds = new StreamFolds<Invoice | null, InvoiceEvent>(streams.invoice.holds, invoiceDecider);
+
+/** Keeps `expiring_invoices` as each invoice a batch touches stands after it. */
+export const expiringInvoicesProjector: Projector<Map<string, Invoice | null>> = {
+  name: 'expiring-invoices',
+  tables: ['expiring_invoices'],
+  prepare: (batch: readonly RecordedEvent[], store: EventStore) => invoiceFolds.ofBatch(batch, store),
+  async applyBatch(trx: Kysely<ExpiryTables>, _batch, touched: Map<string, Invoice | null>) {
+    const invoices = [...touched.values()].filter((invoice) => invoice !== null);
+    const open = invoices.filter(awaitsPayment).map((invoice) => ({
+      invoice_id: invoice.id,
+      expires_at: new Date(invoice.expiresAt),
+      chains: [...new Set(invoice.addresses.map((a) => a.chain))],
+    }));
+    const done = invoices.filter((invoice) => !awaitsPayment(invoice)).map((invoice) => invoice.id);
+    await replaceRows(trx, 'expiring_invoices', 'invoice_id', open, done);
+  },
+};
+
 export class ExpiryScheduler extends Periodic {
   constructor(
-    private readonly db: Kysely<ReadModelTables>,
+    private readonly db: Kysely<any>,
     private readonly invoices: Pick<InvoiceCommands, 'expire'>,
     private readonly clock: Clock,
     private readonly options: PeriodicOptions & {
       /** Business time up to which the chain's transfers are all on their invoices; none: not yet known. */
       watchedThrough?: (chain: string) => Date | undefined;
+      /**
+       * Resolves once the to-do table's follower has read the whole log: an
+       * address given an invoice a moment ago is then among its chains, and
+       * its chain's watcher is waited for.
+       */
+      caughtUp?: () => Promise<void>;
     } = {},
   ) {
     super(options);
@@ -25,40 +82,24 @@ export class ExpiryScheduler extends Periodic {
 
   /** Expires what is due; returns how many invoices it asked to expire. */
   async expireDue(): Promise<number> {
-    const due = await this.db
-      .selectFrom('invoices')
-      .select(['id', 'expires_at'])
-      .where('status', 'in', ['pending', 'partial'])
+    await this.options.caughtUp?.();
+    const due = await (this.db as Kysely<ExpiryTables>)
+      .selectFrom('expiring_invoices')
+      .select(['invoice_id', 'expires_at', 'chains'])
       .where('expires_at', '<=', this.clock.now())
-      // Paid in full and waiting for confirmations: time running out changes nothing.
-      .where('payment_progress', '<', 100)
       .orderBy('expires_at')
       .limit(200)
       .execute();
-    const ready = await this.watchedPastDeadline(due);
+    const ready = due.filter((invoice) => this.watchedPastDeadline(invoice)).map((invoice) => invoice.invoice_id);
     for (const id of ready) await this.invoices.expire(id);
     return ready.length;
   }
 
-  /** The invoices whose chains have been watched up to their deadline: a payment made in time is on them. */
-  private async watchedPastDeadline(due: { id: string; expires_at: Date }[]): Promise<string[]> {
+  /** Whether the invoice's chains have been watched up to its deadline: a payment made in time is on it. */
+  private watchedPastDeadline({ expires_at, chains }: { expires_at: Date; chains: string[] }): boolean {
     const watchedThrough = this.options.watchedThrough;
-    if (!watchedThrough || due.length === 0) return due.map((d) => d.id);
-    const addresses = await this.db
-      .selectFrom('invoice_addresses')
-      .select(['invoice_id', 'chain'])
-      .where(
-        'invoice_id',
-        'in',
-        due.map((d) => d.id),
-      )
-      .execute();
-    return due
-      .filter(({ id, expires_at }) =>
-        addresses
-          .filter((a) => a.invoice_id === id)
-          .every((a) => (watchedThrough(a.chain)?.getTime() ?? -Infinity) >= new Date(expires_at).getTime()),
-      )
-      .map((d) => d.id);
+    if (!watchedThrough) return true;
+    const deadline = new Date(expires_at).getTime();
+    return chains.every((chain) => (watchedThrough(chain)?.getTime() ?? -Infinity) >= deadline);
   }
 }

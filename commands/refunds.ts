@@ -1,5 +1,5 @@
-// Merchant and customer commands on refunds (refunds.md), the refund saga's
-// manager, and the timer that expires unused claim links.
+// Merchant and customer commands on refunds (refunds.md) and the refund
+// saga's manager (the timer that expires unused claim links: refund-expiry.ts).
 //
 // A refund is created on its own stream first; its amount is then reserved on
 // the invoice, where the limit is decided. The request does both, so that a
@@ -8,7 +8,6 @@
 // the two leaves no refund without its reservation. A refund that loses a
 // race for the last of the refundable amount is canceled, saying why.
 import { randomBytes, randomUUID } from 'node:crypto';
-import type { Kysely } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
@@ -45,8 +44,6 @@ import {
 } from '../domain/settlement.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
-import { expiredClaims } from '../projections/refunds.ts';
-import type { ReadModelTables } from '../projections/schema.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
 import { handleCommand, loadState, unlessRefused, type Actor } from './handle.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
@@ -61,7 +58,6 @@ import {
   type PayoutRecorder,
   type PayoutStanding,
 } from './payouts.ts';
-import { Periodic, type PeriodicOptions } from './periodic.ts';
 import { streams } from '../domain/streams.ts';
 
 /** A claim link lives this long unless the merchant says otherwise (refunds.md: 1 to 90 days). */
@@ -398,26 +394,6 @@ export function refundManager(
       }
     },
   };
-}
-
-/** Expires claim links never used once their time is up on the business clock. */
-export class RefundExpiry extends Periodic {
-  constructor(
-    private readonly db: Kysely<ReadModelTables>,
-    private readonly refunds: Pick<RefundCommands, 'expire'>,
-    private readonly clock: Clock,
-    options: PeriodicOptions = {},
-  ) {
-    super(options);
-  }
-
-  pass = () => this.expireDue();
-
-  async expireDue(): Promise<number> {
-    const due = await expiredClaims(this.db, this.clock.now());
-    for (const { id } of due) await this.refunds.expire(id);
-    return due.length;
-  }
 }
 
 /** The adapter's account of a prepared refund's coins, as the refund records them (amounts as integer strings). */

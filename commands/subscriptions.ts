@@ -1,12 +1,11 @@
-// Subscriptions: the merchant's commands on plans and subscribers, the
-// process manager that carries invoice outcomes onto subscribers, and the
-// renewal scheduler that bills each period on the business clock (their
-// webhooks: projections/webhook-outboxes.ts).
+// Subscriptions: the merchant's commands on plans and subscribers and the
+// process manager that carries invoice outcomes onto subscribers (the
+// renewal scheduler that bills each period on the business clock:
+// renewals.ts; their webhooks: projections/webhook-outboxes.ts).
 //
 // Invoices of subscribers are ordinary invoices (invoiceCommands.create with a
 // subscriberId): they are paid, confirmed, expired and settled like any other.
 import { randomUUID } from 'node:crypto';
-import type { Kysely } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { DomainError, fold } from '../domain/decider.ts';
@@ -39,9 +38,7 @@ import {
   type SubscriberCommand,
 } from '../domain/subscriber.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
-import type { ReadModelTables } from '../projections/schema.ts';
 import { handleCommand, loadState, type HandleOptions } from './handle.ts';
-import { Periodic, type PeriodicOptions } from './periodic.ts';
 import type { InvoiceCommands } from './invoices.ts';
 import type { Written } from './merchants.ts';
 import { streams } from '../domain/streams.ts';
@@ -464,73 +461,4 @@ export function subscriptionManager(store: EventStore, subscriptions: Subscripti
       }
     },
   };
-}
-
-// ---------------------------------------------------------------- the renewal scheduler
-
-/**
- * Bills subscribers on the business clock: at the end of a paid period, the
- * next period's invoice (or the cancellation asked for at period end); at the
- * end of a renewal's grace period, past due. Expiry of the invoices themselves
- * is the expiry scheduler's; the subscription manager turns it into a
- * cancellation. Every step is decided again on the subscriber's stream.
- */
-export class RenewalScheduler extends Periodic {
-  constructor(
-    private readonly db: Kysely<ReadModelTables>,
-    private readonly subscriptions: Pick<SubscriptionCommands, 'renew' | 'markPastDue'>,
-    private readonly clock: Clock,
-    private readonly options: PeriodicOptions = {},
-  ) {
-    super(options);
-  }
-
-  pass = () => this.runDue();
-
-  /** Does what is due; returns how many subscribers it changed. */
-  async runDue(): Promise<number> {
-    const now = this.clock.now();
-    let changed = 0;
-    const periodsEnded = await this.db
-      .selectFrom('subscribers')
-      .select('id')
-      .where('status', 'in', ['pending', 'active', 'past_due'])
-      .where('current_period_end', '<=', now)
-      .where((eb) =>
-        eb.or([
-          eb('cancel_at_end', '=', true),
-          eb.and([eb('status', '=', 'active'), eb('current_invoice_paid_at', 'is not', null)]),
-        ]),
-      )
-      .orderBy('current_period_end')
-      .limit(200)
-      .execute();
-    for (const { id } of periodsEnded) changed += (await this.step(() => this.subscriptions.renew(id))) ? 1 : 0;
-    const gracesOver = await this.db
-      .selectFrom('subscribers')
-      .innerJoin('invoices', 'invoices.id', 'subscribers.current_invoice_id')
-      .select('subscribers.id')
-      .where('subscribers.status', '=', 'active')
-      .where('subscribers.period', '>', 0)
-      .where('subscribers.current_invoice_paid_at', 'is', null)
-      .where('subscribers.grace_period_ends_at', '<=', now)
-      .where('invoices.status', 'in', ['pending', 'partial'])
-      // Paid in full and waiting for confirmations: not past due.
-      .where('invoices.payment_progress', '<', 100)
-      .orderBy('subscribers.grace_period_ends_at')
-      .limit(200)
-      .execute();
-    for (const { id } of gracesOver) changed += (await this.step(() => this.subscriptions.markPastDue(id))) ? 1 : 0;
-    return changed;
-  }
-
-  /** One subscriber's step; a failure is reported and the others go on. */
-  private async step(work: () => Promise<boolean>): Promise<boolean> {
-    try {
-      return await work();
-    } catch (error) {
-      this.options.onError?.(error);
-      return false;
-    }
-  }
 }

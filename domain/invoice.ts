@@ -318,6 +318,15 @@ export function isPaidInFull(invoice: Invoice): boolean {
   return quote !== undefined && isFullPayment(countedTotal(invoice), quote.cryptoAmount);
 }
 
+/**
+ * Open and not paid in full: time running out would expire it, and a
+ * subscriber's grace running out makes the subscriber past due (paid in
+ * full, it only waits for confirmations).
+ */
+export function awaitsPayment(invoice: Invoice): boolean {
+  return (invoice.status === 'pending' || invoice.status === 'partial') && !isPaidInFull(invoice);
+}
+
 /** Paid in full and every counted payment has its confirmations: the invoice may become confirmed. */
 function isReadyToConfirm(invoice: Invoice): boolean {
   return (

@@ -1,5 +1,5 @@
-// Projects refunds into `refunds`, which the refund endpoints, the customer's
-// claim page and the claim-link expiry read.
+// Projects refunds into `refunds`, which the refund endpoints and the
+// customer's claim page read.
 import type { Kysely } from 'kysely';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { formatUnits } from '../domain/money.ts';
@@ -94,14 +94,3 @@ export const refundByClaimToken = (db: Kysely<ReadModelTables>, claimToken: stri
     .select('merchants.name as merchant_name')
     .where('refunds.claim_token', '=', claimToken)
     .executeTakeFirst();
-
-/** Claim links never used whose time is up: what the expiry timer expires. */
-export const expiredClaims = (db: Kysely<ReadModelTables>, now: Date, limit = 100) =>
-  db
-    .selectFrom('refunds')
-    .select('id')
-    .where('status', '=', 'awaiting_destination')
-    .where('claim_expires_at', '<=', now)
-    .orderBy('claim_expires_at')
-    .limit(limit)
-    .execute();

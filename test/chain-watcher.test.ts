@@ -13,7 +13,8 @@ import { FixedRateProvider } from '../adapters/rates/fixed.ts';
 import { openPglite } from '../adapters/sql/database.ts';
 import { projectors } from '../api/service.ts';
 import { ChainWatcher, type WatcherOptions } from '../commands/chain-watcher.ts';
-import { ExpiryScheduler } from '../commands/expiry.ts';
+import { watchListProjector } from '../commands/watch-list.ts';
+import { ExpiryScheduler, expiringInvoicesProjector, migrateExpiringInvoices } from '../commands/expiry.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands } from '../commands/merchants.ts';
 import { paymentCommands, paymentsToInvoices } from '../commands/payments.ts';
@@ -55,9 +56,14 @@ describe('chain watcher', () => {
     const store = await SqlEventStore.open(database);
     await ProjectionEngine.migrate(database, readModelMigrations);
     await ChainWatcher.migrate(database);
-    const projections = new ProjectionEngine(database, store, [...projectors, paymentsToInvoices(store)], {
-      pollMs: 50,
-    });
+    const projections = new ProjectionEngine(
+      database,
+      store,
+      [...projectors, paymentsToInvoices(store), watchListProjector],
+      {
+        pollMs: 50,
+      },
+    );
     projections.start();
     const invoices = invoiceCommands({
       store,
@@ -162,6 +168,7 @@ async function serviceOn(
   const chain = await chainOn(store);
   await ProjectionEngine.migrate(database, readModelMigrations);
   await ChainWatcher.migrate(database);
+  await migrateExpiringInvoices(database);
   const carry = paymentsToInvoices(store);
   let held: Promise<void> | undefined;
   const slowCarry: Reactor = {
@@ -171,7 +178,14 @@ async function serviceOn(
       return carry.react(event);
     },
   };
-  const projections = new ProjectionEngine(database, store, [...projectors, slowCarry], { pollMs: 50 });
+  const projections = new ProjectionEngine(
+    database,
+    store,
+    [...projectors, slowCarry, expiringInvoicesProjector, watchListProjector],
+    {
+      pollMs: 50,
+    },
+  );
   projections.start();
   const invoices = invoiceCommands({
     store,
@@ -190,14 +204,15 @@ async function serviceOn(
   const options: WatcherOptions = {
     requiredConfirmations,
     monitoringWindowMs: 60_000,
-    caughtUp: () => projections.caughtUp(30_000, ['invoices']),
+    caughtUp: () => projections.caughtUp(30_000, [watchListProjector.name]),
     // Short, so that a held reactor fails the step instead of stalling the test.
     paymentsApplied: () => projections.caughtUp(300, [carry.name]),
     onError: (error) => errors.push(error),
   };
   const watcher = new ChainWatcher(chain, database, paymentCommands(store, clock), clock, options);
-  const expiry = new ExpiryScheduler(database.db as never, invoices, clock, {
+  const expiry = new ExpiryScheduler(database.db, invoices, clock, {
     watchedThrough: () => watcher.caughtUpAt,
+    caughtUp: () => projections.caughtUp(30_000, [expiringInvoicesProjector.name]),
   });
   return {
     store,

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Kysely } from 'kysely';
-import { ExpiryScheduler } from '../commands/expiry.ts';
+import { ExpiryScheduler, expiringInvoicesProjector } from '../commands/expiry.ts';
 import type { ReadModelTables } from '../projections/schema.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
@@ -37,7 +37,10 @@ describe('expiry and the chain watchers', () => {
       svc.service.database.db as Kysely<ReadModelTables>,
       { expire: async (id) => void expired.push(id) },
       dayAhead,
-      { watchedThrough: (chain) => watched.get(chain) },
+      {
+        watchedThrough: (chain) => watched.get(chain),
+        caughtUp: () => svc.service.projections.caughtUp(30_000, [expiringInvoicesProjector.name]),
+      },
     );
     const deadline = new Date(onTron.expiresAt);
 

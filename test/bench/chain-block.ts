@@ -108,6 +108,7 @@ async function measureMatch(bench: BlockBench, target: BenchTarget, rows: number
       }),
     );
     await sql`analyze invoice_addresses`.execute(db);
+    await sql`analyze watched_addresses`.execute(db);
     progress(target.label, `${count(rows)} ${bench.chain} addresses inserted in ${formatSeconds(fillMs)}`);
     const watcher = new ChainWatcher(adapter, database, paymentCommands(store, systemClock), systemClock, {
       requiredConfirmations: 1,

@@ -23,6 +23,7 @@ import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import { DepositKeyring, depositAddressesFromKeyring, generateMnemonic } from '../../adapters/keys/derivation.ts';
 import { FixedRateProvider } from '../../adapters/rates/fixed.ts';
 import { projectors } from '../../api/service.ts';
+import { watchListProjector } from '../../commands/watch-list.ts';
 import { ChainWatcher } from '../../commands/chain-watcher.ts';
 import { invoiceCommands } from '../../commands/invoices.ts';
 import { merchantCommands } from '../../commands/merchants.ts';
@@ -280,7 +281,10 @@ const BLOCK_MEASURES: readonly { key: PairKey; label: string }[] = [
   { key: 'step', label: '(c) ChainWatcher.step() on the block' },
 ];
 
-/** Rows for the watched addresses: one invoice each, and its address, `INSERT_BATCH` per statement. */
+/**
+ * Rows for the watched addresses: one invoice each, and its address, in the
+ * read models and in the watchers' own watch list, `INSERT_BATCH` per statement.
+ */
 export async function insertWatched(
   db: Kysely<any>,
   rows: number,
@@ -306,6 +310,9 @@ export async function insertWatched(
         from unnest(${addresses(n)}::text[], ${ids}::uuid[], ${indexes}::int[]) as t(address, id, derivation_index)`.execute(
       db,
     );
+    await sql`
+      insert into watched_addresses (chain, address, invoice_id)
+      select chain, address, invoice_id from invoice_addresses where invoice_id = any(${ids}::uuid[])`.execute(db);
     if ((done / INSERT_BATCH) % 40 === 39) onProgress(done + n);
   }
 }
@@ -341,6 +348,7 @@ async function measureBlocks(chain: Chain, target: BenchTarget, report: BlockRep
       webhookEvents,
       subscriberWebhooks('http://127.0.0.1'),
       paymentsToInvoices(store),
+      watchListProjector,
     ]);
     projections.start();
     closers.push(() => projections.stop());
@@ -367,6 +375,7 @@ async function measureBlocks(chain: Chain, target: BenchTarget, report: BlockRep
       insertWatched(db, fillers, (done) => progress(label, `${count(done)} of ${count(fillers)} rows inserted`)),
     );
     await sql`analyze invoice_addresses`.execute(db);
+    await sql`analyze watched_addresses`.execute(db);
     await sql`analyze invoices`.execute(db);
     report.fill = { rows: fillers, ms: fillMs };
     progress(label, `${count(fillers)} invoices and addresses inserted in ${formatSeconds(fillMs)}`);
@@ -385,7 +394,7 @@ async function measureBlocks(chain: Chain, target: BenchTarget, report: BlockRep
     const watcher = new ChainWatcher(adapter, database, paymentCommands(store, systemClock), systemClock, {
       requiredConfirmations: 3,
       monitoringWindowMs: MONITORING_WINDOW_MS,
-      caughtUp: () => projections.caughtUp(30_000, ['invoices']),
+      caughtUp: () => projections.caughtUp(30_000, [watchListProjector.name]),
       paymentsApplied: () => projections.caughtUp(30_000, ['payments-to-invoices']),
       onError: (error) => errors.push(error),
     });
@@ -752,13 +761,13 @@ function printBlockReport(chain: Chain, reports: readonly BlockReport[], targets
     '  mined together by evm_mine with automine off; ' +
       `${distinct}${watched} of them deposit addresses of real invoices (${WATCHED_PER_KIND} ETH, ${WATCHED_PER_KIND} USDT).`,
     `  The other ${count(WATCHED_ADDRESSES - BLOCKS * watched)} watched addresses and their invoices are inserted ` +
-      `straight into invoice_addresses and invoices`,
+      `straight into invoice_addresses, invoices and the watchers' watched_addresses`,
     `  (unnest, ${count(INSERT_BATCH)} rows per statement), then analyzed.`,
     '- (a) ours: a fresh EvmChain (empty block cache) per call, the block at the head: eth_getBlockByNumber (header),',
     '  eth_getBlockByNumber with transactions, eth_getLogs, checksummed parsing.',
     '  Baseline: fetch of eth_getBlockByNumber with transactions and eth_getLogs of the block, JSON-parsed, nothing else.',
-    "- (b) ours: the watcher's matching, after waiting for the read models to show every committed append: the recipients",
-    '  among invoice_addresses (address = any($2)), then those of open or recently closed invoices (id = any($1)).',
+    "- (b) ours: the watcher's matching, after waiting for its watch list to show every committed append: the recipients",
+    '  among watched_addresses (address = any($2)) of open or recently closed invoices.',
     '  Baseline: select address from invoice_addresses where chain = $1 and address = any($2).',
     "- (c) ours: ChainWatcher.step() of a watcher caught up to the block's parent: head, reorg check, block(), the matching",
     `  query, PaymentDetected appended for each of the ${watched} watched transfers, waiting for the read models; the service's`,

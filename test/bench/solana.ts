@@ -189,6 +189,7 @@ async function detection(
       },
     });
     await sql`analyze invoice_addresses`.execute(database.db);
+    await sql`analyze watched_addresses`.execute(database.db);
     const sealedAt = new Map<string, number>();
     const latencies: number[] = [];
     const commands = paymentCommands(store, systemClock);

@@ -5,7 +5,7 @@
 // viewer can change nothing; a disabled user's session ends; ten wrong
 // passwords lock an address exactly as they "lock" an unknown one; an owner
 // refunds an overpayment's excess and approves it. The
-// screenshots go to docs/dashboard/ for docs/dashboard.md.
+// screenshots go to test/artifacts/dashboard/ (docs/dashboard/ with UPDATE_SCREENSHOTS=1).
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, Page } from 'playwright-core';

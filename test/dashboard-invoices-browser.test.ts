@@ -2,7 +2,7 @@
 // (dashboard.md pages 1, 2 and 4): a finance user sees the Overview's
 // figures, filters the invoices to the overpaid ones on Ethereum and exports
 // them, then the refunds waiting for approval, each export downloaded and
-// read back. The screenshots go to docs/dashboard/ for docs/dashboard.md.
+// read back. The screenshots go to test/artifacts/dashboard/ (docs/dashboard/ with UPDATE_SCREENSHOTS=1).
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';

@@ -5,7 +5,7 @@
 // settlements on a phone, opens one, exports the list as CSV and reads who
 // did what. Users are invited, accepted and signed in over HTTP
 // (test/support/dashboard.ts); the browser carries their session cookie.
-// The screenshots go to docs/dashboard/ for docs/dashboard.md.
+// The screenshots go to test/artifacts/dashboard/ (docs/dashboard/ with UPDATE_SCREENSHOTS=1).
 import assert from 'node:assert/strict';
 import { readFile } from 'node:fs/promises';
 import { after, before, describe, it } from 'node:test';

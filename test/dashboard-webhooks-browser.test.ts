@@ -3,7 +3,7 @@
 // developer sets the webhook URL, makes a new signing secret (shown once)
 // and sends a test event, which the delivery log shows; an owner watches an
 // invoice page while a sandbox payment arrives, and the page follows it
-// without being reloaded. The screenshots go to docs/dashboard/.
+// without being reloaded. The screenshots go to test/artifacts/dashboard/ (docs/dashboard/ with UPDATE_SCREENSHOTS=1).
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Browser, Page } from 'playwright-core';

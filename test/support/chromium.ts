@@ -1,11 +1,16 @@
 // Debian's Chromium driven by playwright-core, for the dashboard's browser
-// tests; their screenshots go to docs/dashboard/ for docs/dashboard.md.
+// tests. Their screenshots go to test/artifacts/dashboard/ (ignored by git),
+// so a test run leaves the checkout clean; with UPDATE_SCREENSHOTS=1 they
+// replace the ones docs/dashboard.md shows, in docs/dashboard/.
 import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import type { Browser, Page } from 'playwright-core';
 
 const CHROMIUM = '/usr/bin/chromium';
-const SCREENSHOTS = new URL('../../docs/dashboard/', import.meta.url);
+const SCREENSHOTS = new URL(
+  process.env.UPDATE_SCREENSHOTS === '1' ? '../../docs/dashboard/' : '../artifacts/dashboard/',
+  import.meta.url,
+);
 
 /** The `skip` of a suite that needs Chromium: false, or why it is skipped. */
 export const withoutChromium = existsSync(CHROMIUM) ? false : `${CHROMIUM} does not exist`;
@@ -20,6 +25,6 @@ export async function launchChromium(): Promise<Browser> {
   });
 }
 
-/** The whole page, as docs/dashboard/<name>.png. */
+/** The whole page, as <name>.png in the screenshots folder. */
 export const screenshot = (page: Page, name: string) =>
   page.screenshot({ path: new URL(`${name}.png`, SCREENSHOTS).pathname, fullPage: true });

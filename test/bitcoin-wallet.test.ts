@@ -167,7 +167,8 @@ describe("the Bitcoin test node's wallets refuse what Bitcoin Core refuses", () 
 describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
   const t = suiteNode();
   const keyring = DepositKeyring.fromMnemonic(SERVICE_MNEMONIC, { bitcoinNetwork: 'regtest' });
-  const open = () => BitcoinChain.open({ rpcUrl: t.node.rpcUrl, network: 'regtest', keyring, log: () => {} });
+  const options = () => ({ rpcUrl: t.node.rpcUrl, network: 'regtest' as const, keyring, log: () => {} });
+  const open = () => BitcoinChain.open(options());
 
   it("reads a refund wallet's confirmed coins no pending transaction spends, from the wallet it made", async () => {
     const chain = await open();
@@ -258,6 +259,55 @@ describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
       }
     } finally {
       t.node.mockTimeAhead = 0;
+    }
+  });
+
+  it('imports again an address whose rescan failed (pruned blocks) or was cut off (bitcoind restarted), and then finds its older coins', async () => {
+    const [a, b] = [randomBitcoinKey(), randomBitcoinKey()];
+    const assignedAt = new Date(Date.now() - 60_000).toISOString();
+    t.node.pay(t.payer, [
+      { address: a.address, sats: 60_000n },
+      { address: b.address, sats: 50_000n },
+    ]);
+    t.node.mine(1);
+    t.node.mockTimeAhead = 3 * 3600; // the coins older than "now" less Core's two hours: only a rescan finds them
+    const lines: string[] = [];
+    /** What a new process of the service reads of `address`'s balance, the process then stopped. */
+    const balanceSeenByNewProcess = async (address: string) => {
+      const chain = await BitcoinChain.open({ ...options(), log: (l) => lines.push(l) });
+      try {
+        return await chain.balanceOf(address, 'BTC', assignedAt);
+      } finally {
+        chain.close();
+      }
+    };
+    try {
+      t.node.mine(1);
+      // A pruned node lacks the coins' block: the import's answer is success false, the address followed all the same.
+      t.node.pruneHeight = t.node.tip.height;
+      assert.equal(await balanceSeenByNewProcess(a.address), 0n);
+      assert.match(lines.join('\n'), /Rescan failed for descriptor with timestamp \d+\. .*pruning/);
+      assert.equal((await t.rpc('getaddressinfo', [a.address], WATCH_WALLET)).result.ismine, true);
+      // The blocks downloaded again (-reindex): the next process imports it again and finds the coin.
+      t.node.pruneHeight = 0;
+      assert.equal(await balanceSeenByNewProcess(a.address), 60_000n);
+
+      // A rescan still running does not hold the look (IMPORT_WAIT_MS), and bitcoind stops before it ends.
+      t.node.holdRescans = true;
+      try {
+        assert.equal(await balanceSeenByNewProcess(b.address), 0n);
+      } finally {
+        t.node.holdRescans = false;
+        t.node.restartWallets();
+      }
+      assert.equal((await t.rpc('getaddressinfo', [b.address], WATCH_WALLET)).result.ismine, true);
+      assert.equal(await balanceSeenByNewProcess(b.address), 50_000n);
+      const imports = t.node.calls.get('importdescriptors');
+      assert.equal(await balanceSeenByNewProcess(b.address), 50_000n);
+      assert.equal(t.node.calls.get('importdescriptors'), imports, 'rescanned in full once: not imported again');
+    } finally {
+      t.node.mockTimeAhead = 0;
+      t.node.pruneHeight = 0;
     }
   });
 });

@@ -310,6 +310,31 @@ describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
       t.node.pruneHeight = 0;
     }
   });
+
+  it(
+    "waits for an import whose rescan outlasts fetch's 300 s wait for headers, and imports it once",
+    { skip: !process.env.BITCOIN_LONG_RESCAN && 'takes 5 minutes: BITCOIN_LONG_RESCAN=1', timeout: 400_000 },
+    async () => {
+      const a = randomBitcoinKey();
+      const chain = await open();
+      t.node.holdRescans = true;
+      try {
+        const imports = t.node.calls.get('importdescriptors') ?? 0;
+        assert.equal(await chain.balanceOf(a.address, 'BTC', new Date().toISOString()), 0n);
+        await new Promise((resolve) => setTimeout(resolve, 305_000));
+        t.node.holdRescans = false;
+        t.node.finishRescans();
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        const info = await t.rpc('getaddressinfo', [a.address], WATCH_WALLET);
+        assert.match(info.result.labels[0] ?? 'none', /^rescanned from \d+$/, 'the answer came back to the import');
+        assert.equal(t.node.calls.get('importdescriptors'), imports + 1, 'imported once');
+      } finally {
+        t.node.holdRescans = false;
+        t.node.finishRescans();
+        chain.close();
+      }
+    },
+  );
 });
 
 describe("a refund wallet's coins for one refund", () => {

@@ -42,6 +42,9 @@
 // spends and those another refund has prepared (`taken`); a later attempt
 // names the first one's coins, so at most one can be mined.
 import { readFile } from 'node:fs/promises';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { Readable } from 'node:stream';
 import { setTimeout as delay } from 'node:timers/promises';
 import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
@@ -85,8 +88,14 @@ const PAYOUT_LOOKBACK_BLOCKS = 1008;
 const SCAN_BATCH = 50;
 /** Blocks a sweep may wait in the mempool below the market's fee rate before it is replaced. */
 const STUCK_BLOCKS = 3;
-/** An import that rescans answers only when its rescan is done: on mainnet, minutes. */
-const RESCAN_TIMEOUT_MS = 3_600_000;
+/**
+ * An import that rescans answers only when its rescan is done: on mainnet,
+ * minutes, hours from years back on a slow disk. It holds no payout pass
+ * (IMPORT_WAIT_MS), and one given up on is done again from the start.
+ */
+const RESCAN_TIMEOUT_MS = 86_400_000;
+/** Node's fetch gives up on an answer whose headers take longer (undici's headersTimeout). */
+const FETCH_HEADERS_WAIT_MS = 300_000;
 /** How long a look at a refund wallet waits for its import before it reads what the wallet has found so far. */
 const IMPORT_WAIT_MS = 3_000;
 /** An import whose rescan failed (blocks pruned) is tried again after this long, not at every look. */
@@ -264,6 +273,28 @@ export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] 
   return transfers;
 }
 
+/**
+ * fetch's POST for a call that may take longer than FETCH_HEADERS_WAIT_MS:
+ * Core answers `importdescriptors` only when its rescan is done, headers and
+ * all, and fetch would drop the call at 300 s, every time, on a rescan
+ * longer than that (the import then done again, and again). node:http waits
+ * as long as `signal` lets it.
+ */
+function postPatiently(
+  url: string | URL,
+  init: { method: string; headers: Record<string, string>; body: string; signal: AbortSignal },
+): Promise<Response> {
+  const target = new URL(url);
+  return new Promise((resolve, reject) => {
+    const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
+    const request = send(target, { method: init.method, headers: init.headers, signal: init.signal }, (answer) =>
+      resolve(new Response(Readable.toWeb(answer) as ReadableStream, { status: answer.statusCode ?? 500 })),
+    );
+    request.on('error', reject);
+    request.end(init.body);
+  });
+}
+
 export class BitcoinChain implements ChainAdapter {
   readonly chain: ChainName = 'bitcoin';
   readonly spendsCoinsWhole = true;
@@ -392,7 +423,7 @@ export class BitcoinChain implements ChainAdapter {
     const requests = calls.map((c) => ({ jsonrpc: '1.0', id: ++this.rpcId, ...c }));
     const url = wallet === undefined ? this.endpoint : new URL(`wallet/${encodeURIComponent(wallet)}`, this.endpoint);
     const send = () =>
-      fetch(url, {
+      (timeoutMs > FETCH_HEADERS_WAIT_MS ? postPatiently : fetch)(url, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',

@@ -15,7 +15,14 @@ import * as bitcoin from 'bitcoinjs-lib';
 import { merchantWithKey, eventuallyMining } from './support/merchant.ts';
 import type { RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
-import { randomAddress, randomBitcoinKey, type BitcoinKey, type BitcoinTestNode } from './support/bitcoin-node.ts';
+import {
+  descriptorChecksum,
+  randomAddress,
+  randomBitcoinKey,
+  type BitcoinKey,
+  type BitcoinTestNode,
+} from './support/bitcoin-node.ts';
+import { WATCH_WALLET } from '../adapters/chains/bitcoin.ts';
 import { startBitcoinService, stopBitcoinService } from './support/bitcoin-flow.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
@@ -230,6 +237,36 @@ describe('refunds paid on the Bitcoin test node', () => {
     assert.equal((await get('/api/v1/refund-wallets', key))[0].balances.BTC, '0.05150000');
     assert.equal(node.calls.get('importdescriptors'), imports, "not imported again: the node's wallet follows it");
     assert.equal(node.calls.get('createwallet'), 1, 'the wallet is made once');
+  });
+
+  it("a refund approved while Core rescans for another import (-4) waits for its wallet's import, done later, and completes", async () => {
+    const { key, p } = await settledInvoice();
+    // Another import rescanning in the service's watch-only wallet (an operator's, or one a restart left running).
+    node.holdRescans = true;
+    const other = randomBitcoinKey().address;
+    const held = fetch(new URL(`wallet/${WATCH_WALLET}`, node.url), {
+      method: 'POST',
+      headers: { authorization: 'Basic ' + Buffer.from(`${node.user}:${node.password}`).toString('base64') },
+      body: JSON.stringify({
+        id: 1,
+        method: 'importdescriptors',
+        params: [[{ desc: `addr(${other})#${descriptorChecksum(`addr(${other})`)}`, timestamp: 'now' }]],
+      }),
+    });
+    try {
+      const approved = await refund(key, p.paymentId, { kind: 'full', destination: randomAddress('p2wpkh') });
+      assert.equal(approved.status, 'awaiting_funds', 'the import answered -4: the balance is not known yet');
+      const [wallet] = (await get('/api/v1/refund-wallets', key)) as { address: string }[];
+      node.pay(payer, [{ address: wallet!.address, sats: sats(p.cryptoAmount) + 100_000n }]);
+      mine();
+      node.holdRescans = false;
+      node.finishRescans();
+      assert.equal((await held).status, 200);
+      assert.equal((await completed(approved.id, key)).status, 'completed');
+    } finally {
+      node.holdRescans = false;
+      node.finishRescans();
+    }
   });
 
   it('two refunds from one refund wallet, both prepared before either is sent, spend different coins and both complete', async () => {

@@ -167,7 +167,8 @@ describe("the Bitcoin test node's wallets refuse what Bitcoin Core refuses", () 
 describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
   const t = suiteNode();
   const keyring = DepositKeyring.fromMnemonic(SERVICE_MNEMONIC, { bitcoinNetwork: 'regtest' });
-  const open = () => BitcoinChain.open({ rpcUrl: t.node.rpcUrl, network: 'regtest', keyring, log: () => {} });
+  const options = () => ({ rpcUrl: t.node.rpcUrl, network: 'regtest' as const, keyring, log: () => {} });
+  const open = () => BitcoinChain.open(options());
 
   it("reads a refund wallet's confirmed coins no pending transaction spends, from the wallet it made", async () => {
     const chain = await open();
@@ -260,6 +261,80 @@ describe("the Bitcoin adapter's watch-only wallet for refund wallets", () => {
       t.node.mockTimeAhead = 0;
     }
   });
+
+  it('imports again an address whose rescan failed (pruned blocks) or was cut off (bitcoind restarted), and then finds its older coins', async () => {
+    const [a, b] = [randomBitcoinKey(), randomBitcoinKey()];
+    const assignedAt = new Date(Date.now() - 60_000).toISOString();
+    t.node.pay(t.payer, [
+      { address: a.address, sats: 60_000n },
+      { address: b.address, sats: 50_000n },
+    ]);
+    t.node.mine(1);
+    t.node.mockTimeAhead = 3 * 3600; // the coins older than "now" less Core's two hours: only a rescan finds them
+    const lines: string[] = [];
+    /** What a new process of the service reads of `address`'s balance, the process then stopped. */
+    const balanceSeenByNewProcess = async (address: string) => {
+      const chain = await BitcoinChain.open({ ...options(), log: (l) => lines.push(l) });
+      try {
+        return await chain.balanceOf(address, 'BTC', assignedAt);
+      } finally {
+        chain.close();
+      }
+    };
+    try {
+      t.node.mine(1);
+      // A pruned node lacks the coins' block: the import's answer is success false, the address followed all the same.
+      t.node.pruneHeight = t.node.tip.height;
+      assert.equal(await balanceSeenByNewProcess(a.address), 0n);
+      assert.match(lines.join('\n'), /Rescan failed for descriptor with timestamp \d+\. .*pruning/);
+      assert.equal((await t.rpc('getaddressinfo', [a.address], WATCH_WALLET)).result.ismine, true);
+      // The blocks downloaded again (-reindex): the next process imports it again and finds the coin.
+      t.node.pruneHeight = 0;
+      assert.equal(await balanceSeenByNewProcess(a.address), 60_000n);
+
+      // A rescan still running does not hold the look (IMPORT_WAIT_MS), and bitcoind stops before it ends.
+      t.node.holdRescans = true;
+      try {
+        assert.equal(await balanceSeenByNewProcess(b.address), 0n);
+      } finally {
+        t.node.holdRescans = false;
+        t.node.restartWallets();
+      }
+      assert.equal((await t.rpc('getaddressinfo', [b.address], WATCH_WALLET)).result.ismine, true);
+      assert.equal(await balanceSeenByNewProcess(b.address), 50_000n);
+      const imports = t.node.calls.get('importdescriptors');
+      assert.equal(await balanceSeenByNewProcess(b.address), 50_000n);
+      assert.equal(t.node.calls.get('importdescriptors'), imports, 'rescanned in full once: not imported again');
+    } finally {
+      t.node.mockTimeAhead = 0;
+      t.node.pruneHeight = 0;
+    }
+  });
+
+  it(
+    "waits for an import whose rescan outlasts fetch's 300 s wait for headers, and imports it once",
+    { skip: !process.env.BITCOIN_LONG_RESCAN && 'takes 5 minutes: BITCOIN_LONG_RESCAN=1', timeout: 400_000 },
+    async () => {
+      const a = randomBitcoinKey();
+      const chain = await open();
+      t.node.holdRescans = true;
+      try {
+        const imports = t.node.calls.get('importdescriptors') ?? 0;
+        assert.equal(await chain.balanceOf(a.address, 'BTC', new Date().toISOString()), 0n);
+        await new Promise((resolve) => setTimeout(resolve, 305_000));
+        t.node.holdRescans = false;
+        t.node.finishRescans();
+        await new Promise((resolve) => setTimeout(resolve, 1_000));
+        const info = await t.rpc('getaddressinfo', [a.address], WATCH_WALLET);
+        assert.match(info.result.labels[0] ?? 'none', /^rescanned from \d+$/, 'the answer came back to the import');
+        assert.equal(t.node.calls.get('importdescriptors'), imports + 1, 'imported once');
+      } finally {
+        t.node.holdRescans = false;
+        t.node.finishRescans();
+        chain.close();
+      }
+    },
+  );
 });
 
 describe("a refund wallet's coins for one refund", () => {

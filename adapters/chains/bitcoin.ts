@@ -42,6 +42,10 @@
 // spends and those another refund has prepared (`taken`); a later attempt
 // names the first one's coins, so at most one can be mined.
 import { readFile } from 'node:fs/promises';
+import { request as httpRequest } from 'node:http';
+import { request as httpsRequest } from 'node:https';
+import { Readable } from 'node:stream';
+import { setTimeout as delay } from 'node:timers/promises';
 import * as bitcoin from 'bitcoinjs-lib';
 import type { ChainName } from '../../domain/catalogue.ts';
 import type { BitcoinCoreChain, DepositKeyring } from '../keys/derivation.ts';
@@ -84,8 +88,24 @@ const PAYOUT_LOOKBACK_BLOCKS = 1008;
 const SCAN_BATCH = 50;
 /** Blocks a sweep may wait in the mempool below the market's fee rate before it is replaced. */
 const STUCK_BLOCKS = 3;
-/** An import that rescans answers only when its rescan is done: on mainnet, minutes. */
-const RESCAN_TIMEOUT_MS = 3_600_000;
+/**
+ * An import that rescans answers only when its rescan is done: on mainnet,
+ * minutes, hours from years back on a slow disk. It holds no payout pass
+ * (IMPORT_WAIT_MS), and one given up on is done again from the start.
+ */
+const RESCAN_TIMEOUT_MS = 86_400_000;
+/** Node's fetch gives up on an answer whose headers take longer (undici's headersTimeout). */
+const FETCH_HEADERS_WAIT_MS = 300_000;
+/** How long a look at a refund wallet waits for its import before it reads what the wallet has found so far. */
+const IMPORT_WAIT_MS = 3_000;
+/** An import whose rescan failed (blocks pruned) is tried again after this long, not at every look. */
+const IMPORT_RETRY_MS = 600_000;
+/** The label an address gets once an import has rescanned its blocks from that time (unix seconds) on. */
+const RESCANNED_FROM = /^rescanned from (\d+)$/;
+/** An import's outcome: all coins found; Core busy with another rescan (-4); or its rescan failed. */
+type Following = 'followed' | 'rescanning' | 'rescan failed';
+/** An address asked of the watch-only wallet: the import's outcome once known, and when to import again. */
+type Watched = { following: Promise<Following>; outcome?: Following; again?: number };
 /** Without a healthy ZMQ feed, the mempool's whole txid list is downloaded at most this often. */
 const MEMPOOL_POLL_MS = 5_000;
 /** New mempool transactions read (getrawtransaction) in one watcher step. */
@@ -253,6 +273,28 @@ export function parseBitcoinBlock(block: Pick<RpcBlock, 'tx'>): ChainTransfer[] 
   return transfers;
 }
 
+/**
+ * fetch's POST for a call that may take longer than FETCH_HEADERS_WAIT_MS:
+ * Core answers `importdescriptors` only when its rescan is done, headers and
+ * all, and fetch would drop the call at 300 s, every time, on a rescan
+ * longer than that (the import then done again, and again). node:http waits
+ * as long as `signal` lets it.
+ */
+function postPatiently(
+  url: string | URL,
+  init: { method: string; headers: Record<string, string>; body: string; signal: AbortSignal },
+): Promise<Response> {
+  const target = new URL(url);
+  return new Promise((resolve, reject) => {
+    const send = target.protocol === 'https:' ? httpsRequest : httpRequest;
+    const request = send(target, { method: init.method, headers: init.headers, signal: init.signal }, (answer) =>
+      resolve(new Response(Readable.toWeb(answer) as ReadableStream, { status: answer.statusCode ?? 500 })),
+    );
+    request.on('error', reject);
+    request.end(init.body);
+  });
+}
+
 export class BitcoinChain implements ChainAdapter {
   readonly chain: ChainName = 'bitcoin';
   readonly spendsCoinsWhole = true;
@@ -264,8 +306,8 @@ export class BitcoinChain implements ChainAdapter {
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
   /** The watch-only wallet loaded (or made) in Core, once per process or again after Core lost it. */
   private watchWallet?: Promise<void>;
-  /** Refund wallets' addresses imported into the watch-only wallet by this process. */
-  private readonly watched = new Map<string, Promise<void>>();
+  /** Refund wallets' addresses asked of the watch-only wallet by this process: the answer, and when to ask again. */
+  private readonly watched = new Map<string, Watched>();
   private authorization = '';
   private readonly node: ChainNode;
   /** sat/vB from the last estimatesmartfee, within the floor and cap. */
@@ -381,7 +423,7 @@ export class BitcoinChain implements ChainAdapter {
     const requests = calls.map((c) => ({ jsonrpc: '1.0', id: ++this.rpcId, ...c }));
     const url = wallet === undefined ? this.endpoint : new URL(`wallet/${encodeURIComponent(wallet)}`, this.endpoint);
     const send = () =>
-      fetch(url, {
+      (timeoutMs > FETCH_HEADERS_WAIT_MS ? postPatiently : fetch)(url, {
         method: 'POST',
         headers: {
           'content-type': 'application/json',
@@ -675,45 +717,89 @@ export class BitcoinChain implements ChainAdapter {
   }
 
   /**
-   * `address` followed by the watch-only wallet. One the wallet already
-   * follows (`getaddressinfo`'s `ismine`, src/wallet/rpc/addresses.cpp: a
-   * descriptor wallet's own scripts, keys or not) is left as it is: importing
-   * again would rescan again. Otherwise its `addr()` descriptor, checksummed
-   * by `getdescriptorinfo` (src/rpc/output_script.cpp), is imported with
-   * `importdescriptors` (src/wallet/rpc/backup.cpp), which answers each
-   * import's `success` and `error` rather than failing the call, with the
-   * timestamp of the earliest time it may have been funded (the refund
-   * wallet's assignment): Core rescans the blocks from two hours before it,
-   * so coins a new (rebuilt) node's wallet, or an address never imported,
-   * would miss are found. For a wallet assigned just now that rescans
-   * nothing; an old one on a new node costs one rescan from its assignment
-   * (blocks read from disk; minutes on mainnet, less with blockfilterindex),
-   * once per node. Without that time, "now".
+   * `address` followed by the watch-only wallet from `fundedSince` on (its
+   * coins all found), waiting at most IMPORT_WAIT_MS: an import whose
+   * rescan takes longer goes on without holding the payout pass, and
+   * meanwhile the wallet's coins are those it has found so far (a refund
+   * short of them waits in `awaiting_funds`, looked at again). Asked of Core
+   * once per process, or again after a failed import (see `follow`).
    */
-  private watch(address: string, fundedSince?: string): Promise<void> {
-    const known = this.watched.get(address);
-    if (known) return known;
-    const importing = (async () => {
-      await this.openWatchWallet();
-      const info = await this.walletRpc<{ ismine: boolean }>('getaddressinfo', [address]);
-      if (info.ismine) return;
-      const { descriptor } = await this.rpc<{ descriptor: string }>('getdescriptorinfo', [`addr(${address})`]);
-      const since = fundedSince === undefined ? NaN : Math.floor(Date.parse(fundedSince) / 1000);
-      const [imported] = await this.walletRpc<{ success: boolean; error?: { code: number; message: string } }[]>(
+  private async watch(address: string, fundedSince?: string): Promise<void> {
+    let known = this.watched.get(address);
+    if (!known || (known.again !== undefined && Date.now() >= known.again)) {
+      const since = Math.floor((fundedSince === undefined ? Date.now() : Date.parse(fundedSince)) / 1000);
+      const entry: Watched = { following: this.follow(address, since) };
+      if (this.watched.size > 10_000) this.watched.clear();
+      this.watched.set(address, entry);
+      entry.following.then(
+        (outcome) => {
+          entry.outcome = outcome;
+          if (this.watched.get(address) !== entry) return;
+          // Another rescan running costs nothing to ask again; a failed one is not tried again at every look.
+          if (outcome === 'rescanning') this.watched.delete(address);
+          if (outcome === 'rescan failed') entry.again = Date.now() + IMPORT_RETRY_MS;
+        },
+        () => {
+          if (this.watched.get(address) === entry) this.watched.delete(address);
+        },
+      );
+      known = entry;
+    }
+    if (!known.outcome) await Promise.race([known.following, delay(IMPORT_WAIT_MS, undefined, { ref: false })]);
+  }
+
+  /**
+   * Makes the watch-only wallet follow `address` from `since` (unix seconds,
+   * the refund wallet's assignment) on. Core's own record cannot say that an
+   * import's rescan finished: `importdescriptors` (src/wallet/rpc/backup.cpp,
+   * ProcessDescriptorImport) stores the descriptor and its timestamp before
+   * it rescans, so `getaddressinfo`'s `ismine` (src/wallet/rpc/addresses.cpp)
+   * is true, and `listdescriptors` shows that timestamp, after a rescan that
+   * failed (a pruned node lacking the blocks: that import's answer is
+   * `success: false`, "Rescan failed for descriptor with timestamp ...") or
+   * was cut off (bitcoind or this service restarted, the answer lost); and
+   * `getaddressinfo` has no `timestamp` for a keyless addr() descriptor
+   * (DescriptorScriptPubKeyMan::GetMetadata, src/wallet/scriptpubkeyman.cpp,
+   * answers one only for a key with an origin). So once an import answers
+   * `success`, the address is labelled `rescanned from <since>` (`setlabel`,
+   * src/wallet/rpc/addresses.cpp; `getaddressinfo` answers its `labels`):
+   * an address without that label, or labelled from later than `since`, is
+   * imported again, its checksummed `addr()` descriptor
+   * (`getdescriptorinfo`, src/rpc/output_script.cpp) with timestamp `since`:
+   * Core rescans from two hours before it. A wallet assigned just now
+   * rescans nothing; an old one on a new node costs one rescan (minutes on
+   * mainnet), once per node. -4 "Wallet is currently rescanning"
+   * (src/wallet/rpc/backup.cpp: WalletRescanReserver taken by another
+   * rescan) is an answer to ask again later.
+   */
+  private async follow(address: string, since: number): Promise<Following> {
+    const info = await this.walletRpc<{ ismine: boolean; labels?: string[] }>('getaddressinfo', [address]);
+    const rescanned = info.labels?.map((label) => RESCANNED_FROM.exec(label)?.[1]).find((from) => from !== undefined);
+    if (info.ismine && rescanned !== undefined && Number(rescanned) <= since) return 'followed';
+    const { descriptor } = await this.rpc<{ descriptor: string }>('getdescriptorinfo', [`addr(${address})`]);
+    let imported: { success: boolean; error?: { code: number; message: string } } | undefined;
+    try {
+      [imported] = await this.walletRpc<(typeof imported)[]>(
         'importdescriptors',
-        [[{ desc: descriptor, timestamp: Number.isFinite(since) ? since : 'now' }]],
+        [[{ desc: descriptor, timestamp: since }]],
         RESCAN_TIMEOUT_MS,
       );
-      if (!imported?.success) {
-        throw new Error(`bitcoin: the watch-only wallet refused ${descriptor}: ${imported?.error?.message}`);
-      }
-    })();
-    if (this.watched.size > 10_000) this.watched.clear();
-    this.watched.set(address, importing);
-    importing.catch(() => {
-      if (this.watched.get(address) === importing) this.watched.delete(address);
-    });
-    return importing;
+    } catch (error) {
+      if (error instanceof BitcoinRpcError && error.code === -4) return 'rescanning';
+      throw error;
+    }
+    if (imported?.error?.code === -1 && imported.error.message.startsWith('Rescan failed')) {
+      // The descriptor is in the wallet; the blocks it could not read are looked through again later.
+      (this.options.log ?? console.log)(
+        `bitcoin: the watch-only wallet's rescan for ${address}: ${imported.error.message}`,
+      );
+      return 'rescan failed';
+    }
+    if (!imported?.success) {
+      throw new Error(`bitcoin: the watch-only wallet refused ${descriptor}: ${imported?.error?.message}`);
+    }
+    await this.walletRpc('setlabel', [address, `rescanned from ${since}`]);
+    return 'followed';
   }
 
   /**

@@ -45,7 +45,15 @@
 //     "Missing checksum", or "Provided checksum ... does not match computed
 //     checksum ...", in that import's answer) and a timestamp (-3), and the
 //     wallet sees the outputs of blocks from 2 hours (TIMESTAMP_WINDOW,
-//     src/chain.h) before it ("now": the tip's time) on; `listunspent`
+//     src/chain.h) before it ("now": the tip's time) on, the descriptor
+//     stored before the rescan (ProcessDescriptorImport); a block it cannot
+//     read (pruned) is passed by and that import answers success false, -1
+//     "Rescan failed for descriptor with timestamp ..."; while one import
+//     rescans (`holdRescans`, until `finishRescans`) another is -4 "Wallet is
+//     currently rescanning. Abort existing rescan or wait." (WalletRescanReserver),
+//     and a bitcoind restart (`restartWallets`) cuts it off unanswered;
+//     `setlabel` labels any valid address (src/wallet/rpc/addresses.cpp),
+//     shown in getaddressinfo's `labels`; `listunspent`
 //     (src/wallet/rpc/coins.cpp) answers only what the wallet sees, never an
 //     output a mempool transaction spends nor an immature coinbase output;
 //     `getaddressinfo` (src/wallet/rpc/addresses.cpp) answers `ismine` for
@@ -189,10 +197,9 @@ export class BitcoinTestNode {
   /** bitcoind run with -disablewallet: no wallet RPC exists. */
   walletDisabled = false;
   /** Wallets by name: loaded or only on disk, and each watched address's first block seen. */
-  private readonly wallets = new Map<
-    string,
-    { loaded: boolean; loadOnStartup: boolean; watching: Map<string, number> }
-  >();
+  private readonly wallets = new Map<string, TestWallet>();
+  /** Imports answer only when `finishRescans` is called (a rescan that takes minutes on mainnet). */
+  holdRescans = false;
   /** Blocks below this height have no data any more (a pruned node). */
   pruneHeight = 0;
   /** Calls answered, by method (what the adapter asked). */
@@ -274,9 +281,16 @@ export class BitcoinTestNode {
         }
         const wallet = /^\/wallet\/(.*)$/.exec(req.url ?? '/')?.[1];
         const endpoint = wallet === undefined ? undefined : decodeURIComponent(wallet);
-        const answer = Array.isArray(request)
-          ? request.map((r) => this.handle(r, endpoint))
-          : this.handle(request, endpoint);
+        let answer: Answer | Answer[];
+        try {
+          answer = Array.isArray(request)
+            ? await Promise.all(request.map((r) => this.handle(r, endpoint)))
+            : await this.handle(request, endpoint);
+        } catch (error) {
+          if (!(error instanceof CutOff)) throw error;
+          req.socket.destroy();
+          return;
+        }
         const status = !Array.isArray(answer) && answer.error ? (answer.error.code === -32601 ? 404 : 500) : 200;
         // Amounts are written as JSON numbers with eight decimals, as Core does.
         const text = coreJsonText(answer);
@@ -353,7 +367,10 @@ export class BitcoinTestNode {
     await new Promise((resolve) => this.server?.close(resolve));
   }
 
-  private handle(request: { method: string; params?: unknown[]; id: unknown }, wallet?: string) {
+  private handle(
+    request: { method: string; params?: unknown[]; id: unknown },
+    wallet?: string,
+  ): Answer | Promise<Answer> {
     this.calls.set(request.method, (this.calls.get(request.method) ?? 0) + 1);
     try {
       const params = request.params ?? [];
@@ -363,6 +380,8 @@ export class BitcoinTestNode {
       const result = WALLET_METHODS.has(request.method)
         ? this.walletCall(request.method, params, this.walletAt(wallet))
         : this.call(request.method, params);
+      // An import held while it rescans answers later.
+      if (result instanceof Promise) return result.then((later) => ({ result: later, error: null, id: request.id }));
       return { result, error: null, id: request.id };
     } catch (error) {
       if (!(error instanceof RpcError)) throw error;
@@ -574,13 +593,28 @@ export class BitcoinTestNode {
         `Wallet file verification failed. Failed to create database path '${walletPath(String(name))}'. Database already exists.`,
       );
     }
-    this.wallets.set(String(name), { loaded: true, loadOnStartup: loadOnStartup === true, watching: new Map() });
+    this.wallets.set(String(name), {
+      loaded: true,
+      loadOnStartup: loadOnStartup === true,
+      watching: new Map(),
+      labels: new Map(),
+    });
     return { name: String(name) };
   }
 
   /** What a bitcoind restart does to wallets: only those saved to load at start-up (load_on_startup) are loaded again. */
   restartWallets(): void {
-    for (const wallet of this.wallets.values()) wallet.loaded = wallet.loadOnStartup;
+    for (const wallet of this.wallets.values()) {
+      wallet.loaded = wallet.loadOnStartup;
+      // A rescan cut off: its import never answers and the blocks it had yet to read stay unread. (Core
+      // may go on from the progress it saved, ScanForWalletTransactions' WriteBestBlock; the worst case is modelled.)
+      wallet.rescan?.cutOff();
+    }
+  }
+
+  /** The imports held by `holdRescans` rescan and answer. */
+  finishRescans(): void {
+    for (const wallet of this.wallets.values()) wallet.rescan?.finish();
   }
 
   /** The wallet a call is for (src/wallet/rpc/util.cpp, GetWalletForJSONRPCRequest). */
@@ -624,9 +658,12 @@ export class BitcoinTestNode {
     return { address: addressOf(script)!, checksum };
   }
 
-  private walletCall(method: string, params: any[], wallet: { watching: Map<string, number> }): unknown {
+  private walletCall(method: string, params: any[], wallet: TestWallet): unknown {
     if (method === 'importdescriptors') {
-      return (params[0] as { desc?: string; timestamp?: number | 'now' }[]).map((request) => {
+      // src/wallet/rpc/backup.cpp importdescriptors: one rescan at a time per wallet (WalletRescanReserver).
+      if (wallet.rescan) throw new RpcError(-4, 'Wallet is currently rescanning. Abort existing rescan or wait.');
+      const rescans: (() => void)[] = [];
+      const answers = (params[0] as { desc?: string; timestamp?: number | 'now' }[]).map((request) => {
         if (request.timestamp === undefined) throw new RpcError(-3, 'Missing required timestamp field for key');
         if (request.desc === undefined)
           return { success: false, error: { code: -8, message: 'Descriptor not found.' } };
@@ -637,12 +674,49 @@ export class BitcoinTestNode {
           if (!(error instanceof RpcError)) throw error;
           return { success: false, error: { code: error.code, message: error.message } };
         }
-        // The rescan starts 2 hours before the timestamp (TIMESTAMP_WINDOW); blocks after the import are seen anyway.
+        // ProcessDescriptorImport stores the descriptor before the rescan: blocks from now on are seen anyway.
+        if (!wallet.watching.has(address)) wallet.watching.set(address, this.tip.height + 1);
+        // The rescan starts 2 hours before the timestamp (TIMESTAMP_WINDOW, RescanFromTime). A block it
+        // cannot read (pruned) is passed by, the scan going on after it (ScanForWalletTransactions:
+        // last_failed_block), and the import's answer is then this error.
         const timestamp = request.timestamp === 'now' ? this.tip.time : request.timestamp;
         const from = this.blocks.find((b) => b.time >= timestamp - 7200)?.height ?? this.tip.height + 1;
-        wallet.watching.set(address, Math.min(wallet.watching.get(address) ?? Infinity, from));
-        return { success: true };
+        const read = Math.max(from, this.pruneHeight);
+        rescans.push(() => wallet.watching.set(address, Math.min(wallet.watching.get(address)!, read)));
+        if (from >= this.pruneHeight) return { success: true };
+        return {
+          success: false,
+          error: {
+            code: -1,
+            message: `Rescan failed for descriptor with timestamp ${timestamp}. There was an error reading a block from time ${this.blocks[this.pruneHeight - 1]!.time}, which is after or within 7200 seconds of key creation, and could contain transactions pertaining to the desc. As a result, transactions and coins using this desc may not appear in the wallet. This error could be caused by pruning or data corruption (see bitcoind log for details) and could be dealt with by downloading and rescanning the relevant blocks (see -reindex option and rescanblockchain RPC).`,
+          },
+        };
       });
+      const rescan = () => rescans.forEach((r) => r());
+      if (!this.holdRescans) {
+        rescan();
+        return answers;
+      }
+      return new Promise((resolve, reject) => {
+        wallet.rescan = {
+          finish: () => {
+            wallet.rescan = undefined;
+            rescan();
+            resolve(answers);
+          },
+          cutOff: () => {
+            wallet.rescan = undefined;
+            reject(new CutOff());
+          },
+        };
+      });
+    }
+    if (method === 'setlabel') {
+      // src/wallet/rpc/addresses.cpp setlabel: any valid address, the wallet's or not (SetAddressBook).
+      const address = addressOf(this.scriptOf(String(params[0])));
+      if (!address) throw new RpcError(-5, 'Invalid Bitcoin address');
+      wallet.labels.set(address, String(params[1]));
+      return null;
     }
     if (method === 'getaddressinfo') {
       // src/wallet/rpc/addresses.cpp getaddressinfo: `ismine` is IsMine's ISMINE_SPENDABLE, which a
@@ -660,7 +734,9 @@ export class BitcoinTestNode {
         isscript: false,
         iswitness: false,
         ischange: false,
-        labels: [],
+        // No `timestamp`: DescriptorScriptPubKeyMan::GetMetadata (src/wallet/scriptpubkeyman.cpp) has
+        // one only for a key with an origin, which an addr() descriptor has not.
+        labels: wallet.labels.has(address) ? [wallet.labels.get(address)] : [],
       };
     }
     // listunspent (src/wallet/rpc/coins.cpp): minconf, maxconf, addresses.
@@ -1095,7 +1171,23 @@ export class BitcoinTestNode {
   }
 }
 
-const WALLET_METHODS = new Set(['importdescriptors', 'listunspent', 'getaddressinfo']);
+const WALLET_METHODS = new Set(['importdescriptors', 'listunspent', 'getaddressinfo', 'setlabel']);
+
+interface TestWallet {
+  loaded: boolean;
+  loadOnStartup: boolean;
+  /** Each watched address's first block the wallet has read. */
+  watching: Map<string, number>;
+  /** Address book labels (setlabel). */
+  labels: Map<string, string>;
+  /** The import rescanning (held by `holdRescans`). */
+  rescan?: { finish(): void; cutOff(): void } | undefined;
+}
+
+/** bitcoind stopped while a call ran: the connection drops with no answer. */
+class CutOff extends Error {}
+
+type Answer = { result: unknown; error: { code: number; message: string } | null; id: unknown };
 const walletPath = (name: string) => `/home/bitcoin/.bitcoin/regtest/wallets/${name}`;
 
 /**

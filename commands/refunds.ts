@@ -35,6 +35,7 @@ import {
 } from '../domain/refund.ts';
 import { cancelOverLimit, OVER_LIMIT, reactToRefundEvent, type RefundSagaAction } from '../domain/refund-saga.ts';
 import {
+  holdsRefunds,
   payoutSources,
   settlementDecider,
   settlementIdOf,
@@ -81,8 +82,8 @@ export interface RefundCommandDeps {
   chains: ReadonlyMap<ChainName, ChainAdapter>;
   /** Derives the address of a refund wallet, as deposit addresses are derived. */
   addresses: DepositAddressDeriver;
-  /** What sending `token` on `chain` costs, base units of `token`, taken out of the refund. */
-  networkFee(chain: string, token: string): bigint;
+  /** What sending `token` on `chain` from `coins` coins (a UTXO chain's) costs, base units of `token`, taken out of the refund. */
+  networkFee(chain: string, token: string, coins: number): bigint;
   /** Why `address` cannot receive on `chain` (its form, its network, a token account on Solana), or undefined. */
   destinationProblem(chain: string, address: string): Promise<string | undefined>;
 }
@@ -119,6 +120,28 @@ function amountOf(input: NewRefund, asset: RefundableAsset): bigint {
     throw bad(input.kind === 'excess' ? 'The invoice has no excess to refund' : 'Amount must be greater than 0');
   if (units > asset.refundable) throw bad(OVER_LIMIT);
   return units;
+}
+
+/**
+ * How many coins a refund of `asset` is quoted for (a UTXO chain's fee grows
+ * with them; an account chain's ignores it). Quoted at creation, since the
+ * customer is shown `netAmount` from then on (refunds.md): from the deposit a
+ * refund spends all the settlement's coins (payoutSources) and pays exactly
+ * its quote, so the quote is sized for them, or for the invoice's payments
+ * before there is a settlement; a settlement already paid out leaves the
+ * refund wallet, quoted for one coin, its change paying for any more. A
+ * quote too small after all (a payment arriving later) fails the refund for
+ * good rather than let it hold the settlement back (bitcoin.ts prepareTransfer).
+ */
+async function coinsToQuote(store: EventStore, invoice: Invoice, asset: RefundableAsset): Promise<number> {
+  const settlement = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));
+  if (settlement && settlement.chain === asset.chain) {
+    if (!holdsRefunds(settlement)) return 1;
+    const sources = payoutSources(settlement);
+    if (sources) return Math.max(sources.length, 1);
+  }
+  const paid = invoice.payments.filter((p) => !p.withdrawn && p.chain === asset.chain && p.token === asset.token);
+  return Math.max(paid.length, 1);
 }
 
 /** The rate the payment of this token was quoted at, or undefined for a token the invoice never quoted. */
@@ -175,7 +198,7 @@ export function refundCommands(deps: RefundCommandDeps) {
           token: asset.token,
           tokenDecimals: asset.tokenDecimals,
           amount,
-          networkFee: networkFee(asset.chain, asset.token),
+          networkFee: networkFee(asset.chain, asset.token, await coinsToQuote(store, invoice, asset)),
           // A token the invoice never quoted (a wrong-token payment) has no rate of its own: its value is not claimed.
           fiatAmount: rate === undefined ? '0.00000000' : fiatValueOf(amount, asset.tokenDecimals, rate),
           fiatCurrency: invoice.currency,

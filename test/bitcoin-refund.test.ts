@@ -186,6 +186,106 @@ describe('refunds paid on the Bitcoin test node', () => {
     assert.equal(sweep.fee, BigInt(priced.networkFee), 'the sweep pays its quoted fee');
   });
 
+  /** A new merchant's invoice paid in `parts` transactions, its settlement waiting for a wallet: refunds are paid from the deposit. */
+  async function paidInParts(parts: number) {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await invoice(key);
+    const total = sats(p.cryptoAmount);
+    const coins: string[] = [];
+    for (let i = 0; i < parts; i++) {
+      const part = i < parts - 1 ? total / BigInt(parts) : total - (total / BigInt(parts)) * BigInt(parts - 1);
+      const tx = node.pay(payer, [{ address: p.address, sats: part }]);
+      coins.push(
+        `${tx.getId()}:${tx.outs.findIndex((o) => bitcoin.address.fromOutputScript(o.script, regtest) === p.address)}`,
+      );
+    }
+    await eventuallyMining(
+      mine,
+      () => settlementOf(p.paymentId, key),
+      (s) => s !== undefined,
+    );
+    return { key, merchant, p, total, coins: coins.sort() };
+  }
+
+  for (const parts of [2, 3]) {
+    it(`a deposit paid in ${parts} transactions is refunded in full at a fee quoted for its ${parts} coins, and the settlement ends`, async () => {
+      // At the relay minimum's rate a fee quoted for one coin is below what the node takes
+      // for a transaction spending several, and a full refund leaves no change to pay more.
+      const rate = node.feeRate;
+      node.feeRate = node.minRelayFee;
+      try {
+        const { key, p, total, coins } = await paidInParts(parts);
+        const customer = randomAddress('p2tr');
+        const approved = await refund(key, p.paymentId, { kind: 'full', destination: customer });
+        assert.equal(approved.fundedFrom, 'deposit');
+        const done = await completed(approved.id, key);
+        const [amount, fee, net] = [sats(done.amount), sats(done.networkFee), sats(done.netAmount)];
+        assert.equal(amount, total);
+        // One coin's quote (153 vB) and 68 vB for each more, at 1 sat/vB.
+        assert.equal(fee, 153n + 68n * BigInt(parts - 1));
+        assert.equal(net, total - fee);
+
+        const paidOut = decoded(done.transactionHash);
+        assert.deepEqual([...paidOut.spends].sort(), coins, "it spends every one of the deposit's payments");
+        assert.deepEqual(paidOut.outputs, [{ to: customer, sats: net }], 'no change: the refund takes it all');
+        assert.equal(paidOut.fee, fee, 'the quoted fee is what the transaction pays');
+        assert.ok(fee * 1000n >= node.minRelayFee * BigInt(paidOut.vsize), 'at least the relay minimum at its size');
+
+        // Nothing left to settle: the settlement ends rather than wait behind the refund.
+        const settled = await eventuallyMining(
+          mine,
+          () => settlementOf(p.paymentId, key),
+          (s) => s?.status === 'completed',
+        );
+        assert.equal(settled.transactionHash, null);
+      } finally {
+        node.feeRate = rate;
+      }
+    });
+  }
+
+  it('a deposit refund whose fee the relay minimum outgrew after its quote fails for good, and the settlement goes on', async () => {
+    const rate = node.feeRate;
+    const relay = node.minRelayFee;
+    node.feeRate = node.minRelayFee;
+    try {
+      const { key, merchant, p, total } = await paidInParts(2);
+      const created = await svc.call('POST', `/api/v1/invoices/${p.paymentId}/refunds`, {
+        token: key,
+        body: { kind: 'full', destination: randomAddress('p2wpkh') },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      // The node's relay minimum doubles (a restart with another -minrelaytxfee): no wait lowers it.
+      node.minRelayFee = relay * 2n;
+      node.feeRate = relay * 2n;
+      const approval = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
+      assert.equal(approval.status, 200, JSON.stringify(approval.body));
+      const failed = await eventuallyMining(
+        mine,
+        () => get(`/api/v1/invoices/${p.paymentId}/events`, key),
+        (events: { type: string; data: { code?: string; retryAt?: string | null } }[]) =>
+          events.some((e) => e.type === 'RefundFailed'),
+      );
+      const failure = failed.find((e) => e.type === 'RefundFailed')!;
+      assert.equal(failure.data.code, 'fees_exceed_amount');
+      assert.equal(failure.data.retryAt, null, 'final: no attempt could pay it');
+      assert.equal((await get(`/api/v1/refunds/${created.body.data.id}`, key)).status, 'failed');
+
+      // Its hold released, the settlement pays the deposit out.
+      assert.equal((await setWallet(merchant.id, randomAddress('p2wpkh'))).status, 200);
+      const settled = await eventuallyMining(
+        mine,
+        () => settlementOf(p.paymentId, key),
+        (s) => s?.status === 'completed',
+        90_000,
+      );
+      assert.equal(sats(settled.grossAmount), total);
+    } finally {
+      node.feeRate = rate;
+      node.minRelayFee = relay;
+    }
+  });
+
   it('a settled invoice is refunded from the refund wallet once a coin reaches it', async () => {
     const { key, p } = await settledInvoice();
 

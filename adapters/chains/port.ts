@@ -226,9 +226,11 @@ export interface ChainAdapter {
    * What the chain charges to send `token`, in base units of `token` (0 where
    * the fee is paid in another coin). `payout` 'refund': a refund's payout,
    * one transfer with no platform fee beside it (EVM: a native settlement
-   * with a platform fee is two transactions, a refund one).
+   * with a platform fee is two transactions, a refund one). `coins`: how
+   * many coins the refund spends (a UTXO chain, whose fee grows with them;
+   * one when not given), since a refund pays exactly its quote.
    */
-  networkFee(token: string, payout?: 'settlement' | 'refund'): bigint;
+  networkFee(token: string, payout?: 'settlement' | 'refund', coins?: number): bigint;
   /**
    * What this payout costs now, in base units of its token, where that
    * depends on its addresses or on an exchange rate (Tron: a token call's

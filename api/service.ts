@@ -328,6 +328,7 @@ export async function startService(
     clock,
     chains: settlementDeps.chains,
     addresses: depositAddresses,
+    database,
     networkFee: refundNetworkFee(settlementDeps.chains),
     // The customer's address must take a payout as a merchant's wallet must (on Solana: a wallet, not a token account).
     destinationProblem: (chain, address) => settlementWalletProblem(chain as ChainName, address),

@@ -82,6 +82,8 @@ export interface RefundCommandDeps {
   chains: ReadonlyMap<ChainName, ChainAdapter>;
   /** Derives the address of a refund wallet, as deposit addresses are derived. */
   addresses: DepositAddressDeriver;
+  /** The payout engine's queue: which other refunds from a refund wallet are on their way. */
+  database: SqlDatabase;
   /** What sending `token` on `chain` from `coins` coins (a UTXO chain's) costs, base units of `token`, taken out of the refund. */
   networkFee(chain: string, token: string, coins: number): bigint;
   /** Why `address` cannot receive on `chain` (its form, its network, a token account on Solana), or undefined. */
@@ -300,7 +302,7 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
  * by the service at an index no deposit ever gets, assigned on the merchant's
  * stream the first time it is needed (the first one recorded stays).
  */
-function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
+function refundWallets({ store, database, clock, chains, addresses }: RefundCommandDeps) {
   const indexes = new DerivationIndexes(store);
 
   async function walletOf(merchantId: string, chain: ChainName): Promise<RefundWallet> {
@@ -334,14 +336,9 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
       return { fundedFrom: 'refund_wallet', fromAddress: wallet.address, derivationIndex: wallet.derivationIndex };
     },
 
-    /** The refund wallet can pay the refund's amount now (the chain's own rules, see ChainAdapter.canPay). */
-    async holds(
-      refund: Pick<Refund, 'merchantId' | 'chain' | 'token' | 'amount'>,
-      payer: RefundPayer,
-    ): Promise<boolean> {
-      const since = await refundWalletSince(store, refund);
-      return canPay(adapterOf(refund.chain), payer.fromAddress, refund.token, refund.amount, since);
-    },
+    /** The refund wallet can pay the refund's amount now (see walletPays). */
+    holds: (refund: Refund, payer: RefundPayer) =>
+      walletPays({ store, database }, adapterOf(refund.chain), refund, payer.fromAddress),
 
     /** GET /api/v1/refund-wallets: each enabled chain's wallet and what it holds of each token. */
     async list(merchantId: string, enabled: readonly ChainName[]) {
@@ -366,6 +363,23 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
 async function refundWalletSince(store: EventStore, refund: Pick<Refund, 'merchantId' | 'chain'>) {
   const merchant = await loadState(store, merchantDecider, merchantStream(refund.merchantId));
   return merchant?.refundWallets[refund.chain]?.assignedAt;
+}
+
+/**
+ * The refund wallet `fromAddress` can pay the refund's amount now (the
+ * chain's own rules, see ChainAdapter.canPay), from coins no other refund
+ * has prepared (a chain whose payouts spend coins whole): the same coins
+ * the payout chooses from, so a refund is not marked funded to fail.
+ */
+async function walletPays(
+  { store, database }: { store: EventStore; database: SqlDatabase },
+  chain: ChainAdapter,
+  refund: Refund,
+  fromAddress: string,
+): Promise<boolean> {
+  const since = await refundWalletSince(store, refund);
+  const taken = chain.spendsCoinsWhole ? await coinsTakenByOthers(database, store, refund, fromAddress) : undefined;
+  return canPay(chain, fromAddress, refund.token, refund.amount, since, taken);
 }
 
 /**
@@ -428,6 +442,36 @@ function coinsOf(txHash: string, coins: NonNullable<PreparedTransaction['coins']
   };
 }
 
+/**
+ * The coins other refunds from the refund wallet `fromAddress` have prepared
+ * and recorded, not yet completed: a new refund from it must not choose them,
+ * nor count them as funds (awaiting_funds), or one of the two could never be
+ * mined. Read from their streams (what is recorded before anything is sent),
+ * so a restart between a refund's record and its broadcast loses nothing; the
+ * refunds of one chain are prepared one after another in a pass, so each sees
+ * the others' records.
+ */
+async function coinsTakenByOthers(
+  database: SqlDatabase,
+  store: EventStore,
+  refund: Pick<Refund, 'id' | 'merchantId' | 'chain'>,
+  fromAddress: string,
+): Promise<{ txHash: string; index: number }[]> {
+  const ids = await queuedPayouts(database, 'refund', refund.merchantId, refund.chain);
+  const taken: { txHash: string; index: number }[] = [];
+  for (const id of ids) {
+    if (id === refund.id) continue;
+    const other = await loadState(store, refundDecider, refundStreamName(id));
+    if (!other || other.payer?.fromAddress !== fromAddress) continue;
+    // On its way: being sent, or failed and to be tried again (a final failure sends nothing more).
+    if (other.status !== 'sending' && !(other.status === 'failed' && other.retryAt !== null)) continue;
+    for (const coins of Object.values(other.coins)) {
+      for (const c of coins.spent) taken.push({ txHash: c.txHash, index: c.index });
+    }
+  }
+  return taken;
+}
+
 /** How soon a refund waiting for its wallet to be funded looks at the balance again. */
 const FUNDS_LOOK_MS = 5_000;
 
@@ -479,8 +523,7 @@ export class RefundPayouts implements PayoutKind {
     if (refund?.status === 'awaiting_funds') {
       const chain = chains.get(refund.chain as ChainName);
       if (!chain) return { lookAgainInMs: FUNDS_LOOK_MS };
-      const since = await refundWalletSince(store, refund);
-      if (!(await canPay(chain, refund.payer!.fromAddress, refund.token, refund.amount, since))) {
+      if (!(await walletPays(this.deps, chain, refund, refund.payer!.fromAddress))) {
         return { lookAgainInMs: FUNDS_LOOK_MS };
       }
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
@@ -506,30 +549,6 @@ export class RefundPayouts implements PayoutKind {
     );
     // None recorded (an older settlement): none named, so a UTXO chain refuses rather than scans the deposit.
     return (settlement && payoutSources(settlement)) ?? [];
-  }
-
-  /**
-   * The coins other refunds from the same refund wallet have prepared and
-   * recorded, not yet completed: a new refund from it must not choose them,
-   * or one of the two could never be mined. Read from their streams (what
-   * is recorded before anything is sent), so a restart between a refund's
-   * record and its broadcast loses nothing; the refunds of one chain are
-   * prepared one after another in a pass, so each sees the others' records.
-   */
-  private async takenByOthers(refund: Refund): Promise<{ txHash: string; index: number }[]> {
-    const ids = await queuedPayouts(this.deps.database, 'refund', refund.merchantId, refund.chain);
-    const taken: { txHash: string; index: number }[] = [];
-    for (const id of ids) {
-      if (id === refund.id) continue;
-      const other = await loadState(this.deps.store, refundDecider, refundStreamName(id));
-      if (!other || other.payer?.fromAddress !== refund.payer?.fromAddress) continue;
-      // On its way: being sent, or failed and to be tried again (a final failure sends nothing more).
-      if (other.status !== 'sending' && !(other.status === 'failed' && other.retryAt !== null)) continue;
-      for (const coins of Object.values(other.coins)) {
-        for (const c of coins.spent) taken.push({ txHash: c.txHash, index: c.index });
-      }
-    }
-    return taken;
   }
 
   private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {
@@ -561,7 +580,11 @@ export class RefundPayouts implements PayoutKind {
           // From a deposit the rest is the settlement's, priced already: the refund pays its quote, never more.
           ...(!fromWallet && { exactNetworkFee: true }),
           // From a refund wallet, coins found on the chain (no earlier attempt names them): none another refund took.
-          ...(fromWallet && !sources && chain.spendsCoinsWhole && { taken: await this.takenByOthers(refund) }),
+          ...(fromWallet &&
+            !sources &&
+            chain.spendsCoinsWhole && {
+              taken: await coinsTakenByOthers(this.deps.database, this.deps.store, refund, refund.payer!.fromAddress),
+            }),
         });
       } catch (error) {
         await this.recorder.recordFailure(refund, error);

@@ -368,4 +368,50 @@ describe('refunds paid on the Bitcoin test node', () => {
     assert.notEqual(spends[0]![0], spends[1]![0], 'never both spending one coin');
     for (const s of spends) assert.ok(s[0]!.startsWith(funding.getId()), "each spends one of the wallet's coins");
   });
+  it('a second refund from a refund wallet whose one coin another refund has prepared waits in awaiting_funds, and is paid once funded again', async () => {
+    const { key, p } = await settledInvoice();
+    const third = sats(p.cryptoAmount) / 3n;
+    const part = `${(third / 100_000_000n).toString()}.${(third % 100_000_000n).toString().padStart(8, '0')}`;
+    const first = await refund(key, p.paymentId, { amount: part, destination: randomAddress('p2wpkh') });
+    assert.equal(first.status, 'awaiting_funds');
+    const [wallet] = (await get('/api/v1/refund-wallets', key)) as { address: string }[];
+    const history = () =>
+      get(`/api/v1/invoices/${p.paymentId}/events`, key) as Promise<{ type: string; streamId: string }[]>;
+    const of = (id: string, events: { type: string; streamId: string }[]) =>
+      events.filter((e) => e.streamId.endsWith(id)).map((e) => e.type);
+
+    // One coin, enough for one refund; its change (1,000 sats) is not enough for another.
+    node.pay(payer, [{ address: wallet!.address, sats: third + 1_000n }]);
+    // The first refund is prepared and recorded but not sent: only the records say the coin is taken.
+    node.unreachable.add('sendrawtransaction');
+    let second;
+    try {
+      await eventuallyMining(
+        mine,
+        history,
+        (events) => of(first.id, events).includes('RefundTransactionPrepared'),
+        90_000,
+      );
+      second = await refund(key, p.paymentId, { amount: part, destination: randomAddress('p2wpkh') });
+      assert.equal(second.status, 'awaiting_funds', "the wallet's one coin is the first refund's");
+      // The payout engine looks again every 5 s: still nothing to pay it from.
+      await new Promise((resolve) => setTimeout(resolve, 12_000));
+      assert.deepEqual(of(second.id, await history()), ['RefundCreated', 'RefundApproved']);
+    } finally {
+      node.unreachable.delete('sendrawtransaction');
+    }
+    await completed(first.id, key);
+    assert.equal((await get(`/api/v1/refunds/${second.id}`, key)).status, 'awaiting_funds');
+    assert.deepEqual(of(second.id, await history()), ['RefundCreated', 'RefundApproved']);
+
+    // The merchant funds the wallet again: the second refund goes on by itself.
+    const funding = node.pay(payer, [{ address: wallet!.address, sats: third + 100_000n }]);
+    const done = await completed(second.id, key);
+    const paidOut = decoded(done.transactionHash);
+    assert.deepEqual(paidOut.spends, [
+      `${funding.getId()}:${funding.outs.findIndex((o) => BigInt(o.value) === third + 100_000n)}`,
+    ]);
+    assert.equal(paidOut.fee, sats(done.networkFee));
+    assert.deepEqual(paidOut.outputs[0], { to: done.destination, sats: sats(done.netAmount) });
+  });
 });

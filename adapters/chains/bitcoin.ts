@@ -759,10 +759,19 @@ export class BitcoinChain implements ChainAdapter {
       .sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
   }
 
-  /** What a refund wallet can spend now: its confirmed coins no pending transaction spends. */
-  async balanceOf(address: string, token: string, fundedSince?: string): Promise<bigint> {
+  /**
+   * What a refund wallet can spend now: its confirmed coins no pending
+   * transaction spends and no other refund has prepared (`taken`), the
+   * coins prepareTransfer would choose from.
+   */
+  async balanceOf(
+    address: string,
+    token: string,
+    fundedSince?: string,
+    taken?: OutgoingTransfer['taken'],
+  ): Promise<bigint> {
     if (token !== 'BTC') return 0n;
-    return (await this.walletCoins(address, fundedSince)).reduce((sum, c) => sum + c.value, 0n);
+    return (await this.walletCoins(address, fundedSince, taken)).reduce((sum, c) => sum + c.value, 0n);
   }
 
   /**

@@ -252,9 +252,10 @@ export interface ChainAdapter {
   /**
    * What `address` holds of `token` now, base units (a merchant's refund
    * wallet); `fundedSince`, the earliest time it may have received coins,
-   * for a chain that must look back for them (Bitcoin's watch-only wallet).
+   * for a chain that must look back for them (Bitcoin's watch-only wallet);
+   * `taken`, coins other payouts have prepared (as OutgoingTransfer's), left out.
    */
-  balanceOf(address: string, token: string, fundedSince?: string): Promise<bigint>;
+  balanceOf(address: string, token: string, fundedSince?: string, taken?: OutgoingTransfer['taken']): Promise<bigint>;
   /**
    * Whether `address` can pay out `amount` of `token` now, `amount` being all
    * it gives up (a refund's network fee is in it where the payer pays it): a
@@ -277,14 +278,18 @@ export interface ChainAdapter {
   transactionStatuses?(txHashes: readonly string[]): Promise<Map<string, TransactionStatus | undefined>>;
 }
 
-/** The adapter's own answer where it has one, else: the payer holds at least `amount`. */
+/**
+ * The adapter's own answer where it has one, else: the payer holds at least
+ * `amount` in coins no other payout has taken.
+ */
 export async function canPay(
   chain: ChainAdapter,
   address: string,
   token: string,
   amount: bigint,
   fundedSince?: string,
+  taken?: OutgoingTransfer['taken'],
 ): Promise<boolean> {
   if (chain.canPay) return chain.canPay(address, token, amount);
-  return (await chain.balanceOf(address, token, fundedSince)) >= amount;
+  return (await chain.balanceOf(address, token, fundedSince, taken)) >= amount;
 }

@@ -105,11 +105,11 @@ export async function openDatabase(
  */
 export const refundNetworkFee =
   (chains: ReadonlyMap<ChainName, ChainAdapter>) =>
-  (chain: string, token: string): bigint => {
+  (chain: string, token: string, coins: number): bigint => {
     const adapter = chains.get(chain as ChainName);
     if (!adapter) throw new HttpError(503, `The ${chain} chain is not enabled`);
     try {
-      return adapter.networkFee(token, 'refund');
+      return adapter.networkFee(token, 'refund', coins);
     } catch {
       throw new HttpError(503, `The ${chain} network fee cannot be quoted yet; try again shortly`);
     }
@@ -328,6 +328,7 @@ export async function startService(
     clock,
     chains: settlementDeps.chains,
     addresses: depositAddresses,
+    database,
     networkFee: refundNetworkFee(settlementDeps.chains),
     // The customer's address must take a payout as a merchant's wallet must (on Solana: a wallet, not a token account).
     destinationProblem: (chain, address) => settlementWalletProblem(chain as ChainName, address),

@@ -35,6 +35,7 @@ import {
 } from '../domain/refund.ts';
 import { cancelOverLimit, OVER_LIMIT, reactToRefundEvent, type RefundSagaAction } from '../domain/refund-saga.ts';
 import {
+  holdsRefunds,
   payoutSources,
   settlementDecider,
   settlementIdOf,
@@ -81,8 +82,10 @@ export interface RefundCommandDeps {
   chains: ReadonlyMap<ChainName, ChainAdapter>;
   /** Derives the address of a refund wallet, as deposit addresses are derived. */
   addresses: DepositAddressDeriver;
-  /** What sending `token` on `chain` costs, base units of `token`, taken out of the refund. */
-  networkFee(chain: string, token: string): bigint;
+  /** The payout engine's queue: which other refunds from a refund wallet are on their way. */
+  database: SqlDatabase;
+  /** What sending `token` on `chain` from `coins` coins (a UTXO chain's) costs, base units of `token`, taken out of the refund. */
+  networkFee(chain: string, token: string, coins: number): bigint;
   /** Why `address` cannot receive on `chain` (its form, its network, a token account on Solana), or undefined. */
   destinationProblem(chain: string, address: string): Promise<string | undefined>;
 }
@@ -119,6 +122,28 @@ function amountOf(input: NewRefund, asset: RefundableAsset): bigint {
     throw bad(input.kind === 'excess' ? 'The invoice has no excess to refund' : 'Amount must be greater than 0');
   if (units > asset.refundable) throw bad(OVER_LIMIT);
   return units;
+}
+
+/**
+ * How many coins a refund of `asset` is quoted for (a UTXO chain's fee grows
+ * with them; an account chain's ignores it). Quoted at creation, since the
+ * customer is shown `netAmount` from then on (refunds.md): from the deposit a
+ * refund spends all the settlement's coins (payoutSources) and pays exactly
+ * its quote, so the quote is sized for them, or for the invoice's payments
+ * before there is a settlement; a settlement already paid out leaves the
+ * refund wallet, quoted for one coin, its change paying for any more. A
+ * quote too small after all (a payment arriving later) fails the refund for
+ * good rather than let it hold the settlement back (bitcoin.ts prepareTransfer).
+ */
+async function coinsToQuote(store: EventStore, invoice: Invoice, asset: RefundableAsset): Promise<number> {
+  const settlement = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));
+  if (settlement && settlement.chain === asset.chain) {
+    if (!holdsRefunds(settlement)) return 1;
+    const sources = payoutSources(settlement);
+    if (sources) return Math.max(sources.length, 1);
+  }
+  const paid = invoice.payments.filter((p) => !p.withdrawn && p.chain === asset.chain && p.token === asset.token);
+  return Math.max(paid.length, 1);
 }
 
 /** The rate the payment of this token was quoted at, or undefined for a token the invoice never quoted. */
@@ -175,7 +200,7 @@ export function refundCommands(deps: RefundCommandDeps) {
           token: asset.token,
           tokenDecimals: asset.tokenDecimals,
           amount,
-          networkFee: networkFee(asset.chain, asset.token),
+          networkFee: networkFee(asset.chain, asset.token, await coinsToQuote(store, invoice, asset)),
           // A token the invoice never quoted (a wrong-token payment) has no rate of its own: its value is not claimed.
           fiatAmount: rate === undefined ? '0.00000000' : fiatValueOf(amount, asset.tokenDecimals, rate),
           fiatCurrency: invoice.currency,
@@ -277,7 +302,7 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
  * by the service at an index no deposit ever gets, assigned on the merchant's
  * stream the first time it is needed (the first one recorded stays).
  */
-function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
+function refundWallets({ store, database, clock, chains, addresses }: RefundCommandDeps) {
   const indexes = new DerivationIndexes(store);
 
   async function walletOf(merchantId: string, chain: ChainName): Promise<RefundWallet> {
@@ -311,14 +336,9 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
       return { fundedFrom: 'refund_wallet', fromAddress: wallet.address, derivationIndex: wallet.derivationIndex };
     },
 
-    /** The refund wallet can pay the refund's amount now (the chain's own rules, see ChainAdapter.canPay). */
-    async holds(
-      refund: Pick<Refund, 'merchantId' | 'chain' | 'token' | 'amount'>,
-      payer: RefundPayer,
-    ): Promise<boolean> {
-      const since = await refundWalletSince(store, refund);
-      return canPay(adapterOf(refund.chain), payer.fromAddress, refund.token, refund.amount, since);
-    },
+    /** The refund wallet can pay the refund's amount now (see walletPays). */
+    holds: (refund: Refund, payer: RefundPayer) =>
+      walletPays({ store, database }, adapterOf(refund.chain), refund, payer.fromAddress),
 
     /** GET /api/v1/refund-wallets: each enabled chain's wallet and what it holds of each token. */
     async list(merchantId: string, enabled: readonly ChainName[]) {
@@ -343,6 +363,23 @@ function refundWallets({ store, clock, chains, addresses }: RefundCommandDeps) {
 async function refundWalletSince(store: EventStore, refund: Pick<Refund, 'merchantId' | 'chain'>) {
   const merchant = await loadState(store, merchantDecider, merchantStream(refund.merchantId));
   return merchant?.refundWallets[refund.chain]?.assignedAt;
+}
+
+/**
+ * The refund wallet `fromAddress` can pay the refund's amount now (the
+ * chain's own rules, see ChainAdapter.canPay), from coins no other refund
+ * has prepared (a chain whose payouts spend coins whole): the same coins
+ * the payout chooses from, so a refund is not marked funded to fail.
+ */
+async function walletPays(
+  { store, database }: { store: EventStore; database: SqlDatabase },
+  chain: ChainAdapter,
+  refund: Refund,
+  fromAddress: string,
+): Promise<boolean> {
+  const since = await refundWalletSince(store, refund);
+  const taken = chain.spendsCoinsWhole ? await coinsTakenByOthers(database, store, refund, fromAddress) : undefined;
+  return canPay(chain, fromAddress, refund.token, refund.amount, since, taken);
 }
 
 /**
@@ -405,6 +442,36 @@ function coinsOf(txHash: string, coins: NonNullable<PreparedTransaction['coins']
   };
 }
 
+/**
+ * The coins other refunds from the refund wallet `fromAddress` have prepared
+ * and recorded, not yet completed: a new refund from it must not choose them,
+ * nor count them as funds (awaiting_funds), or one of the two could never be
+ * mined. Read from their streams (what is recorded before anything is sent),
+ * so a restart between a refund's record and its broadcast loses nothing; the
+ * refunds of one chain are prepared one after another in a pass, so each sees
+ * the others' records.
+ */
+async function coinsTakenByOthers(
+  database: SqlDatabase,
+  store: EventStore,
+  refund: Pick<Refund, 'id' | 'merchantId' | 'chain'>,
+  fromAddress: string,
+): Promise<{ txHash: string; index: number }[]> {
+  const ids = await queuedPayouts(database, 'refund', refund.merchantId, refund.chain);
+  const taken: { txHash: string; index: number }[] = [];
+  for (const id of ids) {
+    if (id === refund.id) continue;
+    const other = await loadState(store, refundDecider, refundStreamName(id));
+    if (!other || other.payer?.fromAddress !== fromAddress) continue;
+    // On its way: being sent, or failed and to be tried again (a final failure sends nothing more).
+    if (other.status !== 'sending' && !(other.status === 'failed' && other.retryAt !== null)) continue;
+    for (const coins of Object.values(other.coins)) {
+      for (const c of coins.spent) taken.push({ txHash: c.txHash, index: c.index });
+    }
+  }
+  return taken;
+}
+
 /** How soon a refund waiting for its wallet to be funded looks at the balance again. */
 const FUNDS_LOOK_MS = 5_000;
 
@@ -456,8 +523,7 @@ export class RefundPayouts implements PayoutKind {
     if (refund?.status === 'awaiting_funds') {
       const chain = chains.get(refund.chain as ChainName);
       if (!chain) return { lookAgainInMs: FUNDS_LOOK_MS };
-      const since = await refundWalletSince(store, refund);
-      if (!(await canPay(chain, refund.payer!.fromAddress, refund.token, refund.amount, since))) {
+      if (!(await walletPays(this.deps, chain, refund, refund.payer!.fromAddress))) {
         return { lookAgainInMs: FUNDS_LOOK_MS };
       }
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
@@ -483,30 +549,6 @@ export class RefundPayouts implements PayoutKind {
     );
     // None recorded (an older settlement): none named, so a UTXO chain refuses rather than scans the deposit.
     return (settlement && payoutSources(settlement)) ?? [];
-  }
-
-  /**
-   * The coins other refunds from the same refund wallet have prepared and
-   * recorded, not yet completed: a new refund from it must not choose them,
-   * or one of the two could never be mined. Read from their streams (what
-   * is recorded before anything is sent), so a restart between a refund's
-   * record and its broadcast loses nothing; the refunds of one chain are
-   * prepared one after another in a pass, so each sees the others' records.
-   */
-  private async takenByOthers(refund: Refund): Promise<{ txHash: string; index: number }[]> {
-    const ids = await queuedPayouts(this.deps.database, 'refund', refund.merchantId, refund.chain);
-    const taken: { txHash: string; index: number }[] = [];
-    for (const id of ids) {
-      if (id === refund.id) continue;
-      const other = await loadState(this.deps.store, refundDecider, refundStreamName(id));
-      if (!other || other.payer?.fromAddress !== refund.payer?.fromAddress) continue;
-      // On its way: being sent, or failed and to be tried again (a final failure sends nothing more).
-      if (other.status !== 'sending' && !(other.status === 'failed' && other.retryAt !== null)) continue;
-      for (const coins of Object.values(other.coins)) {
-        for (const c of coins.spent) taken.push({ txHash: c.txHash, index: c.index });
-      }
-    }
-    return taken;
   }
 
   private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {
@@ -538,7 +580,11 @@ export class RefundPayouts implements PayoutKind {
           // From a deposit the rest is the settlement's, priced already: the refund pays its quote, never more.
           ...(!fromWallet && { exactNetworkFee: true }),
           // From a refund wallet, coins found on the chain (no earlier attempt names them): none another refund took.
-          ...(fromWallet && !sources && chain.spendsCoinsWhole && { taken: await this.takenByOthers(refund) }),
+          ...(fromWallet &&
+            !sources &&
+            chain.spendsCoinsWhole && {
+              taken: await coinsTakenByOthers(this.deps.database, this.deps.store, refund, refund.payer!.fromAddress),
+            }),
         });
       } catch (error) {
         await this.recorder.recordFailure(refund, error);

@@ -352,6 +352,9 @@ export function payoutSources(s: Pick<Settlement, 'sources' | 'refundHolds'>): P
 /** Not yet paid out: nothing is prepared, or what was prepared the chain refused for good. */
 const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
 
+/** A refund may still be paid from the deposit: the settlement has prepared nothing and paid nothing. */
+export const holdsRefunds = (s: Settlement) => isUnprepared(s) && s.status !== 'completed';
+
 function request(command: Extract<SettlementCommand, { type: 'RequestSettlement' }>, state: SettlementState) {
   // One settlement per invoice: asking again (the invoice confirmed again after a reorg) re-prices it,
   // if it is paid on the same address; amounts of two tokens cannot be added up.
@@ -397,7 +400,7 @@ function reprice(
   // Amounts paid to another address (another token) cannot be added to this settlement's: a person decides.
   const elsewhere = command.fromAddress !== undefined && command.fromAddress !== state.fromAddress;
   if (command.grossAmount === state.grossAmount && !elsewhere) return [];
-  if (elsewhere || !isUnprepared(state) || state.status === 'completed') {
+  if (elsewhere || !holdsRefunds(state)) {
     const reason = elsewhere
       ? 'paid_elsewhere'
       : command.grossAmount < state.grossAmount
@@ -480,7 +483,7 @@ function priceNetworkFee(
  */
 function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefund' }>, state: Settlement) {
   if (state.refundHolds.some((h) => h.refundId === command.refundId)) return [];
-  if (!isUnprepared(state) || state.status === 'completed') {
+  if (!holdsRefunds(state)) {
     throw new DomainError('conflict', 'The settlement is already being paid out');
   }
   if (command.fromAddress !== state.fromAddress) {

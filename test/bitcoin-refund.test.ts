@@ -193,6 +193,106 @@ describe('refunds paid on the Bitcoin test node', () => {
     assert.equal(sweep.fee, BigInt(priced.networkFee), 'the sweep pays its quoted fee');
   });
 
+  /** A new merchant's invoice paid in `parts` transactions, its settlement waiting for a wallet: refunds are paid from the deposit. */
+  async function paidInParts(parts: number) {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await invoice(key);
+    const total = sats(p.cryptoAmount);
+    const coins: string[] = [];
+    for (let i = 0; i < parts; i++) {
+      const part = i < parts - 1 ? total / BigInt(parts) : total - (total / BigInt(parts)) * BigInt(parts - 1);
+      const tx = node.pay(payer, [{ address: p.address, sats: part }]);
+      coins.push(
+        `${tx.getId()}:${tx.outs.findIndex((o) => bitcoin.address.fromOutputScript(o.script, regtest) === p.address)}`,
+      );
+    }
+    await eventuallyMining(
+      mine,
+      () => settlementOf(p.paymentId, key),
+      (s) => s !== undefined,
+    );
+    return { key, merchant, p, total, coins: coins.sort() };
+  }
+
+  for (const parts of [2, 3]) {
+    it(`a deposit paid in ${parts} transactions is refunded in full at a fee quoted for its ${parts} coins, and the settlement ends`, async () => {
+      // At the relay minimum's rate a fee quoted for one coin is below what the node takes
+      // for a transaction spending several, and a full refund leaves no change to pay more.
+      const rate = node.feeRate;
+      node.feeRate = node.minRelayFee;
+      try {
+        const { key, p, total, coins } = await paidInParts(parts);
+        const customer = randomAddress('p2tr');
+        const approved = await refund(key, p.paymentId, { kind: 'full', destination: customer });
+        assert.equal(approved.fundedFrom, 'deposit');
+        const done = await completed(approved.id, key);
+        const [amount, fee, net] = [sats(done.amount), sats(done.networkFee), sats(done.netAmount)];
+        assert.equal(amount, total);
+        // One coin's quote (153 vB) and 68 vB for each more, at 1 sat/vB.
+        assert.equal(fee, 153n + 68n * BigInt(parts - 1));
+        assert.equal(net, total - fee);
+
+        const paidOut = decoded(done.transactionHash);
+        assert.deepEqual([...paidOut.spends].sort(), coins, "it spends every one of the deposit's payments");
+        assert.deepEqual(paidOut.outputs, [{ to: customer, sats: net }], 'no change: the refund takes it all');
+        assert.equal(paidOut.fee, fee, 'the quoted fee is what the transaction pays');
+        assert.ok(fee * 1000n >= node.minRelayFee * BigInt(paidOut.vsize), 'at least the relay minimum at its size');
+
+        // Nothing left to settle: the settlement ends rather than wait behind the refund.
+        const settled = await eventuallyMining(
+          mine,
+          () => settlementOf(p.paymentId, key),
+          (s) => s?.status === 'completed',
+        );
+        assert.equal(settled.transactionHash, null);
+      } finally {
+        node.feeRate = rate;
+      }
+    });
+  }
+
+  it('a deposit refund whose fee the relay minimum outgrew after its quote fails for good, and the settlement goes on', async () => {
+    const rate = node.feeRate;
+    const relay = node.minRelayFee;
+    node.feeRate = node.minRelayFee;
+    try {
+      const { key, merchant, p, total } = await paidInParts(2);
+      const created = await svc.call('POST', `/api/v1/invoices/${p.paymentId}/refunds`, {
+        token: key,
+        body: { kind: 'full', destination: randomAddress('p2wpkh') },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      // The node's relay minimum doubles (a restart with another -minrelaytxfee): no wait lowers it.
+      node.minRelayFee = relay * 2n;
+      node.feeRate = relay * 2n;
+      const approval = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
+      assert.equal(approval.status, 200, JSON.stringify(approval.body));
+      const failed = await eventuallyMining(
+        mine,
+        () => get(`/api/v1/invoices/${p.paymentId}/events`, key),
+        (events: { type: string; data: { code?: string; retryAt?: string | null } }[]) =>
+          events.some((e) => e.type === 'RefundFailed'),
+      );
+      const failure = failed.find((e) => e.type === 'RefundFailed')!;
+      assert.equal(failure.data.code, 'fees_exceed_amount');
+      assert.equal(failure.data.retryAt, null, 'final: no attempt could pay it');
+      assert.equal((await get(`/api/v1/refunds/${created.body.data.id}`, key)).status, 'failed');
+
+      // Its hold released, the settlement pays the deposit out.
+      assert.equal((await setWallet(merchant.id, randomAddress('p2wpkh'))).status, 200);
+      const settled = await eventuallyMining(
+        mine,
+        () => settlementOf(p.paymentId, key),
+        (s) => s?.status === 'completed',
+        90_000,
+      );
+      assert.equal(sats(settled.grossAmount), total);
+    } finally {
+      node.feeRate = rate;
+      node.minRelayFee = relay;
+    }
+  });
+
   it('a settled invoice is refunded from the refund wallet once a coin reaches it', async () => {
     const { key, p } = await settledInvoice();
 
@@ -304,5 +404,51 @@ describe('refunds paid on the Bitcoin test node', () => {
     assert.equal(spends[1]!.length, 1);
     assert.notEqual(spends[0]![0], spends[1]![0], 'never both spending one coin');
     for (const s of spends) assert.ok(s[0]!.startsWith(funding.getId()), "each spends one of the wallet's coins");
+  });
+  it('a second refund from a refund wallet whose one coin another refund has prepared waits in awaiting_funds, and is paid once funded again', async () => {
+    const { key, p } = await settledInvoice();
+    const third = sats(p.cryptoAmount) / 3n;
+    const part = `${(third / 100_000_000n).toString()}.${(third % 100_000_000n).toString().padStart(8, '0')}`;
+    const first = await refund(key, p.paymentId, { amount: part, destination: randomAddress('p2wpkh') });
+    assert.equal(first.status, 'awaiting_funds');
+    const [wallet] = (await get('/api/v1/refund-wallets', key)) as { address: string }[];
+    const history = () =>
+      get(`/api/v1/invoices/${p.paymentId}/events`, key) as Promise<{ type: string; streamId: string }[]>;
+    const of = (id: string, events: { type: string; streamId: string }[]) =>
+      events.filter((e) => e.streamId.endsWith(id)).map((e) => e.type);
+
+    // One coin, enough for one refund; its change (1,000 sats) is not enough for another.
+    node.pay(payer, [{ address: wallet!.address, sats: third + 1_000n }]);
+    // The first refund is prepared and recorded but not sent: only the records say the coin is taken.
+    node.unreachable.add('sendrawtransaction');
+    let second;
+    try {
+      await eventuallyMining(
+        mine,
+        history,
+        (events) => of(first.id, events).includes('RefundTransactionPrepared'),
+        90_000,
+      );
+      second = await refund(key, p.paymentId, { amount: part, destination: randomAddress('p2wpkh') });
+      assert.equal(second.status, 'awaiting_funds', "the wallet's one coin is the first refund's");
+      // The payout engine looks again every 5 s: still nothing to pay it from.
+      await new Promise((resolve) => setTimeout(resolve, 12_000));
+      assert.deepEqual(of(second.id, await history()), ['RefundCreated', 'RefundApproved']);
+    } finally {
+      node.unreachable.delete('sendrawtransaction');
+    }
+    await completed(first.id, key);
+    assert.equal((await get(`/api/v1/refunds/${second.id}`, key)).status, 'awaiting_funds');
+    assert.deepEqual(of(second.id, await history()), ['RefundCreated', 'RefundApproved']);
+
+    // The merchant funds the wallet again: the second refund goes on by itself.
+    const funding = node.pay(payer, [{ address: wallet!.address, sats: third + 100_000n }]);
+    const done = await completed(second.id, key);
+    const paidOut = decoded(done.transactionHash);
+    assert.deepEqual(paidOut.spends, [
+      `${funding.getId()}:${funding.outs.findIndex((o) => BigInt(o.value) === third + 100_000n)}`,
+    ]);
+    assert.equal(paidOut.fee, sats(done.networkFee));
+    assert.deepEqual(paidOut.outputs[0], { to: done.destination, sats: sats(done.netAmount) });
   });
 });

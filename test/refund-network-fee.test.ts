@@ -21,10 +21,10 @@ it("a refund's network fee is the adapter's refund quote, or a 503 when it has n
       ['polygon', unquoted as unknown as ChainAdapter],
     ]),
   );
-  assert.equal(fee('ethereum', 'ETH'), 21_000n);
+  assert.equal(fee('ethereum', 'ETH', 1), 21_000n);
   for (const chain of ['polygon', 'bsc']) {
     assert.throws(
-      () => fee(chain, 'POL'),
+      () => fee(chain, 'POL', 1),
       (error: unknown) => error instanceof HttpError && error.statusCode === 503,
     );
   }

@@ -30,12 +30,14 @@
 //
 // Refunds (payout 'refund'): the same transaction's shape, the customer paid
 // `amount` and the rest sent back to the payer as change instead of to the
-// treasury, at exactly the quoted fee (sized for any customer address). From
-// a deposit it spends the coins the refund names (the settlement's, see
-// domain/settlement.ts payoutSources) at the quote and never more
-// (`exactNetworkFee`: the change is the settlement's); the settlement then
-// sweeps the change. From a refund wallet, where the real size asks more the
-// change pays it; it spends the wallet's confirmed coins, followed by a
+// treasury, at exactly the quoted fee (sized for any customer address and for
+// the deposit's coins). From a deposit it spends the coins the refund names
+// (the settlement's, see domain/settlement.ts payoutSources) at the quote and
+// never more (`exactNetworkFee`: the change is the settlement's), failed for
+// good when the relay minimum asks more and no change is left to pay it; the
+// settlement then sweeps the change. From a refund wallet, where the real
+// size asks more the change pays it; it spends the wallet's confirmed
+// coins, followed by a
 // watch-only wallet of this service's in Core (each refund wallet's address
 // imported, from its assignment on, the first time the node's wallet is
 // asked about it, read with `listunspent`), less those a mempool transaction
@@ -54,6 +56,7 @@ import { HeadPoller } from './head-poller.ts';
 import { ChainNode, RPC_TIMEOUT_MS, type RetryPolicy } from './node.ts';
 import {
   BlockPrunedError,
+  PayoutRefusedError,
   TransactionRejectedError,
   type ChainAdapter,
   type ChainBlock,
@@ -559,13 +562,18 @@ export class BitcoinChain implements ChainAdapter {
    * A quote at the current fee rate. A settlement's: one coin swept to the
    * merchant and the treasury (the treasury's share pays what the real sweep
    * costs beyond it). A refund's: one coin to a customer address of any kind
-   * and the change, which the refund pays exactly (the change pays what more
-   * coins would cost beyond it). The payee always gets exactly the amount.
+   * and the change, sized for the `coins` it spends: a refund from a deposit
+   * spends all of the deposit's coins and pays exactly its quote, and one
+   * paid in several transactions that takes it all has no change to pay
+   * more; a refund wallet's change pays what more coins than quoted cost.
+   * The payee always gets exactly the amount.
    */
-  networkFee(token: string, payout: 'settlement' | 'refund' = 'settlement'): bigint {
+  networkFee(token: string, payout: 'settlement' | 'refund' = 'settlement', coins = 1): bigint {
     if (token !== 'BTC') return 0n;
     if (this.satsPerVbyte === undefined) throw new Error('bitcoin: no fee rate yet');
-    return (payout === 'refund' ? REFUND_VBYTES : QUOTED_VBYTES) * this.satsPerVbyte;
+    if (payout === 'settlement') return QUOTED_VBYTES * this.satsPerVbyte;
+    const more = BigInt(Math.max(coins, 1) - 1) * P2WPKH_INPUT_VBYTES;
+    return (REFUND_VBYTES + more) * this.satsPerVbyte;
   }
 
   /**
@@ -837,10 +845,19 @@ export class BitcoinChain implements ChainAdapter {
       .sort((a, b) => a.txid.localeCompare(b.txid) || a.vout - b.vout);
   }
 
-  /** What a refund wallet can spend now: its confirmed coins no pending transaction spends. */
-  async balanceOf(address: string, token: string, fundedSince?: string): Promise<bigint> {
+  /**
+   * What a refund wallet can spend now: its confirmed coins no pending
+   * transaction spends and no other refund has prepared (`taken`), the
+   * coins prepareTransfer would choose from.
+   */
+  async balanceOf(
+    address: string,
+    token: string,
+    fundedSince?: string,
+    taken?: OutgoingTransfer['taken'],
+  ): Promise<bigint> {
     if (token !== 'BTC') return 0n;
-    return (await this.walletCoins(address, fundedSince)).reduce((sum, c) => sum + c.value, 0n);
+    return (await this.walletCoins(address, fundedSince, taken)).reduce((sum, c) => sum + c.value, 0n);
   }
 
   /**
@@ -890,6 +907,15 @@ export class BitcoinChain implements ChainAdapter {
     // The size depends on the signatures and on whether the treasury output is there: a few rounds settle it.
     for (let round = 0; round < 4; round++) {
       const rest = inputs - transfer.amount - fee;
+      // From a deposit the fee is above the quote only for the relay minimum at the real size,
+      // which no wait lowers: with no change to pay it, no attempt ever could. Failed for good,
+      // so that the settlement's hold is released and it goes on (refund-saga.ts).
+      if (rest < 0n && exact) {
+        throw new PayoutRefusedError(
+          'fees_exceed_amount',
+          `bitcoin: the refund from ${transfer.from.address} spends ${coins.length} coins (${inputs} sats); at its size the node's relay minimum asks ${fee} sats, more than the ${quote} quoted when it was created and the change it leaves`,
+        );
+      }
       if (rest < 0n) {
         throw new Error(
           `bitcoin: the network fee of ${fee} sats (${rate} sat/kvB) is more than the ${refund ? "payer's change" : "platform's share"} can pay: ${transfer.from.address} holds ${inputs} sats for a payout of ${transfer.amount}`,

@@ -226,9 +226,11 @@ export interface ChainAdapter {
    * What the chain charges to send `token`, in base units of `token` (0 where
    * the fee is paid in another coin). `payout` 'refund': a refund's payout,
    * one transfer with no platform fee beside it (EVM: a native settlement
-   * with a platform fee is two transactions, a refund one).
+   * with a platform fee is two transactions, a refund one). `coins`: how
+   * many coins the refund spends (a UTXO chain, whose fee grows with them;
+   * one when not given), since a refund pays exactly its quote.
    */
-  networkFee(token: string, payout?: 'settlement' | 'refund'): bigint;
+  networkFee(token: string, payout?: 'settlement' | 'refund', coins?: number): bigint;
   /**
    * What this payout costs now, in base units of its token, where that
    * depends on its addresses or on an exchange rate (Tron: a token call's
@@ -250,9 +252,10 @@ export interface ChainAdapter {
   /**
    * What `address` holds of `token` now, base units (a merchant's refund
    * wallet); `fundedSince`, the earliest time it may have received coins,
-   * for a chain that must look back for them (Bitcoin's watch-only wallet).
+   * for a chain that must look back for them (Bitcoin's watch-only wallet);
+   * `taken`, coins other payouts have prepared (as OutgoingTransfer's), left out.
    */
-  balanceOf(address: string, token: string, fundedSince?: string): Promise<bigint>;
+  balanceOf(address: string, token: string, fundedSince?: string, taken?: OutgoingTransfer['taken']): Promise<bigint>;
   /**
    * Whether `address` can pay out `amount` of `token` now, `amount` being all
    * it gives up (a refund's network fee is in it where the payer pays it): a
@@ -275,14 +278,18 @@ export interface ChainAdapter {
   transactionStatuses?(txHashes: readonly string[]): Promise<Map<string, TransactionStatus | undefined>>;
 }
 
-/** The adapter's own answer where it has one, else: the payer holds at least `amount`. */
+/**
+ * The adapter's own answer where it has one, else: the payer holds at least
+ * `amount` in coins no other payout has taken.
+ */
 export async function canPay(
   chain: ChainAdapter,
   address: string,
   token: string,
   amount: bigint,
   fundedSince?: string,
+  taken?: OutgoingTransfer['taken'],
 ): Promise<boolean> {
   if (chain.canPay) return chain.canPay(address, token, amount);
-  return (await chain.balanceOf(address, token, fundedSince)) >= amount;
+  return (await chain.balanceOf(address, token, fundedSince, taken)) >= amount;
 }

@@ -36,13 +36,13 @@
 // never more (`exactNetworkFee`: the change is the settlement's), failed for
 // good when the relay minimum asks more and no change is left to pay it; the
 // settlement then sweeps the change. From a refund wallet, where the real
-// size asks more the change pays it; it spends the wallet's confirmed
-// coins, followed by a
-// watch-only wallet of this service's in Core (each refund wallet's address
-// imported, from its assignment on, the first time the node's wallet is
-// asked about it, read with `listunspent`), less those a mempool transaction
-// spends and those another refund has prepared (`taken`); a later attempt
-// names the first one's coins, so at most one can be mined.
+// size asks more the change pays it; it spends the wallet's confirmed coins,
+// followed by a watch-only wallet of this service's in Core (each refund
+// wallet's address imported, from its assignment on, the first time the
+// node's wallet is asked about it, read with `listunspent`), less those a
+// mempool transaction spends and those another refund has prepared
+// (`taken`); a later attempt names the first one's coins, so at most one can
+// be mined.
 import { readFile } from 'node:fs/promises';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';

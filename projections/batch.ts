@@ -6,7 +6,7 @@ import { sql, type Kysely } from 'kysely';
 import type { Projector } from '../adapters/event-store/followers.ts';
 import { StreamFolds, type Fold } from '../adapters/event-store/stream-folds.ts';
 // The stream folds sit with the log's followers, which the workers' to-do tables use too.
-export { eventsByStream, StreamFolds, type Fold } from '../adapters/event-store/stream-folds.ts';
+export { eventsByStream, foldsOf, StreamFolds, type Fold, type Folded } from '../adapters/event-store/stream-folds.ts';
 import type { ReadModelTables } from './schema.ts';
 
 /**

@@ -3,12 +3,12 @@
 // be tried without waiting. Each advance is an event on stream `sandbox-clock`,
 // so a restart keeps the time it had reached.
 //
-// Advances add up, so they are appended without an expected revision: two
-// processes advancing at once both count, in either order.
-import { randomUUID } from 'node:crypto';
+// Advances add up, so they are appended without an expected revision
+// (sandbox-stream.ts): two processes advancing at once both count, in either order.
 import { DomainError } from '../domain/decider.ts';
 import type { Clock } from './clock.ts';
-import type { EventStore } from './event-store/port.ts';
+import type { EventStore, RecordedEvent } from './event-store/port.ts';
+import { SandboxStream } from './sandbox-stream.ts';
 
 export const sandboxClockStreamName = 'sandbox-clock';
 
@@ -29,18 +29,19 @@ export function validAdvance(seconds: number): number {
 
 export class SandboxClock implements Clock {
   private offsetSeconds = 0;
-  private nextRevision = 0;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly stream: SandboxStream;
 
   private constructor(
-    private readonly store: EventStore,
+    store: EventStore,
     private readonly wallTime: () => number,
-  ) {}
+  ) {
+    this.stream = new SandboxStream(store, sandboxClockStreamName, (recorded) => this.fold(recorded));
+  }
 
   /** The clock as its stream left it; `wallTime` (milliseconds) is for tests. */
   static async open(store: EventStore, wallTime: () => number = Date.now): Promise<SandboxClock> {
     const clock = new SandboxClock(store, wallTime);
-    await clock.catchUp();
+    await clock.stream.catchUp();
     return clock;
   }
 
@@ -56,25 +57,15 @@ export class SandboxClock implements Clock {
   /** Moves business time forward by `seconds`; returns the new business time. */
   async advance(seconds: number): Promise<Date> {
     validAdvance(seconds);
-    const run = this.queue.then(async () => {
-      const event: ClockAdvanced = { type: 'ClockAdvanced', data: { seconds } };
-      await this.store.append(sandboxClockStreamName, [{ id: randomUUID(), ...event }], 'any');
-      // Folds our advance and any other process's since the last look.
-      await this.catchUp();
-      return this.now();
-    });
-    this.queue = run.catch(() => undefined);
-    return run;
+    const event: ClockAdvanced = { type: 'ClockAdvanced', data: { seconds } };
+    await this.stream.append(event);
+    return this.now();
   }
 
-  private async catchUp(): Promise<void> {
-    for (const recorded of await this.store.readStream(sandboxClockStreamName, this.nextRevision)) {
-      if (recorded.revision < this.nextRevision) continue;
-      const { seconds } = (recorded.data ?? {}) as Partial<ClockAdvanced['data']>;
-      // Only valid advances count: time never runs backwards, whatever the stream holds.
-      if (recorded.type === 'ClockAdvanced' && typeof seconds === 'number' && Number.isInteger(seconds) && seconds > 0)
-        this.offsetSeconds += seconds;
-      this.nextRevision = recorded.revision + 1;
-    }
+  private fold(recorded: RecordedEvent): void {
+    const { seconds } = (recorded.data ?? {}) as Partial<ClockAdvanced['data']>;
+    // Only valid advances count: time never runs backwards, whatever the stream holds.
+    if (recorded.type === 'ClockAdvanced' && typeof seconds === 'number' && Number.isInteger(seconds) && seconds > 0)
+      this.offsetSeconds += seconds;
   }
 }

@@ -217,24 +217,9 @@ export function loadConfig(env: Env = process.env): Config {
       if (/^\d{1,15}$/.test(rawId) && BigInt(rawId) > 0n) chainId = BigInt(rawId);
       else problems.push(`${prefix}_CHAIN_ID must be a positive whole number (got "${rawId}")`);
     }
-    const rawTokens = value(`${prefix}_TOKENS`);
-    let tokens: EvmChainSettings['tokens'];
-    if (rawTokens !== undefined) {
-      tokens = [];
-      for (const part of rawTokens.split(',')) {
-        const m = /^\s*([A-Za-z]+)=(0x[0-9a-fA-F]{40}):(\d{1,2})\s*$/.exec(part);
-        const known = m && findToken(chain, m[1]!);
-        if (!m || !known || known.contractAddress === null || !isAddress(m[2]!)) {
-          problems.push(
-            `${prefix}_TOKENS must be a comma list of SYMBOL=0xContract:decimals of ${chain}'s tokens (got "${part.trim()}")`,
-          );
-        } else if (Number(m[3]) !== known.decimals) {
-          problems.push(`${prefix}_TOKENS: ${known.symbol} has ${known.decimals} decimals on ${chain}, not ${m[3]}`);
-        } else {
-          tokens.push({ symbol: known.symbol, contract: getAddress(m[2]!), decimals: known.decimals });
-        }
-      }
-    }
+    const tokens = chainTokensOf(chain, value(`${prefix}_TOKENS`), evmTokenList, problems)?.map(
+      ({ symbol, address, decimals }) => ({ symbol, contract: getAddress(address), decimals }),
+    );
     const rawTreasury = value(`${prefix}_TREASURY`);
     let treasury: string | undefined;
     if (rawTreasury !== undefined) {
@@ -250,24 +235,9 @@ export function loadConfig(env: Env = process.env): Config {
     if (!['mainnet', 'nile', 'shasta'].includes(network) && !/^[0-9a-fA-F]{64}$/.test(network)) {
       problems.push(`CHAIN_TRON_NETWORK must be mainnet, nile, shasta or a 64-hex genesis block id (got "${network}")`);
     }
-    const rawTokens = value('CHAIN_TRON_TOKENS');
-    let tokens: TronChainSettings['tokens'];
-    if (rawTokens !== undefined) {
-      tokens = [];
-      for (const part of rawTokens.split(',')) {
-        const m = /^\s*([A-Za-z]+)=(T[1-9A-HJ-NP-Za-km-z]{33}):(\d{1,2})\s*$/.exec(part);
-        const known = m && findToken('tron', m[1]!);
-        if (!m || !known || known.contractAddress === null || !isValidAddress('tron', m[2]!)) {
-          problems.push(
-            `CHAIN_TRON_TOKENS must be a comma list of SYMBOL=Taddress:decimals of tron's tokens (got "${part.trim()}")`,
-          );
-        } else if (Number(m[3]) !== known.decimals) {
-          problems.push(`CHAIN_TRON_TOKENS: ${known.symbol} has ${known.decimals} decimals on tron, not ${m[3]}`);
-        } else {
-          tokens.push({ symbol: known.symbol, contract: m[2]!, decimals: known.decimals });
-        }
-      }
-    }
+    const tokens = chainTokensOf('tron', value('CHAIN_TRON_TOKENS'), tronTokenList, problems)?.map(
+      ({ symbol, address, decimals }) => ({ symbol, contract: address, decimals }),
+    );
     const treasury = value('CHAIN_TRON_TREASURY');
     if (treasury !== undefined && !isValidAddress('tron', treasury)) {
       problems.push(`CHAIN_TRON_TREASURY must be a Tron T-address (got "${treasury}")`);
@@ -305,24 +275,9 @@ export function loadConfig(env: Env = process.env): Config {
         `CHAIN_SOLANA_CLUSTER must be mainnet-beta, devnet, testnet or a base58 genesis hash (got "${cluster}")`,
       );
     }
-    const rawTokens = value('CHAIN_SOLANA_TOKENS');
-    let tokens: SolanaChainSettings['tokens'];
-    if (rawTokens !== undefined) {
-      tokens = [];
-      for (const part of rawTokens.split(',')) {
-        const m = /^\s*([A-Za-z]+)=([1-9A-HJ-NP-Za-km-z]{32,44}):(\d{1,2})\s*$/.exec(part);
-        const known = m && findToken('solana', m[1]!);
-        if (!m || !known || known.contractAddress === null || !isValidAddress('solana', m[2]!)) {
-          problems.push(
-            `CHAIN_SOLANA_TOKENS must be a comma list of SYMBOL=mint:decimals of solana's tokens (got "${part.trim()}")`,
-          );
-        } else if (Number(m[3]) !== known.decimals) {
-          problems.push(`CHAIN_SOLANA_TOKENS: ${known.symbol} has ${known.decimals} decimals on solana, not ${m[3]}`);
-        } else {
-          tokens.push({ symbol: known.symbol, mint: m[2]!, decimals: known.decimals });
-        }
-      }
-    }
+    const tokens = chainTokensOf('solana', value('CHAIN_SOLANA_TOKENS'), solanaTokenList, problems)?.map(
+      ({ symbol, address, decimals }) => ({ symbol, mint: address, decimals }),
+    );
     const treasury = value('CHAIN_SOLANA_TREASURY');
     if (treasury !== undefined && !isValidAddress('solana', treasury)) {
       problems.push(`CHAIN_SOLANA_TREASURY must be a base58 Solana address (got "${treasury}")`);
@@ -448,6 +403,54 @@ export function loadConfig(env: Env = process.env): Config {
 export const DEFAULT_RATE_SOURCES: RateSourceName[] = ['kraken', 'coinbase', 'coingecko'];
 
 /** RATE_PROVIDER: `fixed`, or a comma list of known sources without repeats. */
+/** How a chain's CHAIN_<CHAIN>_TOKENS names its token addresses: the pattern, the word shown, the full check. */
+interface TokenListFormat {
+  address: string;
+  shown: string;
+  isAddress: (address: string) => boolean;
+}
+const evmTokenList: TokenListFormat = { address: '0x[0-9a-fA-F]{40}', shown: '0xContract', isAddress };
+const tronTokenList: TokenListFormat = {
+  address: 'T[1-9A-HJ-NP-Za-km-z]{33}',
+  shown: 'Taddress',
+  isAddress: (address) => isValidAddress('tron', address),
+};
+const solanaTokenList: TokenListFormat = {
+  address: '[1-9A-HJ-NP-Za-km-z]{32,44}',
+  shown: 'mint',
+  isAddress: (address) => isValidAddress('solana', address),
+};
+
+/**
+ * CHAIN_<CHAIN>_TOKENS, a comma list of SYMBOL=address:decimals; undefined when unset. Each entry
+ * must name one of the catalogue's tokens of that chain with the catalogue's decimals.
+ */
+function chainTokensOf(
+  chain: ChainName,
+  raw: string | undefined,
+  format: TokenListFormat,
+  problems: string[],
+): { symbol: string; address: string; decimals: number }[] | undefined {
+  if (raw === undefined) return undefined;
+  const name = `CHAIN_${chain.toUpperCase()}_TOKENS`;
+  const pattern = new RegExp(`^\\s*([A-Za-z]+)=(${format.address}):(\\d{1,2})\\s*$`);
+  const tokens = [];
+  for (const part of raw.split(',')) {
+    const m = pattern.exec(part);
+    const known = m && findToken(chain, m[1]!);
+    if (!m || !known || known.contractAddress === null || !format.isAddress(m[2]!)) {
+      problems.push(
+        `${name} must be a comma list of SYMBOL=${format.shown}:decimals of ${chain}'s tokens (got "${part.trim()}")`,
+      );
+    } else if (Number(m[3]) !== known.decimals) {
+      problems.push(`${name}: ${known.symbol} has ${known.decimals} decimals on ${chain}, not ${m[3]}`);
+    } else {
+      tokens.push({ symbol: known.symbol, address: m[2]!, decimals: known.decimals });
+    }
+  }
+  return tokens;
+}
+
 function rateProviderOf(raw: string | undefined, production: boolean, problems: string[]): Config['rateProvider'] {
   const fallback = production ? DEFAULT_RATE_SOURCES : 'fixed';
   if (raw === undefined) return fallback;

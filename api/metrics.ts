@@ -54,34 +54,29 @@ export function createMetrics() {
   // Backlogs an operator alerts on, counted when scraped: payouts not yet
   // completed (and why), webhooks pending or given up.
   let db: Kysely<any> | undefined;
-  const countByStatus = async (gauge: Gauge<'status'>, table: string) => {
-    if (!db) return;
-    const rows = await db
-      .selectFrom(table)
-      .select(['status', (eb) => eb.fn.countAll().as('count')])
-      .groupBy('status')
-      .execute();
-    gauge.reset();
-    for (const row of rows) gauge.set({ status: row.status }, Number(row.count));
-  };
-  new Gauge({
-    name: 'settlements',
-    help: 'Settlements by status (pending, submitted, completed, failed)',
-    labelNames: ['status'] as const,
-    registers: [registry],
-    async collect() {
-      await countByStatus(this, 'settlements');
-    },
-  });
-  new Gauge({
-    name: 'webhook_deliveries',
-    help: 'Webhook deliveries by status (pending includes those waiting for a retry; failed were given up)',
-    labelNames: ['status'] as const,
-    registers: [registry],
-    async collect() {
-      await countByStatus(this, 'webhook_deliveries');
-    },
-  });
+  /** A gauge of `table`'s rows by status, counted when scraped. */
+  const byStatus = (table: string, help: string) =>
+    new Gauge({
+      name: table,
+      help,
+      labelNames: ['status'] as const,
+      registers: [registry],
+      async collect() {
+        if (!db) return;
+        const rows = await db
+          .selectFrom(table)
+          .select(['status', (eb) => eb.fn.countAll().as('count')])
+          .groupBy('status')
+          .execute();
+        this.reset();
+        for (const row of rows) this.set({ status: row.status }, Number(row.count));
+      },
+    });
+  byStatus('settlements', 'Settlements by status (pending, submitted, completed, failed)');
+  byStatus(
+    'webhook_deliveries',
+    'Webhook deliveries by status (pending includes those waiting for a retry; failed were given up)',
+  );
   return {
     registry,
     requests,

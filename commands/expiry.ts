@@ -16,7 +16,7 @@ import { StreamFolds } from '../adapters/event-store/stream-folds.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { ddl, migrate } from '../adapters/sql/migrate.ts';
 import { replaceRows } from '../adapters/sql/rows.ts';
-import { awaitsPayment, invoiceDecider, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
+import { awaitsPayment, invoiceDecider, type Invoice } from '../domain/invoice.ts';
 import { streams } from '../domain/streams.ts';
 import type { InvoiceCommands } from './invoices.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
@@ -40,7 +40,7 @@ export async function migrateExpiringInvoices(database: SqlDatabase): Promise<vo
   await migrate(database.db, 'expiry_migrations', expiryMigrations);
 }
 
-const invoiceFolds = new StreamFolds<Invoice | null, InvoiceEvent>(streams.invoice.holds, invoiceDecider);
+const invoiceFolds = new StreamFolds(streams.invoice.holds, invoiceDecider);
 
 /** Keeps `expiring_invoices` as each invoice a batch touches stands after it. */
 export const expiringInvoicesProjector: Projector<Map<string, Invoice | null>> = {

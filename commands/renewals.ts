@@ -14,21 +14,13 @@
 import type { Kysely, Migration } from 'kysely';
 import type { Clock } from '../adapters/clock.ts';
 import type { Projector } from '../adapters/event-store/followers.ts';
-import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
-import { StreamFolds } from '../adapters/event-store/stream-folds.ts';
+import { foldsOf, StreamFolds, type Folded } from '../adapters/event-store/stream-folds.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { ddl, migrate } from '../adapters/sql/migrate.ts';
 import { replaceRows } from '../adapters/sql/rows.ts';
-import { awaitsPayment, invoiceDecider, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
+import { awaitsPayment, invoiceDecider, type Invoice } from '../domain/invoice.ts';
 import { streams } from '../domain/streams.ts';
-import {
-  currentInvoice,
-  subscriberDecider,
-  subscriberIn,
-  type Subscriber,
-  type SubscriberEvent,
-  type SubscriberState,
-} from '../domain/subscriber.ts';
+import { currentInvoice, subscriberDecider, subscriberIn, type Subscriber } from '../domain/subscriber.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 import type { SubscriptionCommands } from './subscriptions.ts';
 
@@ -62,13 +54,10 @@ export async function migrateRenewals(database: SqlDatabase): Promise<void> {
   await migrate(database.db, 'renewal_migrations', renewalMigrations);
 }
 
-const subscriberFolds = new StreamFolds<SubscriberState, SubscriberEvent>(streams.subscriber.holds, subscriberDecider);
-const invoiceFolds = new StreamFolds<Invoice | null, InvoiceEvent>(streams.invoice.holds, invoiceDecider);
-
-interface Touched {
-  subscribers: Map<string, SubscriberState>;
-  invoices: Map<string, Invoice | null>;
-}
+const folds = {
+  subscribers: new StreamFolds(streams.subscriber.holds, subscriberDecider),
+  invoices: new StreamFolds(streams.invoice.holds, invoiceDecider),
+};
 
 /** A subscriber's steps ahead, as the scheduler's queries of the subscribers read model chose them before. */
 function stepsOf(s: Subscriber): RenewalTables['renewals_due'] | undefined {
@@ -84,16 +73,12 @@ function stepsOf(s: Subscriber): RenewalTables['renewals_due'] | undefined {
   };
 }
 
-export const renewalsProjector: Projector<Touched> = {
+export const renewalsProjector: Projector<Folded<typeof folds>> = {
   name: 'renewals-due',
   tables: ['renewals_due', 'unpaid_subscriber_invoices'],
+  prepare: foldsOf(folds),
 
-  prepare: async (batch: readonly RecordedEvent[], store: EventStore) => {
-    const subscribers = await subscriberFolds.ofBatch(batch, store);
-    return { subscribers, invoices: await invoiceFolds.ofBatch(batch, store) };
-  },
-
-  async applyBatch(trx: Kysely<RenewalTables>, _batch, { subscribers, invoices }: Touched) {
+  async applyBatch(trx: Kysely<RenewalTables>, _batch, { subscribers, invoices }) {
     const enrolled = [...subscribers.values()].map(subscriberIn).filter((s) => s !== null);
     const steps = enrolled.map(stepsOf).filter((row) => row !== undefined);
     const none = enrolled.filter((s) => !steps.some((row) => row.subscriber_id === s.id)).map((s) => s.id);

@@ -10,12 +10,11 @@
 // it reads a block's payments, as it waited for the invoices read model.
 import type { Kysely, Migration } from 'kysely';
 import type { Projector } from '../adapters/event-store/followers.ts';
-import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
-import { StreamFolds } from '../adapters/event-store/stream-folds.ts';
+import { foldsOf, StreamFolds, type Folded } from '../adapters/event-store/stream-folds.ts';
 import { ddl } from '../adapters/sql/migrate.ts';
 import { replaceRows } from '../adapters/sql/rows.ts';
-import { invoiceDecider, type Invoice, type InvoiceEvent } from '../domain/invoice.ts';
-import { paymentDecider, type Payment, type PaymentEvent } from '../domain/payment.ts';
+import { invoiceDecider } from '../domain/invoice.ts';
+import { paymentDecider } from '../domain/payment.ts';
 import { streams } from '../domain/streams.ts';
 
 export interface WatchListTables {
@@ -57,24 +56,17 @@ export const watchListMigrations: Record<string, Migration> = {
   ),
 };
 
-const invoiceFolds = new StreamFolds<Invoice | null, InvoiceEvent>(streams.invoice.holds, invoiceDecider);
-const paymentFolds = new StreamFolds<Payment | null, PaymentEvent>(streams.payment.holds, paymentDecider);
+const folds = {
+  invoices: new StreamFolds(streams.invoice.holds, invoiceDecider),
+  payments: new StreamFolds(streams.payment.holds, paymentDecider),
+};
 
-interface Touched {
-  invoices: Map<string, Invoice | null>;
-  payments: Map<string, Payment | null>;
-}
-
-export const watchListProjector: Projector<Touched> = {
+export const watchListProjector: Projector<Folded<typeof folds>> = {
   name: 'watch-list',
   tables: ['watched_addresses', 'watched_payments'],
+  prepare: foldsOf(folds),
 
-  prepare: async (batch: readonly RecordedEvent[], store: EventStore) => {
-    const invoices = await invoiceFolds.ofBatch(batch, store);
-    return { invoices, payments: await paymentFolds.ofBatch(batch, store) };
-  },
-
-  async applyBatch(trx: Kysely<WatchListTables>, _batch, { invoices, payments }: Touched) {
+  async applyBatch(trx: Kysely<WatchListTables>, _batch, { invoices, payments }) {
     const touchedInvoices = [...invoices.values()].filter((invoice) => invoice !== null);
     const addresses = touchedInvoices.flatMap((invoice) =>
       invoice.addresses.map((a) => ({

@@ -260,8 +260,8 @@ export async function listWebhookDeliveries(
     limit: number;
     page: number;
   },
-): Promise<{ items: WebhookDeliveryView[]; total: number }> {
-  if (query.eventIds?.length === 0) return { items: [], total: 0 };
+): Promise<{ rows: WebhookDeliveryView[]; total: number }> {
+  if (query.eventIds?.length === 0) return { rows: [], total: 0 };
   const base = (db as Kysely<WebhookTables>)
     .selectFrom('webhook_deliveries')
     .where('merchant_id', '=', merchantId)
@@ -277,7 +277,7 @@ export async function listWebhookDeliveries(
       .execute(),
     base.select((eb) => eb.fn.countAll<string>().as('total')).executeTakeFirstOrThrow(),
   ]);
-  return { items: rows.map(deliveryView), total: Number(count.total) };
+  return { rows: rows.map(deliveryView), total: Number(count.total) };
 }
 
 /** A webhook target whose deliveries keep failing, for the operator's attention list. */

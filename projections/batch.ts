@@ -3,9 +3,33 @@
 // batch's last event of it: the rows a batch leaves are those a row-by-row
 // replay would leave, and replaying any prefix of the log gives the same rows.
 import { sql, type Kysely } from 'kysely';
+import type { Projector } from '../adapters/event-store/followers.ts';
+import { StreamFolds, type Fold } from '../adapters/event-store/stream-folds.ts';
 // The stream folds sit with the log's followers, which the workers' to-do tables use too.
-export { eventsByStream, StreamFolds, type Fold } from '../adapters/event-store/stream-folds.ts';
+export { eventsByStream, foldsOf, StreamFolds, type Fold, type Folded } from '../adapters/event-store/stream-folds.ts';
 import type { ReadModelTables } from './schema.ts';
+
+/**
+ * The projector of one kind of stream into one table of its own, a row a
+ * stream keyed by `id`: each stream's row once a batch, as of its last event
+ * in the batch.
+ */
+export function rowPerStreamProjector<State, Event, Table extends keyof ReadModelTables>(
+  table: Table,
+  holds: (streamId: string) => boolean,
+  fold: Fold<State | null, Event>,
+  rowOf: (state: State) => ReadModelTables[Table],
+): Projector<Map<string, State | null>> {
+  const folds = new StreamFolds<State | null, Event>(holds, fold);
+  return {
+    name: table,
+    tables: [table],
+    prepare: (batch, store) => folds.ofBatch(batch, store),
+    async applyBatch(trx: Kysely<ReadModelTables>, _batch, states) {
+      await upsertRows(trx, table, ['id' as keyof ReadModelTables[Table] & string], rowsOf(states.values(), rowOf));
+    },
+  };
+}
 
 /** The row of each state, skipping the streams that hold nothing to show yet (a null state). */
 export function rowsOf<State, Row>(states: Iterable<State | null>, rowOf: (state: State) => Row): Row[] {

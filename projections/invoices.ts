@@ -2,7 +2,7 @@
 // `invoices`, `invoice_addresses` and `payments`, which the list, get and
 // status endpoints and the chain watcher read.
 import type { Kysely } from 'kysely';
-import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
+import type { RecordedEvent } from '../adapters/event-store/port.ts';
 import {
   invoiceDecider,
   invoicePaymentView,
@@ -11,8 +11,8 @@ import {
   type InvoiceEvent,
   type RateProvenance,
 } from '../domain/invoice.ts';
-import { paymentDecider, type Payment, type PaymentEvent } from '../domain/payment.ts';
-import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
+import { paymentDecider, type Payment } from '../domain/payment.ts';
+import { dateOrNull, foldsOf, rowsOf, StreamFolds, upsertRows, type Folded } from './batch.ts';
 import type { Projector } from '../adapters/event-store/followers.ts';
 import type { ReadModelTables } from './schema.ts';
 import { streams } from '../domain/streams.ts';
@@ -20,30 +20,20 @@ import { streams } from '../domain/streams.ts';
 const isInvoiceStream = streams.invoice.holds;
 const isPaymentStream = streams.payment.holds;
 
-const invoiceFolds = new StreamFolds<Invoice | null, InvoiceEvent>(isInvoiceStream, invoiceDecider);
-const paymentFolds = new StreamFolds<Payment | null, PaymentEvent>(isPaymentStream, paymentDecider);
-
 /** The invoices and payments a batch touches, each as of the batch's last event of it. */
-interface Touched {
-  invoices: Map<string, Invoice | null>;
-  payments: Map<string, Payment | null>;
-}
+const folds = {
+  invoices: new StreamFolds(isInvoiceStream, invoiceDecider),
+  payments: new StreamFolds(isPaymentStream, paymentDecider),
+};
 
-export const invoicesProjector: Projector<Touched> = {
+export const invoicesProjector: Projector<Folded<typeof folds>> = {
   name: 'invoices',
   tables: ['invoices', 'invoice_addresses', 'payments'],
-
-  async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-    const [invoices, payments] = await Promise.all([
-      invoiceFolds.ofBatch(batch, store),
-      paymentFolds.ofBatch(batch, store),
-    ]);
-    return { invoices, payments };
-  },
+  prepare: foldsOf(folds),
 
   // Each invoice's and payment's row once, as of its last event in the batch
   // (see batch.ts); the new addresses in one statement, requotes after them.
-  async applyBatch(trx: Kysely<ReadModelTables>, batch: readonly RecordedEvent[], { invoices, payments }: Touched) {
+  async applyBatch(trx: Kysely<ReadModelTables>, batch, { invoices, payments }) {
     await upsertRows(trx, 'invoices', ['id'], rowsOf(invoices.values(), invoiceRowOf));
     const addressRows = batch
       .filter((e) => e.type === 'AddressAssigned' && isInvoiceStream(e.streamId))

@@ -2,45 +2,28 @@
 // `merchants`, `api_keys` and `merchant_users`, which authentication, the
 // operator API and the dashboard read.
 import type { Kysely } from 'kysely';
-import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
-import { apiKeyDecider, type ApiKey, type ApiKeyEvent } from '../domain/api-key.ts';
-import { merchantDecider, type Merchant, type MerchantEvent } from '../domain/merchant.ts';
-import { merchantUserDecider, type MerchantUser, type MerchantUserEvent } from '../domain/merchant-user.ts';
-import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
+import { apiKeyDecider, type ApiKey } from '../domain/api-key.ts';
+import { merchantDecider, type Merchant } from '../domain/merchant.ts';
+import { merchantUserDecider, type MerchantUser } from '../domain/merchant-user.ts';
+import { dateOrNull, foldsOf, rowsOf, StreamFolds, upsertRows, type Folded } from './batch.ts';
 import type { Projector } from '../adapters/event-store/followers.ts';
 import type { ReadModelTables } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 
-const merchantFolds = new StreamFolds<Merchant | null, MerchantEvent>(streams.merchant.holds, merchantDecider);
-const apiKeyFolds = new StreamFolds<ApiKey | null, ApiKeyEvent>(streams.apiKey.holds, apiKeyDecider);
-
-const userFolds = new StreamFolds<MerchantUser | null, MerchantUserEvent>(
-  streams.merchantUser.holds,
-  merchantUserDecider,
-);
-
 /** The merchants, API keys and users a batch touches, each as of the batch's last event of it. */
-interface Touched {
-  merchants: Map<string, Merchant | null>;
-  apiKeys: Map<string, ApiKey | null>;
-  users: Map<string, MerchantUser | null>;
-}
+const folds = {
+  merchants: new StreamFolds(streams.merchant.holds, merchantDecider),
+  apiKeys: new StreamFolds(streams.apiKey.holds, apiKeyDecider),
+  users: new StreamFolds(streams.merchantUser.holds, merchantUserDecider),
+};
 
-export const merchantsProjector: Projector<Touched> = {
+export const merchantsProjector: Projector<Folded<typeof folds>> = {
   name: 'merchants',
   tables: ['merchants', 'api_keys', 'merchant_users'],
-
-  async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-    const [merchants, apiKeys, users] = await Promise.all([
-      merchantFolds.ofBatch(batch, store),
-      apiKeyFolds.ofBatch(batch, store),
-      userFolds.ofBatch(batch, store),
-    ]);
-    return { merchants, apiKeys, users };
-  },
+  prepare: foldsOf(folds),
 
   // Each merchant's and key's row once, as of its last event in the batch (see batch.ts).
-  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { merchants, apiKeys, users }: Touched) {
+  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { merchants, apiKeys, users }) {
     await upsertRows(trx, 'merchants', ['id'], rowsOf(merchants.values(), merchantRowOf));
     await upsertRows(trx, 'api_keys', ['id'], rowsOf(apiKeys.values(), apiKeyRowOf));
     await upsertRows(trx, 'merchant_users', ['id'], rowsOf(users.values(), userRowOf));

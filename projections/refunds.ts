@@ -1,29 +1,14 @@
 // Projects refunds into `refunds`, which the refund endpoints and the
 // customer's claim page read.
 import type { Kysely } from 'kysely';
-import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { formatUnits } from '../domain/money.ts';
-import { refundDecider, type Refund, type RefundEvent } from '../domain/refund.ts';
-import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
-import type { Projector } from '../adapters/event-store/followers.ts';
+import { refundDecider, type Refund } from '../domain/refund.ts';
+import { dateOrNull, rowPerStreamProjector } from './batch.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, RefundsTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 
-const isRefundStream = streams.refund.holds;
-
-const refundFolds = new StreamFolds<Refund | null, RefundEvent>(isRefundStream, refundDecider);
-
-export const refundsProjector: Projector<Map<string, Refund | null>> = {
-  name: 'refunds',
-  tables: ['refunds'],
-
-  prepare: (batch: readonly RecordedEvent[], store: EventStore) => refundFolds.ofBatch(batch, store),
-
-  async applyBatch(trx: Kysely<ReadModelTables>, _batch, refunds: Map<string, Refund | null>) {
-    await upsertRows(trx, 'refunds', ['id'], rowsOf(refunds.values(), refundRowOf));
-  },
-};
+export const refundsProjector = rowPerStreamProjector('refunds', streams.refund.holds, refundDecider, refundRowOf);
 
 export function refundRowOf(r: Refund): RefundsTable {
   // Exact, in the token's own decimals: a refund is never shown rounded.

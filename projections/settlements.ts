@@ -1,29 +1,17 @@
 // Projects settlements into `settlements`, which the settlement endpoints and
 // the operator's attention list read.
-import type { Kysely } from 'kysely';
-import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { formatUnits } from '../domain/money.ts';
-import { settlementDecider, type Settlement, type SettlementEvent } from '../domain/settlement.ts';
-import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
-import type { Projector } from '../adapters/event-store/followers.ts';
-import type { ReadModelTables, SettlementsTable } from './schema.ts';
+import { settlementDecider, type Settlement } from '../domain/settlement.ts';
+import { dateOrNull, rowPerStreamProjector } from './batch.ts';
+import type { SettlementsTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 
-const isSettlementStream = streams.settlement.holds;
-
-const settlementFolds = new StreamFolds<Settlement | null, SettlementEvent>(isSettlementStream, settlementDecider);
-
-export const settlementsProjector: Projector<Map<string, Settlement | null>> = {
-  name: 'settlements',
-  tables: ['settlements'],
-
-  prepare: (batch: readonly RecordedEvent[], store: EventStore) => settlementFolds.ofBatch(batch, store),
-
-  // Each settlement's row once, as of its last event in the batch (see batch.ts).
-  async applyBatch(trx: Kysely<ReadModelTables>, _batch, settlements: Map<string, Settlement | null>) {
-    await upsertRows(trx, 'settlements', ['id'], rowsOf(settlements.values(), settlementRowOf));
-  },
-};
+export const settlementsProjector = rowPerStreamProjector(
+  'settlements',
+  streams.settlement.holds,
+  settlementDecider,
+  settlementRowOf,
+);
 
 export function settlementRowOf(s: Settlement): SettlementsTable {
   const shown = (units: bigint) => formatUnits(units, s.tokenDecimals, s.tokenDecimals);

@@ -2,18 +2,15 @@
 // `subscribers`, which the subscription endpoints and the renewal scheduler
 // read.
 import type { Kysely } from 'kysely';
-import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
-import { planDecider, type Plan, type PlanEvent } from '../domain/plan.ts';
+import { planDecider, type Plan } from '../domain/plan.ts';
 import {
   currentInvoice,
   subscriberDecider,
   subscriberIn,
   type Subscriber,
-  type SubscriberEvent,
-  type SubscriberState,
   type SubscriberStatus,
 } from '../domain/subscriber.ts';
-import { dateOrNull, rowsOf, StreamFolds, upsertRows } from './batch.ts';
+import { dateOrNull, foldsOf, rowsOf, StreamFolds, upsertRows, type Folded } from './batch.ts';
 import type { Projector } from '../adapters/event-store/followers.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, SubscribersTable, SubscriptionPlansTable } from './schema.ts';
@@ -23,29 +20,19 @@ const iso = (value: Date | string) => new Date(value).toISOString();
 const isPlanStream = streams.plan.holds;
 const isSubscriberStream = streams.subscriber.holds;
 
-const planFolds = new StreamFolds<Plan | null, PlanEvent>(isPlanStream, planDecider);
-const subscriberFolds = new StreamFolds<SubscriberState, SubscriberEvent>(isSubscriberStream, subscriberDecider);
-
 /** The plans and subscribers a batch touches, each as of the batch's last event of it. */
-interface Touched {
-  plans: Map<string, Plan | null>;
-  subscribers: Map<string, SubscriberState>;
-}
+const folds = {
+  plans: new StreamFolds(isPlanStream, planDecider),
+  subscribers: new StreamFolds(isSubscriberStream, subscriberDecider),
+};
 
-export const subscriptionsProjector: Projector<Touched> = {
+export const subscriptionsProjector: Projector<Folded<typeof folds>> = {
   name: 'subscriptions',
   tables: ['subscription_plans', 'subscribers'],
-
-  async prepare(batch: readonly RecordedEvent[], store: EventStore) {
-    const [plans, subscribers] = await Promise.all([
-      planFolds.ofBatch(batch, store),
-      subscriberFolds.ofBatch(batch, store),
-    ]);
-    return { plans, subscribers };
-  },
+  prepare: foldsOf(folds),
 
   // Each plan's and subscriber's row once, as of its last event in the batch (see batch.ts).
-  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { plans, subscribers }: Touched) {
+  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { plans, subscribers }) {
     await upsertRows(trx, 'subscription_plans', ['id'], rowsOf(plans.values(), planRowOf));
     const enrolled = [...subscribers.values()].map(subscriberIn);
     await upsertRows(trx, 'subscribers', ['id'], rowsOf(enrolled, subscriberRowOf));

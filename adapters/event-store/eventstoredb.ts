@@ -231,12 +231,7 @@ export class EventStoreDbStore implements EventStore {
     return store;
   }
 
-  async append(
-    streamId: string,
-    events: readonly NewEvent[],
-    expected: ExpectedRevision,
-    options: AppendOptions = {},
-  ): Promise<AppendResult> {
+  append: EventStore['append'] = async (streamId, events, expected, options = {}) => {
     if (events.length === 0) {
       const current = await this.lastRevision(streamId);
       checkExpected(streamId, expected, current);
@@ -258,7 +253,7 @@ export class EventStoreDbStore implements EventStore {
       if (written) return written;
     }
     return this.appendDeduplicated(streamId, events, expected, options);
-  }
+  };
 
   /** The append as EventStoreDB decides it; undefined when it refuses with a conflict. */
   private async tryAppend(

@@ -2,16 +2,7 @@
 // with commit order as global order.
 import { EventEmitter } from 'node:events';
 import { catchUpSubscription } from './catch-up.ts';
-import {
-  checkExpected,
-  type AppendOptions,
-  type AppendResult,
-  type EventStore,
-  type ExpectedRevision,
-  type NewEvent,
-  type RecordedEvent,
-  type SubscribeOptions,
-} from './port.ts';
+import { checkExpected, type EventStore, type RecordedEvent, type SubscribeOptions } from './port.ts';
 
 export class MemoryEventStore implements EventStore {
   readonly name = 'memory';
@@ -21,12 +12,7 @@ export class MemoryEventStore implements EventStore {
   /** Appends to one stream run one after another, as a row lock would make them. */
   private readonly streamLocks = new Map<string, Promise<unknown>>();
 
-  async append(
-    streamId: string,
-    events: readonly NewEvent[],
-    expected: ExpectedRevision,
-    options: AppendOptions = {},
-  ): Promise<AppendResult> {
+  append: EventStore['append'] = (streamId, events, expected, options) => {
     const previous = this.streamLocks.get(streamId) ?? Promise.resolve();
     const result = previous.then(() => this.appendNow(streamId, events, expected, options));
     this.streamLocks.set(
@@ -34,14 +20,9 @@ export class MemoryEventStore implements EventStore {
       result.catch(() => undefined),
     );
     return result;
-  }
+  };
 
-  private async appendNow(
-    streamId: string,
-    events: readonly NewEvent[],
-    expected: ExpectedRevision,
-    options: AppendOptions,
-  ): Promise<AppendResult> {
+  private appendNow: EventStore['append'] = async (streamId, events, expected, options = {}) => {
     const stream = this.streams.get(streamId) ?? [];
     const stored = new Set(stream.map((e) => e.id));
     const fresh = events.filter((e) => !stored.has(e.id));
@@ -67,7 +48,7 @@ export class MemoryEventStore implements EventStore {
     if (recorded.length > 0) this.appended.emit('appended');
     const last = recorded.at(-1) ?? stream.at(-1);
     return { nextRevision: current + recorded.length, position: last?.position ?? '0', written: recorded.length > 0 };
-  }
+  };
 
   async readStream(streamId: string, fromRevision = 0): Promise<RecordedEvent[]> {
     return (this.streams.get(streamId) ?? []).slice(fromRevision);

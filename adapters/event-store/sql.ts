@@ -15,11 +15,9 @@ import { ddl, migrate } from '../sql/migrate.ts';
 import { catchUpSubscription } from './catch-up.ts';
 import {
   checkExpected,
-  type AppendOptions,
   type AppendResult,
   type EventMetadata,
   type EventStore,
-  type ExpectedRevision,
   type NewEvent,
   type RecordedEvent,
   type SubscribeOptions,
@@ -92,12 +90,7 @@ export class SqlEventStore implements EventStore {
     return store;
   }
 
-  async append(
-    streamId: string,
-    events: readonly NewEvent[],
-    expected: ExpectedRevision,
-    options: AppendOptions = {},
-  ): Promise<AppendResult> {
+  append: EventStore['append'] = async (streamId, events, expected, options = {}) => {
     if (expected === 'no_stream' && events.length > 0 && !options.beforeCommit) {
       const created = await this.appendToNewStream(streamId, events);
       if (created) return created;
@@ -173,7 +166,7 @@ export class SqlEventStore implements EventStore {
     });
     if (result.written) this.appended.emit('appended');
     return result;
-  }
+  };
 
   /**
    * A new stream's first append as one statement, in a transaction of its

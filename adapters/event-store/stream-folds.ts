@@ -57,6 +57,20 @@ export class StreamFolds<State, Event> {
   }
 }
 
+/** Of each kind of stream a follower folds, by the name of its folds: the streams of a batch, folded. */
+export type Folded<Kinds extends Record<string, StreamFolds<unknown, unknown>>> = {
+  [Kind in keyof Kinds]: Awaited<ReturnType<Kinds[Kind]['ofBatch']>>;
+};
+
+/** The `prepare` of a follower of several kinds of streams: each kind's streams of the batch, folded. */
+export function foldsOf<Kinds extends Record<string, StreamFolds<any, any>>>(kinds: Kinds) {
+  return async (batch: readonly RecordedEvent[], store: EventStore): Promise<Folded<Kinds>> => {
+    const names = Object.keys(kinds);
+    const folded = await Promise.all(names.map((name) => kinds[name]!.ofBatch(batch, store)));
+    return Object.fromEntries(names.map((name, i) => [name, folded[i]])) as Folded<Kinds>;
+  };
+}
+
 /** The events of `batch` of each stream `belongs` picks, in the batch's order. */
 export function eventsByStream(
   batch: readonly RecordedEvent[],

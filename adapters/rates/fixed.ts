@@ -2,12 +2,12 @@
 // built-in table of plausible rates, changeable through PUT /dev/v1/rates.
 // Changes are events on stream `sandbox-rates`, so a restart keeps them.
 // The built-in numbers are round figures for demos, not market data.
-import { randomUUID } from 'node:crypto';
 import { catalogue } from '../../domain/catalogue.ts';
 import { DomainError } from '../../domain/decider.ts';
 import { parseUnits } from '../../domain/money.ts';
 import { systemClock, type Clock } from '../clock.ts';
-import type { EventStore } from '../event-store/port.ts';
+import type { EventStore, RecordedEvent } from '../event-store/port.ts';
+import { SandboxStream } from '../sandbox-stream.ts';
 import type { Rate, RateProvider } from './port.ts';
 
 export const sandboxRatesStreamName = 'sandbox-rates';
@@ -59,17 +59,18 @@ export class FixedRateProvider implements RateProvider {
   readonly name = 'fixed';
   /** Rates set through the sandbox API, over the built-in table. */
   private readonly overrides = new Map<string, string>();
-  private nextRevision = 0;
-  private queue: Promise<unknown> = Promise.resolve();
+  private readonly stream: SandboxStream;
 
   private constructor(
-    private readonly store: EventStore,
+    store: EventStore,
     private readonly clock: Clock,
-  ) {}
+  ) {
+    this.stream = new SandboxStream(store, sandboxRatesStreamName, (recorded) => this.fold(recorded));
+  }
 
   static async open(store: EventStore, clock: Clock = systemClock): Promise<FixedRateProvider> {
     const provider = new FixedRateProvider(store, clock);
-    await provider.catchUp();
+    await provider.stream.catchUp();
     return provider;
   }
 
@@ -82,23 +83,14 @@ export class FixedRateProvider implements RateProvider {
   /** Sets the rate of `token` in `fiat` (fiat per whole token) from now on. */
   async setRate(token: string, fiat: string, rate: string): Promise<void> {
     const valid = validRate(token, fiat, rate);
-    const run = this.queue.then(async () => {
-      const event: RateSet = { type: 'RateSet', data: { ...valid, at: this.clock.now().toISOString() } };
-      // The last rate set wins, whoever set it, so no expected revision.
-      await this.store.append(sandboxRatesStreamName, [{ id: randomUUID(), ...event }], 'any');
-      await this.catchUp();
-    });
-    this.queue = run.catch(() => undefined);
-    return run;
+    const event: RateSet = { type: 'RateSet', data: { ...valid, at: this.clock.now().toISOString() } };
+    // The last rate set wins, whoever set it.
+    await this.stream.append(event);
   }
 
-  private async catchUp(): Promise<void> {
-    for (const recorded of await this.store.readStream(sandboxRatesStreamName, this.nextRevision)) {
-      if (recorded.revision < this.nextRevision) continue;
-      const data = recorded.data as Partial<RateSet['data']> | null;
-      if (recorded.type === 'RateSet' && data?.token && data.fiat && data.rate)
-        this.overrides.set(key(data.token, data.fiat), data.rate);
-      this.nextRevision = recorded.revision + 1;
-    }
+  private fold(recorded: RecordedEvent): void {
+    const data = recorded.data as Partial<RateSet['data']> | null;
+    if (recorded.type === 'RateSet' && data?.token && data.fiat && data.rate)
+      this.overrides.set(key(data.token, data.fiat), data.rate);
   }
 }

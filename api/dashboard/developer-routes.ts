@@ -103,7 +103,7 @@ export async function invoiceSections(
           limit: 100,
           page: 1,
         })
-      ).items
+      ).rows
     : undefined;
   return invoiceHistorySections(session, invoiceId, history.map(timelineEntry), deliveries);
 }
@@ -143,7 +143,7 @@ export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRout
   ) {
     const deliveryStatus = (DELIVERY_STATUSES as readonly string[]).includes(query.status ?? '') ? query.status! : '';
     const page = Math.max(1, Math.min(10_000, Number.parseInt(query.page ?? '1', 10) || 1));
-    const [url, { items, total }] = await Promise.all([
+    const [url, { rows, total }] = await Promise.all([
       webhookUrlOf(session.merchantId),
       listWebhookDeliveries(db, session.merchantId, {
         status: deliveryStatus || undefined,
@@ -156,7 +156,7 @@ export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRout
       status,
       webhooksPage(session, {
         url,
-        deliveries: items,
+        deliveries: rows,
         total,
         page,
         pages: Math.ceil(total / DELIVERIES_PER_PAGE),

@@ -28,7 +28,7 @@ import { settlementsNeedingAttention } from '../../projections/settlement-querie
 import { settlementView } from '../../projections/contract/settlement.ts';
 import { resolveSettlementAttention } from '../../commands/settlements.ts';
 import { SETTLEMENT_STATUSES, SettlementSchema } from './settlements.ts';
-import { pageOf, pagination } from './query.ts';
+import { listPage } from './query.ts';
 import { isUserRole, userRoles } from '../../domain/merchant-user.ts';
 import type { MerchantUsersTable } from '../../projections/schema.ts';
 
@@ -236,18 +236,17 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
         response: { 200: Paged(SettlementSchema) },
       },
     },
-    async (request) => {
-      const q = request.query;
-      const { limit, page } = pageOf(q);
-      let query = db.selectFrom('settlements');
-      if (q.status) query = query.where('status', '=', q.status);
-      if (q.merchantId) query = query.where('merchant_id', '=', q.merchantId);
-      const { rows, total } = await newestFirst(query, { limit, page });
-      return {
-        data: rows.map(settlementView),
-        pagination: pagination(total, { limit, page }),
-      };
-    },
+    async ({ query: q }) =>
+      listPage(
+        q,
+        (paging) => {
+          let query = db.selectFrom('settlements');
+          if (q.status) query = query.where('status', '=', q.status);
+          if (q.merchantId) query = query.where('merchant_id', '=', q.merchantId);
+          return newestFirst(query, paging);
+        },
+        settlementView,
+      ),
   );
 
   app.post(

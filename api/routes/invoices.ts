@@ -31,7 +31,7 @@ import type { ReadModels, ReadModelTables } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
 import { webhookUrlProblem } from '../webhook-url.ts';
-import { pageOf, pagination, timeOf, UUID } from './query.ts';
+import { listPage, timeOf, UUID } from './query.ts';
 import { CreatedQuery, data, IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 
 const MAX_INVOICE_MINUTES = 525_600;
@@ -345,24 +345,22 @@ export async function invoiceRoutes(scope: FastifyInstance, ctx: InvoiceRouteDep
         response: { 200: Paged(InvoiceSchema) },
       },
     },
-    async (request) => {
-      const q = request.query;
-      const { limit, page } = pageOf(q);
-      await caughtUp();
-      const { rows, total } = await listInvoices(db, {
-        merchantId: request.caller!.merchantId,
-        status: q.status,
-        currency: q.currency,
-        from: timeOf(q.from, 'from'),
-        to: timeOf(q.to, 'to'),
-        limit,
-        page,
-      });
-      return {
-        data: rows.map((r) => invoiceView(r, config.publicBaseUrl)),
-        pagination: pagination(total, { limit, page }),
-      };
-    },
+    async ({ query: q, caller }) =>
+      listPage(
+        q,
+        async (paging) => {
+          await caughtUp();
+          return listInvoices(db, {
+            merchantId: caller!.merchantId,
+            status: q.status,
+            currency: q.currency,
+            from: timeOf(q.from, 'from'),
+            to: timeOf(q.to, 'to'),
+            ...paging,
+          });
+        },
+        (r) => invoiceView(r, config.publicBaseUrl),
+      ),
   );
 
   /** The caller's invoice row, or 404 as the contract says (also for another merchant's invoice). */

@@ -28,12 +28,23 @@ export function pageOf(query: { limit?: string; page?: string }): { limit: numbe
 }
 
 /** The `pagination` block of a list answer. */
-export const pagination = (total: number, { limit, page }: { limit: number; page: number }) => ({
+const pagination = (total: number, { limit, page }: { limit: number; page: number }) => ({
   total,
   page,
   limit,
   totalPages: Math.ceil(total / limit),
 });
+
+/** A list answer: the page the query asks for (pageOf), its rows from `find` shown by `view`, and its pagination. */
+export async function listPage<Row, View>(
+  query: { limit?: string; page?: string },
+  find: (paging: { limit: number; page: number }) => Promise<{ rows: readonly Row[]; total: number }>,
+  view: (row: Row) => View,
+) {
+  const paging = pageOf(query);
+  const { rows, total } = await find(paging);
+  return { data: rows.map(view), pagination: pagination(total, paging) };
+}
 
 function wholeNumber(raw: string | undefined, fallback: number, message: string, min: number, max: number): number {
   if (raw === undefined) return fallback;

@@ -12,7 +12,7 @@ import type { ReadModels, RefundsTable } from '../../projections/schema.ts';
 import type { Actor } from '../../commands/handle.ts';
 import { badRequest, notFound } from '../errors.ts';
 import { keyedId } from '../idempotency.ts';
-import { ownRow, pageOf, pagination, UUID } from './query.ts';
+import { listPage, ownRow, UUID } from './query.ts';
 import { data, IdParams, Nullable, PageQuery, Paged } from './schemas.ts';
 
 export const RefundSchema = Type.Object({
@@ -138,18 +138,16 @@ export async function refundRoutes(scope: FastifyInstance, ctx: RefundRouteDeps)
         response: { 200: Paged(RefundSchema) },
       },
     },
-    async (request) => {
-      const q = request.query;
-      const { limit, page } = pageOf(q);
-      await caughtUp();
-      if (q.invoiceId !== undefined && !UUID.test(q.invoiceId)) throw badRequest('invoiceId must be a UUID');
-      const { rows, total } = await listRefunds(
-        db,
-        { merchantId: request.caller!.merchantId, status: q.status, invoiceId: q.invoiceId },
-        { limit, page },
-      );
-      return { data: rows.map(view), pagination: pagination(total, { limit, page }) };
-    },
+    async ({ query: q, caller }) =>
+      listPage(
+        q,
+        async (paging) => {
+          await caughtUp();
+          if (q.invoiceId !== undefined && !UUID.test(q.invoiceId)) throw badRequest('invoiceId must be a UUID');
+          return listRefunds(db, { merchantId: caller!.merchantId, status: q.status, invoiceId: q.invoiceId }, paging);
+        },
+        view,
+      ),
   );
 
   app.get(

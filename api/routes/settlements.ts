@@ -9,7 +9,7 @@ import type { Authentication } from '../auth.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { ReadModels } from '../../projections/schema.ts';
 import { forbidden, notFound } from '../errors.ts';
-import { pageOf, pagination, timeOf, UUID } from './query.ts';
+import { listPage, timeOf, UUID } from './query.ts';
 import { CreatedQuery, IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 
 export const SettlementSchema = Type.Object({
@@ -97,25 +97,23 @@ export async function settlementRoutes(scope: FastifyInstance, { auth, db, readI
         response: { 200: Paged(SettlementSchema) },
       },
     },
-    async (request) => {
-      const q = request.query;
-      const { limit, page } = pageOf(q);
-      const { rows, total } = await listSettlements(
-        db,
-        {
-          merchantId: request.caller!.merchantId,
-          status: q.status,
-          chain: q.chain?.toLowerCase(),
-          from: timeOf(q.from, 'from'),
-          to: timeOf(q.to, 'to'),
-        },
-        { limit, page },
-      );
-      return {
-        data: rows.map(settlementView),
-        pagination: pagination(total, { limit, page }),
-      };
-    },
+    async ({ query: q, caller }) =>
+      listPage(
+        q,
+        (paging) =>
+          listSettlements(
+            db,
+            {
+              merchantId: caller!.merchantId,
+              status: q.status,
+              chain: q.chain?.toLowerCase(),
+              from: timeOf(q.from, 'from'),
+              to: timeOf(q.to, 'to'),
+            },
+            paging,
+          ),
+        settlementView,
+      ),
   );
 
   app.get(

@@ -30,7 +30,7 @@ import type { ReadYourWrites } from '../read-your-writes.ts';
 import type { SubscriptionCommands } from '../../commands/subscriptions.ts';
 import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
-import { ownRow, pageOf, pagination, UUID } from './query.ts';
+import { listPage, ownRow, UUID } from './query.ts';
 import { data, IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 import { InvoiceSchema } from './invoices.ts';
 
@@ -194,16 +194,12 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         response: { 200: Paged(PlanSchema) },
       },
     },
-    async (request) => {
-      const { limit, page } = pageOf(request.query);
-      const { rows, total } = await listPlans(db, {
-        merchantId: request.caller!.merchantId,
-        status: request.query.status,
-        limit,
-        page,
-      });
-      return { data: rows.map(planRowView), pagination: pagination(total, { limit, page }) };
-    },
+    async ({ query, caller }) =>
+      listPage(
+        query,
+        (paging) => listPlans(db, { merchantId: caller!.merchantId, status: query.status, ...paging }),
+        planRowView,
+      ),
   );
 
   /** The caller's plan row, or 404 (also for another merchant's plan). */
@@ -298,19 +294,16 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         response: { 200: Paged(SubscriberSchema) },
       },
     },
-    async (request) => {
-      const q = request.query;
-      const { limit, page } = pageOf(q);
-      if (q.planId !== undefined && !UUID.test(q.planId)) throw badRequest('planId must be a UUID');
-      const { rows, total } = await listSubscribers(db, {
-        merchantId: request.caller!.merchantId,
-        planId: q.planId?.toLowerCase(),
-        status: q.status,
-        limit,
-        page,
-      });
-      return { data: rows.map(subscriberRowView), pagination: pagination(total, { limit, page }) };
-    },
+    async ({ query: q, caller }) =>
+      listPage(
+        q,
+        (paging) => {
+          if (q.planId !== undefined && !UUID.test(q.planId)) throw badRequest('planId must be a UUID');
+          const merchantId = caller!.merchantId;
+          return listSubscribers(db, { merchantId, planId: q.planId?.toLowerCase(), status: q.status, ...paging });
+        },
+        subscriberRowView,
+      ),
   );
 
   /** The caller's subscriber row, or 404 (also for another merchant's subscriber). */
@@ -349,12 +342,11 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
     },
     async (request) => {
       const subscriber = await ownSubscriber(request.params.id, request.caller!.merchantId);
-      const { limit, page } = pageOf(request.query);
-      const { rows, total } = await listSubscriberInvoices(db, subscriber.id, { limit, page });
-      return {
-        data: rows.map((r) => invoiceView(r, config.publicBaseUrl)),
-        pagination: pagination(total, { limit, page }),
-      };
+      return listPage(
+        request.query,
+        (paging) => listSubscriberInvoices(db, subscriber.id, paging),
+        (r) => invoiceView(r, config.publicBaseUrl),
+      );
     },
   );
 

@@ -17,7 +17,7 @@ import {
 import type { Authentication } from '../auth.ts';
 import type { ReadModels } from '../../projections/schema.ts';
 import { badRequest, notFound } from '../errors.ts';
-import { pageOf, pagination } from './query.ts';
+import { listPage } from './query.ts';
 import { IdParams, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 import { sampleWebhookEvent, WEBHOOK_EVENT_TYPES, type WebhookEventType } from '../../projections/contract/webhooks.ts';
 
@@ -125,16 +125,13 @@ export async function webhookRoutes(scope: FastifyInstance, { auth, db, webhooks
         response: { 200: Paged(DeliverySchema) },
       },
     },
-    async (request) => {
-      const { limit, page } = pageOf(request.query);
-      const { items, total } = await listWebhookDeliveries(db, request.caller!.merchantId, {
-        status: request.query.status,
-        event: request.query.event,
-        limit,
-        page,
-      });
-      return { data: items, pagination: pagination(total, { limit, page }) };
-    },
+    async ({ query, caller }) =>
+      listPage(
+        query,
+        (paging) =>
+          listWebhookDeliveries(db, caller!.merchantId, { status: query.status, event: query.event, ...paging }),
+        (delivery) => delivery,
+      ),
   );
 
   app.get(

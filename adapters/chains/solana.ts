@@ -108,6 +108,13 @@ const PRIORITY_PRICE_MS = 10_000;
 const NOT_SERVED = [-32004, -32007, -32009];
 /** A blockhash is valid this many blocks after its own (getLatestBlockhash's lastValidBlockHeight is its block's height plus this). */
 const BLOCKHASH_VALID_BLOCKS = 150;
+/**
+ * A bank answers getSignatureStatuses from its status cache for the last this
+ * many rooted blocks, and for its unrooted ones, whatever history the node
+ * keeps (agave runtime/src/status_cache.rs: MAX_CACHE_ENTRIES, which is
+ * MAX_RECENT_BLOCKHASHES; `purge_roots` drops the oldest root past it).
+ */
+const STATUS_CACHE_BLOCKS = 300;
 /** Slots listed by one getBlocks: a watcher step's worth (it reads up to 100 blocks a step). */
 const SLOTS_LISTED = 100;
 /** Full blocks fetched at once while the watcher reads forward. */
@@ -300,6 +307,8 @@ interface SweepRecord {
    * records made before it was kept.)
    */
   deposit?: { address: string; mint?: string; held: string };
+  /** A refund's: it takes only its amount, so a balance moved by something else says nothing against replacing it. */
+  refund?: true;
 }
 
 /** A signature's status as getSignatureStatuses reports it. */
@@ -750,6 +759,7 @@ export class SolanaChain implements ChainAdapter {
         ...(transfer.token !== 'SOL' && { mint: this.tokenOf(transfer.token).mint }),
         held: held.toString(),
       },
+      ...(isRefund(transfer) && { refund: true as const }),
     };
     const prepared = { txHash: bs58.encode(transaction.signature!), raw: JSON.stringify(record) };
     this.preparedByReference.set(transfer.reference, prepared);
@@ -955,6 +965,16 @@ export class SolanaChain implements ChainAdapter {
    * there is still what it held before the sweep. Behind a load balancer
    * each call may reach another backend, one that lags (up to 128 slots):
    * an answer from before that slot decides nothing.
+   *
+   * The balance is the proof where the node keeps no history: past its status
+   * cache, such a node knows no signature, landed or not. A refund's balance
+   * proves nothing more (it takes only its amount), and a refund wallet's
+   * moves for other reasons (another refund, the merchant funding it): while
+   * the answering bank's status cache still covers every block the
+   * transaction could have landed in, "unknown" is proof by itself, so a
+   * refund is replaced then whatever its payer's balance. A sweep keeps the
+   * balance check: a deposit paid again after its sweep was prepared is an
+   * operator's to decide.
    */
   private async refuseIfExpired(signature: string, record: SweepRecord): Promise<void> {
     const { context, value } = await this.call<{
@@ -967,7 +987,11 @@ export class SolanaChain implements ChainAdapter {
     if (statuses.value[0]?.err != null)
       throw new TransactionRejectedError(`${signature} failed on chain: ${JSON.stringify(statuses.value[0].err)}`);
     if (statuses.slot < context.slot || statuses.value[0]) return;
-    if (record.deposit) {
+    // The answering bank's height, at most: no more blocks than slots since the finalized one.
+    const answeredHeight = finalizedHeight + (statuses.slot - context.slot);
+    // It could have landed from its blockhash's next block on: the cache reaches back to there.
+    const cached = answeredHeight <= record.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS + STATUS_CACHE_BLOCKS;
+    if (record.deposit && !(record.refund && cached)) {
       const held = await this.depositHeld(record.deposit, context.slot);
       if (held !== BigInt(record.deposit.held)) return;
     }

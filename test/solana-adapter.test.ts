@@ -10,7 +10,7 @@ import { TOKEN_PROGRAM_ID, createCloseAccountInstruction, getAssociatedTokenAddr
 import bs58 from 'bs58';
 import { derivePath } from 'ed25519-hd-key';
 import { mnemonicToSeedSync } from '@scure/bip39';
-import { parseRpcJson, parseSolanaBlock, SolanaChain, TOKEN_INDEX_OFFSET } from '../adapters/chains/solana.ts';
+import { parseRpcJson, parseSolanaBlock, SolanaChain, TOKEN_INDEX_OFFSET } from '../adapters/chains/solana/index.ts';
 import { PayoutRefusedError, TransactionRejectedError } from '../adapters/chains/port.ts';
 import { DepositKeyring, solanaServiceWalletPaths } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';

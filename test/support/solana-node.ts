@@ -60,7 +60,7 @@ import {
   type RpcBlock,
   type RpcTokenBalance,
   type RpcTransaction,
-} from '../../adapters/chains/solana.ts';
+} from '../../adapters/chains/solana/index.ts';
 
 /** Mainnet-beta's genesis hash: the node says it serves mainnet unless told otherwise. */
 export const MAINNET_GENESIS = '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d';

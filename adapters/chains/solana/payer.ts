@@ -1,21 +1,5 @@
-// Solana (SOL, and USDT and USDC as SPL tokens) behind the chain port,
-// through a Solana JSON-RPC endpoint (a validator's RPC port, or a provider's).
-//
-// Detection reads blocks, slot by slot, like every other chain here: a
-// block's transactions carry their accounts' balances before and after
-// (`preBalances`/`postBalances` in lamports, `preTokenBalances`/
-// `postTokenBalances` by mint and owner), so a payment is any account whose
-// balance rose in a successful transaction, whichever program moved it (a
-// System transfer, a token transfer, the lamports of a closed token account).
-// A SOL payment is the deposit address's own rise; a token payment is the
-// rise of a token account the deposit address owns, of a catalogue mint. A
-// skipped slot (no block was produced) is an empty block carrying its parent's
-// hash, so the watcher's chain of hashes stays whole; a block that a fork
-// drops becomes a skipped slot, or another block, and its payments are
-// withdrawn. Blocks are read at the `confirmed` commitment; the head reports
-// the finalized slot, so a payment confirms only once finalized (and as deep
-// as configured, 32 slots by default). Why blocks, not getSignaturesForAddress
-// per open address: see docs/solana.md.
+// Paying out on Solana: sweeps and refunds, each one transaction signed by
+// the fee wallet and the payer's key, recorded before it is sent.
 //
 // Settlement: one transaction per sweep, signed by the fee wallet (the fee
 // payer: deposit addresses never need SOL for fees) and the deposit key.
@@ -51,7 +35,6 @@ import {
 import {
   AccountLayout,
   MINT_SIZE,
-  NATIVE_MINT,
   TOKEN_2022_PROGRAM_ID,
   TOKEN_PROGRAM_ID,
   createAssociatedTokenAccountIdempotentInstruction,
@@ -60,28 +43,15 @@ import {
   getAssociatedTokenAddressSync,
 } from '@solana/spl-token';
 import bs58 from 'bs58';
-import { findChain, type ChainName } from '../../domain/catalogue.ts';
-import type { DepositKeyring } from '../keys/derivation.ts';
-import { HeadPoller } from './head-poller.ts';
-import { ChainNode, checkedOpen, RPC_TIMEOUT_MS, type RetryPolicy } from './node.ts';
+import type { DepositKeyring } from '../../keys/derivation.ts';
 import {
   PayoutRefusedError,
   TransactionRejectedError,
-  type ChainAdapter,
-  type ChainBlock,
-  type ChainHead,
-  type ChainTransfer,
   type OutgoingTransfer,
   type PreparedTransaction,
-  type TransactionStatus,
-} from './port.ts';
-
-/** Genesis hashes of the public clusters (getGenesisHash). */
-export const solanaClusters: Record<string, string> = {
-  'mainnet-beta': '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d',
-  devnet: 'EtWTRABZaYq6iMfeYKouRu166VU2xqa1wcaWoxPkrZBG',
-  testnet: '4uhcVJyU9pJkvQyS88uRDiswHXSCkY3zQawwpjk2NsNY',
-};
+} from '../port.ts';
+import { landed, SolanaRpcError, toBigInt, type Integer, type SignatureStatus, type SolanaNode } from './node.ts';
+import type { SolanaToken } from './reader.ts';
 
 /** The base fee of one signature, in lamports (what a sweep's two signatures cost, without priority fees). */
 export const LAMPORTS_PER_SIGNATURE = 5_000n;
@@ -100,12 +70,6 @@ const MICRO_LAMPORTS = 1_000_000n;
 const MAX_PRIORITY_PRICE = 1_000_000n;
 /** How long a priority price is used before it is asked again (getRecentPrioritizationFees). */
 const PRIORITY_PRICE_MS = 10_000;
-/**
- * getBlock's answers for a slot it does not serve: -32004 (not available at
- * that commitment), -32007 and -32009 (skipped, or not kept by this node).
- * Skipped slots are found from getBlocks' list instead.
- */
-const NOT_SERVED = [-32004, -32007, -32009];
 /** A blockhash is valid this many blocks after its own (getLatestBlockhash's lastValidBlockHeight is its block's height plus this). */
 const BLOCKHASH_VALID_BLOCKS = 150;
 /**
@@ -115,186 +79,10 @@ const BLOCKHASH_VALID_BLOCKS = 150;
  * MAX_RECENT_BLOCKHASHES; `purge_roots` drops the oldest root past it).
  */
 const STATUS_CACHE_BLOCKS = 300;
-/** Slots listed by one getBlocks: a watcher step's worth (it reads up to 100 blocks a step). */
-const SLOTS_LISTED = 100;
-/** Full blocks fetched at once while the watcher reads forward. */
-const BLOCKS_IN_FLIGHT = 4;
-/**
- * The most signatures one getSignatureStatuses takes (agave
- * rpc-client-api request.rs, MAX_GET_SIGNATURE_STATUSES_QUERY_ITEMS; rpc.rs
- * get_signature_statuses refuses more with -32602 "Too many inputs provided").
- */
-export const MAX_SIGNATURE_STATUSES = 256;
-/** Signatures remembered as finalized, so that sending one again asks nothing (a finalized transaction stays). */
-const FINAL_SIGNATURES_KEPT = 1_024;
 /** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
 const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
 /** A sweep's transaction fits the deposit's associated token account and this many others (1,232 bytes). */
 const MAX_SWEPT_TOKEN_ACCOUNTS = 6;
-/** Token-account indexes are offset by this, so that a SOL and a token payment of one transaction never share an index. */
-export const TOKEN_INDEX_OFFSET = 256;
-
-export interface SolanaToken {
-  symbol: string;
-  mint: string;
-  decimals: number;
-}
-
-export interface SolanaChainOptions {
-  rpcUrl: string;
-  keyring: Pick<DepositKeyring, 'deriveDepositKey' | 'deriveSolanaServiceKey'>;
-  /** mainnet-beta (default), devnet, testnet, or a genesis hash. */
-  cluster?: string;
-  /** The catalogue's mints unless a test cluster names its own. */
-  tokens?: SolanaToken[];
-  treasury?: string;
-  confirmations?: number;
-  pollMs?: number;
-  retry?: RetryPolicy;
-}
-
-// ---------------------------------------------------------------------------
-// The RPC's answers, as `encoding: "json"` gives them (docs.solana.com/api/http;
-// blocks are read with `transactionDetails: "accounts"` or "none")
-// ---------------------------------------------------------------------------
-
-/** An integer of the RPC: a number, or a decimal string where it passes 2^53 (parseRpcJson). */
-type Integer = number | string;
-
-export interface RpcTokenBalance {
-  accountIndex: number;
-  mint: string;
-  owner?: string;
-  programId?: string;
-  uiTokenAmount: { amount: string; decimals: number; uiAmount: number | null; uiAmountString: string };
-}
-
-export interface RpcTransactionMeta {
-  err: unknown;
-  fee: Integer;
-  preBalances: Integer[];
-  postBalances: Integer[];
-  preTokenBalances?: RpcTokenBalance[];
-  postTokenBalances?: RpcTokenBalance[];
-  loadedAddresses?: { writable: string[]; readonly: string[] };
-}
-
-export interface RpcTransaction {
-  meta: RpcTransactionMeta | null;
-  transaction: { signatures: string[]; message: { accountKeys: string[]; recentBlockhash: string } };
-  version?: 'legacy' | number;
-}
-
-/**
- * A transaction as `transactionDetails: "accounts"` gives it (agave
- * transaction-status, build_json_accounts): its signatures and every key it
- * loads, lookup tables' included, in order, and the balances, without
- * instructions or logs: what detection reads, at a fraction of the bytes.
- */
-export interface RpcAccountsTransaction {
-  meta: Omit<RpcTransactionMeta, 'loadedAddresses'> | null;
-  transaction: {
-    signatures: string[];
-    accountKeys: { pubkey: string; writable: boolean; signer: boolean; source: 'transaction' | 'lookupTable' }[];
-  };
-  version?: 'legacy' | number;
-}
-
-/** A transaction's keys, in the order of its balances: v0 keys loaded from lookup tables follow the message's own. */
-function accountKeysOf({ meta, transaction }: RpcTransaction | RpcAccountsTransaction): string[] {
-  if ('accountKeys' in transaction) return transaction.accountKeys.map((k) => k.pubkey);
-  const loaded = (meta as RpcTransactionMeta | null)?.loadedAddresses;
-  return [...transaction.message.accountKeys, ...(loaded?.writable ?? []), ...(loaded?.readonly ?? [])];
-}
-
-/** A block as `transactionDetails: "none"` gives it: no transactions. */
-export type RpcBlockHeader = Omit<RpcBlock, 'transactions'>;
-
-/** A block as `transactionDetails: "accounts"` gives it. */
-export type RpcAccountsBlock = RpcBlockHeader & { transactions: RpcAccountsTransaction[] };
-
-export interface RpcBlock {
-  blockhash: string;
-  previousBlockhash: string;
-  parentSlot: number;
-  blockHeight: number | null;
-  blockTime: number | null;
-  transactions: RpcTransaction[];
-}
-
-interface RpcError {
-  code: number;
-  message: string;
-  data?: { err?: unknown; logs?: string[] };
-}
-
-class SolanaRpcError extends Error {
-  constructor(
-    readonly method: string,
-    readonly error: RpcError,
-  ) {
-    super(`${method}: ${error.message.slice(0, 300)} (${error.code})`);
-  }
-}
-
-/**
- * JSON.parse, with the integers that can pass 2^53 kept exact: lamports in
- * balance arrays and in `fee`, `lamports` and `value`, written as strings
- * before parsing when they have 16 digits or more (token amounts are strings
- * already). A quote inside a JSON string is escaped, so the patterns only meet
- * real keys. (A lossless JSON parser did the same at six times the cost of a
- * block: the profile in docs/solana.md.)
- */
-export function parseRpcJson<T>(text: string): T {
-  const exact = text
-    .replace(
-      /"(preBalances|postBalances)":\[([\d,\s]*)\]/g,
-      (_all, key: string, list: string) => `"${key}":[${list.replace(/\d{16,}/g, '"$&"')}]`,
-    )
-    .replace(/"(fee|lamports|value)":\s*(\d{16,})/g, '"$1":"$2"');
-  return JSON.parse(exact) as T;
-}
-
-const toBigInt = (value: Integer | string | undefined) => BigInt(value ?? 0);
-
-/**
- * The payments a block's transactions made: every account whose balance rose
- * in a successful transaction. SOL to an account (index: the account's index
- * in the transaction), and tokens of the given mints to the owner of the
- * token account (index: TOKEN_INDEX_OFFSET + the token account's index).
- */
-export function parseSolanaBlock(
-  block: { transactions: (RpcTransaction | RpcAccountsTransaction)[] },
-  tokens: readonly SolanaToken[],
-): ChainTransfer[] {
-  const transfers: ChainTransfer[] = [];
-  const tokenOf = new Map(tokens.map((t) => [t.mint, t]));
-  for (const tx of block.transactions) {
-    const { meta, transaction } = tx;
-    if (!meta || meta.err !== null) continue; // a failed transaction moved nothing but its fee
-    const txHash = transaction.signatures[0]!;
-    accountKeysOf(tx).forEach((key, index) => {
-      const rise = toBigInt(meta.postBalances[index]) - toBigInt(meta.preBalances[index]);
-      if (rise > 0n) transfers.push({ txHash, index, to: key, token: 'SOL', amount: rise });
-    });
-    for (const post of meta.postTokenBalances ?? []) {
-      const token = tokenOf.get(post.mint);
-      if (!token || !post.owner) continue;
-      const pre = meta.preTokenBalances?.find((b) => b.accountIndex === post.accountIndex && b.mint === post.mint);
-      const rise = BigInt(post.uiTokenAmount.amount) - BigInt(pre?.uiTokenAmount.amount ?? '0');
-      if (rise > 0n) {
-        transfers.push({
-          txHash,
-          index: TOKEN_INDEX_OFFSET + post.accountIndex,
-          to: post.owner,
-          token: token.symbol,
-          amount: rise,
-        });
-      }
-    }
-  }
-  return transfers;
-}
 
 /** A sweep as recorded: the signed bytes, and the block height after which no validator takes them. */
 interface SweepRecord {
@@ -311,13 +99,6 @@ interface SweepRecord {
   refund?: true;
 }
 
-/** A signature's status as getSignatureStatuses reports it. */
-interface SignatureStatus {
-  slot: number;
-  err: unknown;
-  confirmationStatus: 'processed' | 'confirmed' | 'finalized' | null;
-}
-
 /** The instructions of a sweep, and what the deposit held before it. */
 interface Sweep {
   instructions: TransactionInstruction[];
@@ -329,10 +110,6 @@ const computeBudget = (units: bigint, microLamports: bigint): TransactionInstruc
   ComputeBudgetProgram.setComputeUnitLimit({ units: Number(units) }),
   ...(microLamports > 0n ? [ComputeBudgetProgram.setComputeUnitPrice({ microLamports })] : []),
 ];
-
-/** On the chain for good enough to count: confirmed by a supermajority at least (a processed one can be dropped). */
-const landed = (status: SignatureStatus | undefined): status is SignatureStatus =>
-  status?.confirmationStatus === 'confirmed' || status?.confirmationStatus === 'finalized';
 
 /**
  * A refund's payout takes its amount and leaves the rest where it is, for the
@@ -375,73 +152,27 @@ function tokenRefund(
   return instructions;
 }
 
-export class SolanaChain implements ChainAdapter {
-  readonly chain: ChainName = 'solana';
+export interface SolanaPayerOptions {
+  keyring: Pick<DepositKeyring, 'deriveDepositKey' | 'deriveSolanaServiceKey'>;
+  tokens: readonly SolanaToken[];
+  treasury: string;
+}
+
+export class SolanaPayer {
   readonly treasury: string;
   readonly feeWallet: string;
   private readonly feePayer: Keypair;
-  private readonly tokens: SolanaToken[];
-  private readonly poller: HeadPoller;
-  private readonly node: ChainNode;
-  private nextId = 1;
-  /** The blocks last answered, by slot: read again, a block whose hash is unchanged is not fetched whole. */
-  private readonly recentBlocks = new Map<number, ChainBlock>();
+  private readonly tokens: readonly SolanaToken[];
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
 
-  private constructor(private readonly options: SolanaChainOptions) {
-    this.tokens =
-      options.tokens ??
-      findChain('solana')!
-        .supportedTokens.filter((t) => t.contractAddress !== null)
-        .map((t) => ({ symbol: t.symbol, mint: t.contractAddress!, decimals: t.decimals }));
+  constructor(
+    private readonly node: SolanaNode,
+    private readonly options: SolanaPayerOptions,
+  ) {
+    this.tokens = options.tokens;
     this.feePayer = Keypair.fromSeed(options.keyring.deriveSolanaServiceKey('fee').privateKey);
     this.feeWallet = this.feePayer.publicKey.toBase58();
-    this.treasury = options.treasury ?? options.keyring.deriveSolanaServiceKey('treasury').address;
-    this.poller = new HeadPoller(() => this.rpc<number>('getSlot', [{ commitment: 'confirmed' }]), options.pollMs);
-    this.node = new ChainNode({
-      urls: [options.rpcUrl],
-      retry: options.retry,
-      answered: (error) => error instanceof SolanaRpcError,
-    });
-  }
-
-  /**
-   * Connects and checks the cluster's genesis hash and the configured
-   * treasury; a mismatch, a treasury that cannot receive, or an RPC that does
-   * not answer stops start-up with one line naming the variable.
-   */
-  static async open(options: SolanaChainOptions): Promise<SolanaChain> {
-    const adapter = new SolanaChain(options);
-    return checkedOpen(adapter, async () => {
-      await adapter.checkCluster(options.cluster ?? 'mainnet-beta');
-      // The treasury takes token fees in an associated account derived for it: a token account or a mint would lose them.
-      const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
-      if (treasuryProblem) throw new Error(`CHAIN_SOLANA_TREASURY: ${treasuryProblem}`);
-      await adapter.checkTokens();
-      await adapter.refreshPriorityPrice();
-    });
-  }
-
-  /**
-   * Only classic SPL Token mints are taken: a Token-2022 mint's accounts live
-   * at other addresses and may carry extensions (transfer fees, hooks) that
-   * change what a transfer delivers, and wrapped SOL is SOL held in a token
-   * account; neither is detected nor swept here, so either stops start-up.
-   */
-  private async checkTokens(): Promise<void> {
-    for (const { symbol, mint } of this.tokens) {
-      const refused = (why: string) => new Error(`CHAIN_SOLANA_TOKENS: ${symbol}'s mint ${mint} ${why}`);
-      if (mint === NATIVE_MINT.toBase58())
-        throw refused('is wrapped SOL, which is not taken: SOL payments are taken as SOL');
-      const { value } = await this.call<{ value: { owner: string } | null }>('getAccountInfo', [
-        mint,
-        { commitment: 'finalized', encoding: 'base64', dataSlice: { offset: 0, length: 0 } },
-      ]);
-      if (!value) throw refused('does not exist on this cluster');
-      if (value.owner === TOKEN_2022_PROGRAM_ID.toBase58())
-        throw refused('is a Token-2022 mint; only SPL Token mints are supported');
-      if (value.owner !== TOKEN_PROGRAM_ID.toBase58()) throw refused(`is not a token mint (owner ${value.owner})`);
-    }
+    this.treasury = options.treasury;
   }
 
   /**
@@ -452,7 +183,9 @@ export class SolanaChain implements ChainAdapter {
    */
   private priorityPrice = { microLamports: 0n, at: 0 };
   async refreshPriorityPrice(): Promise<void> {
-    const fees = await this.call<{ slot: number; prioritizationFee: Integer }[]>('getRecentPrioritizationFees', [[]]);
+    const fees = await this.node.rpc<{ slot: number; prioritizationFee: Integer }[]>('getRecentPrioritizationFees', [
+      [],
+    ]);
     const sorted = fees.map((f) => toBigInt(f.prioritizationFee)).sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
     const percentile = sorted[Math.floor((sorted.length * 3) / 4)] ?? 0n;
     this.priorityPrice = {
@@ -461,178 +194,9 @@ export class SolanaChain implements ChainAdapter {
     };
   }
 
-  private async checkCluster(cluster: string): Promise<void> {
-    const expected = solanaClusters[cluster] ?? cluster;
-    let genesis: string;
-    try {
-      genesis = await this.call<string>('getGenesisHash', []);
-    } catch (error) {
-      throw this.node.unanswered('CHAIN_SOLANA_RPC_URL', error, 'the RPC');
-    }
-    if (genesis !== expected) {
-      const known = Object.entries(solanaClusters).find(([, hash]) => hash === genesis)?.[0];
-      throw new Error(
-        `CHAIN_SOLANA_RPC_URL is an RPC of ${known ? `Solana ${known}` : `the cluster whose genesis hash is ${genesis}`}, not ${
-          solanaClusters[cluster] ? `Solana ${cluster}` : `the cluster of genesis hash ${expected}`
-        }; set CHAIN_SOLANA_CLUSTER=${known ?? genesis} if that cluster is meant`,
-      );
-    }
-  }
-
-  close(): void {
-    this.node.close();
-    this.poller.close();
-  }
-
-  // -------------------------------------------------------------------------
-  // JSON-RPC
-  // -------------------------------------------------------------------------
-
-  /** One call, retried with growing delays (rate limits, dropped connections); an answered error is not retried. */
-  private call<T>(method: string, params: unknown[]): Promise<T> {
-    return this.node.call(method, (signal) => this.rpc<T>(method, params, signal));
-  }
-
-  private async rpc<T>(method: string, params: unknown[], signal = AbortSignal.timeout(RPC_TIMEOUT_MS)): Promise<T> {
-    const response = await fetch(this.options.rpcUrl, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json' },
-      body: JSON.stringify({ jsonrpc: '2.0', id: this.nextId++, method, params }),
-      signal,
-    });
-    // 429 and 5xx: a rate limit or a node in trouble, retried by call().
-    if (!response.ok) throw new Error(`${method}: HTTP ${response.status}`);
-    const answer = parseRpcJson<{ result?: T; error?: RpcError }>(await response.text());
-    if (answer.error) throw new SolanaRpcError(method, answer.error);
-    return answer.result as T;
-  }
-
-  // -------------------------------------------------------------------------
-  // Reading the chain
-  // -------------------------------------------------------------------------
-
-  async head(): Promise<ChainHead> {
+  /** At a head read: the priority price asked again once it is older than PRIORITY_PRICE_MS. */
+  refreshIfStale(): void {
     if (Date.now() - this.priorityPrice.at > PRIORITY_PRICE_MS) void this.refreshPriorityPrice().catch(() => undefined);
-    const [latest, finalized] = await Promise.all([
-      this.call<{ context: { slot: number }; value: { blockhash: string } }>('getLatestBlockhash', [
-        { commitment: 'confirmed' },
-      ]),
-      this.call<number>('getSlot', [{ commitment: 'finalized' }]),
-    ]);
-    return { height: latest.context.slot, hash: latest.value.blockhash, finalized };
-  }
-
-  /**
-   * A block at the confirmed commitment with as much detail as asked ("none":
-   * its hash and parent only), or undefined when this node does not serve it
-   * now: -32004 is what agave's rpc.rs (`get_block`) answers both for a slot
-   * above the node's confirmed bank (a lagging backend) and for a skipped
-   * slot not yet below the root, so it proves nothing.
-   */
-  private async rpcBlock<Details extends 'accounts' | 'none'>(
-    slot: number,
-    details: Details,
-  ): Promise<(Details extends 'accounts' ? RpcAccountsBlock : RpcBlockHeader) | undefined> {
-    try {
-      return await this.call('getBlock', [
-        slot,
-        {
-          commitment: 'confirmed',
-          encoding: 'json',
-          transactionDetails: details,
-          rewards: false,
-          maxSupportedTransactionVersion: 0,
-        },
-      ]);
-    } catch (error) {
-      if (error instanceof SolanaRpcError && NOT_SERVED.includes(error.error.code)) {
-        // The listing said it holds a block: ask again for the list next time.
-        this.listing = undefined;
-        return undefined;
-      }
-      throw error;
-    }
-  }
-
-  /**
-   * The slots from `slot` on that hold a block on the node's confirmed chain
-   * (getBlocks: agave lists the rooted slots, then the confirmed bank's
-   * ancestors), as far as it has confirmed; empty when it has not confirmed a
-   * block at or after `slot` yet. Any slot in between that the list leaves
-   * out is skipped on that chain: a confirmed block's ancestors are all
-   * listed. One call serves a run of slots read forward; a slot at or below
-   * one already answered (the watcher's hash check) lists again, so that a
-   * fork is seen.
-   */
-  private listing?: { produced: number[]; answered: number };
-  private async producedFrom(slot: number): Promise<number[]> {
-    const listed = this.listing;
-    const last = listed?.produced.at(-1);
-    if (listed && last !== undefined && slot > listed.answered && slot <= last) {
-      listed.answered = slot;
-      return listed.produced.filter((s) => s >= slot);
-    }
-    const produced = await this.call<number[]>('getBlocks', [
-      slot,
-      slot + SLOTS_LISTED - 1,
-      { commitment: 'confirmed' },
-    ]);
-    this.listing = { produced, answered: slot };
-    return produced;
-  }
-
-  /** Full blocks being fetched ahead of the watcher's reads, by slot; each is taken once. */
-  private readonly fetching = new Map<number, Promise<RpcAccountsBlock | undefined>>();
-  private blockWithAccounts(slot: number): Promise<RpcAccountsBlock | undefined> {
-    let read = this.fetching.get(slot);
-    if (!read) {
-      read = this.rpcBlock(slot, 'accounts');
-      read.catch(() => this.fetching.delete(slot));
-      this.fetching.set(slot, read);
-    }
-    return read;
-  }
-
-  async block(slot: number): Promise<ChainBlock | undefined> {
-    const produced = await this.producedFrom(slot);
-    const next = produced[0];
-    // The node has not confirmed a block at or after it: not decided yet.
-    if (next === undefined) return undefined;
-    if (next > slot) {
-      // A skipped slot carries the hash of the last block before it, which
-      // the next produced block names as its parent.
-      const successor = await this.rpcBlock(next, 'none');
-      if (!successor) return undefined;
-      const parent = successor.previousBlockhash;
-      const time = new Date((successor.blockTime ?? 0) * 1000);
-      return { height: slot, hash: parent, parentHash: parent, timestamp: time, transfers: [] };
-    }
-    // Read again (the watcher's hash check): the header tells whether it is the same block.
-    const known = this.recentBlocks.get(slot);
-    if (known) {
-      const header = await this.rpcBlock(slot, 'none');
-      if (!header) return undefined;
-      if (header.blockhash === known.hash) return known;
-    }
-    // The next few produced slots are fetched meanwhile: the watcher asks for them next.
-    for (const ahead of produced.slice(1, BLOCKS_IN_FLIGHT)) void this.blockWithAccounts(ahead).catch(() => undefined);
-    const read = await this.blockWithAccounts(slot);
-    for (const fetched of this.fetching.keys()) if (fetched <= slot) this.fetching.delete(fetched);
-    if (!read) return undefined;
-    const parsed: ChainBlock = {
-      height: slot,
-      hash: read.blockhash,
-      parentHash: read.previousBlockhash,
-      timestamp: new Date((read.blockTime ?? 0) * 1000),
-      transfers: parseSolanaBlock(read, this.tokens),
-    };
-    this.recentBlocks.set(slot, parsed);
-    while (this.recentBlocks.size > 16) this.recentBlocks.delete(this.recentBlocks.keys().next().value!);
-    return parsed;
-  }
-
-  onNewBlock(listener: () => void): () => void {
-    return this.poller.onNewBlock(listener);
   }
 
   /** Lamports of an address, or base units of a token in every account of its mint the address owns. */
@@ -641,7 +205,7 @@ export class SolanaChain implements ChainAdapter {
       const accounts = await this.depositTokenAccounts(new PublicKey(address), new PublicKey(this.tokenOf(token).mint));
       return accounts.reduce((sum, a) => sum + a.amount, 0n);
     }
-    const answer = await this.call<{ value: Integer }>('getBalance', [address, { commitment: 'confirmed' }]);
+    const answer = await this.node.rpc<{ value: Integer }>('getBalance', [address, { commitment: 'confirmed' }]);
     return toBigInt(answer.value);
   }
 
@@ -689,7 +253,7 @@ export class SolanaChain implements ChainAdapter {
    * cannot sign either.
    */
   async receivingProblem(address: string): Promise<string | undefined> {
-    const { value } = await this.call<{
+    const { value } = await this.node.rpc<{
       value: { owner: string; executable: boolean; space?: number; data: [string, string] } | null;
     }>('getAccountInfo', [
       address,
@@ -741,7 +305,7 @@ export class SolanaChain implements ChainAdapter {
         ? await this.solSweep(deposit.publicKey, transfer)
         : await this.tokenSweep(deposit.publicKey, transfer);
     // A blockhash of a finalized block: no fork can make it unknown while it is valid.
-    const { value } = await this.call<{ value: { blockhash: string; lastValidBlockHeight: number } }>(
+    const { value } = await this.node.rpc<{ value: { blockhash: string; lastValidBlockHeight: number } }>(
       'getLatestBlockhash',
       [{ commitment: 'finalized' }],
     );
@@ -828,7 +392,7 @@ export class SolanaChain implements ChainAdapter {
   /** The least a System account with no data may hold (890,880 lamports on mainnet today), asked once. */
   private rentExempt?: Promise<bigint>;
   private rentExemptMinimum(): Promise<bigint> {
-    this.rentExempt ??= this.call<Integer>('getMinimumBalanceForRentExemption', [0]).then(toBigInt, (error) => {
+    this.rentExempt ??= this.node.rpc<Integer>('getMinimumBalanceForRentExemption', [0]).then(toBigInt, (error) => {
       this.rentExempt = undefined; // asked again next time
       throw error;
     });
@@ -845,7 +409,7 @@ export class SolanaChain implements ChainAdapter {
     mint: PublicKey,
     at: { commitment: 'confirmed' | 'finalized'; minContextSlot?: number } = { commitment: 'confirmed' },
   ) {
-    const { value } = await this.call<{ value: { pubkey: string; account: { data: [string, string] } }[] }>(
+    const { value } = await this.node.rpc<{ value: { pubkey: string; account: { data: [string, string] } }[] }>(
       'getTokenAccountsByOwner',
       [deposit.toBase58(), { mint: mint.toBase58() }, { ...at, encoding: 'base64' }],
     );
@@ -916,11 +480,9 @@ export class SolanaChain implements ChainAdapter {
 
   async broadcast(prepared: PreparedTransaction): Promise<void> {
     const record = JSON.parse(prepared.raw) as SweepRecord;
-    // Sent again once final (the payout engine does so before completing): nothing left to do or ask.
-    if (this.finalSignatures.has(prepared.txHash)) return;
     if (landed(await this.signatureStatus(prepared.txHash))) return;
     try {
-      await this.call<string>('sendTransaction', [
+      await this.node.rpc<string>('sendTransaction', [
         record.transaction,
         { encoding: 'base64', preflightCommitment: 'confirmed', maxRetries: 0 },
       ]);
@@ -941,20 +503,11 @@ export class SolanaChain implements ChainAdapter {
 
   /** The signature's status, history searched; a failed transaction (fee taken, nothing moved) is refused. */
   private async signatureStatus(signature: string): Promise<SignatureStatus | undefined> {
-    const { value } = await this.signatureStatuses([signature]);
+    const { value } = await this.node.signatureStatuses([signature]);
     const status = value[0];
     if (status?.err != null)
       throw new TransactionRejectedError(`${signature} failed on chain: ${JSON.stringify(status.err)}`);
     return status;
-  }
-
-  /** Statuses of at most MAX_SIGNATURE_STATUSES signatures, history searched, with the slot the answering backend had seen. */
-  private async signatureStatuses(signatures: readonly string[]) {
-    const answer = await this.call<{ context: { slot: number }; value: (SignatureStatus | null)[] }>(
-      'getSignatureStatuses',
-      [signatures, { searchTransactionHistory: true }],
-    );
-    return { slot: answer.context.slot, value: answer.value.map((status) => status ?? undefined) };
   }
 
   /**
@@ -977,13 +530,13 @@ export class SolanaChain implements ChainAdapter {
    * operator's to decide.
    */
   private async refuseIfExpired(signature: string, record: SweepRecord): Promise<void> {
-    const { context, value } = await this.call<{
+    const { context, value } = await this.node.rpc<{
       context: { slot: number };
       value: { lastValidBlockHeight: number };
     }>('getLatestBlockhash', [{ commitment: 'finalized' }]);
     const finalizedHeight = value.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS;
     if (finalizedHeight <= record.lastValidBlockHeight) return;
-    const statuses = await this.signatureStatuses([signature]);
+    const statuses = await this.node.signatureStatuses([signature]);
     if (statuses.value[0]?.err != null)
       throw new TransactionRejectedError(`${signature} failed on chain: ${JSON.stringify(statuses.value[0].err)}`);
     if (statuses.slot < context.slot || statuses.value[0]) return;
@@ -1004,77 +557,10 @@ export class SolanaChain implements ChainAdapter {
   private async depositHeld(deposit: NonNullable<SweepRecord['deposit']>, slot: number): Promise<bigint> {
     const at = { commitment: 'finalized', minContextSlot: slot } as const;
     if (!deposit.mint) {
-      const answer = await this.call<{ value: Integer }>('getBalance', [deposit.address, at]);
+      const answer = await this.node.rpc<{ value: Integer }>('getBalance', [deposit.address, at]);
       return toBigInt(answer.value);
     }
     const accounts = await this.depositTokenAccounts(new PublicKey(deposit.address), new PublicKey(deposit.mint), at);
     return accounts.reduce((sum, a) => sum + a.amount, 0n);
   }
-
-  async transactionStatus(txHash: string): Promise<TransactionStatus | undefined> {
-    return (await this.transactionStatuses([txHash])).get(txHash);
-  }
-
-  /**
-   * Many sweeps' statuses for the price of one: one getSignatureStatuses per
-   * 256 signatures, and the head once, however many sweeps are open.
-   */
-  async transactionStatuses(signatures: readonly string[]): Promise<Map<string, TransactionStatus | undefined>> {
-    const found: [string, SignatureStatus][] = [];
-    for (let at = 0; at < signatures.length; at += MAX_SIGNATURE_STATUSES) {
-      const chunk = signatures.slice(at, at + MAX_SIGNATURE_STATUSES);
-      const { value } = await this.signatureStatuses(chunk);
-      // A failed transaction moved nothing: it is not the payout (broadcast then reports it refused).
-      // Processed only: a minority fork can still drop it.
-      chunk.forEach((signature, i) => {
-        const status = value[i];
-        if (status?.err == null && landed(status)) found.push([signature, status]);
-      });
-    }
-    const statuses = new Map<string, TransactionStatus | undefined>(signatures.map((s) => [s, undefined]));
-    if (found.length === 0) return statuses;
-    const head = await this.head();
-    const required = this.options.confirmations ?? 32;
-    for (const [signature, status] of found) {
-      const depth = head.height - status.slot + 1;
-      const final = status.confirmationStatus === 'finalized' || status.slot <= (head.finalized ?? -1);
-      if (final) this.rememberFinal(signature);
-      statuses.set(signature, {
-        blockNumber: status.slot,
-        confirmations: final ? depth : Math.min(depth, Math.max(0, required - 1)),
-      });
-    }
-    return statuses;
-  }
-
-  /** Signatures seen finalized, oldest first (bounded): a finalized transaction is never undone. */
-  private readonly finalSignatures = new Set<string>();
-  private rememberFinal(signature: string) {
-    this.finalSignatures.add(signature);
-    while (this.finalSignatures.size > FINAL_SIGNATURES_KEPT)
-      this.finalSignatures.delete(this.finalSignatures.values().next().value!);
-  }
-}
-
-/** Solana's adapter when it is enabled and has an RPC URL, opened (and its cluster checked). */
-export async function openSolanaChain(
-  settings: {
-    chains: readonly ChainName[];
-    chainRpcUrls: Partial<Record<ChainName, string>>;
-    solana: { cluster: string; tokens: SolanaToken[] | undefined; treasury: string | undefined } | undefined;
-    requiredConfirmations: Record<ChainName, number>;
-  },
-  keyring: SolanaChainOptions['keyring'],
-): Promise<SolanaChain | undefined> {
-  const rpcUrl = settings.chainRpcUrls.solana;
-  const solana = settings.solana;
-  if (!rpcUrl || !solana || !settings.chains.includes('solana')) return undefined;
-  return SolanaChain.open({
-    rpcUrl,
-    keyring,
-    cluster: solana.cluster,
-    confirmations: settings.requiredConfirmations.solana,
-    ...(solana.tokens && { tokens: solana.tokens }),
-    ...(solana.treasury && { treasury: solana.treasury }),
-  });
 }

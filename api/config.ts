@@ -26,7 +26,7 @@ export interface Config {
   evm: Partial<Record<ChainName, EvmChainSettings>>;
   /** Tron's settings when it has an RPC URL (adapters/chains/tron.ts). */
   tron: TronChainSettings | undefined;
-  /** Solana's settings when it has an RPC URL (adapters/chains/solana.ts). */
+  /** Solana's settings when it has an RPC URL (adapters/chains/solana/index.ts). */
   solana: SolanaChainSettings | undefined;
   /** Bitcoin's network (deposit addresses follow it) and node settings (adapters/chains/bitcoin.ts). */
   bitcoin: BitcoinChainSettings;

@@ -8,7 +8,7 @@ import { secretSealer } from '../adapters/secrets.ts';
 import { HttpError } from './errors.ts';
 import type { EvmChain } from '../adapters/chains/evm/index.ts';
 import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
-import type { SolanaChain } from '../adapters/chains/solana.ts';
+import type { SolanaChain } from '../adapters/chains/solana/index.ts';
 import type { TronChain } from '../adapters/chains/tron.ts';
 import type { BitcoinChain } from '../adapters/chains/bitcoin.ts';
 import { formatUnits } from '../domain/money.ts';
@@ -148,7 +148,7 @@ export async function startService(
       : undefined;
     if (bitcoin) nodeChains.set('bitcoin', bitcoin);
     const solana = hasNode('solana')
-      ? await (await import('../adapters/chains/solana.ts')).openSolanaChain(config, keyring)
+      ? await (await import('../adapters/chains/solana/index.ts')).openSolanaChain(config, keyring)
       : undefined;
     if (solana) nodeChains.set('solana', solana);
   } catch (error) {

@@ -40,6 +40,7 @@ import {
   settlementDecider,
   settlementIdOf,
   settlementStreamName,
+  unpaidHoldsOf,
   type PayoutSource,
   type RefundCoins,
 } from '../domain/settlement.ts';
@@ -265,7 +266,7 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  * settlement is not prepared, a wrong-token payment included). Undefined
  * when it does not (already being paid out, another address, no settlement,
  * or on a chain whose payouts spend coins whole another refund from the
- * deposit on its way).
+ * deposit on its way), or when the chain says the deposit cannot pay it.
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
   const { store, clock } = deps;
@@ -280,12 +281,25 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
   );
   // Paid to more than one address: no one deposit holds it all.
   if (paidTo.size !== 1) return undefined;
+  const fromAddress = [...paidTo][0]!;
+  const chain = deps.chains.get(refund.chain as ChainName);
+  const holding = settlement.refundHolds.some((h) => h.refundId === refund.id);
+  // The chain's own rule for what a payer must keep (Solana: 0 or the rent-exempt minimum, else the runtime refuses
+  // it at every retry): a deposit that cannot pay by it leaves the refund to the refund wallet, and the settlement,
+  // never held, pays out the whole deposit un-repriced. The merchant ends with what a deposit refund would have left
+  // and every lamport has an owner; re-pricing instead, and sweeping the rest in the refund's transaction, would tie
+  // the customer's refund to the merchant's wallet (a new one refuses less than the minimum too). A hold already
+  // taken (a crash before the approval was recorded) is kept: its settlement waits for it.
+  if (!holding && chain?.canPay) {
+    const owed = refund.amount + unpaidHoldsOf(settlement, refund.token, refund.id);
+    if (!(await chain.canPay(fromAddress, refund.token, owed))) return undefined;
+  }
   try {
     await handleCommand(store, settlementDecider, stream, {
       type: 'HoldForRefund',
       refundId: refund.id,
       token: refund.token,
-      fromAddress: [...paidTo][0]!,
+      fromAddress,
       amount: refund.amount,
       ...(deps.chains.get(refund.chain as ChainName)?.spendsCoinsWhole && { oneAtATime: true }),
       now: clock.now().toISOString(),

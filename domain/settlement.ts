@@ -332,6 +332,12 @@ const REVERSED = 'The payments of this settlement were withdrawn by a reorganisa
 const heldForRefunds = (s: Settlement) =>
   s.refundHolds.reduce((sum, h) => (h.token === undefined ? sum + h.amount : sum), 0n);
 
+/** What refunds from the deposit, other than `refundId`, still have to take of `token`: on the chain, it is still there. */
+export const unpaidHoldsOf = (s: Settlement, token: string, refundId: string) =>
+  s.refundHolds
+    .filter((h) => !h.paid && h.refundId !== refundId && (h.token ?? s.token) === token)
+    .reduce((sum, h) => sum + h.amount, 0n);
+
 /** A refund from the deposit is on its way: the settlement waits for it. */
 export const waitsForRefund = (s: Settlement) => s.refundHolds.some((h) => !h.paid);
 

@@ -10,7 +10,7 @@ import { TOKEN_PROGRAM_ID, createCloseAccountInstruction, getAssociatedTokenAddr
 import bs58 from 'bs58';
 import { derivePath } from 'ed25519-hd-key';
 import { mnemonicToSeedSync } from '@scure/bip39';
-import { parseRpcJson, parseSolanaBlock, SolanaChain, TOKEN_INDEX_OFFSET } from '../adapters/chains/solana.ts';
+import { parseRpcJson, parseSolanaBlock, SolanaChain, TOKEN_INDEX_OFFSET } from '../adapters/chains/solana/index.ts';
 import { PayoutRefusedError, TransactionRejectedError } from '../adapters/chains/port.ts';
 import { DepositKeyring, solanaServiceWalletPaths } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
@@ -619,6 +619,58 @@ describe('the Solana adapter', () => {
       node.lagging = false;
     }
     assert.deepEqual(node.paymentsTo(merchant), [{ signature: sweep.txHash, amount: 40_000_000n }]);
+  });
+
+  /** A refund wallet (derived like a deposit) holding 50,000,000 lamports, and its refunds of 0.01 SOL to one customer. */
+  async function refundWallet(index: number) {
+    const wallet = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, wallet, 50_000_000n);
+    await node.mine();
+    const customer = Keypair.generate().publicKey.toBase58();
+    const refund = (attempt: number) =>
+      chain.prepareTransfer({
+        from: { address: wallet, derivationIndex: index },
+        to: customer,
+        token: 'SOL',
+        amount: 9_990_000n,
+        reference: `refund/r${index}/${attempt}/${customer}/9990000`,
+        fees: { platform: 0n, network: 10_000n },
+        payout: 'refund',
+      });
+    return { wallet, customer, refund };
+  }
+
+  it('replaces an expired refund whose payer the merchant funded again meanwhile: the customer is paid once', async () => {
+    const { wallet, customer, refund } = await refundWallet(43);
+    const first = await refund(1);
+    // Never sent (the process died before); meanwhile the merchant funds the refund wallet again.
+    await node.sendSol(payer, wallet, 5_000_000n);
+    await node.mine(200);
+    // Past its last valid height, unknown to the status cache that covers every block it could have landed in.
+    await assert.rejects(chain.broadcast(first), TransactionRejectedError);
+    const second = await refund(2);
+    await chain.broadcast(second);
+    await node.mine();
+    assert.equal(node.findTransaction(first.txHash), undefined);
+    assert.deepEqual(node.paymentsTo(customer), [{ signature: second.txHash, amount: 9_990_000n }]);
+    assert.equal(await node.balance(wallet), 55_000_000n - 10_000_000n);
+  });
+
+  it('never replaces a landed refund past the status cache of a node without history, its payer moved since', async () => {
+    const { wallet, customer, refund } = await refundWallet(44);
+    const landed = await refund(1);
+    await chain.broadcast(landed);
+    await node.mine();
+    await node.sendSol(payer, wallet, 5_000_000n);
+    await node.mine(400);
+    // Such a node knows no signature older than its status cache: "unknown" proves nothing, and the balance moved.
+    node.transactionHistory = false;
+    try {
+      await assert.rejects(chain.broadcast(landed), (error: Error) => !(error instanceof TransactionRejectedError));
+    } finally {
+      node.transactionHistory = true;
+    }
+    assert.deepEqual(node.paymentsTo(customer), [{ signature: landed.txHash, amount: 9_990_000n }]);
   });
 
   it('counts a sweep as on the chain only once confirmed: processed is not enough', async () => {

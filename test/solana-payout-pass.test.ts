@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Keypair } from '@solana/web3.js';
 import bs58 from 'bs58';
-import { MAX_SIGNATURE_STATUSES, SolanaChain } from '../adapters/chains/solana.ts';
+import { MAX_SIGNATURE_STATUSES, SolanaChain } from '../adapters/chains/solana/index.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { loadState } from '../commands/handle.ts';
 import { SettlementPayouts } from '../commands/settlements.ts';

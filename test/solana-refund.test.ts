@@ -47,6 +47,9 @@ describe('refunds paid on the Solana test node', () => {
   after(() => stopSolanaService(node, svc));
 
   const newWallet = () => Keypair.generate().publicKey.toBase58();
+  /** Lamports as a decimal string of SOL, as the API takes amounts. */
+  const sol = (lamports: bigint) =>
+    `${lamports / 1_000_000_000n}.${(lamports % 1_000_000_000n).toString().padStart(9, '0')}`;
   const tokenAccount = (owner: string, symbol: string) => node.tokenAccount(owner, symbol).toBase58();
 
   /** The node's rent-exempt minimum of an account with no data (the runtime's, as the adapter asks it). */
@@ -170,6 +173,42 @@ describe('refunds paid on the Solana test node', () => {
 
     await settlesTheRest(merchant.id, key, p.paymentId, { received, refunded: amount, token: 'SOL' });
     assert.equal(await node.balance(p.address), 0n, 'the settlement took the rest whole');
+  });
+
+  it('a SOL refund that would leave its deposit under the rent-exempt minimum is paid from the refund wallet; the settlement pays the whole deposit', async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await flow.invoice(key, undefined, '25');
+    const received = baseUnits(p.cryptoAmount, 9);
+    await node.sendSol(payer, p.address, received);
+    await node.mine();
+    await flow.confirmed(p.paymentId, key);
+
+    // All but half the minimum: from the deposit, the runtime would refuse it at every retry (a rent-paying account).
+    const amount = received - (await rentExemptMinimum()) / 2n;
+    const customer = newWallet();
+    const approved = await flow.refund(key, p.paymentId, { amount: sol(amount), destination: customer });
+    assert.equal(approved.fundedFrom, 'refund_wallet', JSON.stringify(approved));
+    assert.equal(approved.status, 'awaiting_funds');
+    const wallet = (await flow.refundWallets(key)).find((w) => w.chain === 'solana')!;
+    await node.sendSol(payer, wallet.address, amount);
+    await node.mine();
+
+    const done = await flow.completed(approved.id, key);
+    const net = baseUnits(done.netAmount, 9);
+    const networkFee = baseUnits(done.networkFee, 9);
+    assert.equal(baseUnits(done.amount, 9), amount);
+    const tx = await payout(done.transactionHash);
+    assert.deepEqual(tx.moves, [
+      { sol: net, from: wallet.address, to: customer },
+      { sol: networkFee, from: wallet.address, to: feeWallet },
+    ]);
+    assert.equal(await node.balance(customer), net);
+    assert.equal(await node.balance(wallet.address), 0n, 'the refund wallet paid exactly the amount');
+    assert.equal(await node.balance(p.address), received, 'the deposit gave nothing to the refund');
+
+    // Not held, not re-priced: the merchant gets all received less the platform fee and the sweep's fee.
+    await settlesTheRest(merchant.id, key, p.paymentId, { received, refunded: 0n, token: 'SOL' });
+    assert.equal(await node.balance(p.address), 0n, 'the settlement took the deposit whole');
   });
 
   it("a USDT overpayment's excess is paid from the deposit's two token accounts; the settlement then pays the rest", async () => {

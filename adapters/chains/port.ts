@@ -259,7 +259,8 @@ export interface ChainAdapter {
   /**
    * Whether `address` can pay out `amount` of `token` now, `amount` being all
    * it gives up (a refund's network fee is in it where the payer pays it): a
-   * refund wallet that cannot waits in `awaiting_funds`. Without it, holding
+   * refund wallet that cannot waits in `awaiting_funds`; a deposit that
+   * cannot leaves the refund to the refund wallet. Without it, holding
    * `amount` is enough (see `canPay`). Solana: a System account left neither
    * empty nor rent-exempt is refused by the runtime, so it must hold `amount`
    * exactly or `amount` plus the rent-exempt minimum.

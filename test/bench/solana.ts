@@ -15,7 +15,7 @@ import { randomBytes } from 'node:crypto';
 import { Keypair } from '@solana/web3.js';
 import bs58 from 'bs58';
 import { sql } from 'kysely';
-import { SolanaChain } from '../../adapters/chains/solana.ts';
+import { SolanaChain } from '../../adapters/chains/solana/index.ts';
 import { systemClock } from '../../adapters/clock.ts';
 import { SqlEventStore } from '../../adapters/event-store/sql.ts';
 import { DepositKeyring, generateMnemonic } from '../../adapters/keys/derivation.ts';

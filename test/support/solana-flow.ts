@@ -2,7 +2,7 @@
 // catalogue's USDT and USDC mints, and the service's environment for it.
 import { randomUUID } from 'node:crypto';
 import { Keypair } from '@solana/web3.js';
-import type { SolanaChain } from '../../adapters/chains/solana.ts';
+import type { SolanaChain } from '../../adapters/chains/solana/index.ts';
 import type { EventStore } from '../../adapters/event-store/port.ts';
 import type { DepositKeyring } from '../../adapters/keys/derivation.ts';
 import type { Clock } from '../../adapters/clock.ts';

@@ -60,14 +60,18 @@ import {
   type RpcBlock,
   type RpcTokenBalance,
   type RpcTransaction,
-} from '../../adapters/chains/solana.ts';
+} from '../../adapters/chains/solana/index.ts';
 
 /** Mainnet-beta's genesis hash: the node says it serves mainnet unless told otherwise. */
 export const MAINNET_GENESIS = '5eykt4UsFv8P8NJdTREpY1vzqKqZKvdpKuc147dw2N9d';
 /** A blockhash is valid for this many blocks after its own (MAX_PROCESSING_AGE). */
 const MAX_BLOCKHASH_AGE = 150;
-/** Blocks whose transactions the status cache still answers for (runtime status_cache.rs, MAX_CACHE_ENTRIES). */
-const STATUS_CACHE_SLOTS = 300;
+/**
+ * Rooted blocks whose transactions the status cache still answers for, with
+ * the unrooted ones (runtime status_cache.rs, MAX_CACHE_ENTRIES; purge_roots
+ * drops the oldest root past it: roots are blocks, skipped slots count not).
+ */
+const STATUS_CACHE_ROOTS = 300;
 /** How far behind a lagging backend is: providers keep backends up to 128 slots behind in rotation. */
 const LAGGING_SLOTS = 40;
 /** getBlocks' widest range (rpc-client-api request.rs). */
@@ -147,6 +151,13 @@ export class SolanaTestNode {
    * transactions, and whose balances are as they were there.
    */
   lagging = false;
+  /**
+   * Whether the node keeps transaction history (`--enable-rpc-transaction-history`):
+   * without it, getSignatureStatuses answers from the status cache alone,
+   * searchTransactionHistory or not (agave rpc.rs get_signature_statuses:
+   * the blockstore is searched only when `enable_rpc_transaction_history`).
+   */
+  transactionHistory = true;
   /**
    * What other users pay per compute unit now, in micro-lamports: each block
    * sealed meanwhile reports it as its lowest landed fee
@@ -813,7 +824,7 @@ export class SolanaTestNode {
       }
       case 'getSignatureStatuses': {
         // agave rpc/src/rpc.rs, get_signature_statuses: the processed bank's
-        // status cache first (the last 300 slots: processed, confirmed or
+        // status cache first (the last 300 roots and what is above them: processed, confirmed or
         // finalized, get_transaction_status); then, with
         // searchTransactionHistory only, the blockstore's rooted statuses
         // (finalized). A backend knows only what it has processed.
@@ -836,8 +847,10 @@ export class SolanaTestNode {
             (b) => b.slot <= tip.slot && b.transactions.some((t) => t.transaction.signatures[0] === signature),
           );
           if (!block) return null;
-          const cached = block.slot > tip.slot - STATUS_CACHE_SLOTS;
-          if (!cached && !searchTransactionHistory) return null;
+          const cached =
+            block.slot > root ||
+            this.blocks.filter((b) => b.slot >= block.slot && b.slot <= root).length <= STATUS_CACHE_ROOTS;
+          if (!cached && !(searchTransactionHistory && this.transactionHistory)) return null;
           const final = block.slot <= root;
           return {
             slot: block.slot,

@@ -9,7 +9,7 @@ import { CompiledQuery } from 'kysely';
 import type { ChainAdapter, OutgoingTransfer, PreparedTransaction } from '../adapters/chains/port.ts';
 import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
-import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
+import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
 import { handleCommand, loadState } from '../commands/handle.ts';
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
 import { SettlementPayouts, settlementManager } from '../commands/settlements.ts';
@@ -19,6 +19,7 @@ import { settlementDecider, settlementIdOf, settlementStreamName } from '../doma
 import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../projections/schema.ts';
 import { freshPostgres } from './support/postgres.ts';
+import { startCutProxy } from './support/pg-cut-proxy.ts';
 
 const WALLET_A = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
 const WALLET_B = 'TJRabPrwbZy45sbavfcjinPJC18kjpRTv8';
@@ -270,6 +271,33 @@ const databases: [name: string, open: (() => Promise<SqlDatabase>) | undefined][
 for (const [name, open] of databases) {
   describe(`payout engines of two instances on ${name}`, () => {
     after(() => (open ? postgres?.drop() : undefined));
+
+    if (open && postgres) {
+      it('count a lease lost when its session stops answering, before PostgreSQL frees it', async (t) => {
+        const proxy = await startCutProxy(postgres.url);
+        const holder = await openPostgres(proxy.url);
+        const other = await postgres.open();
+        t.after(async () => {
+          await proxy.close();
+          await holder.close();
+          await other.close();
+        });
+        const lease = await holder.tryAdvisoryLock('payouts:heartbeat');
+        assert.ok(lease);
+        const started = Date.now();
+        proxy.freeze(); // no socket closes: only the holder's questions go unanswered
+        await until(async () => lease.lost.aborted, 15_000);
+        assert.ok(Date.now() - started <= 11_000, `lost after ${Date.now() - started} ms`);
+        // PostgreSQL still holds it for the silent session; once that ends, another takes it.
+        assert.equal(await other.tryAdvisoryLock('payouts:heartbeat'), undefined);
+        await proxy.close();
+        await until(async () => {
+          const taken = await other.tryAdvisoryLock('payouts:heartbeat');
+          await taken?.release();
+          return taken !== undefined;
+        }, 10_000);
+      });
+    }
 
     it("let one at a time pay a chain's payouts: each prepared once, sent by one", async (t) => {
       const h = await harness({ ...(open && { open }) });

@@ -28,10 +28,10 @@ export interface SqlDatabase {
   /**
    * Takes the session-level advisory lock `key` if it can be taken now, and
    * keeps it until `release()`; undefined when another session holds it.
-   * `lost` aborts when the lock's session ended or stopped answering, which
-   * the holder notices before PostgreSQL lets another session take the lock
-   * (see LOCK_SESSION): a holder that checks `lost` before each step never
-   * overlaps with the next holder by more than that margin.
+   * `lost` aborts when the lock's session ended, or stopped answering: then
+   * at least 15 s before PostgreSQL lets another session take the lock (see
+   * LOCK_SESSION), so a holder that checks it before each step has stopped
+   * by then, but for a step already under way.
    */
   tryAdvisoryLock(key: string): Promise<AdvisoryLock | undefined>;
   /**
@@ -145,7 +145,7 @@ export async function openPostgres(
     // A session that stops answering counts as lost at once: PostgreSQL ends
     // it, and frees the lock for another, only once its keepalives fail, later.
     heartbeat = setInterval(() => {
-      const late = setTimeout(() => void release(), LOCK_SESSION.answerWithinMs);
+      const late = setTimeout(() => void release(), LOCK_SESSION.answerWithinMs).unref();
       client.query('select 1').then(
         () => clearTimeout(late),
         () => void release(),

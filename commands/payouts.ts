@@ -20,7 +20,7 @@ import {
 import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
 import type { RecordedEvent } from '../adapters/event-store/port.ts';
-import type { SqlDatabase } from '../adapters/sql/database.ts';
+import type { AdvisoryLock, SqlDatabase } from '../adapters/sql/database.ts';
 import { ddl, migrate } from '../adapters/sql/migrate.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import type { MerchantEvent } from '../domain/merchant.ts';
@@ -233,13 +233,25 @@ const LOOK_BACKOFF_MS = [2_000, 10_000, 30_000, 60_000, 5 * 60_000];
 export interface PayoutEngineOptions extends PeriodicOptions {
   /** Payouts looked at per pass, per chain. */
   batch?: number;
+  /** How long a chain's payouts wait after another instance was found paying them before this one asks again. */
+  leaseRetryMs?: number;
 }
 
+/**
+ * Pays out what is due, each chain's payouts in one instance at a time: an
+ * instance looks at a chain's payouts only while it holds that chain's lease
+ * (a session-level advisory lock, docs/operations.md), since two at once
+ * could prepare one payout twice, or give two refunds from one refund wallet
+ * the same coin (each choosing before the other's record is written).
+ */
 export class PayoutEngine extends Periodic {
   private readonly db: Kysely<QueueTables>;
+  private readonly leases = new Map<ChainName, AdvisoryLock>();
+  /** When, by the wall clock, to ask again for a chain's lease another instance held. */
+  private readonly askAgainAt = new Map<ChainName, number>();
 
   constructor(
-    database: SqlDatabase,
+    private readonly database: SqlDatabase,
     private readonly kinds: readonly PayoutKind[],
     private readonly chains: readonly ChainName[],
     private readonly clock: Clock,
@@ -254,6 +266,8 @@ export class PayoutEngine extends Periodic {
     const limit = this.options.batch ?? 50;
     const looked = await Promise.all(
       this.chains.map(async (chain) => {
+        const lease = await this.leaseOn(chain);
+        if (!lease) return 0;
         const due = await this.db
           .selectFrom('payout_queue')
           .select(['payout_id', 'kind', 'looks', 'version'])
@@ -264,11 +278,40 @@ export class PayoutEngine extends Periodic {
           .limit(limit)
           .execute();
         await this.beforeLooks(due);
-        for (const row of due) await this.look(row);
-        return due.length;
+        let done = 0;
+        for (const row of due) {
+          // Lost (its session dropped or stopped answering): another instance may be paying these now.
+          if (lease.lost.aborted) break;
+          await this.look(row);
+          done++;
+        }
+        return done;
       }),
     );
     return looked.reduce((a, b) => a + b, 0);
+  }
+
+  /** Stops after the pass under way, and gives up the leases for another instance to take at once. */
+  override async stop(): Promise<void> {
+    await super.stop();
+    const held = [...this.leases.values()];
+    this.leases.clear();
+    await Promise.all(held.map((lease) => lease.release()));
+  }
+
+  /** This instance's lease on `chain`'s payouts, kept from pass to pass; undefined while another holds it. */
+  private async leaseOn(chain: ChainName): Promise<AdvisoryLock | undefined> {
+    const held = this.leases.get(chain);
+    if (held && !held.lost.aborted) return held;
+    if (held) {
+      this.leases.delete(chain);
+      await held.release();
+    }
+    if ((this.askAgainAt.get(chain) ?? 0) > Date.now()) return undefined;
+    const lease = await this.database.tryAdvisoryLock(`payouts:${chain}`);
+    if (lease) this.leases.set(chain, lease);
+    else this.askAgainAt.set(chain, Date.now() + (this.options.leaseRetryMs ?? 5_000));
+    return lease;
   }
 
   /** Tells each kind which of its payouts the looks that follow are for. */

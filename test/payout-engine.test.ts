@@ -5,10 +5,11 @@
 import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, describe, it } from 'node:test';
-import type { ChainAdapter, OutgoingTransfer } from '../adapters/chains/port.ts';
+import { CompiledQuery } from 'kysely';
+import type { ChainAdapter, OutgoingTransfer, PreparedTransaction } from '../adapters/chains/port.ts';
 import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
-import { openPglite, type SqlDatabase } from '../adapters/sql/database.ts';
+import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
 import { handleCommand, loadState } from '../commands/handle.ts';
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
 import { SettlementPayouts, settlementManager } from '../commands/settlements.ts';
@@ -17,16 +18,21 @@ import { merchantDecider, merchantStream } from '../domain/merchant.ts';
 import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
 import { ProjectionEngine } from '../adapters/event-store/followers.ts';
 import { readModelMigrations } from '../projections/schema.ts';
+import { freshPostgres } from './support/postgres.ts';
+import { startCutProxy } from './support/pg-cut-proxy.ts';
 
 const WALLET_A = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
 const WALLET_B = 'TJRabPrwbZy45sbavfcjinPJC18kjpRTv8';
 
-async function harness(options: { chain?: (ledger: SandboxLedger) => ChainAdapter } = {}) {
+async function harness(
+  options: { chain?: (ledger: SandboxLedger) => ChainAdapter; open?: () => Promise<SqlDatabase> } = {},
+) {
   // The business clock never runs behind the wall clock (the sandbox's only moves forward), and the
   // queue takes an event's recording time as "due now".
   let ahead = 0;
   const clock = { now: () => new Date(Date.now() + ahead) };
-  const database: SqlDatabase = await openPglite('memory://');
+  const open = options.open ?? (() => openPglite('memory://'));
+  const database: SqlDatabase = await open();
   const store = await SqlEventStore.open(database);
   await ProjectionEngine.migrate(database, readModelMigrations);
   await migratePayoutQueue(database);
@@ -45,10 +51,32 @@ async function harness(options: { chain?: (ledger: SandboxLedger) => ChainAdapte
     onError: (name, error) => console.error(name, error),
   });
   projections.start();
-  const engine = new PayoutEngine(database, [new SettlementPayouts(deps)], ['tron'], clock, {
-    batch: 100,
-    onError: (error) => console.error('payout look failed', error),
-  });
+  const engineOn = (on: SqlDatabase, settlements: SettlementPayouts) =>
+    new PayoutEngine(on, [settlements], ['tron'], clock, {
+      batch: 100,
+      leaseRetryMs: 0,
+      onError: (error) => console.error('payout look failed', error),
+    });
+  const engine = engineOn(database, new SettlementPayouts(deps));
+  const closing: (() => Promise<void>)[] = [];
+  /**
+   * The payout engine of another instance of the service, paying through
+   * `through`: with `options.open`, on a database (a connection pool) of its
+   * own; the embedded database is one process's, so there it shares this one.
+   */
+  const instance = async (through: ChainAdapter) => {
+    const theirs = options.open ? await open() : database;
+    const theirStore = theirs === database ? store : await SqlEventStore.open(theirs);
+    const chains = new Map<ChainName, ChainAdapter>([['tron', through]]);
+    const other = engineOn(theirs, new SettlementPayouts({ ...deps, store: theirStore, chains }));
+    closing.push(async () => {
+      await other.stop();
+      if (theirs === database) return;
+      await theirStore.close();
+      await theirs.close();
+    });
+    return { engine: other, database: theirs };
+  };
 
   const merchantId = randomUUID();
   const merchant = (wallets: Record<string, string>) =>
@@ -95,11 +123,14 @@ async function harness(options: { chain?: (ledger: SandboxLedger) => ChainAdapte
   };
   const later = (ms: number) => void (ahead += ms);
   const close = async () => {
+    for (const done of closing) await done();
+    await engine.stop();
     await projections.stop();
     await store.close();
     await database.close();
   };
-  return { ledger, merchant, setWallets, request, settlement, pass, later, close };
+  const caughtUp = () => projections.caughtUp();
+  return { ledger, merchant, setWallets, request, settlement, pass, caughtUp, instance, later, close };
 }
 
 describe('payout engine', () => {
@@ -190,3 +221,159 @@ describe('payout engine', () => {
     assert.equal(h.ledger.transfersTo(WALLET_A).length, 0);
   });
 });
+
+/**
+ * `ledger` as the chain node an instance pays through, writing each step to
+ * `log` as `<instance> prepare|send <payout or transaction>`. Preparing
+ * takes a moment, as on a node, so that two engines' looks overlap.
+ */
+function loggedAs(
+  name: string,
+  ledger: SandboxLedger,
+  log: string[],
+  whilePreparing?: () => Promise<void>,
+): ChainAdapter {
+  return Object.assign(Object.create(ledger) as SandboxLedger, {
+    async prepareTransfer(transfer: OutgoingTransfer) {
+      log.push(`${name} prepare ${transfer.reference.split('/')[0]}`);
+      await (whilePreparing?.() ?? new Promise((resolve) => setTimeout(resolve, 20)));
+      return ledger.prepareTransfer(transfer);
+    },
+    async broadcast(prepared: PreparedTransaction) {
+      log.push(`${name} send ${prepared.txHash}`);
+      return ledger.broadcast(prepared);
+    },
+  });
+}
+
+/** Ends the PostgreSQL session that holds the advisory lock `key`, as a crash or a cut connection does. */
+async function endHolderOf(database: SqlDatabase, key: string) {
+  const holder = await database.advisoryLockHolder(key);
+  const pid = /PostgreSQL backend (\d+)/.exec(holder ?? '')?.[1];
+  assert.ok(pid, `no session holds ${key}: ${holder}`);
+  await database.db.executeQuery(CompiledQuery.raw('select pg_terminate_backend($1)', [Number(pid)]));
+}
+
+async function until(done: () => Promise<boolean>, ms: number) {
+  const deadline = Date.now() + ms;
+  while (!(await done())) {
+    assert.ok(Date.now() < deadline, `not within ${ms} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+const postgres = await freshPostgres();
+const databases: [name: string, open: (() => Promise<SqlDatabase>) | undefined][] = [
+  ['an embedded database (one process)', undefined],
+  ...(postgres ? [['PostgreSQL', () => postgres.open()] as [string, () => Promise<SqlDatabase>]] : []),
+];
+
+for (const [name, open] of databases) {
+  describe(`payout engines of two instances on ${name}`, () => {
+    after(() => (open ? postgres?.drop() : undefined));
+
+    if (open && postgres) {
+      it('count a lease lost when its session stops answering, before PostgreSQL frees it', async (t) => {
+        const proxy = await startCutProxy(postgres.url);
+        const holder = await openPostgres(proxy.url);
+        const other = await postgres.open();
+        t.after(async () => {
+          await proxy.close();
+          await holder.close();
+          await other.close();
+        });
+        const lease = await holder.tryAdvisoryLock('payouts:heartbeat');
+        assert.ok(lease);
+        const started = Date.now();
+        proxy.freeze(); // no socket closes: only the holder's questions go unanswered
+        await until(async () => lease.lost.aborted, 15_000);
+        assert.ok(Date.now() - started <= 11_000, `lost after ${Date.now() - started} ms`);
+        // PostgreSQL still holds it for the silent session; once that ends, another takes it.
+        assert.equal(await other.tryAdvisoryLock('payouts:heartbeat'), undefined);
+        await proxy.close();
+        await until(async () => {
+          const taken = await other.tryAdvisoryLock('payouts:heartbeat');
+          await taken?.release();
+          return taken !== undefined;
+        }, 10_000);
+      });
+    }
+
+    it("let one at a time pay a chain's payouts: each prepared once, sent by one", async (t) => {
+      const h = await harness({ ...(open && { open }) });
+      t.after(() => h.close());
+      const log: string[] = [];
+      const a = await h.instance(loggedAs('a', h.ledger, log));
+      const b = await h.instance(loggedAs('b', h.ledger, log));
+      await h.merchant({ tron: WALLET_A });
+      const ids: string[] = [];
+      for (let i = 0; i < 4; i++) ids.push(await h.request(10_000_000n + BigInt(i)));
+      await h.caughtUp();
+      await Promise.all([a.engine.pass(), b.engine.pass()]);
+      const payer = log[0]?.split(' ')[0];
+      assert.ok(
+        log.every((step) => step.startsWith(`${payer} `)),
+        `one instance pays:\n${log.join('\n')}`,
+      );
+      assert.deepEqual(
+        log.filter((step) => step.includes(' prepare ')).sort(),
+        ids.map((id) => `${payer} prepare ${id}`).sort(),
+      );
+      assert.equal(new Set(log.filter((step) => step.includes(' send '))).size, 4, log.join('\n'));
+      await h.ledger.mine(1);
+      await h.caughtUp();
+      await Promise.all([a.engine.pass(), b.engine.pass()]);
+      for (const id of ids) assert.equal((await h.settlement(id))!.status, 'completed');
+      assert.equal(h.ledger.transfersTo(WALLET_A).length, 4, 'exactly one transaction per payout');
+      assert.ok(log.every((step) => step.startsWith(`${payer} `)));
+    });
+
+    it('make the holder stop once its lease is lost, mid-pass, and the other take over', async (t) => {
+      const h = await harness({ ...(open && { open }) });
+      t.after(() => h.close());
+      const log: string[] = [];
+      let lose: (() => Promise<void>) | undefined;
+      const a = await h.instance(loggedAs('a', h.ledger, log, () => (lose ? lose() : Promise.resolve())));
+      const b = await h.instance(loggedAs('b', h.ledger, log));
+      // While `a` prepares its first payout, its lock's session ends (a cut connection, its
+      // database restarted) or, in one process, the engine is stopped.
+      lose = async () => {
+        lose = undefined;
+        if (open) await endHolderOf(a.database, 'payouts:tron');
+        else await a.engine.stop();
+        await new Promise((resolve) => setTimeout(resolve, 200));
+      };
+      await h.merchant({ tron: WALLET_B });
+      const ids: string[] = [];
+      for (let i = 0; i < 3; i++) ids.push(await h.request(10_000_000n + BigInt(i)));
+      await h.caughtUp();
+      await a.engine.pass();
+      // The look under way ends (its transaction was recorded: only that one is ever sent); no other starts.
+      assert.deepEqual(
+        log.map((step) => step.split(' ').slice(0, 2).join(' ')),
+        ['a prepare', 'a send'],
+      );
+      await until(async () => {
+        await b.engine.pass();
+        return log.filter((step) => step.startsWith('b prepare')).length === 2;
+      }, 10_000);
+      await a.engine.pass(); // `b` holds the lease now
+      await h.ledger.mine(1);
+      await h.caughtUp();
+      await Promise.all([a.engine.pass(), b.engine.pass()]);
+      assert.ok(
+        log.slice(2).every((step) => step.startsWith('b ')),
+        `only b pays once a lost its lease:\n${log.join('\n')}`,
+      );
+      for (const id of ids) assert.equal((await h.settlement(id))!.status, 'completed');
+      assert.equal(h.ledger.transfersTo(WALLET_B).length, 3, 'exactly one transaction per payout');
+
+      // And back: `b` stops, `a` takes the lease again.
+      await b.engine.stop();
+      const fourth = await h.request(40_000_000n);
+      await h.caughtUp();
+      await a.engine.pass();
+      assert.ok(log.includes(`a prepare ${fourth}`), log.join('\n'));
+    });
+  });
+}

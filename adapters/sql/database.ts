@@ -7,6 +7,12 @@ import { copyTextOut } from './copy-out.ts';
 
 export type SqlEngine = 'pglite' | 'postgres';
 
+/** A session-level advisory lock held until released, or until its session is lost. */
+export interface AdvisoryLock {
+  readonly lost: AbortSignal;
+  release(): Promise<void>;
+}
+
 export interface SqlDatabase {
   readonly engine: SqlEngine;
   // Each module narrows this to its own tables (`as Kysely<TheirTables>`).
@@ -19,6 +25,15 @@ export interface SqlDatabase {
    * connection of its own, so it holds for as long as `work` runs.
    */
   withAdvisoryLock(key: string, work: (signal: AbortSignal) => Promise<void>): Promise<boolean>;
+  /**
+   * Takes the session-level advisory lock `key` if it can be taken now, and
+   * keeps it until `release()`; undefined when another session holds it.
+   * `lost` aborts when the lock's session ended, or stopped answering: then
+   * at least 15 s before PostgreSQL lets another session take the lock (see
+   * LOCK_SESSION), so a holder that checks it before each step has stopped
+   * by then, but for a step already under way.
+   */
+  tryAdvisoryLock(key: string): Promise<AdvisoryLock | undefined>;
   /**
    * Who holds the advisory lock `key` now, in words (on PostgreSQL the
    * holder's application_name, which names a service instance, and its
@@ -103,6 +118,42 @@ export async function openPostgres(
   const db = new Kysely<any>({ dialect: new PostgresDialect({ pool }) });
   const listeners = new Set<pg.Client>();
   const statements = new CompiledStatements();
+  /** On a session of its own, so that the lock holds for as long as that session lives. */
+  const tryAdvisoryLock = async (key: string): Promise<AdvisoryLock | undefined> => {
+    const client = new pg.Client({ ...connection, ...LOCK_SESSION.client });
+    const lost = new AbortController();
+    client.on('error', () => lost.abort());
+    let heartbeat: NodeJS.Timeout | undefined;
+    const release = async () => {
+      clearInterval(heartbeat);
+      lost.abort();
+      // Ending the session releases the lock.
+      await client.end().catch(() => undefined);
+    };
+    try {
+      await client.connect();
+      await client.query(LOCK_SESSION.server);
+      const { rows } = await client.query('select pg_try_advisory_lock(hashtextextended($1, 0)) as locked', [key]);
+      if (!rows[0]?.locked) {
+        await release();
+        return undefined;
+      }
+    } catch (error) {
+      await release();
+      throw error;
+    }
+    // A session that stops answering counts as lost at once: PostgreSQL ends
+    // it, and frees the lock for another, only once its keepalives fail, later.
+    heartbeat = setInterval(() => {
+      const late = setTimeout(() => void release(), LOCK_SESSION.answerWithinMs).unref();
+      client.query('select 1').then(
+        () => clearTimeout(late),
+        () => void release(),
+      );
+    }, LOCK_SESSION.heartbeatMs);
+    heartbeat.unref();
+    return { lost: lost.signal, release };
+  };
   return {
     engine: 'postgres',
     db,
@@ -133,21 +184,8 @@ export async function openPostgres(
         }
       };
     },
-    async withAdvisoryLock(key, work) {
-      const client = new pg.Client(connection);
-      await client.connect();
-      const controller = new AbortController();
-      client.on('error', () => controller.abort());
-      try {
-        const { rows } = await client.query('select pg_try_advisory_lock(hashtextextended($1, 0)) as locked', [key]);
-        if (!rows[0]?.locked) return false;
-        await work(controller.signal);
-        return true;
-      } finally {
-        // Ending the session releases the lock.
-        await client.end().catch(() => undefined);
-      }
-    },
+    tryAdvisoryLock,
+    withAdvisoryLock: (key, work) => holdingLock(tryAdvisoryLock, key, work),
     async advisoryLockHolder(key) {
       // pg_locks shows a one-bigint advisory lock as its high and low 32 bits.
       const { rows } = await pool.query<{ application_name: string; pid: number; client_addr: string | null }>(
@@ -200,19 +238,56 @@ class CompiledStatements {
   }
 }
 
-function inProcessLock(): Pick<SqlDatabase, 'withAdvisoryLock' | 'advisoryLockHolder'> {
+function inProcessLock(): Pick<SqlDatabase, 'withAdvisoryLock' | 'tryAdvisoryLock' | 'advisoryLockHolder'> {
   const held = new Set<string>();
-  return {
-    async withAdvisoryLock(key, work) {
-      if (held.has(key)) return false;
-      held.add(key);
-      try {
-        await work(new AbortController().signal);
-        return true;
-      } finally {
+  const tryAdvisoryLock = async (key: string): Promise<AdvisoryLock | undefined> => {
+    if (held.has(key)) return undefined;
+    held.add(key);
+    const lost = new AbortController();
+    return {
+      lost: lost.signal,
+      async release() {
+        if (lost.signal.aborted) return;
+        lost.abort();
         held.delete(key);
-      }
-    },
+      },
+    };
+  };
+  return {
+    tryAdvisoryLock,
+    withAdvisoryLock: (key, work) => holdingLock(tryAdvisoryLock, key, work),
     advisoryLockHolder: async (key) => (held.has(key) ? `this process (${process.pid})` : undefined),
   };
 }
+
+/** Runs `work` holding the lock `key`, if it can be taken now; false otherwise. */
+async function holdingLock(
+  take: (key: string) => Promise<AdvisoryLock | undefined>,
+  key: string,
+  work: (lost: AbortSignal) => Promise<void>,
+): Promise<boolean> {
+  const lock = await take(key);
+  if (!lock) return false;
+  try {
+    await work(lock.lost);
+    return true;
+  } finally {
+    await lock.release();
+  }
+}
+
+/**
+ * The advisory lock's session. PostgreSQL frees a session's locks when the
+ * session ends: at once when its process exits (the socket closes), and for
+ * a holder cut off without a word (a network cut, a frozen machine) when the
+ * server's keepalives fail: no answer for 10 s, then 3 probes 5 s apart, so
+ * 25 s after the last word from it at the earliest. The holder asks for a
+ * word every 5 s and counts the lock lost when none comes within 5 s: it
+ * stops at most 10 s after the last word, 15 s before another can take over.
+ */
+const LOCK_SESSION = {
+  client: { keepAlive: true, keepAliveInitialDelayMillis: 10_000 },
+  server: 'set tcp_keepalives_idle = 10; set tcp_keepalives_interval = 5; set tcp_keepalives_count = 3',
+  heartbeatMs: 5_000,
+  answerWithinMs: 5_000,
+};

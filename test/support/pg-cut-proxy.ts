@@ -3,7 +3,8 @@
 // sent: the one whose text matches, once the server says ReadyForQuery for
 // it (the PostgreSQL protocol's 'Z' message, sent after an implicit or
 // explicit commit). The client never sees the answer: a reply lost after
-// commit, as a network cut does it.
+// commit, as a network cut does it. Or, frozen, it passes nothing more
+// either way and closes nothing: a cut no socket notices.
 import net from 'node:net';
 
 /** ReadyForQuery: 'Z', length 5, then the transaction status byte. */
@@ -15,6 +16,8 @@ export interface CutProxy {
   cutAfterCommitOf(statement: RegExp): void;
   /** How many connections were cut. */
   readonly cuts: number;
+  /** From now on drops what either side sends, closing nothing. */
+  freeze(): void;
   close(): Promise<void>;
 }
 
@@ -22,12 +25,14 @@ export async function startCutProxy(target: string): Promise<CutProxy> {
   const upstream = new URL(target);
   let armed: RegExp | undefined;
   let cuts = 0;
+  let frozen = false;
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     const backend = net.connect(Number(upstream.port || 5432), upstream.hostname);
     sockets.add(client).add(backend);
     let cutting = false;
     client.on('data', (chunk) => {
+      if (frozen) return;
       if (armed?.test(chunk.toString('latin1'))) {
         armed = undefined;
         cutting = true;
@@ -35,6 +40,7 @@ export async function startCutProxy(target: string): Promise<CutProxy> {
       backend.write(chunk);
     });
     backend.on('data', (chunk) => {
+      if (frozen) return;
       if (cutting && chunk.includes(READY_FOR_QUERY)) {
         cuts++;
         client.destroy();
@@ -44,6 +50,7 @@ export async function startCutProxy(target: string): Promise<CutProxy> {
       client.write(chunk);
     });
     const end = () => {
+      if (frozen) return; // a close does not cross a cut either
       client.destroy();
       backend.destroy();
     };
@@ -61,6 +68,9 @@ export async function startCutProxy(target: string): Promise<CutProxy> {
     },
     get cuts() {
       return cuts;
+    },
+    freeze() {
+      frozen = true;
     },
     async close() {
       for (const socket of sockets) socket.destroy();

@@ -405,6 +405,10 @@ function coinsOf(txHash: string, coins: NonNullable<PreparedTransaction['coins']
   };
 }
 
+/** The coins (a UTXO chain's) that other refunds' recorded attempts spend: a new refund must not choose them. */
+const coinsTakenBy = (others: readonly Refund[]) =>
+  others.flatMap((o) => Object.values(o.coins).flatMap((c) => c.spent.map(({ txHash, index }) => ({ txHash, index }))));
+
 /** How soon a refund waiting for its wallet to be funded looks at the balance again. */
 const FUNDS_LOOK_MS = 5_000;
 
@@ -486,27 +490,27 @@ export class RefundPayouts implements PayoutKind {
   }
 
   /**
-   * The coins other refunds from the same refund wallet have prepared and
-   * recorded, not yet completed: a new refund from it must not choose them,
-   * or one of the two could never be mined. Read from their streams (what
-   * is recorded before anything is sent), so a restart between a refund's
-   * record and its broadcast loses nothing; the refunds of one chain are
-   * prepared one after another in a pass, so each sees the others' records.
+   * The other refunds from the same payer on their way (being sent, or
+   * failed and to be tried again: a final failure sends nothing more), read
+   * from their streams (what is recorded before anything is sent), so a
+   * restart between a refund's record and its broadcast loses nothing; the
+   * refunds of one chain are prepared one after another in a pass, so each
+   * sees the others' records. A UTXO chain's new refund must not choose the
+   * coins they took, or one of the two could never be mined; an account
+   * chain that lends the payer coins (Tron's top-ups) counts what theirs
+   * still hold there as not the payer's.
    */
-  private async takenByOthers(refund: Refund): Promise<{ txHash: string; index: number }[]> {
+  private async othersOnPayer(refund: Refund): Promise<Refund[]> {
     const ids = await queuedPayouts(this.deps.database, 'refund', refund.merchantId, refund.chain);
-    const taken: { txHash: string; index: number }[] = [];
+    const others: Refund[] = [];
     for (const id of ids) {
       if (id === refund.id) continue;
       const other = await loadState(this.deps.store, refundDecider, refundStreamName(id));
       if (!other || other.payer?.fromAddress !== refund.payer?.fromAddress) continue;
-      // On its way: being sent, or failed and to be tried again (a final failure sends nothing more).
       if (other.status !== 'sending' && !(other.status === 'failed' && other.retryAt !== null)) continue;
-      for (const coins of Object.values(other.coins)) {
-        for (const c of coins.spent) taken.push({ txHash: c.txHash, index: c.index });
-      }
+      others.push(other);
     }
-    return taken;
+    return others;
   }
 
   private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {
@@ -521,6 +525,9 @@ export class RefundPayouts implements PayoutKind {
         const sources = await this.coinsToSpend(refund);
         const fromWallet = refund.payer!.fundedFrom === 'refund_wallet';
         const fundedSince = fromWallet ? await refundWalletSince(this.deps.store, refund) : undefined;
+        const others = await this.othersOnPayer(refund);
+        // Their recorded transactions: a chain that lends a payer coins counts theirs as not the payer's.
+        const othersPrepared = others.flatMap((o) => (o.prepared ? [o.prepared.raw] : []));
         ours = await chain.prepareTransfer({
           from: {
             address: refund.payer!.fromAddress,
@@ -538,7 +545,8 @@ export class RefundPayouts implements PayoutKind {
           // From a deposit the rest is the settlement's, priced already: the refund pays its quote, never more.
           ...(!fromWallet && { exactNetworkFee: true }),
           // From a refund wallet, coins found on the chain (no earlier attempt names them): none another refund took.
-          ...(fromWallet && !sources && chain.spendsCoinsWhole && { taken: await this.takenByOthers(refund) }),
+          ...(fromWallet && !sources && chain.spendsCoinsWhole && { taken: coinsTakenBy(others) }),
+          ...(othersPrepared.length > 0 && { othersPrepared }),
         });
       } catch (error) {
         await this.recorder.recordFailure(refund, error);

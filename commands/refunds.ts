@@ -392,7 +392,9 @@ async function walletPays(
   fromAddress: string,
 ): Promise<boolean> {
   const since = await refundWalletSince(store, refund);
-  const taken = chain.spendsCoinsWhole ? await coinsTakenByOthers(database, store, refund, fromAddress) : undefined;
+  const taken = chain.spendsCoinsWhole
+    ? coinsTakenBy(await othersOnPayer({ database, store }, refund, fromAddress))
+    : undefined;
   return canPay(chain, fromAddress, refund.token, refund.amount, since, taken);
 }
 
@@ -457,34 +459,36 @@ function coinsOf(txHash: string, coins: NonNullable<PreparedTransaction['coins']
 }
 
 /**
- * The coins other refunds from the refund wallet `fromAddress` have prepared
- * and recorded, not yet completed: a new refund from it must not choose them,
- * nor count them as funds (awaiting_funds), or one of the two could never be
- * mined. Read from their streams (what is recorded before anything is sent),
- * so a restart between a refund's record and its broadcast loses nothing; the
- * refunds of one chain are prepared one after another in a pass, so each sees
- * the others' records.
+ * The other refunds from the payer `fromAddress` on their way (being sent,
+ * or failed and to be tried again: a final failure sends nothing more), read
+ * from their streams (what is recorded before anything is sent), so a
+ * restart between a refund's record and its broadcast loses nothing; the
+ * refunds of one chain are prepared one after another in a pass, so each
+ * sees the others' records. A UTXO chain's new refund must not choose the
+ * coins they took, nor count them as funds (awaiting_funds), or one of the
+ * two could never be mined; an account chain that lends the payer coins
+ * (Tron's top-ups) counts what theirs still hold there as not the payer's.
  */
-async function coinsTakenByOthers(
-  database: SqlDatabase,
-  store: EventStore,
+async function othersOnPayer(
+  { database, store }: { database: SqlDatabase; store: EventStore },
   refund: Pick<Refund, 'id' | 'merchantId' | 'chain'>,
   fromAddress: string,
-): Promise<{ txHash: string; index: number }[]> {
+): Promise<Refund[]> {
   const ids = await queuedPayouts(database, 'refund', refund.merchantId, refund.chain);
-  const taken: { txHash: string; index: number }[] = [];
+  const others: Refund[] = [];
   for (const id of ids) {
     if (id === refund.id) continue;
     const other = await loadState(store, refundDecider, refundStreamName(id));
     if (!other || other.payer?.fromAddress !== fromAddress) continue;
-    // On its way: being sent, or failed and to be tried again (a final failure sends nothing more).
     if (other.status !== 'sending' && !(other.status === 'failed' && other.retryAt !== null)) continue;
-    for (const coins of Object.values(other.coins)) {
-      for (const c of coins.spent) taken.push({ txHash: c.txHash, index: c.index });
-    }
+    others.push(other);
   }
-  return taken;
+  return others;
 }
+
+/** The coins (a UTXO chain's) that other refunds' recorded attempts spend. */
+const coinsTakenBy = (others: readonly Refund[]) =>
+  others.flatMap((o) => Object.values(o.coins).flatMap((c) => c.spent.map(({ txHash, index }) => ({ txHash, index }))));
 
 /** How soon a refund waiting for its wallet to be funded looks at the balance again. */
 const FUNDS_LOOK_MS = 5_000;
@@ -577,6 +581,9 @@ export class RefundPayouts implements PayoutKind {
         const sources = await this.coinsToSpend(refund);
         const fromWallet = refund.payer!.fundedFrom === 'refund_wallet';
         const fundedSince = fromWallet ? await refundWalletSince(this.deps.store, refund) : undefined;
+        const others = await othersOnPayer(this.deps, refund, refund.payer!.fromAddress);
+        // Their recorded transactions: a chain that lends a payer coins counts theirs as not the payer's.
+        const othersPrepared = others.flatMap((o) => (o.prepared ? [o.prepared.raw] : []));
         ours = await chain.prepareTransfer({
           from: {
             address: refund.payer!.fromAddress,
@@ -594,11 +601,8 @@ export class RefundPayouts implements PayoutKind {
           // From a deposit the rest is the settlement's, priced already: the refund pays its quote, never more.
           ...(!fromWallet && { exactNetworkFee: true }),
           // From a refund wallet, coins found on the chain (no earlier attempt names them): none another refund took.
-          ...(fromWallet &&
-            !sources &&
-            chain.spendsCoinsWhole && {
-              taken: await coinsTakenByOthers(this.deps.database, this.deps.store, refund, refund.payer!.fromAddress),
-            }),
+          ...(fromWallet && !sources && chain.spendsCoinsWhole && { taken: coinsTakenBy(others) }),
+          ...(othersPrepared.length > 0 && { othersPrepared }),
         });
       } catch (error) {
         await this.recorder.recordFailure(refund, error);

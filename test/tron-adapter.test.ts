@@ -35,8 +35,11 @@ describe('the Tron test node refuses what a real node refuses', () => {
     ...overrides,
   });
   const transfer = async (from: TronKey, to: string, sun: number, overrides = {}) =>
-    (await node.builder.sendTrx(to, sun, from.address, { blockHeader: header(overrides) as any })) as unknown as TransactionJson;
-  const signed = (key: TronKey, tx: TransactionJson) => signTransaction(key.privateKey, tx) as unknown as TransactionJson;
+    (await node.builder.sendTrx(to, sun, from.address, {
+      blockHeader: header(overrides) as any,
+    })) as unknown as TransactionJson;
+  const signed = (key: TronKey, tx: TransactionJson) =>
+    signTransaction(key.privateKey, tx) as unknown as TransactionJson;
 
   it('takes a correctly signed transfer once, and answers a repeat as a duplicate', async () => {
     const tx = signed(payer, await transfer(payer, randomTronKey().address, 1_000_000));
@@ -62,7 +65,9 @@ describe('the Tron test node refuses what a real node refuses', () => {
     const to = randomTronKey().address;
     const expired = await broadcast(signed(payer, await transfer(payer, to, 1, { expiration: node.head.timestamp })));
     assert.equal(expired.code, 'TRANSACTION_EXPIRATION_ERROR');
-    const far = await broadcast(signed(payer, await transfer(payer, to, 1, { expiration: node.head.timestamp + 2 * 86_400_000 })));
+    const far = await broadcast(
+      signed(payer, await transfer(payer, to, 1, { expiration: node.head.timestamp + 2 * 86_400_000 })),
+    );
     assert.equal(far.code, 'TRANSACTION_EXPIRATION_ERROR');
     const tapos = await broadcast(signed(payer, await transfer(payer, to, 1, { ref_block_hash: 'ab'.repeat(8) })));
     assert.equal(tapos.code, 'TAPOS_ERROR');
@@ -131,7 +136,14 @@ describe('the Tron adapter', () => {
     const from = deposit(1);
     const to = randomTronKey().address;
     node.fund(to, 1n);
-    const transfer = { from, to, token: 'TRX', amount: 19_000_000n, reference: 's1/1', fees: { platform: 1_000_000n, network: 0n } };
+    const transfer = {
+      from,
+      to,
+      token: 'TRX',
+      amount: 19_000_000n,
+      reference: 's1/1',
+      fees: { platform: 1_000_000n, network: 0n },
+    };
     const prepared = await chain.prepareTransfer(transfer);
     assert.deepEqual(await chain.prepareTransfer(transfer), prepared);
     await chain.broadcast(prepared);
@@ -169,10 +181,40 @@ describe('the Tron adapter', () => {
     assert.equal(node.balance(chain.treasury) - treasuryBefore, 20_000_000n - 18_000_000n - creation);
   });
 
+  it('two token payouts from one payer needing as much TRX, prepared on one head, never share a top-up', async () => {
+    const from = deposit(5);
+    node.mintToken(TEST_USDT, from.address, 10_000_000n);
+    // Two refunds from one refund wallet: the second is told of the first's recorded bundle.
+    const refund = (amount: bigint, reference: string, othersPrepared?: string[]) =>
+      chain.prepareTransfer({
+        from,
+        to: randomTronKey().address,
+        token: 'USDT',
+        amount,
+        reference,
+        fees: { platform: 0n, network: 0n },
+        payout: 'refund',
+        ...(othersPrepared && { othersPrepared }),
+      });
+    const first = await refund(3_000_000n, 'r5/1');
+    const second = await refund(4_000_000n, 'r5/2', [first.raw]);
+    const [a, b] = [first, second].map(
+      (p) => JSON.parse(p.raw).topUp as { need: string; transaction: { txID: string } },
+    );
+    assert.equal(a!.need, b!.need, 'as much TRX for each (both to an address holding none)');
+    assert.notEqual(a!.transaction.txID, b!.transaction.txID, "the second's top-up is its own transaction");
+  });
+
   it('refuses a payout larger than the deposit holds', async () => {
     const from = deposit(3);
     await assert.rejects(
-      chain.prepareTransfer({ from, to: randomTronKey().address, token: 'TRX', amount: 25_000_000n, reference: 's3/1' }),
+      chain.prepareTransfer({
+        from,
+        to: randomTronKey().address,
+        token: 'TRX',
+        amount: 25_000_000n,
+        reference: 's3/1',
+      }),
       TransactionRejectedError,
     );
   });

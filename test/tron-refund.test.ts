@@ -221,7 +221,7 @@ describe('refunds paid on the Tron test node', () => {
     });
   }
 
-  it('two USDT refunds at once from one refund wallet both complete, each its own transaction of its exact amount', async () => {
+  it('two USDT refunds at once from one refund wallet both complete, each its own transaction of its exact amount, each leftover back', async () => {
     const { key, p } = await settledUsdtInvoice();
     const refunds = [
       { customer: randomTronKey().address, units: 3_000_000n },
@@ -234,6 +234,7 @@ describe('refunds paid on the Tron test node', () => {
       approved.push(refund);
     }
     const wallet = await refundWallet(key);
+    const feeBefore = node.balance(feeWallet);
     // Funded once for both: the engine's next look finds both payable and pays them side by side.
     await node.sendToken(payer, TEST_USDT, wallet.address, 7_000_000n);
     node.mine(1);
@@ -245,6 +246,16 @@ describe('refunds paid on the Tron test node', () => {
       assert.equal(node.tokenBalance(TEST_USDT, customer), units);
     }
     assert.equal(node.tokenBalance(TEST_USDT, wallet.address), 0n);
+    // Each sent back its own top-up's leftover, whichever was prepared while the other's was on the wallet.
+    assert.equal(node.balance(wallet.address), 0n, 'no TRX of the fee wallet stays on the refund wallet');
+    const out = node.trxTransfers({ from: feeWallet, to: wallet.address });
+    const back = node.trxTransfers({ from: wallet.address, to: feeWallet });
+    assert.deepEqual([out.length, back.length], [2, 2], 'a top-up and a way back each');
+    const charges = [...out, ...back, ...done.map((d) => ({ txid: d.transactionHash as string }))].reduce(
+      (sum, t) => sum + node.feeOf(t.txid),
+      0n,
+    );
+    assert.equal(feeBefore - node.balance(feeWallet), charges, "the fee wallet's TRX all back but the chain's charges");
   });
 
   it("a USDT deposit's settlement leaves a wrong-token TRX payment on it to the sun", async () => {

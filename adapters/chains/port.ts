@@ -132,6 +132,14 @@ export interface OutgoingTransfer {
    * prepared and the chain has not yet seen spent: never chosen for this one.
    */
   taken?: { txHash: string; index: number }[];
+  /**
+   * The recorded transactions (`raw`, as `prepareTransfer` gave them) of
+   * other payouts from the same payer still on their way. An account chain
+   * whose payouts lend the payer coins (Tron: the fee wallet's TRX top-up of
+   * a token call) counts what those may still hold there as not the
+   * payer's own, from the chain, so that a restart forgets none of them.
+   */
+  othersPrepared?: string[];
 }
 
 /**

@@ -217,8 +217,8 @@ interface Bundle {
   /**
    * Token payouts: the fee wallet's TRX top-up of all the calls `need`, sent (and mined) before the payout, so
    * TRX already on the payer (a refund wallet's, a wrong-token payment's) never pays them; `before` is the
-   * payer's TRX when it was prepared, kept there when the leftover goes back. (Bundles without `before` were
-   * sized `need` less the payer's TRX.)
+   * payer's own TRX when it was prepared (less what other payouts' top-ups may hold there: topUpHeld), kept there
+   * when the leftover goes back. (Bundles without `before` were sized `need` less the payer's TRX.)
    */
   topUp?: { transaction: TransactionJson; need: string; before?: string };
   /**
@@ -901,6 +901,12 @@ export class TronChain implements ChainAdapter {
     const from = transfer.from.address;
     // The treasury's call carries the platform fee and the network fee's tokens, which repay the fee wallet's TRX.
     const platform = (transfer.fees?.platform ?? 0n) + (transfer.fees?.network ?? 0n);
+    // Other payouts' recorded bundles from this payer whose top-ups may be on it (recorded, not remembered: a
+    // restart forgets nothing). Their payouts' charges are read before the balance, their top-ups after.
+    const others = (transfer.othersPrepared ?? [])
+      .map((raw) => JSON.parse(raw) as Bundle)
+      .filter((b) => b.fee.from === from && b.topUp);
+    const charged = await Promise.all(others.map((b) => this.info(b.payout.txID)));
     const [balance, deposit] = await Promise.all([this.balanceOf(from, token.symbol), this.account(from)]);
     if (balance < transfer.amount) {
       throw new TransactionRejectedError(
@@ -916,32 +922,43 @@ export class TronChain implements ChainAdapter {
     const need = calls.reduce((sum, call) => sum + (delegate ? call.bandwidth : call.need), 0n);
     // The whole need, whatever the payer holds: its own TRX is the merchant's or a customer's, never the fee's.
     const feeKey = this.options.keyring.deriveTronServiceKey('fee');
-    const topUp = await this.signed(
-      feeKey.privateKey,
-      await this.builder.sendTrx(from, Number(need), feeKey.address, { blockHeader: header }),
-    );
+    // Never the very transaction of another payout's top-up: two refunds from one refund wallet needing as much,
+    // prepared on the same head, would build the same one (its id the hash of its content), and the second
+    // would take the first's, mined, for its own and send its call with too little TRX (out of energy). The
+    // timestamp is the client's own (java-tron checks the expiration, not it): one millisecond on each time.
+    const othersTopUps = new Set(others.map((b) => b.topUp!.transaction.txID));
+    let topUp: TransactionJson;
+    for (let ms = 0; ; ms++) {
+      const blockHeader = { ...header, timestamp: header.timestamp + ms };
+      topUp = await this.signed(
+        feeKey.privateKey,
+        await this.builder.sendTrx(from, Number(need), feeKey.address, { blockHeader }),
+      );
+      if (!othersTopUps.has(topUp.txID)) break;
+    }
     // The payer's own TRX: not another payout's top-up still there (two refunds at once from one refund wallet).
-    const before = (deposit.balance - (await this.topUpsOn(from))).toString();
-    return this.bundle(payout.tx, transfer, { transaction: topUp, need: need.toString(), before }, delegate);
+    let before = deposit.balance;
+    for (const [i, other] of others.entries()) before -= await this.topUpHeld(other, charged[i]!);
+    return this.bundle(
+      payout.tx,
+      transfer,
+      { transaction: topUp, need: need.toString(), before: (before > 0n ? before : 0n).toString() },
+      delegate,
+    );
   }
 
   /**
-   * What other token payouts' top-ups (this process's) left on `payer` and
-   * not yet sent back: the fee wallet's TRX, not the payer's own. Each is
-   * what its top-up gave less what its payout burnt, once the top-up is mined
-   * and until its way back is.
+   * At most what another payout's top-up still holds on its payer, as the
+   * balance just read shows it: nothing until the top-up is mined (looked at
+   * after the balance), then what it gave less what its payout burnt (looked
+   * at before the balance: `charged`), until its way back is mined, which is
+   * not recorded. Counting it too long only leaves the payer's own TRX
+   * counted low, and a leftover is never more than what its own top-up did
+   * not burn: each payout still sends back its own leftover, to the sun.
    */
-  private async topUpsOn(payer: string): Promise<bigint> {
-    let held = 0n;
-    for (const bundle of this.feesOwed.values()) {
-      if (bundle.fee.from !== payer || !bundle.topUp) continue;
-      if (!('id' in (await this.info(bundle.topUp.transaction.txID)))) continue;
-      const back = this.leftoversBack.get(bundle.payout.txID);
-      if (back !== undefined && 'id' in (await this.info(back))) continue;
-      const payout = await this.info(bundle.payout.txID);
-      held += givenBy(bundle) - BigInt(('id' in payout && payout.fee) || 0);
-    }
-    return held;
+  private async topUpHeld(other: Bundle, charged: TransactionInfoJson | Record<string, never>): Promise<bigint> {
+    if (!('id' in (await this.info(other.topUp!.transaction.txID)))) return 0n;
+    return givenBy(other) - BigInt(('id' in charged && charged.fee) || 0);
   }
 
   /**

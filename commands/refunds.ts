@@ -17,6 +17,7 @@ import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
 import {
+  depositWithoutSettlement,
   invoiceDecider,
   invoiceStreamName,
   refundableOf,
@@ -237,17 +238,19 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  * address the refunded token arrived on, takes the hold: decided on the
  * settlement's stream, so a refund and the settlement's payout never both
  * spend from that address at once (refunds.md: from the deposit while the
- * settlement is not prepared, a wrong-token payment included). Undefined
- * when it does not (already being paid out, another address, no settlement,
- * or on a chain whose payouts spend coins whole another refund from the
- * deposit on its way).
+ * settlement is not prepared, a wrong-token payment included); with no
+ * settlement ever to come, the deposit pays without one. Undefined when it
+ * does not (already being paid out, another address, a settlement yet to be
+ * requested, or on a chain whose payouts spend coins whole another refund
+ * from the deposit on its way).
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
   const { store, clock } = deps;
   const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
   const settlement = await loadState(store, settlementDecider, stream);
-  if (!settlement || settlement.chain !== refund.chain) return undefined;
   const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
+  if (!settlement) return invoice ? withoutSettlement(deps, invoice, refund) : undefined;
+  if (settlement.chain !== refund.chain) return undefined;
   const paidTo = new Set(
     invoice?.payments
       .filter((p) => !p.withdrawn && p.chain === refund.chain && p.token === refund.token)
@@ -270,6 +273,19 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
     throw error;
   }
   return { fundedFrom: 'deposit', fromAddress: settlement.fromAddress, derivationIndex: settlement.derivationIndex };
+}
+
+/**
+ * An invoice closed before it was ever confirmed has no settlement and never
+ * will (depositWithoutSettlement): its deposit pays the refund with no hold to
+ * take, the customer's coins leaving the way they came. Not on a chain whose
+ * payouts spend coins whole: with no settlement recording the deposit's
+ * coins, two refunds from it could choose the same ones.
+ */
+function withoutSettlement(deps: RefundCommandDeps, invoice: Invoice, refund: Refund): RefundPayer | undefined {
+  if (deps.chains.get(refund.chain as ChainName)?.spendsCoinsWhole) return undefined;
+  const deposit = depositWithoutSettlement(invoice, refund);
+  return deposit && { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
 }
 
 /**
@@ -481,7 +497,7 @@ export class RefundPayouts implements PayoutKind {
       settlementDecider,
       settlementStreamName(settlementIdOf(refund.invoiceId)),
     );
-    // None recorded (an older settlement): none named, so a UTXO chain refuses rather than scans the deposit.
+    // None recorded (an older settlement, or none ever: an account chain's closed invoice): none named, so a UTXO chain refuses rather than scans the deposit.
     return (settlement && payoutSources(settlement)) ?? [];
   }
 

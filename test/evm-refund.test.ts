@@ -161,6 +161,45 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     assert.equal(await node.provider.getBalance(p.address), 0n);
   });
 
+  it('a wrong-token USDT payment on an ETH invoice that expired unconfirmed is refunded from its deposit, no settlement needed', async () => {
+    const { key } = await merchantWithKey(svc);
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '15', currency: 'USD', chain: 'ethereum', expiresInMinutes: 1 },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const p = created.body.data as { paymentId: string; address: string };
+    const received = 7_654_321n;
+    await payUsdt(p.address, received);
+    await eventuallyMining(
+      mine,
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
+      (assets) => assets?.[0]?.token === 'USDT',
+    );
+    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 61 });
+    await eventually(
+      async () => (await flow.invoiceOf(p.paymentId, key)).status,
+      (status) => status === 'expired',
+    );
+    assert.equal(await flow.settlementOf(p.paymentId, key), undefined, 'never confirmed: no settlement');
+
+    const customer = randomWallet();
+    const approved = await flow.refund(key, p.paymentId, {
+      chain: 'ethereum',
+      token: 'USDT',
+      kind: 'full',
+      destination: customer,
+    });
+    assert.equal(approved.fundedFrom, 'deposit');
+    const done = await flow.completed(approved.id, key);
+    assert.equal(baseUnits(done.netAmount, 6), received);
+    assert.equal(await tokenBalance(fx.usdt, customer), received);
+    assert.deepEqual(await usdtTransfers(done.transactionHash), [
+      { from: getAddress(p.address), to: customer, amount: received },
+    ]);
+    assert.equal(await tokenBalance(fx.usdt, p.address), 0n, "the customer's coins left the deposit the way they came");
+  });
+
   it('a settled ETH invoice is refunded from the refund wallet, funded with exactly the amount and left empty', async () => {
     const { key, merchant } = await merchantWithKey(svc);
     await flow.setWallet(merchant.id, randomWallet());

@@ -17,6 +17,7 @@ import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
 import {
+  depositWithoutSettlement,
   invoiceDecider,
   invoiceStreamName,
   refundableOf,
@@ -263,17 +264,20 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  * address the refunded token arrived on, takes the hold: decided on the
  * settlement's stream, so a refund and the settlement's payout never both
  * spend from that address at once (refunds.md: from the deposit while the
- * settlement is not prepared, a wrong-token payment included). Undefined
- * when it does not (already being paid out, another address, no settlement,
- * or on a chain whose payouts spend coins whole another refund from the
- * deposit on its way), or when the chain says the deposit cannot pay it.
+ * settlement is not prepared, a wrong-token payment included); with no
+ * settlement ever to come, the deposit pays without one. Undefined when it
+ * does not (already being paid out, another address, a settlement yet to be
+ * requested, or on a chain whose payouts spend coins whole another refund
+ * from the deposit on its way), or when the chain says the deposit cannot
+ * pay it.
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
   const { store, clock } = deps;
   const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
   const settlement = await loadState(store, settlementDecider, stream);
-  if (!settlement || settlement.chain !== refund.chain) return undefined;
   const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
+  if (!settlement) return invoice ? withoutSettlement(deps, invoice, refund) : undefined;
+  if (settlement.chain !== refund.chain) return undefined;
   const paidTo = new Set(
     invoice?.payments
       .filter((p) => !p.withdrawn && p.chain === refund.chain && p.token === refund.token)
@@ -309,6 +313,27 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
     throw error;
   }
   return { fundedFrom: 'deposit', fromAddress: settlement.fromAddress, derivationIndex: settlement.derivationIndex };
+}
+
+/**
+ * An invoice closed before it was ever confirmed has no settlement and never
+ * will (depositWithoutSettlement): its deposit pays the refund with no hold to
+ * take, the customer's coins leaving the way they came. Not on a chain whose
+ * payouts spend coins whole: with no settlement recording the deposit's
+ * coins, two refunds from it could choose the same ones.
+ */
+async function withoutSettlement(
+  deps: RefundCommandDeps,
+  invoice: Invoice,
+  refund: Refund,
+): Promise<RefundPayer | undefined> {
+  const chain = deps.chains.get(refund.chain as ChainName);
+  if (chain?.spendsCoinsWhole) return undefined;
+  const deposit = depositWithoutSettlement(invoice, refund);
+  if (!deposit) return undefined;
+  // The chain's own rule for what a payer must keep (Solana's rent), as with a settlement above.
+  if (chain?.canPay && !(await chain.canPay(deposit.address, refund.token, refund.amount))) return undefined;
+  return { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
 }
 
 /**
@@ -565,7 +590,7 @@ export class RefundPayouts implements PayoutKind {
       settlementDecider,
       settlementStreamName(settlementIdOf(refund.invoiceId)),
     );
-    // None recorded (an older settlement): none named, so a UTXO chain refuses rather than scans the deposit.
+    // None recorded (an older settlement, or none ever: an account chain's closed invoice): none named, so a UTXO chain refuses rather than scans the deposit.
     return (settlement && payoutSources(settlement)) ?? [];
   }
 

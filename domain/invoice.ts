@@ -746,6 +746,27 @@ export function refundableOf(invoice: Invoice): RefundableAsset[] {
   return assets;
 }
 
+/**
+ * The deposit a refund of this asset is paid from when the invoice has no
+ * settlement and never will: it closed (expired or cancelled, both final)
+ * before it was ever confirmed, and a settlement is only requested on
+ * confirmation, so nothing else is ever paid out of its deposits. The asset
+ * must have arrived on one address (no one deposit holds it all otherwise);
+ * that address then holds all the invoice received of it, and the invoice's
+ * reservations (ReserveRefund) keep the refunds of it, racing or not, within
+ * that. Undefined when the invoice has, or may yet have, a settlement.
+ */
+export function depositWithoutSettlement(
+  invoice: Invoice,
+  asset: { chain: string; token: string },
+): Pick<AssignedAddress, 'address' | 'derivationIndex'> | undefined {
+  if (invoice.status !== 'expired' || invoice.confirmedAt !== null) return undefined;
+  const paidTo = new Set(invoice.payments.filter((p) => isLive(p) && sameAsset(p, asset)).map((p) => p.address));
+  if (paidTo.size !== 1) return undefined;
+  const deposit = findAssignment(invoice, asset.chain, [...paidTo][0]!);
+  return deposit && { address: deposit.address, derivationIndex: deposit.derivationIndex };
+}
+
 /** `none`, `partial`, or `full` once every asset received is refunded whole. */
 export function refundStatusOf(invoice: Invoice): 'none' | 'partial' | 'full' {
   const assets = refundableOf(invoice);

@@ -15,6 +15,7 @@ import type { RunningService } from './support/service.ts';
 import { baseUnits, randomWallet, tokenBalance, type EvmFixture } from './support/evm-flow.ts';
 import { hardhatOrSkip, serviceOnNode } from './support/evm-service.ts';
 import { refundFlow } from './support/refund-flow.ts';
+import { formatUnits } from '../domain/money.ts';
 
 const { node, skip } = await hardhatOrSkip('EVM refund tests');
 
@@ -159,6 +160,53 @@ describe('refunds paid on a local EVM node', { skip }, () => {
       received - amount - BigInt(priced.platformFee) - BigInt(priced.networkFee),
     );
     assert.equal(await node.provider.getBalance(p.address), 0n);
+  });
+
+  it('a wrong-token USDT payment on an ETH invoice that expired unconfirmed is refunded from its deposit, no settlement needed; two refunds racing, each paid once', async () => {
+    const { key } = await merchantWithKey(svc);
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '15', currency: 'USD', chain: 'ethereum', expiresInMinutes: 1 },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const p = created.body.data as { paymentId: string; address: string };
+    const received = 7_654_321n;
+    await payUsdt(p.address, received);
+    await eventuallyMining(
+      mine,
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
+      (assets) => assets?.[0]?.token === 'USDT',
+    );
+    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 61 });
+    await eventually(
+      async () => (await flow.invoiceOf(p.paymentId, key)).status,
+      (status) => status === 'expired',
+    );
+    assert.equal(await flow.settlementOf(p.paymentId, key), undefined, 'never confirmed: no settlement');
+
+    // Two refunds approved at once, together all it received: both from the deposit, each once.
+    const customer = randomWallet();
+    const parts = [4_000_000n, received - 4_000_000n];
+    const approved = await Promise.all(
+      parts.map((units) =>
+        flow.refund(key, p.paymentId, {
+          chain: 'ethereum',
+          token: 'USDT',
+          amount: formatUnits(units, 6, 6),
+          destination: customer,
+        }),
+      ),
+    );
+    for (const a of approved) assert.equal(a.fundedFrom, 'deposit');
+    const done = await Promise.all(approved.map((a) => flow.completed(a.id, key)));
+    for (const [i, d] of done.entries()) {
+      assert.equal(baseUnits(d.netAmount, 6), parts[i]);
+      assert.deepEqual(await usdtTransfers(d.transactionHash), [
+        { from: getAddress(p.address), to: customer, amount: parts[i] },
+      ]);
+    }
+    assert.equal(await tokenBalance(fx.usdt, customer), received);
+    assert.equal(await tokenBalance(fx.usdt, p.address), 0n, "the customer's coins left the deposit the way they came");
   });
 
   it('a settled ETH invoice is refunded from the refund wallet, funded with exactly the amount and left empty', async () => {

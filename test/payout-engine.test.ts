@@ -97,6 +97,9 @@ async function harness(
   const request = async (gross: bigint) => {
     const invoiceId = randomUUID();
     const settlementId = settlementIdOf(invoiceId);
+    const deposit = `TDeposit${invoiceId.slice(0, 8)}`;
+    // The customer's payment: the ledger, as a chain, refuses a payout from an address that holds less.
+    await ledger.transfer({ to: deposit, token: 'USDT', amount: gross });
     await handleCommand(store, settlementDecider, settlementStreamName(settlementId), {
       type: 'RequestSettlement',
       settlementId,
@@ -105,7 +108,7 @@ async function harness(
       chain: 'tron',
       token: 'USDT',
       tokenDecimals: 6,
-      fromAddress: `TDeposit${invoiceId.slice(0, 8)}`,
+      fromAddress: deposit,
       derivationIndex: 1,
       grossAmount: gross,
       networkFee: 0n,

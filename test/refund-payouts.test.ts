@@ -5,6 +5,7 @@
 // left. Each payout is checked on the ledger to the base unit.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
+import { Wallet } from 'ethers';
 import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { defaultConfirmations } from '../api/config.ts';
 import { catalogue } from '../domain/catalogue.ts';
@@ -219,6 +220,55 @@ describe('refund payouts', () => {
     ]);
     // The USDT settlement is not re-priced by the ETH refund: 120 less the 1% platform fee.
     assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', 120_000_000n - 1_200_000n]]);
+  });
+
+  it('a wrong-token payment on an invoice that expired unconfirmed (no settlement, ever) is refunded from its deposit; two refunds racing stay within what it received', async () => {
+    const { key } = await merchant(MERCHANT_WALLET);
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '100', currency: 'USD', chain: 'ethereum', token: 'USDT', expiresInMinutes: 1 },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const { paymentId: id, address: deposit } = created.body.data as { paymentId: string; address: string };
+    await transfer(deposit, '5', 'USDC'); // the wrong token
+    await mine(defaultConfirmations.ethereum);
+    await admin('POST', '/dev/v1/clock/advance', { seconds: 61 });
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${id}/refundable`, { token: key })).body.data,
+      (assets) => assets?.[0]?.refundable === '5.000000',
+    );
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${id}/status`)).body.data.status,
+      (status) => status === 'expired',
+    );
+    assert.equal(await settlementOf(key, id), undefined, 'never confirmed: no settlement');
+
+    const customer = Wallet.createRandom().address;
+    const refund = (amount: string) =>
+      svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+        token: key,
+        body: { chain: 'ethereum', token: 'USDC', amount, destination: customer },
+      });
+    const [first, second] = await Promise.all([refund('3'), refund('2')]);
+    assert.equal(first.status, 201, JSON.stringify(first.body));
+    assert.equal(second.status, 201, JSON.stringify(second.body));
+    const third = await refund('0.000001');
+    assert.equal(third.status, 400);
+    assert.equal(third.body.message, 'Refund exceeds the refundable amount');
+    // Approved at once, both from the one deposit: the coins leave the way they came.
+    const approved = await Promise.all([approve(key, first.body.data.id), approve(key, second.body.data.id)]);
+    for (const a of approved) {
+      assert.equal(a.status, 200, JSON.stringify(a.body));
+      assert.equal(a.body.data.fundedFrom, 'deposit');
+      assert.equal(a.body.data.status, 'sending');
+    }
+    const done = [await completedRefund(key, first.body.data.id), await completedRefund(key, second.body.data.id)];
+    assert.deepEqual(await paidBy(customer, done[0].transactionHash), [['USDC', 3_000_000n]]);
+    assert.deepEqual(await paidBy(customer, done[1].transactionHash), [['USDC', 2_000_000n]]);
+    const ledger = await SandboxLedger.open(svc.service.store, 'ethereum');
+    assert.equal(await ledger.balanceOf(deposit, 'USDC'), 0n, 'the deposit gave back all it received, no more');
+    const invoice = (await svc.call('GET', `/api/v1/invoices/${id}`, { token: key })).body.data;
+    assert.equal(invoice.refundStatus, 'full');
   });
 
   it('needs refunds:approve to approve, and answers 404 for another merchant', async () => {

@@ -4,6 +4,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { fold } from '../domain/decider.ts';
 import {
+  depositWithoutSettlement,
   invoiceDecider,
   refundableOf,
   refundStatusOf,
@@ -78,6 +79,66 @@ const reserve = (refundId: string, amount: bigint, token = 'USDT'): InvoiceComma
 
 // Paid 120 USDT for a 100 USDT invoice, plus 5 USDC (the wrong token).
 const overpaid = history(create, assign, ...pay(1, 120_000_000n), ...pay(2, 5_000_000n, 'USDC', 4));
+
+// 5 USDC (the wrong token) paid to the USDT deposit, and the invoice expired unpaid: no settlement ever.
+const expire: InvoiceCommand = { type: 'ExpireInvoice', now: at(15) };
+const expiredWrongToken = history(create, assign, ...pay(1, 5_000_000n, 'USDC'), expire);
+
+describe('a refund of an invoice that will never be settled', () => {
+  it('is paid from the deposit the asset arrived on, at its derivation index, once the invoice closed unconfirmed', () => {
+    assert.deepEqual(depositWithoutSettlement(invoiceOf(expiredWrongToken), { chain: 'ethereum', token: 'USDC' }), {
+      address: DEPOSIT,
+      derivationIndex: 3,
+    });
+    // An underpayment of the right token on an expired invoice, too.
+    const underpaid = history(create, assign, ...pay(1, 30_000_000n), expire);
+    assert.equal(
+      depositWithoutSettlement(invoiceOf(underpaid), { chain: 'ethereum', token: 'USDT' })?.address,
+      DEPOSIT,
+    );
+  });
+
+  it('has no such deposit while a settlement may yet be requested, or was', () => {
+    // Still open: the right token may yet confirm it, and its settlement would spend from the same deposit.
+    const open = history(create, assign, ...pay(1, 5_000_000n, 'USDC'));
+    assert.equal(depositWithoutSettlement(invoiceOf(open), { chain: 'ethereum', token: 'USDC' }), undefined);
+    // Confirmed once: its settlement pays out of the deposit (the hold on it decides).
+    assert.equal(depositWithoutSettlement(invoiceOf(overpaid), { chain: 'ethereum', token: 'USDC' }), undefined);
+    // Nothing of the asset received.
+    assert.equal(
+      depositWithoutSettlement(invoiceOf(expiredWrongToken), { chain: 'ethereum', token: 'DAI' }),
+      undefined,
+    );
+  });
+
+  it('has no one deposit when the asset arrived on two addresses', () => {
+    const other = '0x00000000000000000000000000000000000000bb';
+    const twice = history(
+      create,
+      assign,
+      { ...assign, token: 'USDC', address: other, derivationIndex: 4, quotedAt: at(2) } as InvoiceCommand,
+      ...pay(1, 5_000_000n, 'USDC'),
+      { ...(pay(2, 1_000_000n, 'USDC', 4)[0] as InvoiceCommand), address: other } as InvoiceCommand,
+      expire,
+    );
+    assert.equal(depositWithoutSettlement(invoiceOf(twice), { chain: 'ethereum', token: 'USDC' }), undefined);
+  });
+
+  it('keeps two refunds racing on that deposit within what it received: the second reservation is decided on the first', () => {
+    const first = history(create, assign, ...pay(1, 5_000_000n, 'USDC'), expire, reserve('r1', 3_000_000n, 'USDC'));
+    given(invoiceDecider, first)
+      .when(reserve('r2', 2_000_001n, 'USDC'))
+      .thenError('bad_request', 'Refund exceeds the refundable amount');
+    given(invoiceDecider, first)
+      .when(reserve('r2', 2_000_000n, 'USDC'))
+      .then([
+        {
+          type: 'RefundReserved',
+          data: { refundId: 'r2', chain: 'ethereum', token: 'USDC', amount: '2000000', reservedAt: at(20) },
+        },
+      ]);
+  });
+});
 
 describe('the invoice refund ledger', () => {
   it('reports per asset what was received and what is refundable, the excess being the overpaid part and wrong tokens', () => {

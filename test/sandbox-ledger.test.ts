@@ -3,6 +3,7 @@ import { describe, it } from 'node:test';
 import basex from 'base-x';
 import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import type { Clock } from '../adapters/clock.ts';
+import { TransactionRejectedError } from '../adapters/chains/port.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { DomainError, fold } from '../domain/decider.ts';
@@ -151,6 +152,33 @@ describe('sandbox ledger decider', () => {
       .when(pay(1n, 'has space'))
       .thenError('bad_request', 'txHash must be 1 to 128 printable characters without spaces');
   });
+
+  it('refuses a payout that sends more than its address holds, as a real node does; several in a block add up', () => {
+    const payout = (...amounts: bigint[]): SandboxLedgerCommand => ({
+      type: 'MineBlock',
+      transfers: amounts.map((amount) => ({ to: '0xcustomer', token: 'ETH', amount, from: ADDRESS })),
+      timestamp: T0,
+    });
+    const funded = history(pay(10n));
+    given(decider, funded)
+      .when(payout(11n))
+      .thenError('conflict', `insufficient funds: ${ADDRESS} holds 10 ETH, the payout sends 11`);
+    given(decider, funded)
+      .when(payout(6n, 5n))
+      .thenError('conflict', `insufficient funds: ${ADDRESS} holds 10 ETH, the payout sends 11`);
+    // Another token's coins do not pay for it.
+    given(decider, [])
+      .when(payout(1n))
+      .thenError('conflict', `insufficient funds: ${ADDRESS} holds 0 ETH, the payout sends 1`);
+    const spent = history(pay(10n), payout(6n, 4n));
+    assert.deepEqual(
+      mined(spent)[1]!.transfers.map((t) => t.amount),
+      ['6', '4'],
+    );
+    given(decider, spent)
+      .when(payout(1n))
+      .thenError('conflict', `insufficient funds: ${ADDRESS} holds 0 ETH, the payout sends 1`);
+  });
 });
 
 /** A business clock the test moves by hand. */
@@ -183,6 +211,29 @@ describe('SandboxLedger over an event store', () => {
     assert.deepEqual(block.transfers, [{ txHash, index: 0, to: ADDRESS, token: 'ETH', amount }]);
     assert.equal(block.timestamp.toISOString(), '2025-01-01T00:00:12.000Z');
     assert.deepEqual(await ledger.head(), { height: 1, hash: block.hash });
+  });
+
+  it('rejects the broadcast of a payout its address cannot fund, and sends it once funded', async () => {
+    const ledger = await openLedger(new MemoryEventStore());
+    const payout = await ledger.prepareTransfer({
+      from: { address: ADDRESS, derivationIndex: 1 },
+      to: '0xcustomer',
+      token: 'USDT',
+      amount: 5n,
+      reference: 'refund/1',
+      fees: { platform: 0n, network: 0n },
+    });
+    await ledger.transfer({ to: ADDRESS, token: 'USDT', amount: 4n });
+    await assert.rejects(ledger.broadcast(payout), (error: Error) => {
+      assert.ok(error instanceof TransactionRejectedError);
+      assert.match(error.message, /insufficient funds/);
+      return true;
+    });
+    assert.equal(await ledger.transactionStatus(payout.txHash), undefined);
+    await ledger.transfer({ to: ADDRESS, token: 'USDT', amount: 1n });
+    await ledger.broadcast(payout);
+    assert.ok(await ledger.transactionStatus(payout.txHash));
+    assert.equal(await ledger.balanceOf(ADDRESS, 'USDT'), 0n);
   });
 
   it('adds confirmations by mining empty blocks', async () => {

@@ -18,6 +18,7 @@ import type { ChainName } from '../domain/catalogue.ts';
 import { settlementDecider, settlementStreamName } from '../domain/settlement.ts';
 
 const WALLET = 'TUEZSdKsoDHQMeZwihtdoBiN46zxhGWYdH';
+const DEPOSIT = 'TDepositAddressOfTheInvoice1111111';
 const SETTLEMENT_ID = '6f1c9a8e-2b7d-4c1e-9a53-0d2e8f4b7c11';
 const MERCHANT_ID = '3c9d2e1f-4a5b-4c6d-8e7f-9a0b1c2d3e4f';
 const clock = { now: () => new Date('2026-11-22T10:00:00.000Z') };
@@ -42,6 +43,8 @@ function flakyChain(ledger: SandboxLedger, failures: ('lost-reply' | 'timeout' |
 async function payoutsWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) {
   const store = new MemoryEventStore();
   const ledger = await SandboxLedger.open(store, 'tron', clock);
+  // The customer's payment: the ledger, as a chain, refuses a payout from an address that holds less.
+  await ledger.transfer({ to: DEPOSIT, token: 'USDT', amount: 100_000_000n });
   const chain = flakyChain(ledger, failures);
   // The payout goes to the merchant's wallet as the merchant's stream has it.
   await handleCommand(store, merchantDecider, merchantStream(MERCHANT_ID), {
@@ -59,7 +62,7 @@ async function payoutsWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
     chain: 'tron',
     token: 'USDT',
     tokenDecimals: 6,
-    fromAddress: 'TDepositAddressOfTheInvoice1111111',
+    fromAddress: DEPOSIT,
     derivationIndex: 3,
     grossAmount: 100_000_000n,
     networkFee: 0n,

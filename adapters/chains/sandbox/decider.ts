@@ -269,7 +269,49 @@ function mineBlock(
       ),
     ),
   );
+  refuseUnfunded(state, transfers);
   return [nextBlock(state, parent, nonce, timestamp, transfers)];
+}
+
+/**
+ * What `address` holds of `token` on the best chain: what was sent to it less
+ * the payouts sent from it. (The sandbox's flat network fee is not charged to
+ * the address: payouts take it out of the amount they send.)
+ */
+export function heldBy(state: SandboxLedgerState, address: string, token: string): bigint {
+  let held = 0n;
+  for (let i = 0; i < state.blocks.length; i++) {
+    for (const t of state.blocks.items[i]!.transfers) {
+      if (t.token !== token) continue;
+      if (t.to === address) held += BigInt(t.amount);
+      if (t.from === address) held -= BigInt(t.amount);
+    }
+  }
+  return held;
+}
+
+/**
+ * A payout (a transfer that names where it is from) that sends more than its
+ * address holds is refused, as a real node refuses it: go-ethereum's
+ * core/txpool/validation.go (ValidateTransactionWithState, ErrInsufficientFunds
+ * "insufficient funds for gas * price + value"), and a token contract's
+ * transfer reverts. Several payouts from one address in a block add up.
+ */
+function refuseUnfunded(state: SandboxLedgerState, transfers: readonly LedgerTransfer[]): void {
+  const spent = new Map<string, bigint>();
+  for (const t of transfers) {
+    if (t.from === undefined) continue;
+    const key = JSON.stringify([t.from, t.token]);
+    const total = (spent.get(key) ?? 0n) + BigInt(t.amount);
+    spent.set(key, total);
+    const held = heldBy(state, t.from, t.token);
+    if (total > held) {
+      throw new DomainError(
+        'conflict',
+        `insufficient funds: ${t.from} holds ${held} ${t.token}, the payout sends ${total}`,
+      );
+    }
+  }
 }
 
 /** Throws unless `count` is a number of blocks one command may mine. */

@@ -13,6 +13,7 @@ import {
   blockAt,
   checkBlockCount,
   headBlock,
+  heldBy,
   ledgerHeight,
   sandboxLedgerDecider,
   sandboxLedgerStreamName,
@@ -197,22 +198,10 @@ export class SandboxLedger implements ChainAdapter {
     return undefined;
   }
 
-  /**
-   * What `address` holds of `token` on the best chain: what was sent to it less
-   * the payouts sent from it. (The ledger itself never refuses a payout for
-   * want of funds; the refund engine reads this before it sends.)
-   */
+  /** What `address` holds of `token` on the best chain (see heldBy). */
   async balanceOf(address: string, token: string): Promise<bigint> {
     await this.exclusive(() => this.catchUp());
-    let held = 0n;
-    for (let h = 1; h <= ledgerHeight(this.state); h++) {
-      for (const t of blockAt(this.state, h)!.transfers) {
-        if (t.token !== token) continue;
-        if (t.to === address) held += BigInt(t.amount);
-        if (t.from === address) held -= BigInt(t.amount);
-      }
-    }
-    return held;
+    return heldBy(this.state, address, token);
   }
 
   /** Every transfer to `address` on the best chain, oldest first (for checking balances from outside). */

@@ -124,6 +124,13 @@ describe('a refund of an invoice that will never be settled', () => {
     assert.equal(depositWithoutSettlement(invoiceOf(twice), { chain: 'ethereum', token: 'USDC' }), undefined);
   });
 
+  it('has none when that address also received another token, whose refund could spend this one as its fee', () => {
+    // USDT underpaid and USDC by mistake on one address: an EVM token refund's gas would come out of the other's coins.
+    const both = history(create, assign, ...pay(1, 30_000_000n), ...pay(2, 5_000_000n, 'USDC'), expire);
+    assert.equal(depositWithoutSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDC' }), undefined);
+    assert.equal(depositWithoutSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDT' }), undefined);
+  });
+
   it('keeps two refunds racing on that deposit within what it received: the second reservation is decided on the first', () => {
     const first = history(create, assign, ...pay(1, 5_000_000n, 'USDC'), expire, reserve('r1', 3_000_000n, 'USDC'));
     given(invoiceDecider, first)

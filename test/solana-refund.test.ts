@@ -14,7 +14,7 @@ import {
   TokenInstruction,
   decodeTransferCheckedInstruction,
 } from '@solana/spl-token';
-import { eventually, merchantWithKey } from './support/merchant.ts';
+import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import type { RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
@@ -209,6 +209,49 @@ describe('refunds paid on the Solana test node', () => {
     // Not held, not re-priced: the merchant gets all received less the platform fee and the sweep's fee.
     await settlesTheRest(merchant.id, key, p.paymentId, { received, refunded: 0n, token: 'SOL' });
     assert.equal(await node.balance(p.address), 0n, 'the settlement took the deposit whole');
+  });
+
+  it('two SOL refunds of a never-settled deposit that together would leave it under the rent minimum are paid from the refund wallet', async () => {
+    const { key } = await merchantWithKey(svc);
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '25', currency: 'USD', chain: 'solana', expiresInMinutes: 1 },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const p = created.body.data as { paymentId: string; address: string; cryptoAmount: string };
+    // Half paid, then expired unconfirmed: no settlement will ever spend from the deposit.
+    const received = baseUnits(p.cryptoAmount, 9) / 2n;
+    await node.sendSol(payer, p.address, received);
+    await node.mine();
+    await eventuallyMining(
+      () => node.mine(1),
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
+      (assets) => assets?.[0]?.token === 'SOL',
+    );
+    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 61 });
+    await eventually(
+      async () => (await flow.invoiceOf(p.paymentId, key)).status,
+      (status) => status === 'expired',
+    );
+
+    // Each alone leaves the deposit above the minimum; both leave it under, which the runtime refuses.
+    const first = received / 2n;
+    const second = received - first - (await rentExemptMinimum()) / 2n;
+    const create = async (lamports: bigint) => {
+      const res = await svc.call('POST', `/api/v1/invoices/${p.paymentId}/refunds`, {
+        token: key,
+        body: { amount: sol(lamports), destination: newWallet() },
+      });
+      assert.equal(res.status, 201, JSON.stringify(res.body));
+      return res.body.data.id as string;
+    };
+    const ids = [await create(first), await create(second)];
+    for (const id of ids) {
+      const approved = await svc.call('POST', `/api/v1/refunds/${id}/approve`, { token: key });
+      assert.equal(approved.status, 200, JSON.stringify(approved.body));
+      assert.equal(approved.body.data.fundedFrom, 'refund_wallet', JSON.stringify(approved.body.data));
+    }
+    assert.equal(await node.balance(p.address), received, 'the deposit gave nothing');
   });
 
   it("a USDT overpayment's excess is paid from the deposit's two token accounts; the settlement then pays the rest", async () => {

@@ -18,6 +18,7 @@ import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
 import {
   depositWithoutSettlement,
+  unpaidRefundsOf,
   invoiceDecider,
   invoiceStreamName,
   refundableOf,
@@ -334,9 +335,7 @@ async function withoutSettlement(
   // The chain's own rule for what a payer must keep (Solana's rent), as with a settlement above, for this refund
   // and the others of the asset not paid yet (their claims are reserved at creation): paid in any order, none
   // may leave the deposit where the next could not pay.
-  const claims = invoice.refunds.filter((r) => !r.refunded && r.chain === refund.chain && r.token === refund.token);
-  const owed =
-    claims.reduce((sum, r) => sum + r.amount, 0n) + (claims.some((r) => r.refundId === refund.id) ? 0n : refund.amount);
+  const owed = refund.amount + unpaidRefundsOf(invoice, refund, refund.id);
   if (chain?.canPay && !(await chain.canPay(deposit.address, refund.token, owed))) return undefined;
   return { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
 }

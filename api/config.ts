@@ -24,7 +24,7 @@ export interface Config {
   chainRpcUrls: Partial<Record<ChainName, string>>;
   /** Settings of the EVM chains that have an RPC URL (adapters/chains/evm/index.ts). */
   evm: Partial<Record<ChainName, EvmChainSettings>>;
-  /** Tron's settings when it has an RPC URL (adapters/chains/tron.ts). */
+  /** Tron's settings when it has an RPC URL (adapters/chains/tron/). */
   tron: TronChainSettings | undefined;
   /** Solana's settings when it has an RPC URL (adapters/chains/solana/index.ts). */
   solana: SolanaChainSettings | undefined;

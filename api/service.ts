@@ -9,7 +9,7 @@ import { HttpError } from './errors.ts';
 import type { EvmChain } from '../adapters/chains/evm/index.ts';
 import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
 import type { SolanaChain } from '../adapters/chains/solana/index.ts';
-import type { TronChain } from '../adapters/chains/tron.ts';
+import type { TronChain } from '../adapters/chains/tron/index.ts';
 import type { BitcoinChain } from '../adapters/chains/bitcoin.ts';
 import { formatUnits } from '../domain/money.ts';
 import { findChain } from '../domain/catalogue.ts';
@@ -140,7 +140,7 @@ export async function startService(
       for (const [name, chain] of await openEvmChains(config, keyring)) nodeChains.set(name, chain);
     }
     const tron = hasNode('tron')
-      ? await (await import('../adapters/chains/tron.ts')).openTronChain(config, keyring)
+      ? await (await import('../adapters/chains/tron/index.ts')).openTronChain(config, keyring)
       : undefined;
     if (tron) nodeChains.set('tron', tron);
     const bitcoin = hasNode('bitcoin')

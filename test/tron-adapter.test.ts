@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { fromHex, signTransaction } from 'tronweb/utils';
-import { parseTronBlock, type TransactionJson, type TronChain } from '../adapters/chains/tron.ts';
+import { parseTronBlock, type TransactionJson, type TronChain } from '../adapters/chains/tron/index.ts';
 import { TransactionRejectedError } from '../adapters/chains/port.ts';
 import { randomTronKey, TRON_FEES, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { openTestChain, serviceKeyring, startTronNode, TEST_USDT } from './support/tron-flow.ts';

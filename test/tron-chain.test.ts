@@ -11,7 +11,7 @@ import { startTestService, type RunningService } from './support/service.ts';
 import { baseUnits } from './support/evm-flow.ts';
 import { randomTronKey, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { startTronService, stopTronService, TEST_ROUTER, TEST_USDT, tronEnv } from './support/tron-flow.ts';
-import { trxInToken } from '../adapters/chains/tron.ts';
+import { trxInToken } from '../adapters/chains/tron/index.ts';
 import { settlementAmounts } from './support/settlement.ts';
 
 describe('payments and settlement on the Tron test node', () => {

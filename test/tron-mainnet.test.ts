@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { signTransaction } from 'tronweb/utils';
-import { parseTronBlock, trxInToken, type TransactionJson, type TronChain } from '../adapters/chains/tron.ts';
+import { parseTronBlock, trxInToken, type TransactionJson, type TronChain } from '../adapters/chains/tron/index.ts';
 import { TransactionRejectedError, type PreparedTransaction } from '../adapters/chains/port.ts';
 import { randomTronKey, type TronTestNode } from './support/tron-node.ts';
 import { openTestChain, serviceKeyring, startTronNode, TEST_ROUTER, TEST_USDT } from './support/tron-flow.ts';

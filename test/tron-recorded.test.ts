@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
-import { parseTronBlock, type TransactionJson } from '../adapters/chains/tron.ts';
+import { parseTronBlock, type TransactionJson } from '../adapters/chains/tron/index.ts';
 import { checkSignature } from './support/tron-node.ts';
 
 const block = JSON.parse(readFileSync(new URL('./fixtures/tron/mainnet-block-13232131.json', import.meta.url), 'utf8'));

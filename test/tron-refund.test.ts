@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { after, before, describe, it } from 'node:test';
 import { decodeParams, fromHex, txCheck } from 'tronweb/utils';
-import { TRC20_TRANSFER_TOPIC, type TransactionInfoJson, type TransactionJson } from '../adapters/chains/tron.ts';
+import { TRC20_TRANSFER_TOPIC, type TransactionInfoJson, type TransactionJson } from '../adapters/chains/tron/index.ts';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { refundFlow } from './support/refund-flow.ts';
 import type { RunningService } from './support/service.ts';

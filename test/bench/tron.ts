@@ -7,7 +7,7 @@
 // being paid out, beside TronGrid's limits.
 import { createHash, randomBytes } from 'node:crypto';
 import basex from 'base-x';
-import { TronChain, TRC20_TRANSFER_TOPIC } from '../../adapters/chains/tron.ts';
+import { TronChain, TRC20_TRANSFER_TOPIC } from '../../adapters/chains/tron/index.ts';
 import { DepositKeyring, generateMnemonic } from '../../adapters/keys/derivation.ts';
 import { randomTronKey } from '../support/tron-node.ts';
 import { startTronNode, TEST_USDT } from '../support/tron-flow.ts';

@@ -1,6 +1,6 @@
 // Shared steps of the Tron integration tests: a test node with a USDT
 // contract, the service's environment for it, and amounts in base units.
-import { TronChain, type TronChainOptions } from '../../adapters/chains/tron.ts';
+import { TronChain, type TronChainOptions } from '../../adapters/chains/tron/index.ts';
 import { DepositKeyring } from '../../adapters/keys/derivation.ts';
 import { randomTronKey, TronTestNode, type TronKey } from './tron-node.ts';
 import { startTestService, type RunningService } from './service.ts';

@@ -1,5 +1,5 @@
 // A Tron test node: an HTTP server speaking the subset of java-tron's HTTP
-// API that adapters/chains/tron.ts uses, over a chain it runs itself. No Tron
+// API that adapters/chains/tron/ uses, over a chain it runs itself. No Tron
 // node can run here, so this one executes real signed transactions with
 // Tron's rules:
 //   - a transaction's id is the SHA-256 of its raw_data, which must match
@@ -52,8 +52,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TronWeb } from 'tronweb';
 import { ecRecover, encodeParams, fromHex, signTransaction, toHex, txCheck, decodeParams } from 'tronweb/utils';
-import type { TransactionInfoJson, TransactionJson } from '../../adapters/chains/tron.ts';
-import { bandwidthOf, TRC20_TRANSFER_TOPIC } from '../../adapters/chains/tron.ts';
+import type { TransactionInfoJson, TransactionJson } from '../../adapters/chains/tron/index.ts';
+import { bandwidthOf, TRC20_TRANSFER_TOPIC } from '../../adapters/chains/tron/index.ts';
 
 /** Mainnet's values of getchainparameters (see SOURCES.md). */
 export const TRON_FEES = {

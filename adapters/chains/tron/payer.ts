@@ -1,27 +1,6 @@
-// Tron (TRX and USDT-TRC20) behind the chain port, through the java-tron HTTP
-// API: `/wallet/*` for the head view on the full node's HTTP port, and
-// `/walletsolidity/*` for the solidified one on the solidity port (java-tron
-// serves them on two ports, 8090 and 8091; TronGrid on one host).
-//
-// Detection: TRX payments are the successful TransferContract transactions
-// of a block (index 0) and TRX that contracts send on (the internal
-// transactions of a successful result with a call value, not rejected; index
-// after the transaction's logs); token payments are the Transfer event logs
-// of the catalogue's token contracts in the block's transaction results
-// (index = the log's position in its transaction), which also shows transfers
-// made through other contracts. A block is read with every transaction's
-// result or read again: a backend behind the others answers fewer (none for
-// the newest block), and a direct `transfer(address,uint256)` call to a token
-// is cross-checked against its result. Only a SUCCESS result pays.
-//
-// Finality: a block is final once solidified (about 19 blocks behind the
-// head); the head reports the solidified height, so the watcher never counts
-// a payment in a newer block as confirmed.
-//
-// Requests: the head is read once a block (3 s), the solidified block every
-// three, the prices every ten minutes, and a block the head links to is not
-// read again; after a 403, 429 or 503 (TronGrid's answer to a key over its
-// rate) the node is left alone for 30 s. Idle, about one request a second.
+// Paying out on Tron: fees, preparing and broadcasting payouts (and the
+// platform fee, top-ups, delegations and leftovers that go with them), where
+// a payout stands, and the balances it is prepared from.
 //
 // Settlement: the payout is one transaction signed offline with tronweb and
 // recorded before it is sent, alone; the platform fee is built and sent only
@@ -56,41 +35,20 @@
 // says its signature or size is wrong), when no node can ever take it. Only
 // then does the sweeper prepare a new one, so a restart can never pay twice.
 import { TronWeb } from 'tronweb';
-import { encodeParams, fromHex as base58FromHex, signTransaction, toHex as hexFromBase58 } from 'tronweb/utils';
-import { findChain, type ChainName } from '../../domain/catalogue.ts';
-import { parseUnits } from '../../domain/money.ts';
-import type { RateProvider } from '../rates/port.ts';
-import type { DepositKeyring } from '../keys/derivation.ts';
-import { HeadPoller } from './head-poller.ts';
-import { ChainNode, sleep, type RetryPolicy } from './node.ts';
+import { encodeParams, signTransaction } from 'tronweb/utils';
+import { parseUnits } from '../../../domain/money.ts';
+import type { DepositKeyring } from '../../keys/derivation.ts';
+import type { RateProvider } from '../../rates/port.ts';
+import { sleep } from '../node.ts';
 import {
-  staleTip,
   TransactionRejectedError,
-  type ChainAdapter,
-  type ChainBlock,
-  type ChainHead,
-  type ChainTransfer,
   type OutgoingTransfer,
   type PreparedTransaction,
   type TransactionStatus,
-} from './port.ts';
+} from '../port.ts';
+import { fromHex, type TransactionInfoJson, type TransactionJson, type TronNode } from './node.ts';
+import type { TronReader, TronToken } from './reader.ts';
 
-/** keccak256("Transfer(address,address,uint256)"), as java-tron writes topics: bare hex. */
-export const TRC20_TRANSFER_TOPIC = 'ddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef';
-/** transfer(address,uint256) */
-const TRANSFER_SELECTOR = 'a9059cbb';
-
-/** Genesis block ids (the blockID of block 0) of the public networks. */
-export const tronNetworks: Record<string, string> = {
-  mainnet: '00000000000000001ebf88508a03865c71d452e25f4d51194196a1d22b6653dc',
-  nile: '0000000000000000d698d4192c56cb6be724a558448e2684802de4d6cd8690dc',
-  shasta: '0000000000000000de1aa88295e1fcf982742f773e0419c5a9c134c994a9059e',
-};
-
-/** Tron's block interval. */
-const BLOCK_MS = 3000;
-/** How long the node is left alone after it answers 403, 429 or 503 (TronGrid suspends a key for 30 s). */
-export const BACKOFF_MS = 30_000;
 /** How long the chain parameters (prices) stand; they change by proposal, a few times a year. */
 const FEES_MS = 10 * 60 * 1000;
 /** How long a settlement's transactions stay valid; the node refuses more than a day. */
@@ -103,99 +61,6 @@ const RESULT_BYTES = 64;
 const QUOTE_FIAT = 'USD';
 /** Decimals a rate is read to: exact integers for the conversion (rates are decimal strings). */
 const RATE_DECIMALS = 18;
-
-export interface TronToken {
-  symbol: string;
-  /** Base58 T-address of the TRC-20 contract. */
-  contract: string;
-  decimals: number;
-}
-
-export interface TronChainOptions {
-  rpcUrl: string;
-  /**
-   * Where `/walletsolidity/*` is served: java-tron serves it on its solidity
-   * HTTP port (node.http.solidityPort, 8091), not on the full node's 8090;
-   * TronGrid serves both on one host. Default: `rpcUrl`.
-   */
-  solidityUrl?: string;
-  /** Sent as TRON-PRO-API-KEY (TronGrid). */
-  apiKey?: string;
-  /** `mainnet`, `nile`, `shasta`, or the 64-hex genesis block id of another network. */
-  network?: string;
-  /** Token contracts; default: the catalogue's mainnet ones. */
-  tokens?: TronToken[];
-  keyring: Pick<DepositKeyring, 'deriveDepositKey' | 'deriveTronServiceKey'>;
-  /** Where platform fees go; default: the derived treasury. */
-  treasury?: string;
-  /** Confirmations a payout needs; a payout above the solidified block is reported one short. */
-  confirmations: number;
-  pollMs?: number;
-  /** How long a head read stands before the node is asked again (default: one block, 3 s). */
-  headMs?: number;
-  /** How long a solidified-block read stands (default: three blocks; finality lags ~19 blocks anyway). */
-  solidifiedMs?: number;
-  retry?: RetryPolicy;
-  /** How long a broadcast waits for the fee wallet's top-up to be mined before it gives up (unknown outcome). */
-  topUpTimeoutMs?: number;
-  /**
-   * The service's exchange rates, which turn the TRX a token settlement burns
-   * into the token (through USD); without them a token settlement cannot be
-   * priced and waits (see quoteNetworkFee).
-   */
-  rates?: Pick<RateProvider, 'rate'>;
-  /**
-   * CHAIN_TRON_ENERGY_DELEGATION: the fee wallet has TRX frozen for energy
-   * (Stake 2.0): a token payout's energy is delegated to the deposit address
-   * for its two calls and taken back after, instead of burnt.
-   */
-  energyDelegation?: boolean;
-}
-
-interface BlockJson {
-  blockID?: string;
-  block_header?: { raw_data: { number?: number; parentHash: string; timestamp?: number } };
-  transactions?: TransactionJson[];
-}
-interface ContractJson {
-  type: string;
-  parameter: { value: Record<string, unknown>; type_url?: string };
-}
-export interface TransactionJson {
-  txID: string;
-  ret?: { contractRet?: string }[];
-  raw_data: { contract: ContractJson[]; expiration: number; timestamp?: number; fee_limit?: number };
-  raw_data_hex: string;
-  signature?: string[];
-  visible?: boolean;
-}
-interface LogJson {
-  address: string;
-  topics?: string[];
-  data?: string;
-}
-export interface TransactionInfoJson {
-  id: string;
-  blockNumber?: number;
-  blockTimeStamp?: number;
-  fee?: number;
-  result?: string;
-  resMessage?: string;
-  receipt?: { result?: string; net_fee?: number; energy_fee?: number; net_usage?: number; energy_usage_total?: number };
-  log?: LogJson[];
-  /** Calls and value transfers made by contracts during the transaction (java-tron's InternalTransaction). */
-  internal_transactions?: InternalTransactionJson[];
-}
-interface InternalTransactionJson {
-  caller_address?: string;
-  transferTo_address?: string;
-  /** TRX moved (callValue alone) or a TRC-10 token (with tokenId). */
-  callValueInfo?: { callValue?: number; tokenId?: string }[];
-  /** Hex of "call", "create", "suicide"... */
-  note?: string;
-  /** Undone by a revert further up the call: it moved nothing. */
-  rejected?: boolean;
-}
 
 /** The chain's prices, from /wallet/getchainparameters. */
 interface FeeSchedule {
@@ -235,9 +100,6 @@ interface Bundle {
 const givenBy = (bundle: Bundle) =>
   BigInt(String(bundle.topUp?.transaction.raw_data.contract[0]!.parameter.value.amount ?? 0));
 
-const toHex = (base58: string) => hexFromBase58(base58).toLowerCase();
-const fromHex = (hex: string) => base58FromHex(hex);
-
 /** Bytes a node charges as bandwidth for a signed transaction (java-tron's BandwidthProcessor). */
 export function bandwidthOf(transaction: Pick<TransactionJson, 'raw_data_hex' | 'signature'>): number {
   const raw = transaction.raw_data_hex.length / 2;
@@ -266,100 +128,38 @@ export function trxInToken(sun: bigint, trxRate: string, tokenRate: string, deci
 const energyOf = (calls: { energy: bigint }[]) =>
   (calls.reduce((sum, call) => sum + call.energy, 0n) * ENERGY_MARGIN_PERCENT) / 100n;
 
-/** The transfers a block pays: TRX transfers and token Transfer logs, from the block and its transaction results. */
-export function parseTronBlock(
-  block: BlockJson,
-  infos: TransactionInfoJson[],
-  tokens: readonly TronToken[],
-  ignoreSenders: ReadonlySet<string> = new Set(),
-): ChainTransfer[] {
-  const tokenByHex = new Map(tokens.map((t) => [toHex(t.contract).slice(2), t]));
-  const transactions = block.transactions ?? [];
-  const height = block.block_header?.raw_data.number ?? 0;
-  const transfers: ChainTransfer[] = [];
-  const tokenCalls: string[] = [];
-  for (const tx of transactions) {
-    const contract = tx.raw_data.contract[0];
-    if (!contract || tx.ret?.[0]?.contractRet !== 'SUCCESS') continue;
-    const value = contract.parameter.value;
-    if (contract.type === 'TransferContract') {
-      const owner = String(value.owner_address).toLowerCase();
-      const amount = BigInt(String(value.amount ?? 0));
-      if (amount > 0n && !ignoreSenders.has(owner)) {
-        transfers.push({ txHash: tx.txID, index: 0, to: fromHex(String(value.to_address)), token: 'TRX', amount });
-      }
-    } else if (
-      contract.type === 'TriggerSmartContract' &&
-      tokenByHex.has(String(value.contract_address).toLowerCase().slice(2)) &&
-      String(value.data ?? '').startsWith(TRANSFER_SELECTOR)
-    ) {
-      tokenCalls.push(tx.txID);
-    }
-  }
-  const ids = new Set(transactions.map((t) => t.txID));
-  const infoById = new Map(infos.map((i) => [i.id, i]));
-  for (const info of infos) {
-    if (!ids.has(info.id)) throw new Error(`block ${height}: the node gave results of transactions not in this block`);
-  }
-  for (const id of tokenCalls) {
-    const info = infoById.get(id);
-    if (!info) throw new Error(`block ${height}: the node has no result of token transfer ${id} yet`);
-    if (info.receipt?.result === 'SUCCESS' && !(info.log ?? []).some((l) => l.topics?.[0] === TRC20_TRANSFER_TOPIC)) {
-      throw new Error(`block ${height}: token transfer ${id} succeeded without a Transfer log`);
-    }
-  }
-  for (const info of infos) {
-    // Contract calls carry a result; SUCCESS is the only one whose logs stand.
-    if (info.receipt?.result !== 'SUCCESS') continue;
-    for (const [index, log] of (info.log ?? []).entries()) {
-      const token = tokenByHex.get(log.address.toLowerCase());
-      const topics = log.topics ?? [];
-      // TRC-20 Transfer: from and to indexed, the amount in data (a TRC-721 one has three indexed topics).
-      if (!token || topics.length !== 3 || topics[0] !== TRC20_TRANSFER_TOPIC || log.data?.length !== 64) continue;
-      const amount = BigInt('0x' + log.data);
-      if (amount === 0n) continue;
-      transfers.push({ txHash: info.id, index, to: fromHex('41' + topics[2]!.slice(24)), token: token.symbol, amount });
-    }
-    // TRX a contract sent on (a wallet contract, an exchange's batch payer): its internal transactions with a call
-    // value, after the logs in index so that each stays unique within the transaction.
-    const after = (info.log ?? []).length;
-    for (const [position, internal] of (info.internal_transactions ?? []).entries()) {
-      if (internal.rejected || !internal.transferTo_address) continue;
-      const amount = (internal.callValueInfo ?? [])
-        .filter((v) => v.tokenId === undefined)
-        .reduce((sum, v) => sum + BigInt(v.callValue ?? 0), 0n);
-      if (amount <= 0n) continue;
-      transfers.push({
-        txHash: info.id,
-        index: after + position,
-        to: fromHex(internal.transferTo_address),
-        token: 'TRX',
-        amount,
-      });
-    }
-  }
-  return transfers;
+export interface TronPayerOptions {
+  /** The node's URL, which tronweb's builder wants; it is used offline only. */
+  rpcUrl: string;
+  keyring: Pick<DepositKeyring, 'deriveDepositKey' | 'deriveTronServiceKey'>;
+  tokens: readonly TronToken[];
+  feeWallet: string;
+  treasury: string;
+  /** Confirmations a payout needs; a payout above the solidified block is reported one short. */
+  confirmations: number;
+  /** How long a broadcast waits for the fee wallet's top-up to be mined before it gives up (unknown outcome). */
+  topUpTimeoutMs?: number | undefined;
+  /**
+   * The service's exchange rates, which turn the TRX a token settlement burns
+   * into the token (through USD); without them a token settlement cannot be
+   * priced and waits (see quoteNetworkFee).
+   */
+  rates?: Pick<RateProvider, 'rate'> | undefined;
+  /**
+   * CHAIN_TRON_ENERGY_DELEGATION: the fee wallet has TRX frozen for energy
+   * (Stake 2.0): a token payout's energy is delegated to the deposit address
+   * for its two calls and taken back after, instead of burnt.
+   */
+  energyDelegation?: boolean | undefined;
 }
 
-export class TronChain implements ChainAdapter {
-  readonly chain: ChainName = 'tron';
+export class TronPayer {
   readonly treasury: string;
   readonly feeWallet: string;
-  /** Requests sent to the node, by path: what the request budget is measured by. */
-  readonly requests = new Map<string, number>();
-  private readonly tokens: TronToken[];
+  private readonly tokens: readonly TronToken[];
   private readonly builder: TronWeb['transactionBuilder'];
-  private readonly poller: HeadPoller;
-  private readonly solidityUrl: string;
-  private readonly node: ChainNode;
   private fees?: FeeSchedule;
   private feesReadAt = 0;
-  /** The last head read, and when; a block's time later it is read again. */
-  private latest?: { height: number; hash: string; parentHash: string; timestamp: number; readAt: number };
-  /** The last solidified block read, and when. */
-  private solid?: { height: number; hash: string; timestamp: number; readAt: number };
-  private reading?: Promise<void>;
-  private readonly blocksByHeight = new Map<number, ChainBlock>();
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
   /** Payouts prepared or sent here whose platform fee is not sent yet, by payout id. */
   private readonly feesOwed = new Map<string, Bundle>();
@@ -377,64 +177,17 @@ export class TronChain implements ChainAdapter {
   private readonly tokenQuotes = new Map<string, bigint>();
   private rates?: Pick<RateProvider, 'rate'>;
 
-  private constructor(private readonly options: TronChainOptions) {
-    this.tokens =
-      options.tokens ??
-      findChain('tron')!
-        .supportedTokens.filter((t) => t.contractAddress !== null)
-        .map((t) => ({ symbol: t.symbol, contract: t.contractAddress!, decimals: t.decimals }));
-    this.feeWallet = options.keyring.deriveTronServiceKey('fee').address;
-    this.treasury = options.treasury ?? options.keyring.deriveTronServiceKey('treasury').address;
-    this.solidityUrl = options.solidityUrl ?? options.rpcUrl;
-    this.node = new ChainNode({ urls: [options.rpcUrl, this.solidityUrl], retry: options.retry });
+  constructor(
+    private readonly node: TronNode,
+    private readonly reader: Pick<TronReader, 'heads'>,
+    private readonly options: TronPayerOptions,
+  ) {
+    this.tokens = options.tokens;
+    this.feeWallet = options.feeWallet;
+    this.treasury = options.treasury;
     this.rates = options.rates;
     // Used offline only: transactions are built from a given block header and signed here.
     this.builder = new TronWeb({ fullHost: options.rpcUrl }).transactionBuilder;
-    // The poller asks every second; the head it gets is read from the node once a block.
-    this.poller = new HeadPoller(async () => (await this.head()).height, options.pollMs);
-  }
-
-  /**
-   * Connects and checks the node's genesis block against the configured
-   * network; a mismatch or a node that does not answer stops start-up with
-   * one line naming the variable.
-   */
-  static async open(options: TronChainOptions): Promise<TronChain> {
-    const network = options.network ?? 'mainnet';
-    const expected = tronNetworks[network] ?? network.toLowerCase();
-    if (!/^[0-9a-f]{64}$/.test(expected)) {
-      throw new Error(
-        `CHAIN_TRON_NETWORK must be mainnet, nile, shasta or a 64-hex genesis block id (got "${network.slice(0, 80)}")`,
-      );
-    }
-    const adapter = new TronChain(options);
-    let genesis: string | undefined;
-    try {
-      genesis = (await adapter.call<BlockJson>('/wallet/getblock', { id_or_num: '0', detail: false })).blockID;
-      await adapter.head(); // also the first fee schedule
-    } catch (error) {
-      adapter.close();
-      const reason = adapter.node.redacted(error).message.split('\n')[0]!;
-      throw adapter.node.unanswered(
-        /\/walletsolidity\//.test(reason) ? 'CHAIN_TRON_SOLIDITY_URL' : 'CHAIN_TRON_RPC_URL',
-        error,
-      );
-    }
-    if (genesis !== expected) {
-      adapter.close();
-      const known = Object.entries(tronNetworks).find(([, id]) => id === genesis)?.[0];
-      throw new Error(
-        `CHAIN_TRON_RPC_URL is a node of ${known ? `Tron ${known}` : `the network whose genesis block is ${genesis}`}, not ${
-          tronNetworks[network] ? `Tron ${network}` : `the network of genesis block ${expected}`
-        }; set CHAIN_TRON_NETWORK=${known ?? genesis} if that network is meant`,
-      );
-    }
-    const treasuryProblem = options.treasury && (await adapter.receivingProblem(options.treasury));
-    if (treasuryProblem) {
-      adapter.close();
-      throw new Error(`CHAIN_TRON_TREASURY: ${treasuryProblem}`);
-    }
-    return adapter;
   }
 
   /** The service's exchange rates, which price token settlements (they open after the chains). */
@@ -442,200 +195,12 @@ export class TronChain implements ChainAdapter {
     this.rates = rates;
   }
 
-  close(): void {
-    this.node.close();
-    this.poller.close();
-  }
-
   // -------------------------------------------------------------------------
-  // The node's HTTP API
+  // Balances
   // -------------------------------------------------------------------------
-
-  /**
-   * One POST, retried with growing delays (dropped connections, a lagging
-   * node), except while the node has asked us to slow down; errors without
-   * either URL (they may hold an API key).
-   */
-  private call<T>(path: string, body: object): Promise<T> {
-    return this.node.call(path, (signal) => this.post<T>(path, body, signal));
-  }
-
-  private async post<T>(path: string, body: object, signal: AbortSignal): Promise<T> {
-    const base = path.startsWith('/walletsolidity/') ? this.solidityUrl : this.options.rpcUrl;
-    this.requests.set(path, (this.requests.get(path) ?? 0) + 1);
-    const response = await fetch(base.replace(/\/+$/, '') + path, {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        ...(this.options.apiKey && { 'TRON-PRO-API-KEY': this.options.apiKey }),
-      },
-      body: JSON.stringify(body),
-      signal,
-    });
-    if (response.status === 403 || response.status === 429 || response.status === 503) {
-      // TronGrid's answer to a key over its rate (15 a second, 100,000 a day): it suspends the key for 30 s,
-      // and every request in that time prolongs it.
-      throw this.node.rateLimited(path, response.status, BACKOFF_MS);
-    }
-    if (!response.ok) throw new Error(`${path}: HTTP ${response.status}`);
-    const json = (await response.json()) as T & { Error?: string };
-    // java-tron answers a bad request with 200 and {"Error": "..."}.
-    if (json && typeof json === 'object' && typeof json.Error === 'string') {
-      throw new Error(`${path}: ${json.Error.slice(0, 300)}`);
-    }
-    return json;
-  }
-
-  // -------------------------------------------------------------------------
-  // Reading the chain
-  // -------------------------------------------------------------------------
-
-  async head(): Promise<ChainHead> {
-    await this.refreshHead();
-    // A backend whose newest block is minutes old is stale (the watcher then lets no expiry run on tron).
-    const stale = staleTip(new Date(this.latest!.timestamp));
-    return {
-      height: this.latest!.height,
-      hash: this.latest!.hash,
-      finalized: this.solid!.height,
-      ...(stale && { stale }),
-    };
-  }
-
-  /**
-   * How far the node's head is behind the wall clock, in ms: a backend that
-   * stopped following the chain still answers, with an old head. (Mainnet
-   * blocks come every 3 s; a head a minute old is a stale node.)
-   */
-  headAge(now = Date.now()): number | undefined {
-    return this.latest && now - this.latest.timestamp;
-  }
-
-  /**
-   * Reads the head once a block (and the solidified block and the prices
-   * less often): the watcher, the poller, prepared payouts and status checks
-   * all share one read, which keeps an idle service near one request a
-   * second on mainnet (TronGrid allows 100,000 a day).
-   */
-  private refreshHead(): Promise<void> {
-    const now = Date.now();
-    const headDue = !this.latest || now - this.latest.readAt >= (this.options.headMs ?? BLOCK_MS);
-    const solidDue = !this.solid || now - this.solid.readAt >= (this.options.solidifiedMs ?? 3 * BLOCK_MS);
-    if (!headDue && !solidDue) return Promise.resolve();
-    this.reading ??= this.readHead(headDue, solidDue).finally(() => (this.reading = undefined));
-    return this.reading;
-  }
-
-  private async readHead(headDue: boolean, solidDue: boolean): Promise<void> {
-    const [latest, solid] = await Promise.all([
-      headDue ? this.call<BlockJson>('/wallet/getblock', { detail: false }) : undefined,
-      solidDue ? this.call<BlockJson>('/walletsolidity/getblock', { detail: false }) : undefined,
-      Date.now() - this.feesReadAt >= FEES_MS ? this.refreshFees() : undefined,
-    ]);
-    const readAt = Date.now();
-    if (latest) {
-      if (!latest.blockID || !latest.block_header) throw new Error('tron: the node has no latest block');
-      const raw = latest.block_header.raw_data;
-      const height = raw.number ?? 0;
-      // java-tron moves its head to another fork only when that fork is longer (Manager.pushBlock switchFork):
-      // a lower head is a load-balanced backend behind the others, not the chain going back.
-      if (!this.latest || height >= this.latest.height) {
-        this.latest = {
-          height,
-          hash: latest.blockID,
-          parentHash: raw.parentHash,
-          timestamp: raw.timestamp ?? 0,
-          readAt,
-        };
-      } else {
-        this.latest.readAt = readAt;
-      }
-    }
-    if (solid) {
-      if (!solid.blockID) throw new Error('tron: the node has no solidified block');
-      const raw = solid.block_header?.raw_data;
-      const height = raw?.number ?? 0;
-      if (!this.solid || height >= this.solid.height) {
-        this.solid = { height, hash: solid.blockID, timestamp: raw?.timestamp ?? 0, readAt };
-      } else {
-        this.solid.readAt = readAt;
-      }
-    }
-  }
-
-  async block(height: number): Promise<ChainBlock | undefined> {
-    await this.refreshHead();
-    // The watcher reads its last block again at every step (to find forks): a block
-    // the head links to is known without asking.
-    const known = this.blocksByHeight.get(height);
-    if (known && this.onCurrentChain(known)) return known;
-    const block = await this.call<BlockJson>('/wallet/getblockbynum', { num: height });
-    if (!block.blockID || !block.block_header) {
-      if (height <= this.latest!.height) {
-        // Another backend gave that head: this one is behind. Not "no such block": read again.
-        throw new Error(
-          `tron block ${height}: the node has none, below its head ${this.latest!.height} (a backend behind)`,
-        );
-      }
-      return undefined;
-    }
-    const parsed = known?.hash === block.blockID ? known : await this.parseBlock(block);
-    this.blocksByHeight.set(height, parsed);
-    for (const h of this.blocksByHeight.keys())
-      if (h < height - 64 || h > this.latest!.height + 64) this.blocksByHeight.delete(h);
-    return parsed;
-  }
-
-  /** A block read before is still the chain's when the head, or a block the head links down to, names it as parent. */
-  private onCurrentChain(block: ChainBlock): boolean {
-    const head = this.latest!;
-    if (block.height === head.height) return block.hash === head.hash;
-    if (block.height === head.height - 1) return block.hash === head.parentHash;
-    const child = this.blocksByHeight.get(block.height + 1);
-    return child !== undefined && child.parentHash === block.hash && this.onCurrentChain(child);
-  }
-
-  private async parseBlock(block: BlockJson): Promise<ChainBlock> {
-    const raw = block.block_header!.raw_data;
-    const height = raw.number ?? 0;
-    const transactions = block.transactions ?? [];
-    // Any contract call may move a token or TRX (through another contract): its results hold the logs.
-    const calls = transactions.some((t) => t.raw_data.contract[0]?.type === 'TriggerSmartContract');
-    const answer = calls
-      ? await this.call<TransactionInfoJson[] | Record<string, never>>('/wallet/gettransactioninfobyblocknum', {
-          num: height,
-        })
-      : [];
-    const infos = Array.isArray(answer) ? answer : [];
-    // java-tron stores one result per transaction of a block (TransactionRetStore); fewer is a
-    // backend that has not stored this block's yet (it answers [] for the newest block).
-    if (calls && infos.length !== transactions.length) {
-      throw new Error(
-        `tron block ${height}: ${infos.length} results for ${transactions.length} transactions; read again`,
-      );
-    }
-    const transfers = parseTronBlock(
-      block,
-      infos,
-      this.tokens,
-      // The fee wallet's top-ups to deposit addresses are ours, not a customer's payment.
-      new Set([toHex(this.feeWallet)]),
-    );
-    return {
-      height,
-      hash: block.blockID!,
-      parentHash: raw.parentHash,
-      timestamp: new Date(raw.timestamp ?? 0),
-      transfers,
-    };
-  }
-
-  onNewBlock(listener: () => void): () => void {
-    return this.poller.onNewBlock(listener);
-  }
 
   private async account(address: string): Promise<{ balance: bigint; exists: boolean; contract: boolean }> {
-    const account = await this.call<{ address?: string; balance?: number; type?: string }>('/wallet/getaccount', {
+    const account = await this.node.rpc<{ address?: string; balance?: number; type?: string }>('/wallet/getaccount', {
       address,
       visible: true,
     });
@@ -649,7 +214,7 @@ export class TronChain implements ChainAdapter {
   async balanceOf(address: string, token = 'TRX'): Promise<bigint> {
     if (token === 'TRX') return (await this.account(address)).balance;
     const contract = this.tokenOf(token).contract;
-    const answer = await this.call<{ constant_result?: string[]; result?: { result?: boolean; message?: string } }>(
+    const answer = await this.node.rpc<{ constant_result?: string[]; result?: { result?: boolean; message?: string } }>(
       '/wallet/triggerconstantcontract',
       {
         owner_address: address,
@@ -692,9 +257,14 @@ export class TronChain implements ChainAdapter {
   // Fees
   // -------------------------------------------------------------------------
 
+  /** The chain's prices, read again with the head once they are FEES_MS old. */
+  refreshFeesIfDue(): Promise<void> | undefined {
+    return Date.now() - this.feesReadAt >= FEES_MS ? this.refreshFees() : undefined;
+  }
+
   private async refreshFees() {
     try {
-      const { chainParameter } = await this.call<{ chainParameter: { key: string; value?: number }[] }>(
+      const { chainParameter } = await this.node.rpc<{ chainParameter: { key: string; value?: number }[] }>(
         '/wallet/getchainparameters',
         {},
       );
@@ -821,11 +391,11 @@ export class TronChain implements ChainAdapter {
 
   /** The header of a new transaction: a solidified reference block (a fork cannot undo it) and an expiration. */
   private async blockHeader() {
-    await this.refreshHead();
-    const now = this.latest!.timestamp;
+    const { latest, solid } = await this.reader.heads();
+    const now = latest.timestamp;
     return {
-      ref_block_bytes: (this.solid!.height & 0xffff).toString(16).padStart(4, '0'),
-      ref_block_hash: this.solid!.hash.slice(16, 32),
+      ref_block_bytes: (solid.height & 0xffff).toString(16).padStart(4, '0'),
+      ref_block_hash: solid.hash.slice(16, 32),
       expiration: now + EXPIRATION_MS,
       timestamp: now,
     };
@@ -856,7 +426,7 @@ export class TronChain implements ChainAdapter {
   private async prepareTrx(
     privateKey: Uint8Array,
     transfer: OutgoingTransfer,
-    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+    header: Awaited<ReturnType<TronPayer['blockHeader']>>,
   ): Promise<PreparedTransaction> {
     const from = transfer.from.address;
     const fees = this.schedule;
@@ -895,7 +465,7 @@ export class TronChain implements ChainAdapter {
   private async prepareToken(
     privateKey: Uint8Array,
     transfer: OutgoingTransfer,
-    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+    header: Awaited<ReturnType<TronPayer['blockHeader']>>,
   ): Promise<PreparedTransaction> {
     const token = this.tokenOf(transfer.token);
     const from = transfer.from.address;
@@ -978,11 +548,11 @@ export class TronChain implements ChainAdapter {
   private async delegation(
     deposit: string,
     energy: bigint,
-    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+    header: Awaited<ReturnType<TronPayer['blockHeader']>>,
   ): Promise<Bundle['delegate'] | undefined> {
     if (!this.options.energyDelegation) return undefined;
     const [staker, chain, receiver] = await Promise.all([
-      this.call<{ frozenV2?: { type?: string; amount?: number }[] }>('/wallet/getaccount', {
+      this.node.rpc<{ frozenV2?: { type?: string; amount?: number }[] }>('/wallet/getaccount', {
         address: this.feeWallet,
         visible: true,
       }),
@@ -1010,7 +580,7 @@ export class TronChain implements ChainAdapter {
   }
 
   private resources(address: string) {
-    return this.call<{
+    return this.node.rpc<{
       EnergyLimit?: number;
       EnergyUsed?: number;
       TotalEnergyLimit?: number;
@@ -1024,9 +594,9 @@ export class TronChain implements ChainAdapter {
    * when the undelegation has just been sent (looked at again next time, so
    * a delegation is never left behind, even one a crash cut short).
    */
-  private async undelegated(deposit: string, header: Awaited<ReturnType<TronChain['blockHeader']>>): Promise<boolean> {
+  private async undelegated(deposit: string, header: Awaited<ReturnType<TronPayer['blockHeader']>>): Promise<boolean> {
     if (!this.options.energyDelegation) return true;
-    const answer = await this.call<{ delegatedResource?: { frozen_balance_for_energy?: number }[] }>(
+    const answer = await this.node.rpc<{ delegatedResource?: { frozen_balance_for_energy?: number }[] }>(
       '/wallet/getdelegatedresourcev2',
       { fromAddress: this.feeWallet, toAddress: deposit, visible: true },
     );
@@ -1049,10 +619,10 @@ export class TronChain implements ChainAdapter {
     token: TronToken,
     to: string,
     amount: bigint,
-    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+    header: Awaited<ReturnType<TronPayer['blockHeader']>>,
   ): Promise<{ tx: TransactionJson; need: bigint; burn: bigint; energy: bigint; bandwidth: bigint }> {
     const fees = this.schedule;
-    const estimate = await this.call<{ energy_used?: number; result?: { result?: boolean; message?: string } }>(
+    const estimate = await this.node.rpc<{ energy_used?: number; result?: { result?: boolean; message?: string } }>(
       '/wallet/triggerconstantcontract',
       {
         owner_address: from,
@@ -1112,7 +682,7 @@ export class TronChain implements ChainAdapter {
     txHash: string,
     view: 'wallet' | 'walletsolidity' = 'wallet',
   ): Promise<TransactionInfoJson | Record<string, never>> {
-    return this.call(`/${view}/gettransactioninfobyid`, { value: txHash });
+    return this.node.rpc(`/${view}/gettransactioninfobyid`, { value: txHash });
   }
 
   /**
@@ -1142,15 +712,15 @@ export class TronChain implements ChainAdapter {
    * solidified chain is past it without holding it, it never will be.
    */
   private async refuseIfExpired(tx: TransactionJson): Promise<void> {
-    await this.refreshHead();
-    if (this.solid!.timestamp <= tx.raw_data.expiration) return;
+    const { solid } = await this.reader.heads();
+    if (solid.timestamp <= tx.raw_data.expiration) return;
     if ('id' in (await this.info(tx.txID, 'walletsolidity'))) return;
     throw new TransactionRejectedError(`${tx.txID} expired without being mined`);
   }
 
   /** Offers one signed transaction to the node: undefined when taken (or already known), else its refusal. */
   private async offer(tx: TransactionJson): Promise<{ code: string; reason: string } | undefined> {
-    const answer = await this.call<{ result?: boolean; code?: string; message?: string }>(
+    const answer = await this.node.rpc<{ result?: boolean; code?: string; message?: string }>(
       '/wallet/broadcasttransaction',
       tx,
     );
@@ -1228,8 +798,8 @@ export class TronChain implements ChainAdapter {
    */
   private async sendFeeOnceFinal(bundle: Bundle, payoutInfo: TransactionInfoJson): Promise<boolean> {
     if (!this.feesOwed.has(bundle.payout.txID)) return true;
-    await this.refreshHead();
-    if (payoutInfo.blockNumber === undefined || payoutInfo.blockNumber > this.solid!.height) return false;
+    const { solid } = await this.reader.heads();
+    if (payoutInfo.blockNumber === undefined || payoutInfo.blockNumber > solid.height) return false;
     const fee = bundle.fee;
     const key = this.options.keyring.deriveDepositKey('tron', fee.derivationIndex);
     const header = await this.blockHeader();
@@ -1305,7 +875,7 @@ export class TronChain implements ChainAdapter {
     to: string,
     toExists: boolean,
     owed: bigint,
-    header: Awaited<ReturnType<TronChain['blockHeader']>>,
+    header: Awaited<ReturnType<TronPayer['blockHeader']>>,
   ): Promise<string | undefined> {
     const fees = this.schedule;
     const available = holds < owed ? holds : owed;
@@ -1344,10 +914,13 @@ export class TronChain implements ChainAdapter {
    * BandwidthProcessor.updateUsage). The chain's public pool is not shown.
    */
   private async freeBandwidth(address: string): Promise<bigint> {
-    const resources = await this.call<{ freeNetLimit?: number; freeNetUsed?: number }>('/wallet/getaccountresource', {
-      address,
-      visible: true,
-    });
+    const resources = await this.node.rpc<{ freeNetLimit?: number; freeNetUsed?: number }>(
+      '/wallet/getaccountresource',
+      {
+        address,
+        visible: true,
+      },
+    );
     return BigInt(resources.freeNetLimit ?? 0) - BigInt(resources.freeNetUsed ?? 0);
   }
 
@@ -1363,9 +936,9 @@ export class TronChain implements ChainAdapter {
     // A failed token call paid nothing: it is not the payout (broadcast then reports it refused).
     if (!('id' in info) || info.blockNumber === undefined) return undefined;
     if (info.receipt?.result !== undefined && info.receipt.result !== 'SUCCESS') return undefined;
-    const head = await this.head();
-    const depth = head.height - info.blockNumber + 1;
-    let final = info.blockNumber <= (head.finalized ?? 0);
+    const { latest, solid } = await this.reader.heads();
+    const depth = latest.height - info.blockNumber + 1;
+    let final = info.blockNumber <= solid.height;
     // A payout of this process whose fee is still to go: the fee goes now, and the payout counts
     // as final only once it has (so the settlement engine comes back until it has).
     const owed = this.feesOwed.get(txHash);
@@ -1375,39 +948,4 @@ export class TronChain implements ChainAdapter {
       confirmations: final ? depth : Math.min(depth, Math.max(0, this.options.confirmations - 1)),
     };
   }
-}
-
-/** Tron's adapter when it is enabled and has an RPC URL, opened (and its network checked). */
-export async function openTronChain(
-  settings: {
-    chains: readonly ChainName[];
-    chainRpcUrls: Partial<Record<ChainName, string>>;
-    tron:
-      | {
-          network: string;
-          apiKey: string | undefined;
-          tokens: TronToken[] | undefined;
-          treasury: string | undefined;
-          solidityUrl?: string | undefined;
-          energyDelegation?: boolean;
-        }
-      | undefined;
-    requiredConfirmations: Record<ChainName, number>;
-  },
-  keyring: TronChainOptions['keyring'],
-): Promise<TronChain | undefined> {
-  const rpcUrl = settings.chainRpcUrls.tron;
-  const tron = settings.tron;
-  if (!rpcUrl || !tron || !settings.chains.includes('tron')) return undefined;
-  return TronChain.open({
-    rpcUrl,
-    keyring,
-    network: tron.network,
-    confirmations: settings.requiredConfirmations.tron,
-    ...(tron.apiKey && { apiKey: tron.apiKey }),
-    ...(tron.tokens && { tokens: tron.tokens }),
-    ...(tron.treasury && { treasury: tron.treasury }),
-    ...(tron.solidityUrl && { solidityUrl: tron.solidityUrl }),
-    ...(tron.energyDelegation && { energyDelegation: true }),
-  });
 }

@@ -28,7 +28,7 @@ export interface Config {
   tron: TronChainSettings | undefined;
   /** Solana's settings when it has an RPC URL (adapters/chains/solana/index.ts). */
   solana: SolanaChainSettings | undefined;
-  /** Bitcoin's network (deposit addresses follow it) and node settings (adapters/chains/bitcoin.ts). */
+  /** Bitcoin's network (deposit addresses follow it) and node settings (adapters/chains/bitcoin/). */
   bitcoin: BitcoinChainSettings;
   /** Confirmations a payment needs on each chain before it counts as confirmed. */
   requiredConfirmations: Record<ChainName, number>;

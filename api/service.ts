@@ -10,7 +10,7 @@ import type { EvmChain } from '../adapters/chains/evm/index.ts';
 import { blockStart, DERIVATION_BLOCK_STREAM } from '../commands/derivation-indexes.ts';
 import type { SolanaChain } from '../adapters/chains/solana/index.ts';
 import type { TronChain } from '../adapters/chains/tron/index.ts';
-import type { BitcoinChain } from '../adapters/chains/bitcoin.ts';
+import type { BitcoinChain } from '../adapters/chains/bitcoin/index.ts';
 import { formatUnits } from '../domain/money.ts';
 import { findChain } from '../domain/catalogue.ts';
 import type { OperatorWallet } from './routes/admin.ts';
@@ -144,7 +144,7 @@ export async function startService(
       : undefined;
     if (tron) nodeChains.set('tron', tron);
     const bitcoin = hasNode('bitcoin')
-      ? await (await import('../adapters/chains/bitcoin.ts')).openBitcoinChain(config, keyring)
+      ? await (await import('../adapters/chains/bitcoin/index.ts')).openBitcoinChain(config, keyring)
       : undefined;
     if (bitcoin) nodeChains.set('bitcoin', bitcoin);
     const solana = hasNode('solana')

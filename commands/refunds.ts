@@ -136,7 +136,7 @@ function amountOf(input: NewRefund, asset: RefundableAsset): bigint {
  * before there is a settlement; a settlement already paid out leaves the
  * refund wallet, quoted for one coin, its change paying for any more. A
  * quote too small after all (a payment arriving later) fails the refund for
- * good rather than let it hold the settlement back (bitcoin.ts prepareTransfer).
+ * good rather than let it hold the settlement back (bitcoin/payer.ts prepareTransfer).
  */
 async function coinsToQuote(store: EventStore, invoice: Invoice, asset: RefundableAsset): Promise<number> {
   const settlement = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as bitcoin from 'bitcoinjs-lib';
-import { BitcoinChain, parseCoreJson, satoshis } from '../adapters/chains/bitcoin.ts';
+import { BitcoinChain, parseCoreJson, satoshis } from '../adapters/chains/bitcoin/index.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import { BitcoinTestNode, randomAddress, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
 import * as bitcoin from 'bitcoinjs-lib';
-import { BitcoinChain, type BitcoinChainOptions } from '../adapters/chains/bitcoin.ts';
+import { BitcoinChain, type BitcoinChainOptions } from '../adapters/chains/bitcoin/index.ts';
 import type { OutgoingTransfer } from '../adapters/chains/port.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { describe, it } from 'node:test';
 import * as bitcoin from 'bitcoinjs-lib';
-import { parseBitcoinBlock, parseCoreJson } from '../adapters/chains/bitcoin.ts';
+import { parseBitcoinBlock, parseCoreJson } from '../adapters/chains/bitcoin/index.ts';
 import { coreJsonText, coreTransactionJson } from './support/bitcoin-node.ts';
 
 const recorded = JSON.parse(

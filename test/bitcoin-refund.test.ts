@@ -22,7 +22,7 @@ import {
   type BitcoinKey,
   type BitcoinTestNode,
 } from './support/bitcoin-node.ts';
-import { WATCH_WALLET } from '../adapters/chains/bitcoin.ts';
+import { WATCH_WALLET } from '../adapters/chains/bitcoin/index.ts';
 import { startBitcoinService, stopBitcoinService } from './support/bitcoin-flow.ts';
 import { settlementAmounts } from './support/settlement.ts';
 

@@ -6,7 +6,7 @@
 // re-importing its wallet across restarts of the service and of bitcoind.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { BitcoinChain, refundCoins, WATCH_WALLET } from '../adapters/chains/bitcoin.ts';
+import { BitcoinChain, refundCoins, WATCH_WALLET } from '../adapters/chains/bitcoin/index.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import { BitcoinTestNode, descriptorChecksum, randomBitcoinKey, type BitcoinKey } from './support/bitcoin-node.ts';

@@ -4,7 +4,7 @@
 // chain-block.ts for what is measured).
 import { randomBytes } from 'node:crypto';
 import * as bitcoin from 'bitcoinjs-lib';
-import { BitcoinChain } from '../../adapters/chains/bitcoin.ts';
+import { BitcoinChain } from '../../adapters/chains/bitcoin/index.ts';
 import { DepositKeyring, generateMnemonic } from '../../adapters/keys/derivation.ts';
 import { BitcoinTestNode, randomBitcoinKey } from '../support/bitcoin-node.ts';
 import { runBlockBench } from './chain-block.ts';

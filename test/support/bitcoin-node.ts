@@ -1,5 +1,5 @@
 // A Bitcoin test node: the subset of Bitcoin Core's JSON-RPC that
-// adapters/chains/bitcoin.ts uses, over a regtest chain it runs itself.
+// adapters/chains/bitcoin/ uses, over a regtest chain it runs itself.
 // Debian has no bitcoind and npm none that runs, so this one keeps a UTXO
 // set and validates every transaction it accepts with bitcoinjs-lib and
 // tiny-secp256k1, with Bitcoin Core's (28+) rules, codes and texts. Where a

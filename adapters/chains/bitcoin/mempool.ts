@@ -19,7 +19,7 @@
 // transactions (`getrawtransaction`, one JSON-RPC batch): a full mempool is
 // worked through over several steps, never in one.
 import { Subscriber } from 'zeromq';
-import type { ChainTransfer } from './port.ts';
+import type { ChainTransfer } from '../port.ts';
 
 export interface MempoolNode {
   /** getrawmempool false true: every txid and the mempool sequence number it was taken at. */

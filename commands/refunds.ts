@@ -564,7 +564,7 @@ export class RefundPayouts implements PayoutKind {
     return handleCommand(this.deps.store, refundDecider, refundStreamName(refundId), command);
   }
 
-  async advance(refundId: string): Promise<PayoutLook> {
+  async advance(refundId: string, lease: AbortSignal): Promise<PayoutLook> {
     const { store, chains, requiredConfirmations, clock } = this.deps;
     const refund = await loadState(store, refundDecider, refundStreamName(refundId));
     if (refund?.status === 'awaiting_funds') {
@@ -575,7 +575,8 @@ export class RefundPayouts implements PayoutKind {
       }
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }
-    return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock, this.statuses.take(refundId));
+    const statusOf = this.statuses.take(refundId);
+    return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock, lease, statusOf);
   }
 
   /**
@@ -637,6 +638,9 @@ export class RefundPayouts implements PayoutKind {
         await this.recorder.recordFailure(refund, error);
         return { waitMs: 0 };
       }
+      return { transaction: ours };
+    },
+    record: async (refund, ours) => {
       const { state } = await this.act(refund.id, {
         type: 'PrepareTransaction',
         txHash: ours.txHash,
@@ -645,8 +649,8 @@ export class RefundPayouts implements PayoutKind {
         now: this.now(),
       });
       // Only what the stream holds is ever sent: another process's transaction, if it recorded one first.
-      if (!state?.prepared || state.status !== 'sending' || state.submitted) return { waitMs: 0 };
-      return { prepared: state.prepared };
+      if (!state?.prepared || state.status !== 'sending' || state.submitted) return null;
+      return state.prepared;
     },
     ...recordedSteps<Refund, RefundFailureReason>(
       (id, command) => this.act(id, command),

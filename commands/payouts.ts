@@ -161,6 +161,8 @@ async function applyRefundEvent(trx: Kysely<QueueTables>, recorded: RecordedEven
     case 'RefundFailed':
       await dueAfterFailure(trx, payoutId, event.data.retryAt, now);
       return;
+    case 'RefundAwaitingFunds':
+      return; // the look that recorded it set when to ask the wallet again
     case 'RefundFunded':
     case 'RefundTransactionPrepared':
     case 'RefundSubmitted':

@@ -27,6 +27,7 @@ import {
 } from '../domain/invoice.ts';
 import { fiatValueOf, formatUnits, parseUnits } from '../domain/money.ts';
 import {
+  mayAwaitFunds,
   refundDecider,
   refundStreamName,
   type Refund,
@@ -580,6 +581,24 @@ export class RefundPayouts implements PayoutKind {
   }
 
   /**
+   * Whether a refund whose transaction the chain would not prepare was
+   * refused for want of funds in its refund wallet: another refund spent from
+   * it since it was found funded (on Solana, leaving too little to keep the
+   * wallet rent-exempt). It then waits for funds again, as at its approval,
+   * instead of failing for good; the wallet's answer unknown (a node down),
+   * the refusal is recorded as it came. A deposit keeps the refusal: nothing
+   * is added to it, and its refund is not the merchant's to fund.
+   */
+  private async walletLacksFunds(refund: Refund, chain: ChainAdapter): Promise<boolean> {
+    if (!mayAwaitFunds(refund)) return false;
+    try {
+      return !(await walletPays(this.deps, chain, refund, refund.payer!.fromAddress));
+    } catch {
+      return false;
+    }
+  }
+
+  /**
    * The coins a refund spends, on a chain that names them (an account chain
    * ignores them): an earlier attempt's, so that at most one attempt can be
    * mined; else, from the deposit, the settlement's (a payment a refund spent
@@ -635,6 +654,11 @@ export class RefundPayouts implements PayoutKind {
           ...(othersPrepared.length > 0 && { othersPrepared }),
         });
       } catch (error) {
+        if (await this.walletLacksFunds(refund, chain)) {
+          const reason = error instanceof Error ? error.message : String(error);
+          await this.act(refund.id, { type: 'AwaitFunds', reason, now: this.now() });
+          return { waitMs: FUNDS_LOOK_MS };
+        }
         await this.recorder.recordFailure(refund, error);
         return { waitMs: 0 };
       }

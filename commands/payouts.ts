@@ -161,6 +161,8 @@ async function applyRefundEvent(trx: Kysely<QueueTables>, recorded: RecordedEven
     case 'RefundFailed':
       await dueAfterFailure(trx, payoutId, event.data.retryAt, now);
       return;
+    case 'RefundAwaitingFunds':
+      return; // the look that recorded it set when to ask the wallet again
     case 'RefundFunded':
     case 'RefundTransactionPrepared':
     case 'RefundSubmitted':
@@ -217,7 +219,11 @@ export interface PayoutLook {
 /** One kind of payout (a settlement; later a refund): moves one payout as far as it can go now. */
 export interface PayoutKind {
   readonly kind: string;
-  advance(payoutId: string): Promise<PayoutLook>;
+  /**
+   * `lease` aborts once this instance no longer holds the payout's chain
+   * (PayoutEngine): from then on another may be paying it, so nothing new is recorded.
+   */
+  advance(payoutId: string, lease: AbortSignal): Promise<PayoutLook>;
   /**
    * The payouts of this kind the engine is about to look at, one chain's in
    * one pass, before the first look: a kind may ask the chain about all of
@@ -242,7 +248,10 @@ export interface PayoutEngineOptions extends PeriodicOptions {
  * instance looks at a chain's payouts only while it holds that chain's lease
  * (a session-level advisory lock, docs/operations.md), since two at once
  * could prepare one payout twice, or give two refunds from one refund wallet
- * the same coin (each choosing before the other's record is written).
+ * the same coin (each choosing before the other's record is written). The
+ * lease is checked before each look, and again before a look records the
+ * transaction it prepared (advancePayout), preparing being the one step
+ * that can outlast the lease's margin.
  */
 export class PayoutEngine extends Periodic {
   private readonly db: Kysely<QueueTables>;
@@ -282,7 +291,7 @@ export class PayoutEngine extends Periodic {
         for (const row of due) {
           // Lost (its session dropped or stopped answering): another instance may be paying these now.
           if (lease.lost.aborted) break;
-          await this.look(row);
+          await this.look(row, lease.lost);
           done++;
         }
         return done;
@@ -327,12 +336,15 @@ export class PayoutEngine extends Periodic {
     }
   }
 
-  private async look(row: Pick<PayoutQueueTable, 'payout_id' | 'kind' | 'looks' | 'version'>): Promise<void> {
+  private async look(
+    row: Pick<PayoutQueueTable, 'payout_id' | 'kind' | 'looks' | 'version'>,
+    lease: AbortSignal,
+  ): Promise<void> {
     const kind = this.kinds.find((k) => k.kind === row.kind);
     let next: number | null;
     try {
       if (!kind) throw new Error(`no payout kind ${row.kind}`);
-      next = (await kind.advance(row.payout_id)).lookAgainInMs;
+      next = (await kind.advance(row.payout_id, lease)).lookAgainInMs;
     } catch (error) {
       this.options.onError?.(error);
       next = LOOK_BACKOFF_MS[Math.min(row.looks, LOOK_BACKOFF_MS.length - 1)]!;
@@ -370,11 +382,17 @@ export interface PayoutRecorder<P extends PayoutStanding> extends PayoutSteps<P>
   readonly kind: string;
   load(id: string): Promise<P | undefined>;
   /**
-   * Prices, prepares and records the current attempt's transaction (only what
-   * the stream then holds is ever sent); `waitMs` when it cannot now (null:
+   * Prices and prepares the current attempt's transaction, not yet recorded
+   * (a refusal is recorded as a failure); `waitMs` when it cannot now (null:
    * not until an event says otherwise).
    */
-  prepare(payout: P, chain: ChainAdapter): Promise<{ prepared: PreparedTransaction } | { waitMs: number | null }>;
+  prepare(payout: P, chain: ChainAdapter): Promise<{ transaction: PreparedTransaction } | { waitMs: number | null }>;
+  /**
+   * Records `transaction` as the attempt's. Only what the stream then holds
+   * is ever sent: null when that is not it to send now (another process
+   * recorded its own first, or the payout moved on).
+   */
+  record(payout: P, transaction: PreparedTransaction): Promise<PreparedTransaction | null>;
 }
 
 /** The steps every kind records alike (see recordedSteps). */
@@ -436,6 +454,8 @@ export async function advancePayout<P extends PayoutStanding>(
   chains: ReadonlyMap<ChainName, ChainAdapter>,
   requiredConfirmations: Record<ChainName, number>,
   clock: Clock,
+  /** Aborted once this instance no longer holds the chain's payouts (PayoutEngine's lease). */
+  lease: AbortSignal,
   /** Where a transaction stands: asked of the chain, or answered from the pass's one question (pass-statuses.ts). */
   statusOf: StatusLookup = (txHash, chain) => chain.transactionStatus(txHash),
 ): Promise<PayoutLook> {
@@ -467,7 +487,7 @@ export async function advancePayout<P extends PayoutStanding>(
     const wait = Date.parse(payout.retryAt) - clock.now().getTime();
     if (wait > 0) return { lookAgainInMs: wait };
     await recorder.retry(payout);
-    return advancePayout(id, recorder, chains, requiredConfirmations, clock, statusOf);
+    return advancePayout(id, recorder, chains, requiredConfirmations, clock, lease, statusOf);
   }
   if (payout.phase === 'submitted') {
     // Broadcast but not on the chain (dropped, or removed by a reorg): send the same transaction again.
@@ -478,7 +498,13 @@ export async function advancePayout<P extends PayoutStanding>(
   if (!prepared) {
     const made = await recorder.prepare(payout, chain);
     if ('waitMs' in made) return { lookAgainInMs: made.waitMs };
-    prepared = made.prepared;
+    // Preparing can outlast the lease's margin (a node slow to answer, a top-up waited for), and
+    // the instance that took the chain over may have chosen the same coins meanwhile: its payouts
+    // are its own now. Dropped unrecorded, this transaction is never sent.
+    if (lease.aborted) return { lookAgainInMs: 0 };
+    const recorded = await recorder.record(payout, made.transaction);
+    if (!recorded) return { lookAgainInMs: 0 };
+    prepared = recorded;
     failpoint(`${recorder.kind}:after-prepare`);
   }
   if (await broadcastOrRecord(payout, prepared, chain, recorder)) {

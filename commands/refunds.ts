@@ -27,6 +27,7 @@ import {
 } from '../domain/invoice.ts';
 import { fiatValueOf, formatUnits, parseUnits } from '../domain/money.ts';
 import {
+  mayAwaitFunds,
   refundDecider,
   refundStreamName,
   type Refund,
@@ -564,7 +565,7 @@ export class RefundPayouts implements PayoutKind {
     return handleCommand(this.deps.store, refundDecider, refundStreamName(refundId), command);
   }
 
-  async advance(refundId: string): Promise<PayoutLook> {
+  async advance(refundId: string, lease: AbortSignal): Promise<PayoutLook> {
     const { store, chains, requiredConfirmations, clock } = this.deps;
     const refund = await loadState(store, refundDecider, refundStreamName(refundId));
     if (refund?.status === 'awaiting_funds') {
@@ -575,7 +576,26 @@ export class RefundPayouts implements PayoutKind {
       }
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }
-    return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock, this.statuses.take(refundId));
+    const statusOf = this.statuses.take(refundId);
+    return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock, lease, statusOf);
+  }
+
+  /**
+   * Whether a refund whose transaction the chain would not prepare was
+   * refused for want of funds in its refund wallet: another refund spent from
+   * it since it was found funded (on Solana, leaving too little to keep the
+   * wallet rent-exempt). It then waits for funds again, as at its approval,
+   * instead of failing for good; the wallet's answer unknown (a node down),
+   * the refusal is recorded as it came. A deposit keeps the refusal: nothing
+   * is added to it, and its refund is not the merchant's to fund.
+   */
+  private async walletLacksFunds(refund: Refund, chain: ChainAdapter): Promise<boolean> {
+    if (!mayAwaitFunds(refund)) return false;
+    try {
+      return !(await walletPays(this.deps, chain, refund, refund.payer!.fromAddress));
+    } catch {
+      return false;
+    }
   }
 
   /**
@@ -634,9 +654,17 @@ export class RefundPayouts implements PayoutKind {
           ...(othersPrepared.length > 0 && { othersPrepared }),
         });
       } catch (error) {
+        if (await this.walletLacksFunds(refund, chain)) {
+          const reason = error instanceof Error ? error.message : String(error);
+          await this.act(refund.id, { type: 'AwaitFunds', reason, now: this.now() });
+          return { waitMs: FUNDS_LOOK_MS };
+        }
         await this.recorder.recordFailure(refund, error);
         return { waitMs: 0 };
       }
+      return { transaction: ours };
+    },
+    record: async (refund, ours) => {
       const { state } = await this.act(refund.id, {
         type: 'PrepareTransaction',
         txHash: ours.txHash,
@@ -645,8 +673,8 @@ export class RefundPayouts implements PayoutKind {
         now: this.now(),
       });
       // Only what the stream holds is ever sent: another process's transaction, if it recorded one first.
-      if (!state?.prepared || state.status !== 'sending' || state.submitted) return { waitMs: 0 };
-      return { prepared: state.prepared };
+      if (!state?.prepared || state.status !== 'sending' || state.submitted) return null;
+      return state.prepared;
     },
     ...recordedSteps<Refund, RefundFailureReason>(
       (id, command) => this.act(id, command),

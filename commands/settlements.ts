@@ -159,10 +159,10 @@ export class SettlementPayouts implements PayoutKind {
     return handleCommand(this.deps.store, settlementDecider, settlementStreamName(settlementId), command);
   }
 
-  advance(settlementId: string): Promise<PayoutLook> {
+  advance(settlementId: string, lease: AbortSignal): Promise<PayoutLook> {
     const { chains, requiredConfirmations, clock } = this.deps;
     const statusOf = this.statuses.take(settlementId);
-    return advancePayout(settlementId, this.recorder, chains, requiredConfirmations, clock, statusOf);
+    return advancePayout(settlementId, this.recorder, chains, requiredConfirmations, clock, lease, statusOf);
   }
 
   private readonly steps = recordedSteps<Settlement, SettlementFailureReason>(
@@ -182,9 +182,21 @@ export class SettlementPayouts implements PayoutKind {
       if (waitsForRefund(settlement)) return { waitMs: null };
       const ready = await this.readyToPrepare(settlement, chain);
       if (ready.waitMs !== undefined) return { waitMs: ready.waitMs };
-      const prepared = await this.prepare(ready.settlement, chain);
-      // Failed, or another process recorded its own: look again.
-      return prepared ? { prepared } : { waitMs: 0 };
+      const transaction = await this.prepare(ready.settlement, chain);
+      // Failed (recorded): look again.
+      return transaction ? { transaction } : { waitMs: 0 };
+    },
+    record: async (settlement, transaction) => {
+      const { state } = await this.act(settlement.id, {
+        type: 'PrepareTransaction',
+        txHash: transaction.txHash,
+        raw: transaction.raw,
+        now: this.now(),
+      });
+      // Only what the stream holds is ever sent: if another process recorded
+      // its own transaction for this attempt first, that one is the payout.
+      if (!state?.prepared || state.status !== 'pending') return null;
+      return state.prepared;
     },
     ...this.steps,
   };
@@ -227,7 +239,7 @@ export class SettlementPayouts implements PayoutKind {
     return { settlement: state };
   }
 
-  /** Prepares and records the attempt's transaction; a refusal is recorded as a failure. */
+  /** Prepares the attempt's transaction; a refusal is recorded as a failure. */
   private async prepare(settlement: Settlement, chain: ChainAdapter): Promise<PreparedTransaction | null> {
     const sources = payoutSources(settlement);
     let ours: PreparedTransaction;
@@ -249,16 +261,7 @@ export class SettlementPayouts implements PayoutKind {
       await this.recordFailure(settlement, error);
       return null;
     }
-    const { state } = await this.act(settlement.id, {
-      type: 'PrepareTransaction',
-      txHash: ours.txHash,
-      raw: ours.raw,
-      now: this.now(),
-    });
-    // Only what the stream holds is ever sent: if another process recorded
-    // its own transaction for this attempt first, that one is the payout.
-    if (!state?.prepared || state.status !== 'pending') return null;
-    return state.prepared;
+    return ours;
   }
 
   private async recordFailure(settlement: Settlement, error: unknown) {

@@ -81,6 +81,12 @@ export type RefundApproved = DomainEvent<
   }
 >;
 export type RefundFunded = DomainEvent<'RefundFunded', { fundedAt: string }>;
+/**
+ * The refund wallet could not pay after all when its transaction was to be
+ * prepared (another refund spent from it since it was found funded): the
+ * refund waits for funds again, `reason` being the chain's refusal.
+ */
+export type RefundAwaitingFunds = DomainEvent<'RefundAwaitingFunds', { reason: string; awaitingSince: string }>;
 export type RefundTransactionPrepared = DomainEvent<
   'RefundTransactionPrepared',
   {
@@ -140,6 +146,7 @@ export type RefundEvent =
   | RefundClaimed
   | RefundApproved
   | RefundFunded
+  | RefundAwaitingFunds
   | RefundTransactionPrepared
   | RefundSubmitted
   | RefundCompleted
@@ -156,6 +163,7 @@ export type RefundCommand =
   | { type: 'GiveDestination'; destination: string; now: string }
   | { type: 'Approve'; payer: RefundPayer; funded: boolean; now: string }
   | { type: 'MarkFunded'; now: string }
+  | { type: 'AwaitFunds'; reason: string; now: string }
   | { type: 'Cancel'; now: string; reason?: string }
   | { type: 'Expire'; now: string }
   | { type: 'PrepareTransaction'; txHash: string; raw: string; coins?: RefundCoins; now: string }
@@ -195,6 +203,15 @@ export type RefundState = Refund | null;
 
 /** Before the payout: the merchant may still cancel, the customer's link may still expire. */
 const BEFORE_SENDING: readonly RefundStatus[] = ['awaiting_destination', 'awaiting_approval', 'awaiting_funds'];
+
+/**
+ * A refund that may go back to waiting for funds: from the refund wallet (a
+ * deposit's funds are the payment's, and no one adds to them), with no
+ * transaction of its current attempt recorded (none, or the last one refused
+ * by the chain for good): nothing of it can be on its way.
+ */
+export const mayAwaitFunds = (refund: Refund) =>
+  refund.status === 'sending' && refund.prepared === null && refund.payer?.fundedFrom === 'refund_wallet';
 
 const isAtOrAfter = (time: string, reference: string) => Date.parse(time) >= Date.parse(reference);
 
@@ -264,6 +281,10 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
     case 'MarkFunded':
       if (state.status !== 'awaiting_funds') return [];
       return [{ type: 'RefundFunded', data: { fundedAt: command.now } }];
+    case 'AwaitFunds':
+      if (state.status === 'awaiting_funds') return [];
+      if (!mayAwaitFunds(state)) throw new DomainError('conflict', 'Refund can no longer wait for funds');
+      return [{ type: 'RefundAwaitingFunds', data: { reason: command.reason, awaitingSince: command.now } }];
     case 'Cancel':
       if (state.status === 'canceled') return [];
       if (!BEFORE_SENDING.includes(state.status)) {
@@ -382,6 +403,8 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
     }
     case 'RefundFunded':
       return { ...state, status: 'sending', updatedAt: event.data.fundedAt };
+    case 'RefundAwaitingFunds':
+      return { ...state, status: 'awaiting_funds', updatedAt: event.data.awaitingSince };
     case 'RefundTransactionPrepared':
       return {
         ...state,

@@ -381,6 +381,55 @@ describe('the refund aggregate', () => {
       .then([]);
   });
 
+  it('waits for funds again when its refund wallet cannot pay after all, but only with nothing of its attempt on its way', () => {
+    const lacking = 'leaves the payer under the rent-exempt minimum';
+    const awaiting: RefundEvent = { type: 'RefundAwaitingFunds', data: { reason: lacking, awaitingSince: T1 } };
+    const funded: RefundEvent = { type: 'RefundFunded', data: { fundedAt: T1 } };
+    const rejected: RefundEvent = {
+      type: 'RefundFailed',
+      data: {
+        invoiceId: INVOICE_ID,
+        attempt: 1,
+        reason: 'refused',
+        code: 'rejected_by_network',
+        rejected: true,
+        retryAt: T1,
+        failedAt: T1,
+      },
+    };
+    const retried: RefundEvent = { type: 'RefundRetried', data: { attempt: 2, retriedAt: T1 } };
+    for (const before of [
+      [created(), claimed, approved(false), funded],
+      [created(), claimed, approved(true), prepared(), rejected, retried],
+    ]) {
+      given(refundDecider, before).when({ type: 'AwaitFunds', reason: lacking, now: T1 }).then([awaiting]);
+      assert.equal(statusAfter([...before, awaiting]), 'awaiting_funds');
+      given(refundDecider, [...before, awaiting])
+        .when({ type: 'MarkFunded', now: T1 })
+        .then([funded]);
+    }
+    given(refundDecider, [created(), claimed, approved(true), awaiting])
+      .when({ type: 'AwaitFunds', reason: lacking, now: T1 })
+      .then([]);
+    given(refundDecider, [created(), claimed, approved(true), prepared()])
+      .when({ type: 'AwaitFunds', reason: lacking, now: T1 })
+      .thenError('conflict', 'Refund can no longer wait for funds');
+    const fromDeposit: RefundEvent = {
+      type: 'RefundApproved',
+      data: {
+        ...payer,
+        fundedFrom: 'deposit',
+        merchantId: MERCHANT_ID,
+        chain: 'ethereum',
+        funded: true,
+        approvedAt: T1,
+      },
+    };
+    given(refundDecider, [created(), claimed, fromDeposit])
+      .when({ type: 'AwaitFunds', reason: lacking, now: T1 })
+      .thenError('conflict', 'Refund can no longer wait for funds');
+  });
+
   it('can be canceled only before sending, and then gives its reservation back', () => {
     const canceled: RefundEvent = { type: 'RefundCanceled', data: { invoiceId: INVOICE_ID, canceledAt: T1 } };
     for (const before of [[created()], [created(), claimed], [created(), claimed, approved(false)]]) {

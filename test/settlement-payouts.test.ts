@@ -22,6 +22,8 @@ const DEPOSIT = 'TDepositAddressOfTheInvoice1111111';
 const SETTLEMENT_ID = '6f1c9a8e-2b7d-4c1e-9a53-0d2e8f4b7c11';
 const MERCHANT_ID = '3c9d2e1f-4a5b-4c6d-8e7f-9a0b1c2d3e4f';
 const clock = { now: () => new Date('2026-11-22T10:00:00.000Z') };
+/** One process, its lease on the chain's payouts never lost. */
+const HELD = new AbortController().signal;
 
 /** The ledger, with broadcasts that fail in a chosen way a chosen number of times. */
 function flakyChain(ledger: SandboxLedger, failures: ('lost-reply' | 'timeout' | 'rejected')[]): ChainAdapter {
@@ -90,7 +92,7 @@ async function payoutsWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
 describe('settlement payouts with a failing broadcast', () => {
   it('sends the same transaction again after an unknown outcome, and pays once', async () => {
     const { sweeper, retrying, state, payouts } = await payoutsWith(['lost-reply', 'timeout']);
-    await sweeper.advance(SETTLEMENT_ID);
+    await sweeper.advance(SETTLEMENT_ID, HELD);
     const first = await state();
     assert.equal(first!.status, 'failed');
     assert.equal(first!.rejected, false);
@@ -98,9 +100,9 @@ describe('settlement payouts with a failing broadcast', () => {
 
     // The payout is found on the chain and adopted; its final repeat (what a payout
     // leaves to do once final) times out, so it completes at the next look, not before.
-    await assert.rejects(retrying.advance(SETTLEMENT_ID), /request timed out/);
+    await assert.rejects(retrying.advance(SETTLEMENT_ID, HELD), /request timed out/);
     assert.equal((await state())!.status, 'submitted');
-    await retrying.advance(SETTLEMENT_ID);
+    await retrying.advance(SETTLEMENT_ID, HELD);
     const after = await state();
     assert.equal(after!.status, 'completed');
     assert.equal(after!.txHash, txHash);
@@ -111,11 +113,11 @@ describe('settlement payouts with a failing broadcast', () => {
 
   it('retries a timed-out broadcast with the same transaction', async () => {
     const { sweeper, retrying, state, payouts } = await payoutsWith(['timeout', 'timeout']);
-    await sweeper.advance(SETTLEMENT_ID);
+    await sweeper.advance(SETTLEMENT_ID, HELD);
     const txHash = (await state())!.prepared!.txHash;
-    await retrying.advance(SETTLEMENT_ID);
+    await retrying.advance(SETTLEMENT_ID, HELD);
     assert.equal((await state())!.status, 'failed', 'the second send timed out too');
-    await retrying.advance(SETTLEMENT_ID);
+    await retrying.advance(SETTLEMENT_ID, HELD);
     const after = await state();
     assert.equal(after!.status, 'submitted');
     assert.deepEqual(after!.preparedHashes, [txHash]);
@@ -124,10 +126,10 @@ describe('settlement payouts with a failing broadcast', () => {
 
   it('prepares a new transaction only after the chain rejected the first', async () => {
     const { sweeper, retrying, state, payouts } = await payoutsWith(['rejected']);
-    await sweeper.advance(SETTLEMENT_ID);
+    await sweeper.advance(SETTLEMENT_ID, HELD);
     const first = await state();
     assert.equal(first!.rejected, true);
-    await retrying.advance(SETTLEMENT_ID);
+    await retrying.advance(SETTLEMENT_ID, HELD);
     const after = await state();
     assert.equal(after!.status, 'submitted');
     assert.equal(after!.preparedHashes.length, 2);
@@ -163,9 +165,9 @@ describe('two processes paying one settlement', () => {
       ...deps,
       chains: new Map<ChainName, ChainAdapter>([['tron', ownSigner('a')]]),
     });
-    await Promise.all([first.advance(SETTLEMENT_ID), other.advance(SETTLEMENT_ID)]);
+    await Promise.all([first.advance(SETTLEMENT_ID, HELD), other.advance(SETTLEMENT_ID, HELD)]);
     waiting = [];
-    await sweeper.advance(SETTLEMENT_ID);
+    await sweeper.advance(SETTLEMENT_ID, HELD);
     const after = await state();
     assert.equal(after!.preparedHashes.length, 1, 'one transaction recorded');
     assert.equal(payouts().length, 1, 'one payout');

@@ -112,7 +112,7 @@ describe('the payout engine over open Solana sweeps', () => {
         return [
           {
             kind: settlement.kind,
-            advance: (id: string) => settlement.advance(id),
+            advance: (id: string, lease: AbortSignal) => settlement.advance(id, lease),
             beforeLooks: () => Promise.reject(new Error('getSignatureStatuses: HTTP 502')),
           },
         ];

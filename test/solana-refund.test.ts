@@ -4,7 +4,8 @@
 // a SOL overpayment's excess and a USDT overpayment's excess (paid into two
 // token accounts of the deposit) from the deposit before the pending
 // settlement pays exactly the re-priced rest; settled USDC and SOL invoices
-// refunded from the merchant's refund wallet once it is funded.
+// refunded from the merchant's refund wallet once it is funded, and one
+// waiting for funds again when another refund spent from that wallet first.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Keypair, Message, SystemInstruction, SystemProgram, Transaction } from '@solana/web3.js';
@@ -361,7 +362,7 @@ describe('refunds paid on the Solana test node', () => {
     assert.equal(approved.fundedFrom, 'refund_wallet');
     assert.equal(approved.status, 'awaiting_funds');
     const wallet = (await flow.refundWallets(key)).find((w) => w.chain === 'solana')!;
-    return { key, customer, approved, wallet };
+    return { key, customer, approved, wallet, invoiceId: p.paymentId };
   }
 
   it('a SOL refund that would leave its refund wallet under the rent-exempt minimum waits for funds, then completes', async () => {
@@ -384,6 +385,40 @@ describe('refunds paid on the Solana test node', () => {
     const done = await flow.completed(approved.id, key);
     assert.equal(baseUnits(done.amount, 9), amount);
     assert.equal(await node.balance(customer), baseUnits(done.netAmount, 9));
+    assert.equal(await node.balance(wallet.address), 2n * half + 1n, 'left with the minimum');
+  });
+
+  it('a SOL refund whose refund wallet another refund spent from before it was prepared waits for funds again, then completes', async () => {
+    const { key, approved: first, wallet, invoiceId } = await settledSolRefund();
+    const second = await flow.refund(key, invoiceId, { amount: '0.01', destination: newWallet() });
+    assert.equal(second.status, 'awaiting_funds');
+    const amount = 10_000_000n;
+    const half = (await rentExemptMinimum()) / 2n;
+    // Both refunds and half the minimum: each refund alone leaves the wallet rent-exempt, both leave it
+    // rent-paying. The first payout sent is refused by the node for good, so it is prepared again, after
+    // its retry delay, once the other has landed: then it would leave the wallet under the minimum.
+    node.failNextSends.push({
+      code: -32002,
+      message: 'Transaction simulation failed: Attempt to debit an account but found no record of a prior credit.',
+    });
+    await node.sendSol(payer, wallet.address, 2n * amount + half);
+    await node.mine();
+    const [victim, other] = await eventually(
+      async () => Promise.all([flow.refundOf(first.id, key), flow.refundOf(second.id, key)]),
+      (refunds) => refunds.some((r) => r.status === 'failed') && refunds.some((r) => r.transactionHash !== null),
+    ).then((refunds) => (refunds[0]!.status === 'failed' ? refunds : [refunds[1]!, refunds[0]!]));
+    await flow.completed(other!.id, key);
+    assert.equal(await node.balance(wallet.address), amount + half);
+
+    // The wallet can no longer pay it: it waits for funds, as at its approval, rather than failing for good.
+    await eventually(
+      () => flow.refundOf(victim!.id, key),
+      (r) => r.status === 'awaiting_funds',
+    );
+    await node.sendSol(payer, wallet.address, half + 1n);
+    await node.mine();
+    const done = await flow.completed(victim!.id, key);
+    assert.equal(baseUnits(done.amount, 9), amount);
     assert.equal(await node.balance(wallet.address), 2n * half + 1n, 'left with the minimum');
   });
 

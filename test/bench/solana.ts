@@ -286,7 +286,9 @@ async function sweeper(node: SolanaTestNode, open: number): Promise<SweeperRepor
         ...(perSweep && {
           kinds: (deps) => {
             const settlement = new SettlementPayouts(deps);
-            return [{ kind: settlement.kind, advance: (id: string) => settlement.advance(id) }];
+            return [
+              { kind: settlement.kind, advance: (id: string, lease: AbortSignal) => settlement.advance(id, lease) },
+            ];
           },
         }),
       });

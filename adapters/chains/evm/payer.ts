@@ -5,7 +5,9 @@
 // is one bundle of signed transactions from the deposit address, in nonce
 // order: the platform fee to the treasury, then the payout (whose hash is
 // the settlement's). A token bundle also carries the gas budget that the fee
-// wallet tops the deposit address up with before it is sent. Since the payout
+// wallet tops the deposit address up with before it is sent: all of it, since
+// the ETH the address already holds is another payout's (its settlement's, an
+// ETH refund's); what the gas does not burn stays there. Since the payout
 // has the highest nonce, the payout on the chain means the fee is there too,
 // and since every attempt of a settlement starts at the deposit address's
 // mined nonce, two attempts compete for the same nonces: at most one payout

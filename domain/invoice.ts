@@ -754,11 +754,10 @@ export function refundableOf(invoice: Invoice): RefundableAsset[] {
  * must have arrived on one address (no one deposit holds it all otherwise);
  * that address then holds all the invoice received of it, and the invoice's
  * reservations (ReserveRefund) keep the refunds of it, racing or not, within
- * that. Undefined when the invoice has, or may yet have, a settlement, and
- * when that address also received another token: one refund's network fee
- * could then come out of the other's coins (an EVM token transfer's gas is
- * paid in ETH from the deposit), and the second could never be paid; the
- * refund wallet pays such refunds.
+ * that. Undefined when the invoice has, or may yet have, a settlement.
+ * Another token on that address is no obstacle: a token refund's fee is paid
+ * by the fee wallet, never out of the other's coins (EVM, Tron: the top-up
+ * gives the whole gas; Solana: the fee wallet is the fee payer).
  */
 export function depositWithoutSettlement(
   invoice: Invoice,
@@ -767,9 +766,7 @@ export function depositWithoutSettlement(
   if (invoice.status !== 'expired' || invoice.confirmedAt !== null) return undefined;
   const paidTo = new Set(invoice.payments.filter((p) => isLive(p) && sameAsset(p, asset)).map((p) => p.address));
   if (paidTo.size !== 1) return undefined;
-  const address = [...paidTo][0]!;
-  if (invoice.payments.some((p) => isLive(p) && p.address === address && !sameAsset(p, asset))) return undefined;
-  const deposit = findAssignment(invoice, asset.chain, address);
+  const deposit = findAssignment(invoice, asset.chain, [...paidTo][0]!);
   return deposit && { address: deposit.address, derivationIndex: deposit.derivationIndex };
 }
 

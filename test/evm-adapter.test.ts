@@ -214,4 +214,54 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
     assert.equal(await chain.balanceOf(customer), amount);
     assert.equal(await chain.balanceOf(key.address), held - amount - network, 'nothing else left the payer');
   });
+
+  it("pays a token refund's gas all from the fee wallet, never from the ETH the payer holds for another payout", async () => {
+    const key = keyring.deriveDepositKey('ethereum', 902);
+    const customer = Wallet.createRandom().address;
+    // The deposit's ETH is its settlement's (or an ETH refund's); its USDT a wrong-token payment, refunded first.
+    const held = 10n ** 17n;
+    await (await node.payer.sendTransaction({ to: key.address, value: held })).wait();
+    await (await usdt.getFunction('transfer')(key.address, 5_000_000n)).wait();
+    await (await node.payer.sendTransaction({ to: chain.feeWallet, value: 10n ** 18n })).wait();
+    await chain.head();
+    const refund = {
+      from: { address: key.address, derivationIndex: 902 },
+      to: customer,
+      token: 'USDT',
+      amount: 5_000_000n,
+      reference: 'adapter-test/token-refund',
+      fees: { platform: 0n, network: 0n },
+      payout: 'refund' as const,
+    };
+    const prepared = await chain.prepareTransfer(refund);
+    const feeWalletBefore = await chain.balanceOf(chain.feeWallet);
+    await chain.broadcast(prepared);
+    const feeNonce = await node.provider.getTransactionCount(chain.feeWallet);
+    await chain.broadcast(prepared); // a repeat after an unknown outcome: no second top-up
+    assert.equal(await node.provider.getTransactionCount(chain.feeWallet), feeNonce);
+    assert.equal(await chain.balanceOf(customer, 'USDT'), 5_000_000n);
+    const receipt = (await node.provider.getTransactionReceipt(prepared.txHash))!;
+    const gas = receipt.gasUsed * receipt.gasPrice;
+    const given = feeWalletBefore - (await chain.balanceOf(chain.feeWallet));
+    // The fee wallet gave the whole gas (and paid its top-up's own); what the call did not burn stays there.
+    assert.ok(given > gas);
+    const after = await chain.balanceOf(key.address);
+    assert.ok(after >= held, `the payer's own ${held} wei paid none of the gas (it holds ${after})`);
+
+    // So the other payout of that ETH is paid whole: here a refund of all of it but its own fee.
+    const network = chain.networkFee('ETH', 'refund');
+    const other = Wallet.createRandom().address;
+    const eth = await chain.prepareTransfer({
+      from: refund.from,
+      to: other,
+      token: 'ETH',
+      amount: held - network,
+      reference: 'adapter-test/eth-refund',
+      fees: { platform: 0n, network },
+      payout: 'refund',
+    });
+    await chain.broadcast(eth);
+    assert.equal(await chain.balanceOf(other), held - network);
+    assert.equal(await chain.balanceOf(key.address), after - held, "what is left is the top-up's unburnt gas");
+  });
 });

@@ -50,6 +50,46 @@ describe('refunds paid on a local EVM node', { skip }, () => {
       }));
   }
 
+  /** A fresh settlement wallet for the merchant, the invoice's settlement completed to it, and its amounts. */
+  async function settledTo(merchantId: string, paymentId: string, key: string) {
+    const merchantWallet = randomWallet();
+    assert.equal((await flow.setWallet(merchantId, merchantWallet)).status, 200);
+    await eventuallyMining(
+      mine,
+      () => flow.settlementOf(paymentId, key),
+      (s) => s?.status === 'completed',
+      90_000,
+    );
+    return { merchantWallet, priced: await flow.settlementPriced(paymentId, key) };
+  }
+
+  /** An ETH invoice paid by `pay` (`assets` of them seen), then expired before it was ever confirmed. */
+  async function expiredUnconfirmed(
+    key: string,
+    pay: (invoice: { address: string; cryptoAmount: string }) => Promise<unknown>,
+    assets: number,
+  ) {
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '15', currency: 'USD', chain: 'ethereum', expiresInMinutes: 1 },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const p = created.body.data as { paymentId: string; address: string; cryptoAmount: string };
+    await pay(p);
+    await eventuallyMining(
+      mine,
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
+      (seen) => seen?.length === assets,
+    );
+    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 61 });
+    await eventually(
+      async () => (await flow.invoiceOf(p.paymentId, key)).status,
+      (status) => status === 'expired',
+    );
+    assert.equal(await flow.settlementOf(p.paymentId, key), undefined, 'never confirmed: no settlement');
+    return p;
+  }
+
   it("a USDT overpayment's excess, below a sweep's dust threshold, is paid from the deposit; the settlement then pays the rest", async () => {
     const { key, merchant } = await merchantWithKey(svc);
     const p = await flow.invoice(key, 'USDT', '20');
@@ -145,15 +185,7 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     assert.equal(await node.provider.getBalance(p.address), received - amount);
 
     // The settlement pays out all the rest: the deposit address keeps nothing.
-    const merchantWallet = randomWallet();
-    await flow.setWallet(merchant.id, merchantWallet);
-    await eventuallyMining(
-      mine,
-      () => flow.settlementOf(p.paymentId, key),
-      (s) => s?.status === 'completed',
-      90_000,
-    );
-    const priced = await flow.settlementPriced(p.paymentId, key);
+    const { merchantWallet, priced } = await settledTo(merchant.id, p.paymentId, key);
     assert.equal(BigInt(priced.platformFee), received / 100n);
     assert.equal(
       await node.provider.getBalance(merchantWallet),
@@ -164,25 +196,8 @@ describe('refunds paid on a local EVM node', { skip }, () => {
 
   it('a wrong-token USDT payment on an ETH invoice that expired unconfirmed is refunded from its deposit, no settlement needed; two refunds racing, each paid once', async () => {
     const { key } = await merchantWithKey(svc);
-    const created = await svc.call('POST', '/api/v1/payments', {
-      token: key,
-      body: { amount: '15', currency: 'USD', chain: 'ethereum', expiresInMinutes: 1 },
-    });
-    assert.equal(created.status, 201, JSON.stringify(created.body));
-    const p = created.body.data as { paymentId: string; address: string };
     const received = 7_654_321n;
-    await payUsdt(p.address, received);
-    await eventuallyMining(
-      mine,
-      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
-      (assets) => assets?.[0]?.token === 'USDT',
-    );
-    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 61 });
-    await eventually(
-      async () => (await flow.invoiceOf(p.paymentId, key)).status,
-      (status) => status === 'expired',
-    );
-    assert.equal(await flow.settlementOf(p.paymentId, key), undefined, 'never confirmed: no settlement');
+    const p = await expiredUnconfirmed(key, ({ address }) => payUsdt(address, received), 1);
 
     // Two refunds approved at once, together all it received: both from the deposit, each once.
     const customer = randomWallet();
@@ -207,6 +222,102 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     }
     assert.equal(await tokenBalance(fx.usdt, customer), received);
     assert.equal(await tokenBalance(fx.usdt, p.address), 0n, "the customer's coins left the deposit the way they came");
+  });
+
+  it("a wrong-token USDT payment on an ETH invoice is refunded from the deposit, its gas all the fee wallet's; the settlement then pays the merchant and the treasury exactly", async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await flow.invoice(key, undefined, '25');
+    const received = baseUnits(p.cryptoAmount, 18);
+    await (await node.payer.sendTransaction({ to: p.address, value: received })).wait();
+    const wrong = 3_210_000n;
+    await payUsdt(p.address, wrong);
+    await flow.confirmed(p.paymentId, key);
+    await eventuallyMining(
+      mine,
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
+      (assets) => assets?.some((a: { token: string }) => a.token === 'USDT'),
+    );
+
+    const customer = randomWallet();
+    const approved = await flow.refund(key, p.paymentId, {
+      chain: 'ethereum',
+      token: 'USDT',
+      amount: formatUnits(wrong, 6, 6),
+      destination: customer,
+    });
+    assert.equal(approved.fundedFrom, 'deposit');
+    const done = await flow.completed(approved.id, key);
+    assert.equal(baseUnits(done.netAmount, 6), wrong);
+    assert.equal(await tokenBalance(fx.usdt, customer), wrong);
+    assert.deepEqual(await usdtTransfers(done.transactionHash), [
+      { from: getAddress(p.address), to: customer, amount: wrong },
+    ]);
+    assert.ok((await node.provider.getBalance(p.address)) >= received, "the settlement's ETH paid none of the gas");
+
+    const treasury = (await flow.admin('GET', '/admin/v1/wallets')).body.data[0].treasury as string;
+    const treasuryBefore = await node.provider.getBalance(treasury);
+    const { merchantWallet, priced } = await settledTo(merchant.id, p.paymentId, key);
+    assert.equal(BigInt(priced.platformFee), received / 100n);
+    assert.equal(await node.provider.getBalance(merchantWallet), BigInt(priced.netAmount));
+    assert.equal(
+      BigInt(priced.netAmount),
+      received - BigInt(priced.platformFee) - BigInt(priced.networkFee),
+      'the merchant is paid all the ETH received less the fees',
+    );
+    assert.equal(
+      (await node.provider.getBalance(treasury)) - treasuryBefore,
+      BigInt(priced.platformFee),
+      'the platform fee whole',
+    );
+  });
+
+  it('an ETH invoice underpaid in ETH, also paid USDT by mistake, expired unconfirmed: both refunded from its deposit, exactly', async () => {
+    const { key } = await merchantWithKey(svc);
+    // Half the ETH the invoice asks for (it expires unconfirmed), and USDT by mistake.
+    let eth = 0n;
+    const usdt = 2_345_678n;
+    const p = await expiredUnconfirmed(
+      key,
+      async ({ address, cryptoAmount }) => {
+        eth = baseUnits(cryptoAmount, 18) / 2n;
+        await (await node.payer.sendTransaction({ to: address, value: eth })).wait();
+        await payUsdt(address, usdt);
+      },
+      2,
+    );
+
+    // Both approved at once: each from the deposit, whichever goes first.
+    const customer = randomWallet();
+    const [ethRefund, usdtRefund] = await Promise.all([
+      flow.refund(key, p.paymentId, {
+        chain: 'ethereum',
+        token: 'ETH',
+        amount: formatUnits(eth, 18, 18),
+        destination: customer,
+      }),
+      flow.refund(key, p.paymentId, {
+        chain: 'ethereum',
+        token: 'USDT',
+        amount: formatUnits(usdt, 6, 6),
+        destination: customer,
+      }),
+    ]);
+    assert.equal(ethRefund.fundedFrom, 'deposit');
+    assert.equal(usdtRefund.fundedFrom, 'deposit');
+    const [ethDone, usdtDone] = await Promise.all([ethRefund, usdtRefund].map((r) => flow.completed(r.id, key)));
+
+    assert.equal(baseUnits(usdtDone.netAmount, 6), usdt);
+    assert.equal(await tokenBalance(fx.usdt, customer), usdt);
+    assert.deepEqual(await usdtTransfers(usdtDone.transactionHash), [
+      { from: getAddress(p.address), to: customer, amount: usdt },
+    ]);
+    const net = baseUnits(ethDone.netAmount, 18);
+    assert.equal(net, eth - baseUnits(ethDone.networkFee, 18));
+    assert.equal(await node.provider.getBalance(customer), net);
+    const tx = (await node.provider.getTransaction(ethDone.transactionHash))!;
+    assert.equal(tx.from, getAddress(p.address));
+    assert.equal(tx.value, net);
+    assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
   });
 
   it('a settled ETH invoice is refunded from the refund wallet, funded with exactly the amount and left empty', async () => {

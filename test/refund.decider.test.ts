@@ -124,11 +124,11 @@ describe('a refund of an invoice that will never be settled', () => {
     assert.equal(depositWithoutSettlement(invoiceOf(twice), { chain: 'ethereum', token: 'USDC' }), undefined);
   });
 
-  it('has none when that address also received another token, whose refund could spend this one as its fee', () => {
-    // USDT underpaid and USDC by mistake on one address: an EVM token refund's gas would come out of the other's coins.
+  it('is that address when it also received another token: each refund pays its own, the fee wallet the gas', () => {
+    // USDT underpaid and USDC by mistake on one address: an EVM token refund's gas is the fee wallet's top-up.
     const both = history(create, assign, ...pay(1, 30_000_000n), ...pay(2, 5_000_000n, 'USDC'), expire);
-    assert.equal(depositWithoutSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDC' }), undefined);
-    assert.equal(depositWithoutSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDT' }), undefined);
+    assert.equal(depositWithoutSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDC' })?.address, DEPOSIT);
+    assert.equal(depositWithoutSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDT' })?.address, DEPOSIT);
   });
 
   it('keeps two refunds racing on that deposit within what it received: the second reservation is decided on the first', () => {

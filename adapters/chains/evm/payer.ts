@@ -5,7 +5,9 @@
 // is one bundle of signed transactions from the deposit address, in nonce
 // order: the platform fee to the treasury, then the payout (whose hash is
 // the settlement's). A token bundle also carries the gas budget that the fee
-// wallet tops the deposit address up with before it is sent. Since the payout
+// wallet tops the deposit address up with before it is sent: all of it, since
+// the ETH the address already holds is another payout's (its settlement's, an
+// ETH refund's); what the gas does not burn stays there. Since the payout
 // has the highest nonce, the payout on the chain means the fee is there too,
 // and since every attempt of a settlement starts at the deposit address's
 // mined nonce, two attempts compete for the same nonces: at most one payout
@@ -38,8 +40,13 @@ interface Bundle {
   v: 1;
   /** Signed transactions from the deposit address, in nonce order; the last is the payout. */
   steps: string[];
-  /** Token bundles: the native balance the deposit address needs for their gas, and the top-up's fee. */
-  topUp?: { budget: string; maxFeePerGas: string; maxPriorityFeePerGas: string; eip1559: boolean };
+  /**
+   * Token bundles: the native balance the deposit address needs for their gas, and the top-up's fee. `before`:
+   * the payer's own native balance when the bundle was prepared (a settlement's ETH, another refund's, earlier
+   * top-ups' unburnt gas), which the top-up never counts as gas: the fee wallet gives all of it. (Bundles without
+   * `before` were topped up by what the payer lacked.)
+   */
+  topUp?: { budget: string; maxFeePerGas: string; maxPriorityFeePerGas: string; eip1559: boolean; before?: string };
 }
 
 interface FeeQuote {
@@ -238,7 +245,11 @@ export class EvmPayer {
       );
     }
     const from = wallet.address;
-    const [balance, nonce] = await Promise.all([this.balanceOf(from, token.symbol), this.nonceOf(from)]);
+    const [balance, nonce, before] = await Promise.all([
+      this.balanceOf(from, token.symbol),
+      this.nonceOf(from),
+      this.balanceOf(from),
+    ]);
     if (balance < transfer.amount) {
       throw new TransactionRejectedError(
         `${from} holds ${balance} ${token.symbol} base units, less than the payout of ${transfer.amount}`,
@@ -267,6 +278,7 @@ export class EvmPayer {
       maxFeePerGas: fee.maxFeePerGas.toString(),
       maxPriorityFeePerGas: fee.maxPriorityFeePerGas.toString(),
       eip1559: fee.eip1559,
+      before: before.toString(),
     });
   }
 
@@ -317,9 +329,16 @@ export class EvmPayer {
   /**
    * Gives the deposit address the gas of the transactions not mined yet, from
    * the fee wallet, and waits for it to be mined (the node refuses a
-   * transaction whose sender cannot pay for it). One top-up at a time; its
-   * nonce is the fee wallet's mined count, so a top-up resent after a crash is
-   * the same transaction and the node takes it as a repeat.
+   * transaction whose sender cannot pay for it). All of it, whatever the
+   * payer held when the bundle was prepared (`before`): that ETH is another
+   * payout's (the settlement's, an ETH refund's), which would be short by this
+   * gas. A balance already above `before` by the need is this bundle's top-up,
+   * mined before a crash or a repeat: nothing more is sent. (The steps start
+   * at the payer's mined nonce: a payout from it mined meanwhile took their
+   * nonces, and they can never be mined.)
+   * One top-up at a time; its nonce is the fee wallet's mined count, so a
+   * top-up resent after a crash is the same transaction and the node takes it
+   * as a repeat.
    */
   private topUp(steps: Transaction[], topUp: NonNullable<Bundle['topUp']>): Promise<void> {
     const run = this.topUps.then(async () => {
@@ -330,7 +349,10 @@ export class EvmPayer {
       const maxFee = BigInt(topUp.maxFeePerGas);
       const need = waiting.reduce((total, s) => total + s.gasLimit * maxFee + s.value, 0n);
       const balance = await this.balanceOf(from);
-      if (balance >= need) return;
+      const missing = BigInt(topUp.before ?? 0) + need - balance;
+      if (missing <= 0n) return;
+      // Never more than the need: a payer holding less than before lost ETH to a payout that took these nonces.
+      const value = missing < need ? missing : need;
       const feeKey = this.options.keyring.deriveEvmServiceKey('fee');
       const fee: FeeQuote = {
         maxFeePerGas: maxFee,
@@ -339,7 +361,7 @@ export class EvmPayer {
       };
       const tx = await this.sign(
         new Wallet(hexlify(feeKey.privateKey)),
-        { to: from, value: need - balance, nonce: await this.nonceOf(feeKey.address), gasLimit: NATIVE_GAS },
+        { to: from, value, nonce: await this.nonceOf(feeKey.address), gasLimit: NATIVE_GAS },
         fee,
       );
       try {

@@ -85,7 +85,7 @@ function subscriberRowOf(s: Subscriber) {
 
 // ---------------------------------------------------------------- queries
 
-/** The plan shape of the API from its row. */
+/** The plan shape of the API from its row: the one mapping, also of a plan just written (planViewOf). */
 export function planRowView(row: SubscriptionPlansTable) {
   return {
     id: row.id,
@@ -103,6 +103,9 @@ export function planRowView(row: SubscriptionPlansTable) {
     updatedAt: iso(row.updated_at),
   };
 }
+
+/** The same view of a plan just written, before its row exists (the create and archive answers). */
+export const planViewOf = (plan: Plan) => planRowView(planRowOf(plan));
 
 /** The Subscriber object of interface.md from its row. */
 export function subscriberRowView(row: SubscribersTable) {

@@ -10,7 +10,6 @@ import {
   DEFAULT_GRACE_PERIOD_HOURS,
   MAX_GRACE_PERIOD_HOURS,
   MAX_INTERVAL_COUNT,
-  planView,
   type BillingInterval,
 } from '../../domain/plan.ts';
 import { checkEnrollmentInput, subscriberStatuses, subscriberView } from '../../domain/subscriber.ts';
@@ -21,6 +20,7 @@ import {
   listSubscribers,
   planRow,
   planRowView,
+  planViewOf,
   subscriberRow,
   subscriberRowView,
 } from '../../projections/subscriptions.ts';
@@ -178,7 +178,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
       checkPlanTerms(input);
       const { value, position } = await subscriptions.createPlan(request.caller!.merchantId, input, request.id);
       await settle(position);
-      return reply.code(201).send({ data: planView(value) });
+      return reply.code(201).send({ data: planViewOf(value) });
     },
   );
 
@@ -241,7 +241,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         request.id,
       );
       await settle(position);
-      return { data: planView(value) };
+      return { data: planViewOf(value) };
     },
   );
 

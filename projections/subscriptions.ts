@@ -107,7 +107,7 @@ export function planRowView(row: SubscriptionPlansTable) {
 /** The same view of a plan just written, before its row exists (the create and archive answers). */
 export const planViewOf = (plan: Plan) => planRowView(planRowOf(plan));
 
-/** The Subscriber object of interface.md from its row. */
+/** The Subscriber object of interface.md, exactly its fields, from its row: the one mapping (see subscriberViewOf). */
 export function subscriberRowView(row: SubscribersTable) {
   return {
     id: row.id,
@@ -124,6 +124,11 @@ export function subscriberRowView(row: SubscribersTable) {
     createdAt: iso(row.created_at),
   };
 }
+
+export type SubscriberView = ReturnType<typeof subscriberRowView>;
+
+/** The same view of a subscriber just written or as an event left it (the answers, the webhooks' `subscriber`). */
+export const subscriberViewOf = (subscriber: Subscriber) => subscriberRowView(subscriberRowOf(subscriber));
 
 export async function listPlans(
   db: Kysely<ReadModelTables>,

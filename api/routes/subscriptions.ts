@@ -12,7 +12,7 @@ import {
   MAX_INTERVAL_COUNT,
   type BillingInterval,
 } from '../../domain/plan.ts';
-import { checkEnrollmentInput, subscriberStatuses, subscriberView } from '../../domain/subscriber.ts';
+import { checkEnrollmentInput, subscriberStatuses } from '../../domain/subscriber.ts';
 import { invoiceView } from '../../projections/contract/invoice.ts';
 import {
   listPlans,
@@ -23,6 +23,7 @@ import {
   planViewOf,
   subscriberRow,
   subscriberRowView,
+  subscriberViewOf,
 } from '../../projections/subscriptions.ts';
 import type { Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
@@ -278,7 +279,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
       if (!UUID.test(input.planId)) throw notFound(PLAN_NOT_FOUND);
       const { value, position } = await subscriptions.enroll(request.caller!.merchantId, input, request.id);
       await settle(position);
-      return reply.code(201).send({ data: subscriberView(value.subscriber) });
+      return reply.code(201).send({ data: subscriberViewOf(value.subscriber) });
     },
   );
 
@@ -378,7 +379,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         request.id,
       );
       await settle(position);
-      return { data: subscriberView(value) };
+      return { data: subscriberViewOf(value) };
     },
   );
 }

@@ -184,24 +184,3 @@ function evolve(state: PlanState, event: PlanEvent): PlanState {
 }
 
 export const planDecider: Decider<PlanCommand, PlanState, PlanEvent> = { initialState: null, decide, evolve };
-
-/** The plan as the API shows it. */
-export function planView(plan: Plan) {
-  return {
-    id: plan.id,
-    merchantId: plan.merchantId,
-    name: plan.name,
-    description: plan.description,
-    amount: plan.amount,
-    currency: plan.currency,
-    interval: plan.interval,
-    intervalCount: plan.intervalCount,
-    gracePeriodHours: plan.gracePeriodHours,
-    status: plan.status,
-    archivedAt: plan.archivedAt,
-    createdAt: plan.createdAt,
-    updatedAt: plan.updatedAt,
-  };
-}
-
-export type PlanView = ReturnType<typeof planView>;

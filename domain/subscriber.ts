@@ -674,26 +674,6 @@ export const subscriberDecider: Decider<SubscriberCommand, SubscriberState, Subs
   evolve,
 };
 
-/** The Subscriber object of interface.md, exactly its fields. */
-export function subscriberView(s: Subscriber) {
-  return {
-    id: s.id,
-    merchantId: s.merchantId,
-    planId: s.planId,
-    email: s.email,
-    externalId: s.externalId,
-    status: s.status,
-    currentPeriodStart: s.currentPeriodStart,
-    currentPeriodEnd: s.currentPeriodEnd,
-    gracePeriodEndsAt: s.gracePeriodEndsAt,
-    cancelAtEnd: s.cancelAtEnd,
-    metadata: s.metadata,
-    createdAt: s.createdAt,
-  };
-}
-
-export type SubscriberView = ReturnType<typeof subscriberView>;
-
 // ---------------------------------------------------------------- the enrollment reservation
 
 // One stream per (merchant, plan, e-mail address). Appending to it with the

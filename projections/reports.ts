@@ -41,17 +41,32 @@ const RATE_SOURCE = 'invoice_quote';
 /** Rows per page: big enough that a page's round trip is small beside its rows, small enough to stay flat. */
 export const REPORT_PAGE_ROWS = 5000;
 
-/** What every record report has: its fixed columns, one page of rows after a cursor, and a row's cells. */
+/**
+ * A report's column: its name and its cell from a row; in the invoices
+ * report also the same cell as PostgreSQL writes it into the CSV
+ * (invoiceCsvText). One table per report, which the CSV, the NDJSON and the
+ * COPY all read, so that no format can name or order a column differently.
+ */
+type Column<Row> = TextField<Row> | readonly [name: string, cell: (row: Row) => ReportCell, text?: RawBuilder<unknown>];
+type TextColumn<Row> = readonly [name: string, cell: (row: Row) => ReportCell, text: RawBuilder<unknown>];
+/** A column that is the row's own text field of the same name, written as the name alone. */
+type TextField<Row> = { [K in keyof Row]: Row[K] extends ReportCell ? K : never }[keyof Row] & string;
+
+/** What every record report has: its fixed columns, one page of rows after a cursor. */
 interface RecordReport<Row extends { cursor_at: string; cursor_id: string; metadata: unknown }> {
-  columns: readonly string[];
+  columns: readonly Column<Row>[];
   /**
    * The rows of the scope, with `cursor_at` (the ordering time as PostgreSQL
    * text, so that the next page starts exactly after it whatever the
    * precision stored) and `cursor_id`; `page` limits it to one page.
    */
   query(scope: ReportScope, page: Paging): RawBuilder<Row>;
-  cells(row: Row): ReportCell[];
 }
+
+/** A row's cells, in the order of the report's columns. */
+const cellsOf = <Row>(columns: readonly Column<Row>[], row: Row): ReportCell[] =>
+  columns.map((column) => (typeof column === 'string' ? (row[column] as ReportCell) : column[1](row)));
+const nameOf = <Row>(column: Column<Row>) => (typeof column === 'string' ? column : column[0]);
 
 /** Where a page starts and how long it is; `all` for no paging (the metadata pre-pass). */
 interface Paging {
@@ -156,9 +171,16 @@ interface ReportExtras {
   quoted_at: string | null;
 }
 
-const rateColumns = ['rate', 'rate_source', 'rate_quoted_at'] as const;
-const rateCells = (row: { rate: string | null; rate_source: string | null; quoted_at: string | null }): ReportCell[] =>
-  row.rate === null ? [null, null, null] : [row.rate, row.rate_source ?? RATE_SOURCE, row.quoted_at];
+/** The quote's columns, from the quote joined as `quote`: empty all three where there is no rate. */
+const rateColumns = (quote: string): TextColumn<Pick<ReportExtras, 'rate' | 'rate_source' | 'quoted_at'>>[] => [
+  ['rate', (r) => r.rate, sql.ref(`${quote}.rate`)],
+  [
+    'rate_source',
+    (r) => (r.rate === null ? null : (r.rate_source ?? RATE_SOURCE)),
+    sql`case when ${sql.ref(`${quote}.rate`)} is null then null else coalesce(${sql.ref(`${quote}.rate_source`)}, ${RATE_SOURCE}) end`,
+  ],
+  ['rate_quoted_at', (r) => (r.rate === null ? null : r.quoted_at), zoned(`${quote}.quoted_at`)],
+];
 
 type InvoiceRow = AsText<
   Pick<
@@ -186,29 +208,35 @@ type InvoiceRow = AsText<
 > &
   ReportExtras;
 
+/**
+ * The invoices report's columns, each also as PostgreSQL writes its CSV cell
+ * (invoiceCsvText): a column named alone is the invoice's text column as it is.
+ */
+const invoiceColumns: readonly (TextField<InvoiceRow> | TextColumn<InvoiceRow>)[] = [
+  ['invoice_id', (r) => r.id, sql`i.id::text`],
+  ['created_at', (r) => r.created_at, zoned('i.created_at')],
+  'status',
+  ['cancelled', (r) => bool(r.cancelled), sql`i.cancelled::text`],
+  ['fiat_amount', (r) => r.amount, sql`i.amount`],
+  ['fiat_currency', (r) => r.currency, sql`i.currency`],
+  'chain',
+  'token',
+  'crypto_amount',
+  ...rateColumns('q'),
+  'payment_status',
+  ['paid_late', (r) => bool(r.paid_late), sql`i.paid_late::text`],
+  'total_received_amount',
+  'total_received_currency',
+  'settled_amount',
+  'refund_status',
+  'description',
+  ['subscriber_id', (r) => r.subscriber_id, sql`i.subscriber_id::text`],
+  ['expires_at', (r) => r.expires_at, zoned('i.expires_at')],
+  ['updated_at', (r) => r.updated_at, zoned('i.updated_at')],
+];
+
 const invoicesReport: RecordReport<InvoiceRow> = {
-  columns: [
-    'invoice_id',
-    'created_at',
-    'status',
-    'cancelled',
-    'fiat_amount',
-    'fiat_currency',
-    'chain',
-    'token',
-    'crypto_amount',
-    ...rateColumns,
-    'payment_status',
-    'paid_late',
-    'total_received_amount',
-    'total_received_currency',
-    'settled_amount',
-    'refund_status',
-    'description',
-    'subscriber_id',
-    'expires_at',
-    'updated_at',
-  ],
+  columns: invoiceColumns,
   query: (scope, page) => sql<InvoiceRow>`
     select i.created_at::text as cursor_at, i.id::text as cursor_id, i.id, ${zoned('i.created_at')} as created_at,
       ${zoned('i.updated_at')} as updated_at, ${zoned('i.expires_at')} as expires_at, i.status, i.cancelled, i.amount, i.currency, i.description, i.chain, i.token,
@@ -216,28 +244,6 @@ const invoicesReport: RecordReport<InvoiceRow> = {
       i.settled_amount, i.refund_status, i.subscriber_id, i.metadata, q.rate, q.rate_source, ${zoned('q.quoted_at')} as quoted_at
     from invoices i ${quoteOf(sql.ref('i.id'), sql.ref('i.chain'), sql.ref('i.token'))}
     ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('i.created_at'), sql.ref('i.id'), scope, page, invoicesNarrowed(scope))}`,
-  cells: (r) => [
-    r.id,
-    r.created_at,
-    r.status,
-    bool(r.cancelled),
-    r.amount,
-    r.currency,
-    r.chain,
-    r.token,
-    r.crypto_amount,
-    ...rateCells(r),
-    r.payment_status,
-    bool(r.paid_late),
-    r.total_received_amount,
-    r.total_received_currency,
-    r.settled_amount,
-    r.refund_status,
-    r.description,
-    r.subscriber_id,
-    r.expires_at,
-    r.updated_at,
-  ],
 };
 
 type PaymentRow = AsText<
@@ -264,6 +270,9 @@ type PaymentRow = AsText<
     currency: string;
   };
 
+/** A payment's amount in the token's decimals (the payments table keeps base units). */
+const paidAmount = (r: PaymentRow) => unitsShown(r.amount, r.token_decimals);
+
 const paymentsReport: RecordReport<PaymentRow> = {
   columns: [
     'payment_id',
@@ -273,16 +282,16 @@ const paymentsReport: RecordReport<PaymentRow> = {
     'status',
     'chain',
     'token',
-    'amount',
-    'fiat_value',
-    'fiat_currency',
-    ...rateColumns,
-    'wrong_token',
-    'confirmations',
+    ['amount', (r) => paidAmount(r)],
+    ['fiat_value', (r) => fiatOf(paidAmount(r), r.token_decimals, r.rate)],
+    ['fiat_currency', (r) => (r.rate === null ? null : r.currency)],
+    ...rateColumns('a'),
+    ['wrong_token', (r) => bool(r.wrong_token)],
+    ['confirmations', (r) => String(r.confirmations)],
     'to_address',
-    'transaction_hash',
-    'output_index',
-    'block_number',
+    ['transaction_hash', (r) => r.tx_hash],
+    ['output_index', (r) => String(r.output_index)],
+    ['block_number', (r) => String(r.block_number)],
   ],
   // The rate is the one of the quote the payment was made against (its address), in the token paid.
   query: (scope, page) => sql<PaymentRow>`
@@ -294,28 +303,6 @@ const paymentsReport: RecordReport<PaymentRow> = {
     join invoices i on i.id = p.invoice_id
     left join invoice_addresses a on a.chain = p.chain and a.address = p.to_address and a.token = p.token
     ${ofMerchantInRangeOnPage(sql.ref('i.merchant_id'), sql.ref('p.detected_at'), sql.ref('p.payment_id'), scope, page)}`,
-  cells: (r) => {
-    const amount = unitsShown(r.amount, r.token_decimals);
-    return [
-      r.payment_id,
-      r.invoice_id,
-      r.detected_at,
-      r.confirmed_at,
-      r.status,
-      r.chain,
-      r.token,
-      amount,
-      fiatOf(amount, r.token_decimals, r.rate),
-      r.rate === null ? null : r.currency,
-      ...rateCells(r),
-      bool(r.wrong_token),
-      String(r.confirmations),
-      r.to_address,
-      r.tx_hash,
-      String(r.output_index),
-      String(r.block_number),
-    ];
-  },
 };
 
 type SettlementRow = AsText<
@@ -344,23 +331,23 @@ type SettlementRow = AsText<
 
 const settlementsReport: RecordReport<SettlementRow> = {
   columns: [
-    'settlement_id',
+    ['settlement_id', (r) => r.id],
     'invoice_id',
     'created_at',
     'completed_at',
     'status',
     'chain',
-    'token',
+    ['token', (r) => r.currency],
     'gross_amount',
     'platform_fee',
     'network_fee',
-    'net_amount',
-    'gross_fiat_value',
-    'fiat_currency',
-    ...rateColumns,
+    ['net_amount', (r) => r.amount],
+    ['gross_fiat_value', (r) => fiatOf(r.gross_amount, r.token_decimals, r.rate)],
+    ['fiat_currency', (r) => (r.rate === null ? null : r.fiat_currency)],
+    ...rateColumns('q'),
     'merchant_wallet',
     'transaction_hash',
-    'failure_reason',
+    ['failure_reason', (r) => r.failure_code],
   ],
   query: (scope, page) => sql<SettlementRow>`
     select s.created_at::text as cursor_at, s.id::text as cursor_id, s.id, s.invoice_id,
@@ -372,25 +359,6 @@ const settlementsReport: RecordReport<SettlementRow> = {
     join invoices i on i.id = s.invoice_id
     ${quoteOf(sql.ref('s.invoice_id'), sql.ref('s.chain'), sql.ref('s.currency'))}
     ${ofMerchantInRangeOnPage(sql.ref('s.merchant_id'), sql.ref('s.created_at'), sql.ref('s.id'), scope, page, settlementFilterOf(scope))}`,
-  cells: (r) => [
-    r.id,
-    r.invoice_id,
-    r.created_at,
-    r.completed_at,
-    r.status,
-    r.chain,
-    r.currency,
-    r.gross_amount,
-    r.platform_fee,
-    r.network_fee,
-    r.amount,
-    fiatOf(r.gross_amount, r.token_decimals, r.rate),
-    r.rate === null ? null : r.fiat_currency,
-    ...rateCells(r),
-    r.merchant_wallet,
-    r.transaction_hash,
-    r.failure_code,
-  ],
 };
 
 type RefundRow = AsText<
@@ -419,7 +387,7 @@ type RefundRow = AsText<
 
 const refundsReport: RecordReport<RefundRow> = {
   columns: [
-    'refund_id',
+    ['refund_id', (r) => r.id],
     'invoice_id',
     'created_at',
     'approved_at',
@@ -432,7 +400,7 @@ const refundsReport: RecordReport<RefundRow> = {
     'net_amount',
     'fiat_amount',
     'fiat_currency',
-    ...rateColumns,
+    ...rateColumns('q'),
     'funded_from',
     'destination',
     'transaction_hash',
@@ -448,31 +416,9 @@ const refundsReport: RecordReport<RefundRow> = {
     join invoices i on i.id = r.invoice_id
     ${quoteOf(sql.ref('r.invoice_id'), sql.ref('r.chain'), sql.ref('r.token'))}
     ${ofMerchantInRangeOnPage(sql.ref('r.merchant_id'), sql.ref('r.created_at'), sql.ref('r.id'), scope, page, scope.refundStatus === undefined ? sql`true` : sql`r.status = ${scope.refundStatus}`)}`,
-  cells: (r) => [
-    r.id,
-    r.invoice_id,
-    r.created_at,
-    r.approved_at,
-    r.completed_at,
-    r.status,
-    r.chain,
-    r.token,
-    r.amount,
-    r.network_fee,
-    r.net_amount,
-    r.fiat_amount,
-    r.fiat_currency,
-    ...rateCells(r),
-    r.funded_from,
-    r.destination,
-    r.transaction_hash,
-    r.reason,
-  ],
 };
 
-interface FeeRow {
-  cursor_at: string;
-  cursor_id: string;
+interface FeeRow extends ReportExtras {
   fee_type: string;
   source: string;
   paid_from: string | null;
@@ -483,11 +429,7 @@ interface FeeRow {
   token: string;
   amount: string;
   fiat_currency: string;
-  metadata: Record<string, unknown> | null;
-  rate: string | null;
-  rate_source: string | null;
   token_decimals: number | null;
-  quoted_at: string | null;
 }
 
 /**
@@ -507,9 +449,9 @@ const feesReport: RecordReport<FeeRow> = {
     'chain',
     'token',
     'amount',
-    'fiat_value',
-    'fiat_currency',
-    ...rateColumns,
+    ['fiat_value', (r) => fiatOf(r.amount, r.token_decimals, r.rate)],
+    ['fiat_currency', (r) => (r.rate === null ? null : r.fiat_currency)],
+    ...rateColumns('q'),
   ],
   query: (scope, page) => {
     const p = paged(page, sql.ref('f.occurred_at'), sql`f.source_id::text || '/' || f.fee_type`, 'text');
@@ -537,20 +479,6 @@ const feesReport: RecordReport<FeeRow> = {
     where ${inRange(sql.ref('f.occurred_at'), scope)} and ${p.where}
     ${p.tail}`;
   },
-  cells: (r) => [
-    r.occurred_at,
-    r.fee_type,
-    r.source,
-    r.paid_from,
-    r.source_id,
-    r.invoice_id,
-    r.chain,
-    r.token,
-    r.amount,
-    fiatOf(r.amount, r.token_decimals, r.rate),
-    r.rate === null ? null : r.fiat_currency,
-    ...rateCells(r),
-  ],
 };
 
 const recordReports: Record<RecordKind, RecordReport<any>> = {
@@ -561,7 +489,7 @@ const recordReports: Record<RecordKind, RecordReport<any>> = {
   fees: feesReport,
 };
 
-export const columnsOf = (kind: RecordKind): readonly string[] => recordReports[kind].columns;
+export const columnsOf = (kind: RecordKind): readonly string[] => recordReports[kind].columns.map(nameOf);
 
 /**
  * The metadata keys of the invoices behind a report's rows, sorted: the
@@ -618,7 +546,8 @@ export function reportPages(
   { engine = 'pglite', pageRows = REPORT_PAGE_ROWS }: { engine?: SqlEngine; pageRows?: number } = {},
 ): AsyncGenerator<ReportRecord[]> {
   const report = recordReports[kind];
-  const records = (rows: ReportExtras[]) => rows.map((row) => ({ cells: report.cells(row), metadata: row.metadata }));
+  const records = (rows: ReportExtras[]) =>
+    rows.map((row) => ({ cells: cellsOf(report.columns, row), metadata: row.metadata }));
   return engine === 'postgres'
     ? cursorPages(db, report.query(scope, allInOrder), timeZone, pageRows, records)
     : keysetPages(db, (after) => report.query(scope, { after, rows: pageRows }), timeZone, pageRows, records);
@@ -628,7 +557,7 @@ export function reportPages(
  * The invoices report's CSV lines as PostgreSQL writes them: the biggest
  * report, where handing each row to this process as an object of 24 fields
  * was most of the cost (docs/benchmarks.md). The cells are those of
- * `invoicesReport.cells` followed by the metadata keys, each through
+ * `invoiceColumns`' text followed by the metadata keys, each through
  * `report_csv_cell` (migrations 0010, 0013), the same rule as api/csv.ts;
  * test/api-reports.test.ts checks every cell against the NDJSON's.
  *
@@ -643,28 +572,7 @@ export function invoiceCsvText(
   { copy, pageRows = REPORT_PAGE_ROWS }: { copy?: SqlDatabase['copyText']; pageRows?: number } = {},
 ): AsyncIterable<string | Uint8Array> {
   const cells = [
-    sql`i.id::text`,
-    zoned('i.created_at'),
-    sql`i.status`,
-    sql`i.cancelled::text`,
-    sql`i.amount`,
-    sql`i.currency`,
-    sql`i.chain`,
-    sql`i.token`,
-    sql`i.crypto_amount`,
-    sql`q.rate`,
-    sql`case when q.rate is null then null else coalesce(q.rate_source, ${RATE_SOURCE}) end`,
-    zoned('q.quoted_at'),
-    sql`i.payment_status`,
-    sql`i.paid_late::text`,
-    sql`i.total_received_amount`,
-    sql`i.total_received_currency`,
-    sql`i.settled_amount`,
-    sql`i.refund_status`,
-    sql`i.description`,
-    sql`i.subscriber_id::text`,
-    zoned('i.expires_at'),
-    zoned('i.updated_at'),
+    ...invoiceColumns.map((column) => (typeof column === 'string' ? sql.ref(`i.${column}`) : column[2])),
     ...metadataKeys.map(
       (key) => sql`case jsonb_typeof(i.metadata -> ${key}) when 'string' then i.metadata ->> ${key}
         when 'null' then null else (i.metadata -> ${key})::text end`,

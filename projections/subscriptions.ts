@@ -85,7 +85,7 @@ function subscriberRowOf(s: Subscriber) {
 
 // ---------------------------------------------------------------- queries
 
-/** The plan shape of the API from its row. */
+/** The plan shape of the API from its row: the one mapping, also of a plan just written (planViewOf). */
 export function planRowView(row: SubscriptionPlansTable) {
   return {
     id: row.id,
@@ -104,7 +104,10 @@ export function planRowView(row: SubscriptionPlansTable) {
   };
 }
 
-/** The Subscriber object of interface.md from its row. */
+/** The same view of a plan just written, before its row exists (the create and archive answers). */
+export const planViewOf = (plan: Plan) => planRowView(planRowOf(plan));
+
+/** The Subscriber object of interface.md, exactly its fields, from its row: the one mapping (see subscriberViewOf). */
 export function subscriberRowView(row: SubscribersTable) {
   return {
     id: row.id,
@@ -121,6 +124,11 @@ export function subscriberRowView(row: SubscribersTable) {
     createdAt: iso(row.created_at),
   };
 }
+
+export type SubscriberView = ReturnType<typeof subscriberRowView>;
+
+/** The same view of a subscriber just written or as an event left it (the answers, the webhooks' `subscriber`). */
+export const subscriberViewOf = (subscriber: Subscriber) => subscriberRowView(subscriberRowOf(subscriber));
 
 export async function listPlans(
   db: Kysely<ReadModelTables>,

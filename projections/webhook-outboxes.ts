@@ -17,7 +17,8 @@ import { merchantDecider, merchantStream, type Merchant } from '../domain/mercha
 import { refundDecider, type RefundEvent } from '../domain/refund.ts';
 import { settlementDecider } from '../domain/settlement.ts';
 import { streams } from '../domain/streams.ts';
-import { subscriberDecider, subscriberIn, subscriberView, type SubscriberEvent } from '../domain/subscriber.ts';
+import { subscriberDecider, subscriberIn, type SubscriberEvent } from '../domain/subscriber.ts';
+import { subscriberViewOf } from './subscriptions.ts';
 import { eventsByStream } from './batch.ts';
 import type { Projector } from '../adapters/event-store/followers.ts';
 import { refundPayload, refundWebhookOf } from './contract/refund.ts';
@@ -270,7 +271,7 @@ export function subscriberWebhooks(publicBaseUrl: string): Projector<SubscriberH
               prepared.invoices.get(invoiceStreamName(invoiceId)) ?? [],
               (e) => prepared.comparePositions(e.position, event.position) <= 0,
             );
-      const data: Record<string, unknown> = subscriberPayload(subscriberView(subscriber));
+      const data: Record<string, unknown> = subscriberPayload(subscriberViewOf(subscriber));
       if (invoice) data.invoice = subscriberInvoicePayload(invoice, publicBaseUrl);
       if (event.type === 'SubscriberCancelled') data.reason = (event.data as { reason: string }).reason;
       if (event.type === 'RenewalPaid') data.paidLate = (event.data as { late: boolean }).late;

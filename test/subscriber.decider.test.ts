@@ -11,11 +11,11 @@ import {
   isRenewalDue,
   subscriberDecider,
   subscriberIn,
-  subscriberView,
   type EnrollmentEvent,
   type SubscriberCommand,
   type SubscriberEvent,
 } from '../domain/subscriber.ts';
+import { subscriberViewOf } from '../projections/subscriptions.ts';
 import { given as givenFor, stateAfter } from './support/decider.ts';
 
 const given = (events: SubscriberEvent[]) => givenFor(subscriberDecider, events);
@@ -124,7 +124,7 @@ describe('subscriber decider: enrollment', () => {
   it('enrolls pending, with the first period and its grace period counted from the first invoice', () => {
     given([]).when(enroll).then([enrolled]);
     const s = subscriberAfter([enrolled]);
-    assert.deepEqual(subscriberView(s), {
+    assert.deepEqual(subscriberViewOf(s), {
       id: SUBSCRIBER_ID,
       merchantId: MERCHANT_ID,
       planId: PLAN_ID,
@@ -513,8 +513,8 @@ describe("subscriber decider: a reorg takes a period's payment back", () => {
       .then([reversed(FIRST_INVOICE, 0, 'pending', at)]);
     const s = subscriberAfter([...active, reversed(FIRST_INVOICE, 0, 'pending', at)]);
     assert.deepEqual(
-      { ...subscriberView(s), updatedAt: undefined },
-      { ...subscriberView(subscriberAfter([enrolled])), updatedAt: undefined },
+      { ...subscriberViewOf(s), updatedAt: undefined },
+      { ...subscriberViewOf(subscriberAfter([enrolled])), updatedAt: undefined },
     );
     assert.equal(s.status, 'pending');
     assert.equal(s.activatedAt, null);

@@ -120,7 +120,7 @@ export interface DeveloperRouteDeps extends Pick<ReadYourWrites, 'settle' | 'cau
 
 export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRouteDeps, kit: DashboardKit) {
   const { db, merchants, settle, webhooks } = ctx;
-  const { signedIn, html, redirect, actorOf, reauthenticationProblem } = kit;
+  const { page, html, redirect, actorOf, reauthenticationProblem } = kit;
 
   // The invoice page's live-following script, served as the checkout's is.
   scope.get(
@@ -167,21 +167,18 @@ export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRout
     );
   }
 
-  scope.get<{ Querystring: { status?: string; page?: string } }>(
+  scope.get(
     '/dashboard/developers/webhooks',
-    { preHandler: signedIn('webhooks:write'), schema: { hide: true } },
-    async (request, reply) => {
+    page<{ Querystring: { status?: string; page?: string } }>('webhooks:write', async (request, reply, session) => {
       // Like the API's list: a webhook caused by a write before this request is shown.
       await ctx.caughtUp();
-      return webhooksAnswer(reply, request.dashboard!, 200, request.query);
-    },
+      return webhooksAnswer(reply, session, 200, request.query);
+    }),
   );
 
-  scope.post<{ Body: Form }>(
+  scope.post(
     '/dashboard/developers/webhooks/url',
-    { preHandler: signedIn('webhooks:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Body: Form }>('webhooks:write', async (request, reply, session) => {
       const refuse = (status: number, message: string) =>
         webhooksAnswer(reply, session, status, {}, { error: { form: 'url', message } });
       const reauthentication = await reauthenticationProblem(request);
@@ -199,14 +196,12 @@ export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRout
       );
       await settle(position);
       return redirect(reply, '/dashboard/developers/webhooks');
-    },
+    }),
   );
 
-  scope.post<{ Body: Form }>(
+  scope.post(
     '/dashboard/developers/webhooks/secret',
-    { preHandler: signedIn('webhooks:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Body: Form }>('webhooks:write', async (request, reply, session) => {
       const reauthentication = await reauthenticationProblem(request);
       if (reauthentication) {
         return webhooksAnswer(reply, session, 403, {}, { error: { form: 'secret', message: reauthentication } });
@@ -215,14 +210,12 @@ export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRout
       await settle(position);
       // Shown in this answer only: the page, asked for again, never has it.
       return webhooksAnswer(reply, session, 201, {}, { newSecret: value, reauthenticate: false });
-    },
+    }),
   );
 
-  scope.post<{ Body: Form }>(
+  scope.post(
     '/dashboard/developers/webhooks/test',
-    { preHandler: signedIn('webhooks:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Body: Form }>('webhooks:write', async (request, reply, session) => {
       const url = text(request.body, 'url');
       const event = text(request.body, 'eventType');
       try {
@@ -232,14 +225,12 @@ export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRout
         if (!(error instanceof HttpError) || error.statusCode !== 400) throw error;
         return webhooksAnswer(reply, session, 400, {}, { error: { form: 'test', message: error.message } });
       }
-    },
+    }),
   );
 
-  scope.post<{ Params: { id: string }; Body: Form }>(
+  scope.post(
     '/dashboard/developers/webhooks/deliveries/:id/redeliver',
-    { preHandler: signedIn('webhooks:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { id: string }; Body: Form }>('webhooks:write', async (request, reply, session) => {
       try {
         // The API's redelivery, which takes only the merchant's own deliveries.
         await webhooks.worker.redeliver(request.params.id, session.merchantId, 'recorded');
@@ -253,6 +244,6 @@ export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRout
         reply,
         /^\/dashboard\/invoices\/[0-9a-f-]{36}$/i.test(back) ? back : '/dashboard/developers/webhooks',
       );
-    },
+    }),
   );
 }

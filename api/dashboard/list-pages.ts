@@ -115,6 +115,21 @@ export interface ListView<Row, Query> {
   error?: string;
 }
 
+/** The days a list's rows were created in, both inclusive (UTC). */
+const createdBetween = (q: { from: string; to: string }) =>
+  markup`${dateField('from', 'from', 'Created from', q.from)}
+      ${dateField('to', 'to', 'to (UTC, inclusive)', q.to)}`;
+
+/** Above a list's table: what is wrong with its filters, how many rows match them, and their CSV. */
+const listSummary = (
+  session: DashboardSession,
+  list: ListView<unknown, unknown>,
+  noun: string,
+  csv: { path: string; query: Record<string, string> },
+) => markup`${errorLine(list.error)}
+    <p id="total">${list.total} ${noun}${list.total === 1 ? '' : 's'}</p>
+    ${exportLink(session, csv.path, csv.query)}`;
+
 export interface InvoiceListQuery {
   q: string;
   status: string;
@@ -145,13 +160,10 @@ export function invoicesPage(
       ${choice('issue', 'issue', 'Issue', options.issues, q.issue)}
       ${choice('chain', 'chain', 'Chain', options.chains, q.chain)}
       ${choice('token', 'token', 'Token', options.tokens, q.token)}
-      ${dateField('from', 'from', 'Created from', q.from)}
-      ${dateField('to', 'to', 'to (UTC, inclusive)', q.to)}
+      ${createdBetween(q)}
       <button type="submit" id="search">Search</button>
     </form>
-    ${errorLine(list.error)}
-    <p id="total">${list.total} invoice${list.total === 1 ? '' : 's'}</p>
-    ${exportLink(session, '/dashboard/invoices.csv', { ...q })}
+    ${listSummary(session, list, 'invoice', { path: '/dashboard/invoices.csv', query: { ...q } })}
     <div class="scroll"><table id="invoices">
       <thead><tr><th scope="col">Created</th><th scope="col">Invoice</th><th scope="col">Amount</th><th scope="col">Status</th><th scope="col">Paid with</th></tr></thead>
       <tbody>${list.rows.map(
@@ -181,13 +193,10 @@ export function refundsPage(session: DashboardSession, list: ListView<RefundView
     'Refunds',
     markup`<form method="get" action="/dashboard/refunds" class="filters">
       ${choice('refund-status-filter', 'status', 'Status', REFUND_STATUSES, q.status)}
-      ${dateField('from', 'from', 'Created from', q.from)}
-      ${dateField('to', 'to', 'to (UTC, inclusive)', q.to)}
+      ${createdBetween(q)}
       <button type="submit" id="filter">Show</button>
     </form>
-    ${errorLine(list.error)}
-    <p id="total">${list.total} refund${list.total === 1 ? '' : 's'}</p>
-    ${exportLink(session, '/dashboard/refunds.csv', { ...q })}
+    ${listSummary(session, list, 'refund', { path: '/dashboard/refunds.csv', query: { ...q } })}
     ${refundsTable(list.rows, 'refunds')}
     ${pageLinks('/dashboard/refunds', { ...q }, list)}`,
     session,

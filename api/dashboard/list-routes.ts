@@ -3,7 +3,7 @@
 // API's queries (listInvoices, listRefunds); the CSV is the finance report of
 // the same kind (api/report-stream.ts) narrowed by the same filter, so there
 // is one CSV writer and one set of columns (docs/reports.md).
-import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyInstance } from 'fastify';
 import { listTokens } from '../../domain/catalogue.ts';
 import { roleAllows, type DashboardPermission } from '../../domain/merchant-user.ts';
 import { invoiceIssueTypes, listInvoices, type InvoiceFilter } from '../../projections/invoice-queries.ts';
@@ -21,6 +21,7 @@ import { sendReport } from '../routes/reports.ts';
 import {
   invoicesPage,
   overviewFigures,
+  type ListView,
   refundsPage,
   type InvoiceListQuery,
   type RefundListQuery,
@@ -193,106 +194,108 @@ export interface ListRouteDeps extends Pick<ReadYourWrites, 'caughtUp'> {
   clock: Clock;
 }
 
-export async function listRoutes(scope: FastifyInstance, ctx: ListRouteDeps, { signedIn, html }: DashboardKit) {
+export async function listRoutes(scope: FastifyInstance, ctx: ListRouteDeps, { page, html }: DashboardKit) {
   const { db, config, database } = ctx;
   const chains = config.chains;
   const tokens = listTokens(config.chains).map((t) => t.symbol);
   const pageOptions = { statuses: INVOICE_STATUSES, issues: invoiceIssueTypes, chains, tokens };
 
-  /** The finance report of `kind` narrowed to the list's filters, as CSV: what GET /api/v1/reports/{kind} sends. */
-  const sendCsv = (reply: FastifyReply, kind: 'invoices' | 'refunds', reportScope: ReportScope) =>
-    sendReport(reply, database, { kind, format: 'csv', timeZone: 'UTC', scope: reportScope });
-  const refused = (reply: FastifyReply, session: DashboardSession, error: string) =>
-    html(reply, 400, messagePage('Not exported', error, session));
+  /**
+   * A list page's route: its filters from the query (wrong ones: the page, 400, with what is wrong and no
+   * rows); then, like the API's list, caught up with what was written before this request, the keyset page
+   * of the rows `read` finds, each shown by `show`.
+   */
+  const listRoute = <Q, P extends Parsed<Q>, Row extends { created_at: Date; id: string }, Shown>(
+    permission: DashboardPermission,
+    parse: (query: Query) => P | { query: Q; error: string },
+    read: (
+      session: DashboardSession,
+      parsed: P,
+      paging: PageStart & { limit: number; page: 1 },
+    ) => Promise<{ rows: Row[]; total: number }>,
+    show: (row: Row) => Shown,
+    render: (session: DashboardSession, list: ListView<Shown, Q>) => string,
+  ) =>
+    page<{ Querystring: Query }>(permission, async (request, reply, session) => {
+      const parsed = parse(request.query);
+      if ('error' in parsed) {
+        return html(
+          reply,
+          400,
+          render(session, { rows: [], total: 0, query: parsed.query, paged: false, error: parsed.error }),
+        );
+      }
+      await ctx.caughtUp();
+      const { rows, total } = await read(session, parsed, { limit: LIST_PAGE_ROWS + 1, page: 1, ...parsed.start });
+      const { shown, ...pages } = onePage(rows, parsed.start);
+      return html(reply, 200, render(session, { rows: shown.map(show), total, query: parsed.query, ...pages }));
+    });
 
-  type Get = FastifyRequest<{ Querystring: Query }>;
+  /**
+   * A list's CSV route: the finance report of `kind` narrowed to the list's filters (`narrowed`), as CSV:
+   * what GET /api/v1/reports/{kind} sends; wrong filters, a 400 page saying what is wrong.
+   */
+  const csvRoute = <Q, P extends Parsed<Q>>(
+    kind: 'invoices' | 'refunds',
+    parse: (query: Query) => P | { query: Q; error: string },
+    narrowed: (parsed: P) => Pick<ReportScope, 'invoices' | 'refundStatus'>,
+  ) =>
+    page<{ Querystring: Query }>('reports:export', async (request, reply, session) => {
+      const parsed = parse(request.query);
+      if ('error' in parsed) return html(reply, 400, messagePage('Not exported', parsed.error, session));
+      await ctx.caughtUp();
+      const scope = { merchantId: session.merchantId, from: parsed.from, to: parsed.to, ...narrowed(parsed) };
+      return sendReport(reply, database, { kind, format: 'csv', timeZone: 'UTC', scope });
+    });
 
+  const invoiceList = (query: Query) => invoiceListOf(query, { chains, tokens });
   scope.get(
     '/dashboard/invoices',
-    { preHandler: signedIn('invoices:read'), schema: { hide: true } },
-    async (request: Get, reply) => {
-      const session = request.dashboard!;
-      const parsed = invoiceListOf(request.query, { chains, tokens });
-      if ('error' in parsed) {
-        const empty = { rows: [], total: 0, query: parsed.query, paged: false, error: parsed.error };
-        return html(reply, 400, invoicesPage(session, empty, pageOptions));
-      }
-      // Like the API's list: what was written before this request is shown.
-      await ctx.caughtUp();
-      const { rows, total } = await listInvoices(db, {
-        merchantId: session.merchantId,
-        ...parsed.filter,
-        from: parsed.from,
-        // The list's `to` is inclusive, the day's end is not: its last millisecond (times are kept in ms).
-        to: parsed.to && new Date(parsed.to.getTime() - 1),
-        limit: LIST_PAGE_ROWS + 1,
-        page: 1,
-        ...parsed.start,
-      });
-      const { shown, ...pages } = onePage(rows, parsed.start);
-      const view = { rows: shown, total, query: parsed.query, ...pages };
-      return html(reply, 200, invoicesPage(session, view, pageOptions));
-    },
+    listRoute(
+      'invoices:read',
+      invoiceList,
+      (session, parsed, paging) =>
+        listInvoices(db, {
+          merchantId: session.merchantId,
+          ...parsed.filter,
+          from: parsed.from,
+          // The list's `to` is inclusive, the day's end is not: its last millisecond (times are kept in ms).
+          to: parsed.to && new Date(parsed.to.getTime() - 1),
+          ...paging,
+        }),
+      (row) => row,
+      (session, list) => invoicesPage(session, list, pageOptions),
+    ),
   );
-
   scope.get(
     '/dashboard/invoices.csv',
-    { preHandler: signedIn('reports:export'), schema: { hide: true } },
-    async (request: Get, reply) => {
-      const session = request.dashboard!;
-      const parsed = invoiceListOf(request.query, { chains, tokens });
-      if ('error' in parsed) return refused(reply, session, parsed.error);
-      await ctx.caughtUp();
-      return sendCsv(reply, 'invoices', {
-        merchantId: session.merchantId,
-        from: parsed.from,
-        to: parsed.to,
-        invoices: parsed.filter,
-      });
-    },
+    csvRoute('invoices', invoiceList, (parsed) => ({ invoices: parsed.filter })),
   );
 
   scope.get(
     '/dashboard/refunds',
-    { preHandler: signedIn('refunds:read'), schema: { hide: true } },
-    async (request: Get, reply) => {
-      const session = request.dashboard!;
-      const parsed = refundListOf(request.query);
-      if ('error' in parsed) {
-        const empty = { rows: [], total: 0, query: parsed.query, paged: false, error: parsed.error };
-        return html(reply, 400, refundsPage(session, empty));
-      }
-      await ctx.caughtUp();
-      const { rows, total } = await listRefunds(
-        db,
-        { merchantId: session.merchantId, status: parsed.query.status || undefined, from: parsed.from, to: parsed.to },
-        { limit: LIST_PAGE_ROWS + 1, page: 1, ...parsed.start },
-      );
-      const { shown, ...pages } = onePage(rows, parsed.start);
-      const view = {
-        rows: shown.map((r) => refundView(r, config.publicBaseUrl)),
-        total,
-        query: parsed.query,
-        ...pages,
-      };
-      return html(reply, 200, refundsPage(session, view));
-    },
+    listRoute(
+      'refunds:read',
+      refundListOf,
+      (session, parsed, paging) =>
+        listRefunds(
+          db,
+          {
+            merchantId: session.merchantId,
+            status: parsed.query.status || undefined,
+            from: parsed.from,
+            to: parsed.to,
+          },
+          paging,
+        ),
+      (row) => refundView(row, config.publicBaseUrl),
+      refundsPage,
+    ),
   );
-
   scope.get(
     '/dashboard/refunds.csv',
-    { preHandler: signedIn('reports:export'), schema: { hide: true } },
-    async (request: Get, reply) => {
-      const session = request.dashboard!;
-      const parsed = refundListOf(request.query);
-      if ('error' in parsed) return refused(reply, session, parsed.error);
-      await ctx.caughtUp();
-      return sendCsv(reply, 'refunds', {
-        merchantId: session.merchantId,
-        from: parsed.from,
-        to: parsed.to,
-        ...(parsed.query.status && { refundStatus: parsed.query.status }),
-      });
-    },
+    csvRoute('refunds', refundListOf, (parsed) => ({
+      ...(parsed.query.status && { refundStatus: parsed.query.status }),
+    })),
   );
 }

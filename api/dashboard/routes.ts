@@ -156,6 +156,12 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         );
       }
     };
+  /** The route of a page: signedIn before it, hidden from the OpenAPI document, its handler given the session. */
+  const page: DashboardKit['page'] = (permission, handler) => ({
+    preHandler: signedIn(permission),
+    schema: { hide: true },
+    handler: (request, reply) => handler(request, reply, request.dashboard!),
+  });
   const actorOf = (session: DashboardSession): Actor => ({
     type: 'user',
     userId: session.userId,
@@ -253,11 +259,14 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     },
   );
 
-  scope.post('/dashboard/logout', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
-    await sessions.end(request.cookies[SESSION_COOKIE]!);
-    reply.clearCookie(SESSION_COOKIE, { path: '/dashboard' });
-    return redirect(reply, '/dashboard/login');
-  });
+  scope.post(
+    '/dashboard/logout',
+    page(undefined, async (request, reply) => {
+      await sessions.end(request.cookies[SESSION_COOKIE]!);
+      reply.clearCookie(SESSION_COOKIE, { path: '/dashboard' });
+      return redirect(reply, '/dashboard/login');
+    }),
+  );
 
   // ---- Invitations -----------------------------------------------------------------
 
@@ -334,47 +343,49 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   // ---- Pages -------------------------------------------------------------------------
 
-  const kit: DashboardKit = { signedIn, html, redirect, actorOf, reauthenticationProblem };
+  const kit: DashboardKit = { page, html, redirect, actorOf, reauthenticationProblem };
   await listRoutes(scope, ctx, kit);
 
-  scope.get('/dashboard', { preHandler: signedIn(), schema: { hide: true } }, async (request, reply) => {
-    const session = request.dashboard!;
-    const [counts, issues, settlementIssues, waitingRefunds, failingWebhooks, figures] = await Promise.all([
-      invoiceCounts(db, session.merchantId),
-      invoicesNeedingAttention(db, session.merchantId, 50),
-      settlementsNeedingAttention(db, 50, session.merchantId),
-      roleAllows(session.role, 'refunds:read') ? refundsWaiting(db, session.merchantId, 50) : [],
-      // The operator's rule for a failing URL (3 attempts in a series), for those who may change the URL.
-      roleAllows(session.role, 'webhooks:write') ? failingWebhookTargets(db, 3, session.merchantId) : [],
-      overviewFiguresOf(ctx, session),
-    ]);
-    return html(
-      reply,
-      200,
-      overviewPage(session, {
-        figures,
-        counts,
-        attention: issues.map((i) => ({
-          invoiceId: i.id,
-          what: `Invoice ${i.id.slice(0, 8)}: ${[i.payment_issue_type, i.paid_late && 'paid late'].filter(Boolean).join(', ')}`,
-          since: i.updated_at,
-        })),
-        settlementsAttention: settlementIssues.map((s) => ({
-          id: s.subject,
-          invoiceId: s.settlement.invoiceId,
-          what: `Settlement: ${s.reason}`,
-        })),
-        refundsAttention: waitingRefunds.map((r) => ({
-          id: r.id,
-          what: `Refund ${r.amount} ${r.token} on ${r.chain}: ${r.status === 'awaiting_approval' ? 'waiting for approval' : 'waiting for funds in the refund wallet'}`,
-        })),
-        webhooksAttention: failingWebhooks.map((w) => ({
-          what: `Webhooks to ${w.url} failing: ${w.failing} ${w.failing === 1 ? 'delivery' : 'deliveries'}${w.lastStatusCode ? `, last answer ${w.lastStatusCode}` : ''}`,
-          since: w.since,
-        })),
-      }),
-    );
-  });
+  scope.get(
+    '/dashboard',
+    page(undefined, async (_request, reply, session) => {
+      const [counts, issues, settlementIssues, waitingRefunds, failingWebhooks, figures] = await Promise.all([
+        invoiceCounts(db, session.merchantId),
+        invoicesNeedingAttention(db, session.merchantId, 50),
+        settlementsNeedingAttention(db, 50, session.merchantId),
+        roleAllows(session.role, 'refunds:read') ? refundsWaiting(db, session.merchantId, 50) : [],
+        // The operator's rule for a failing URL (3 attempts in a series), for those who may change the URL.
+        roleAllows(session.role, 'webhooks:write') ? failingWebhookTargets(db, 3, session.merchantId) : [],
+        overviewFiguresOf(ctx, session),
+      ]);
+      return html(
+        reply,
+        200,
+        overviewPage(session, {
+          figures,
+          counts,
+          attention: issues.map((i) => ({
+            invoiceId: i.id,
+            what: `Invoice ${i.id.slice(0, 8)}: ${[i.payment_issue_type, i.paid_late && 'paid late'].filter(Boolean).join(', ')}`,
+            since: i.updated_at,
+          })),
+          settlementsAttention: settlementIssues.map((s) => ({
+            id: s.subject,
+            invoiceId: s.settlement.invoiceId,
+            what: `Settlement: ${s.reason}`,
+          })),
+          refundsAttention: waitingRefunds.map((r) => ({
+            id: r.id,
+            what: `Refund ${r.amount} ${r.token} on ${r.chain}: ${r.status === 'awaiting_approval' ? 'waiting for approval' : 'waiting for funds in the refund wallet'}`,
+          })),
+          webhooksAttention: failingWebhooks.map((w) => ({
+            what: `Webhooks to ${w.url} failing: ${w.failing} ${w.failing === 1 ? 'delivery' : 'deliveries'}${w.lastStatusCode ? `, last answer ${w.lastStatusCode}` : ''}`,
+            since: w.since,
+          })),
+        }),
+      );
+    }),
+  );
 
   /** The session merchant's invoice row, or undefined for another's or none. */
   async function ownInvoice(session: DashboardSession, id: string) {
@@ -438,24 +449,20 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     );
   }
 
-  scope.get<{ Params: { id: string } }>(
+  scope.get(
     '/dashboard/invoices/:id',
-    { preHandler: signedIn('invoices:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { id: string } }>('invoices:read', async (request, reply, session) => {
       const row = await ownInvoice(session, request.params.id);
       if (!row) return invoiceNotFound(reply, session);
       // Like the API's list: a refund made before this request is shown.
       if (roleAllows(session.role, 'refunds:read')) await ctx.caughtUp();
       return invoiceAnswer(reply, session, row);
-    },
+    }),
   );
 
-  scope.post<{ Params: { id: string }; Body: Form }>(
+  scope.post(
     '/dashboard/invoices/:id/refunds',
-    { preHandler: signedIn('refunds:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { id: string }; Body: Form }>('refunds:write', async (request, reply, session) => {
       const row = await ownInvoice(session, request.params.id);
       if (!row) return invoiceNotFound(reply, session);
       const input = refundInput(request.body);
@@ -476,14 +483,12 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         if (error.kind === 'not_found') return invoiceNotFound(reply, session);
         return invoiceAnswer(reply, session, row, error.kind === 'bad_request' ? 400 : 409, error.message);
       }
-    },
+    }),
   );
 
-  scope.post<{ Params: { id: string }; Body: Form }>(
+  scope.post(
     '/dashboard/invoices/:id/cancel',
-    { preHandler: signedIn('invoices:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { id: string }; Body: Form }>('invoices:write', async (request, reply, session) => {
       const id = request.params.id;
       const notFound = () => html(reply, 404, messagePage('Invoice not found', 'There is no such invoice.', session));
       if (!/^[0-9a-f-]{36}$/i.test(id)) return notFound();
@@ -497,7 +502,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         return html(reply, 409, messagePage('Not cancelled', error.message, session));
       }
       return redirect(reply, `/dashboard/invoices/${id}`);
-    },
+    }),
   );
 
   // ---- Refunds ---------------------------------------------------------------------------
@@ -525,16 +530,14 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
       }),
     );
 
-  scope.get<{ Params: { id: string } }>(
+  scope.get(
     '/dashboard/refunds/:id',
-    { preHandler: signedIn('refunds:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { id: string } }>('refunds:read', async (request, reply, session) => {
       await ctx.caughtUp();
       const row = await ownRefund(session, request.params.id);
       if (!row) return refundNotFound(reply, session);
       return refundAnswer(reply, session, row.id);
-    },
+    }),
   );
 
   /** Runs the API's command on the session merchant's refund, answering with its page (or why not). */
@@ -542,11 +545,8 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     permission: DashboardPermission,
     run: (session: DashboardSession, refundId: string) => Promise<{ position?: string }>,
     options: { sensitive: boolean },
-  ) => ({
-    preHandler: signedIn(permission),
-    schema: { hide: true },
-    handler: async (request: FastifyRequest<{ Params: { id: string }; Body: Form }>, reply: FastifyReply) => {
-      const session = request.dashboard!;
+  ) =>
+    page<{ Params: { id: string }; Body: Form }>(permission, async (request, reply, session) => {
       const row = await ownRefund(session, request.params.id);
       if (!row) return refundNotFound(reply, session);
       if (options.sensitive) {
@@ -560,8 +560,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         return refundAnswer(reply, session, row.id, error.kind === 'not_found' ? 404 : 409, error.message);
       }
       return redirect(reply, `/dashboard/refunds/${row.id}`);
-    },
-  });
+    });
 
   // Approving pays money out: it asks for the password again after 5 minutes, as creating a key does.
   scope.post(
@@ -585,9 +584,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   scope.get(
     '/dashboard/developers/api-keys',
-    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page('api_keys:write', async (request, reply, session) => {
       return html(
         reply,
         200,
@@ -595,7 +592,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
           reauthenticate: needsReauthentication(session, new Date()),
         }),
       );
-    },
+    }),
   );
 
   /**
@@ -617,11 +614,9 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     return undefined;
   }
 
-  scope.post<{ Body: Form }>(
+  scope.post(
     '/dashboard/developers/api-keys',
-    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Body: Form }>('api_keys:write', async (request, reply, session) => {
       const refuse = async (status: number, error: string) =>
         html(
           reply,
@@ -661,14 +656,12 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
           created: { key: value.key, name },
         }),
       );
-    },
+    }),
   );
 
-  scope.post<{ Params: { keyId: string }; Body: Form }>(
+  scope.post(
     '/dashboard/developers/api-keys/:keyId/revoke',
-    { preHandler: signedIn('api_keys:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { keyId: string }; Body: Form }>('api_keys:write', async (request, reply, session) => {
       const key = /^[0-9a-f-]{36}$/i.test(request.params.keyId)
         ? await db
             .selectFrom('api_keys')
@@ -681,7 +674,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
       const { position } = await merchants.revokeApiKey(key.id, request.id, actorOf(session));
       await settle(position);
       return redirect(reply, '/dashboard/developers/api-keys');
-    },
+    }),
   );
 
   // ---- Team ----------------------------------------------------------------------------
@@ -703,19 +696,16 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   scope.get(
     '/dashboard/team',
-    { preHandler: signedIn('users:write'), schema: { hide: true } },
-    async (request, reply) => teamAnswer(reply, request.dashboard!, 200),
+    page('users:write', async (_request, reply, session) => teamAnswer(reply, session, 200)),
   );
 
   /** Only an owner makes, changes or removes an owner (dashboard.md: admin is "everything but removing an owner"). */
   const touchesOwner = (session: DashboardSession, ...roles: string[]) =>
     roles.includes('owner') && !roleAllows(session.role, 'owners:write');
 
-  scope.post<{ Body: Form }>(
+  scope.post(
     '/dashboard/team/invite',
-    { preHandler: signedIn('users:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Body: Form }>('users:write', async (request, reply, session) => {
       const reauthentication = await reauthenticationProblem(request);
       if (reauthentication) return teamAnswer(reply, session, 403, { error: reauthentication });
       const email = normaliseEmail(field(request.body, 'email'));
@@ -742,7 +732,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         }
         throw error;
       }
-    },
+    }),
   );
 
   /** A user of the session's merchant that the session may manage, or the answer why not. */
@@ -771,11 +761,9 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
     return target;
   }
 
-  scope.post<{ Params: { userId: string }; Body: Form }>(
+  scope.post(
     '/dashboard/team/:userId/role',
-    { preHandler: signedIn('users:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { userId: string }; Body: Form }>('users:write', async (request, reply, session) => {
       const target = await manageable(request, reply);
       if (!target) return reply;
       const role = field(request.body, 'role');
@@ -792,21 +780,19 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         throw error;
       }
       return redirect(reply, '/dashboard/team');
-    },
+    }),
   );
 
-  scope.post<{ Params: { userId: string }; Body: Form }>(
+  scope.post(
     '/dashboard/team/:userId/disable',
-    { preHandler: signedIn('users:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { userId: string }; Body: Form }>('users:write', async (request, reply, session) => {
       const target = await manageable(request, reply);
       if (!target) return reply;
       const { position } = await users.disable(target.id, actorOf(session), request.id);
       await sessions.endAllOf(target.id);
       await settle(position);
       return redirect(reply, '/dashboard/team');
-    },
+    }),
   );
   await developerRoutes(scope, ctx, kit);
   await settingsRoutes(scope, ctx, kit);

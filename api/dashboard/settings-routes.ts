@@ -46,7 +46,7 @@ export interface SettingsRouteDeps extends Pick<ReadYourWrites, 'settle' | 'caug
 
 export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteDeps, helpers: DashboardKit) {
   const { db, config, merchants, settle } = ctx;
-  const { signedIn, html, redirect, actorOf, reauthenticationProblem } = helpers;
+  const { page, html, redirect, actorOf, reauthenticationProblem } = helpers;
   const chains = config.chains;
   const tokens = [
     ...new Set(catalogue.filter((c) => chains.includes(c.name)).flatMap((c) => c.supportedTokens.map((t) => t.symbol))),
@@ -82,11 +82,9 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
     return { filter, from, toEnd, page: pageNumber, problem };
   }
 
-  scope.get<{ Querystring: ListQuery }>(
+  scope.get(
     '/dashboard/settlements',
-    { preHandler: signedIn('settlements:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Querystring: ListQuery }>('settlements:read', async (request, reply, session) => {
       const { filter, from, toEnd, page, problem } = settlementFilterOf(request.query);
       const answer = (status: number, rows: Awaited<ReturnType<typeof listSettlements>>, error?: string) =>
         html(
@@ -117,15 +115,13 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
         { limit: ROWS_A_PAGE, page },
       );
       return answer(200, rows);
-    },
+    }),
   );
 
   // The list's CSV is the finance report of settlements (docs/reports.md), of the list's filters.
-  scope.get<{ Querystring: ListQuery }>(
+  scope.get(
     '/dashboard/settlements/export.csv',
-    { preHandler: signedIn('reports:export'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Querystring: ListQuery }>('reports:export', async (request, reply, session) => {
       const { filter, from, toEnd, problem } = settlementFilterOf(request.query);
       if (problem) return html(reply, 400, messagePage('Not exported', problem, session));
       await ctx.caughtUp();
@@ -144,14 +140,12 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
           },
         },
       });
-    },
+    }),
   );
 
-  scope.get<{ Params: { id: string } }>(
+  scope.get(
     '/dashboard/settlements/:id',
-    { preHandler: signedIn('settlements:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Params: { id: string } }>('settlements:read', async (request, reply, session) => {
       await ctx.caughtUp();
       const row = /^[0-9a-f-]{36}$/i.test(request.params.id)
         ? await db.selectFrom('settlements').selectAll().where('id', '=', request.params.id).executeTakeFirst()
@@ -161,7 +155,7 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
         return html(reply, 404, messagePage('Settlement not found', 'There is no such settlement.', session));
       }
       return html(reply, 200, settlementPage(session, row));
-    },
+    }),
   );
 
   // ---- Settings ----------------------------------------------------------------------------
@@ -187,18 +181,16 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
   };
   const SAVED: Record<string, string> = { name: 'The name is saved.', wallet: 'The settlement wallet is saved.' };
 
-  scope.get<{ Querystring: { saved?: string } }>(
+  scope.get(
     '/dashboard/settings',
-    { preHandler: signedIn(), schema: { hide: true } },
-    async (request, reply) =>
-      settingsAnswer(reply, request.dashboard!, 200, { saved: SAVED[request.query.saved ?? ''] }),
+    page<{ Querystring: { saved?: string } }>(undefined, async (request, reply, session) =>
+      settingsAnswer(reply, session, 200, { saved: SAVED[request.query.saved ?? ''] }),
+    ),
   );
 
-  scope.post<{ Body: Form }>(
+  scope.post(
     '/dashboard/settings/name',
-    { preHandler: signedIn('merchant:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Body: Form }>('merchant:write', async (request, reply, session) => {
       const name = field(request.body, 'name').trim();
       // The operator API's rule (MerchantCreate in api/routes/admin.ts).
       if (name.length < 1 || name.length > 200) {
@@ -207,15 +199,13 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
       const { position } = await merchants.update(session.merchantId, { name }, request.id, actorOf(session));
       await settle(position);
       return redirect(reply, '/dashboard/settings?saved=name');
-    },
+    }),
   );
 
   // A settlement wallet is where money goes: it asks for the password (and code) again after 5 minutes.
-  scope.post<{ Body: Form }>(
+  scope.post(
     '/dashboard/settings/wallets',
-    { preHandler: signedIn('wallets:write'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Body: Form }>('wallets:write', async (request, reply, session) => {
       const chain = field(request.body, 'chain');
       const address = field(request.body, 'address').trim();
       const refuse = (status: number, error: string) =>
@@ -244,16 +234,14 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
       );
       await settle(position);
       return redirect(reply, '/dashboard/settings?saved=wallet');
-    },
+    }),
   );
 
   // ---- Activity ----------------------------------------------------------------------------
 
-  scope.get<{ Querystring: { page?: string } }>(
+  scope.get(
     '/dashboard/activity',
-    { preHandler: signedIn('activity:read'), schema: { hide: true } },
-    async (request, reply) => {
-      const session = request.dashboard!;
+    page<{ Querystring: { page?: string } }>('activity:read', async (request, reply, session) => {
       const page = Number(request.query.page ?? '1');
       if (!Number.isInteger(page) || page < 1 || page > 1_000_000) {
         return html(reply, 400, messagePage('No such page', 'There is no such page.', session));
@@ -261,6 +249,6 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
       await ctx.caughtUp();
       const { rows, total } = await listActivity(db, session.merchantId, { limit: ROWS_A_PAGE, page });
       return html(reply, 200, activityPage(session, { rows, total, page, pages: Math.ceil(total / ROWS_A_PAGE) }));
-    },
+    }),
   );
 }

@@ -10,10 +10,9 @@ import {
   DEFAULT_GRACE_PERIOD_HOURS,
   MAX_GRACE_PERIOD_HOURS,
   MAX_INTERVAL_COUNT,
-  planView,
   type BillingInterval,
 } from '../../domain/plan.ts';
-import { checkEnrollmentInput, subscriberStatuses, subscriberView } from '../../domain/subscriber.ts';
+import { checkEnrollmentInput, subscriberStatuses } from '../../domain/subscriber.ts';
 import { invoiceView } from '../../projections/contract/invoice.ts';
 import {
   listPlans,
@@ -21,8 +20,10 @@ import {
   listSubscribers,
   planRow,
   planRowView,
+  planViewOf,
   subscriberRow,
   subscriberRowView,
+  subscriberViewOf,
 } from '../../projections/subscriptions.ts';
 import type { Authentication } from '../auth.ts';
 import type { Config } from '../config.ts';
@@ -178,7 +179,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
       checkPlanTerms(input);
       const { value, position } = await subscriptions.createPlan(request.caller!.merchantId, input, request.id);
       await settle(position);
-      return reply.code(201).send({ data: planView(value) });
+      return reply.code(201).send({ data: planViewOf(value) });
     },
   );
 
@@ -241,7 +242,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         request.id,
       );
       await settle(position);
-      return { data: planView(value) };
+      return { data: planViewOf(value) };
     },
   );
 
@@ -278,7 +279,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
       if (!UUID.test(input.planId)) throw notFound(PLAN_NOT_FOUND);
       const { value, position } = await subscriptions.enroll(request.caller!.merchantId, input, request.id);
       await settle(position);
-      return reply.code(201).send({ data: subscriberView(value.subscriber) });
+      return reply.code(201).send({ data: subscriberViewOf(value.subscriber) });
     },
   );
 
@@ -378,7 +379,7 @@ export async function subscriptionRoutes(scope: FastifyInstance, ctx: Subscripti
         request.id,
       );
       await settle(position);
-      return { data: subscriberView(value) };
+      return { data: subscriberViewOf(value) };
     },
   );
 }

@@ -1,9 +1,10 @@
 // The subscriber webhooks of the contract (README, "Subscriptions"): which
 // event sends which, and the test event's sample Subscriber. The Subscriber
-// object itself is domain/subscriber.ts's subscriberView. Under projections/
+// object itself is projections/subscriptions.ts's subscriberRowView. Under projections/
 // beside the outbox that sends them (see contract/invoice.ts).
 import { randomUUID } from 'node:crypto';
-import type { SubscriberEvent, SubscriberView } from '../../domain/subscriber.ts';
+import type { SubscriberEvent } from '../../domain/subscriber.ts';
+import type { SubscriberView } from '../subscriptions.ts';
 
 /** The webhook each subscriber event sends (README, "Subscriptions"); an abandoned enrollment had no subscriber to tell of. */
 export const SUBSCRIBER_WEBHOOKS = {

@@ -747,24 +747,22 @@ export function refundableOf(invoice: Invoice): RefundableAsset[] {
 }
 
 /**
- * The deposit a refund of this asset is paid from when the invoice has no
- * settlement and never will: it closed (expired or cancelled, both final)
- * before it was ever confirmed, and a settlement is only requested on
- * confirmation, so nothing else is ever paid out of its deposits. The asset
- * must have arrived on one address (no one deposit holds it all otherwise);
- * that address then holds all the invoice received of it, and the invoice's
+ * The deposit a refund of this asset is paid from before the invoice's
+ * settlement is requested (the invoice still open, or confirmed and not yet
+ * settling, or closed unconfirmed and never to settle): the refund takes a
+ * hold on the settlement's stream, which a settlement requested later takes
+ * over (domain/settlement.ts, `PendingHolds`). The asset must have arrived on
+ * one address (no one deposit holds it all otherwise); the invoice's
  * reservations (ReserveRefund) keep the refunds of it, racing or not, within
- * that. Undefined when the invoice has, or may yet have, a settlement, and
- * when that address also received another token: one refund's network fee
- * could then come out of the other's coins (an EVM token transfer's gas is
- * paid in ETH from the deposit), and the second could never be paid; the
- * refund wallet pays such refunds.
+ * what arrived. Undefined when that address also received another token: one
+ * refund's network fee could come out of the other's coins (an EVM token
+ * transfer's gas is paid in ETH from the deposit), and the second could never
+ * be paid; the refund wallet pays such refunds.
  */
-export function depositWithoutSettlement(
+export function depositBeforeSettlement(
   invoice: Invoice,
   asset: { chain: string; token: string },
 ): Pick<AssignedAddress, 'address' | 'derivationIndex'> | undefined {
-  if (invoice.status !== 'expired' || invoice.confirmedAt !== null) return undefined;
   const paidTo = new Set(invoice.payments.filter((p) => isLive(p) && sameAsset(p, asset)).map((p) => p.address));
   if (paidTo.size !== 1) return undefined;
   const address = [...paidTo][0]!;
@@ -772,12 +770,6 @@ export function depositWithoutSettlement(
   const deposit = findAssignment(invoice, asset.chain, address);
   return deposit && { address: deposit.address, derivationIndex: deposit.derivationIndex };
 }
-
-/** What the invoice's other refunds of this asset, reserved and not paid yet, still take (as unpaidHoldsOf for a settlement). */
-export const unpaidRefundsOf = (invoice: Invoice, asset: { chain: string; token: string }, refundId: string) =>
-  invoice.refunds
-    .filter((r) => !r.refunded && r.refundId !== refundId && sameAsset(r, asset))
-    .reduce((sum, r) => sum + r.amount, 0n);
 
 /** `none`, `partial`, or `full` once every asset received is refunded whole. */
 export function refundStatusOf(invoice: Invoice): 'none' | 'partial' | 'full' {

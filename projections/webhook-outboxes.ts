@@ -15,7 +15,7 @@ import { fold, type Decider, type DomainEvent } from '../domain/decider.ts';
 import { countedTotal, invoiceDecider, invoiceStreamName, paymentQuote, type Invoice } from '../domain/invoice.ts';
 import { merchantDecider, merchantStream, type Merchant } from '../domain/merchant.ts';
 import { refundDecider, type RefundEvent } from '../domain/refund.ts';
-import { settlementDecider } from '../domain/settlement.ts';
+import { requestedSettlement, settlementDecider } from '../domain/settlement.ts';
 import { streams } from '../domain/streams.ts';
 import { subscriberDecider, subscriberIn, subscriberView, type SubscriberEvent } from '../domain/subscriber.ts';
 import { eventsByStream } from './batch.ts';
@@ -157,10 +157,8 @@ async function enqueueSettlementFailed(
   invoices: InvoiceHistories['invoices'],
   merchants: InvoiceHistories['merchants'],
 ) {
-  const settlement = stateOf(
-    settlementDecider,
-    settlements.get(event.streamId) ?? [],
-    (e) => e.revision <= event.revision,
+  const settlement = requestedSettlement(
+    stateOf(settlementDecider, settlements.get(event.streamId) ?? [], (e) => e.revision <= event.revision),
   );
   if (!settlement) return;
   const invoice = stateOf(invoiceDecider, invoices.get(invoiceStreamName(settlement.invoiceId)) ?? []);

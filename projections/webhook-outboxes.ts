@@ -125,7 +125,10 @@ export const webhookEvents: Projector<InvoiceHistories> = {
         .map(([s]) => s),
     );
     for (const history of settlements.values()) {
-      const invoiceStream = invoiceStreamName((history[0]?.data as { invoiceId: string }).invoiceId);
+      // Not the stream's first event: refunds held before the request (refunds.md) may come first, naming no invoice.
+      const requested = history.find((e) => e.type === 'SettlementRequested');
+      if (!requested) continue;
+      const invoiceStream = invoiceStreamName((requested.data as { invoiceId: string }).invoiceId);
       if (!invoices.has(invoiceStream)) invoices.set(invoiceStream, await store.readStream(invoiceStream));
     }
     const merchantIds = [...invoices.values()].flatMap(([created]) =>

@@ -19,6 +19,7 @@ import { merchantDecider, merchantStream, type RefundWallet } from '../domain/me
 import {
   depositBeforeSettlement,
   invoiceDecider,
+  unpaidRefundsOf,
   invoiceStreamName,
   refundableOf,
   type Invoice,
@@ -43,7 +44,6 @@ import {
   settlementDecider,
   settlementIdOf,
   settlementStreamName,
-  unpaidHoldsBeforeRequest,
   unpaidHoldsOf,
   type PendingHolds,
   type PayoutSource,
@@ -345,11 +345,11 @@ async function beforeSettlement(
   if (!deposit) return undefined;
   const holding = pending?.refundHolds.some((h) => h.refundId === refund.id) ?? false;
   // The chain's own rule for what a payer must keep (Solana's rent), as with a settlement above, for this refund
-  // and the deposit's other held refunds not paid yet: paid in any order, none may leave the deposit where the
-  // next could not pay. A hold already taken (a crash before the approval was recorded) is kept.
+  // and the others of the asset not paid yet (their claims are reserved at creation, so two approvals at once
+  // count each other): paid in any order, none may leave the deposit where the next could not pay. A hold
+  // already taken (a crash before the approval was recorded) is kept.
   if (!holding && chain?.canPay) {
-    const from = { chain: refund.chain, fromAddress: deposit.address, token: refund.token };
-    const owed = refund.amount + unpaidHoldsBeforeRequest(pending, from, refund.id);
+    const owed = refund.amount + unpaidRefundsOf(invoice, refund, refund.id);
     if (!(await chain.canPay(deposit.address, refund.token, owed))) return undefined;
   }
   try {

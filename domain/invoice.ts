@@ -771,6 +771,12 @@ export function depositBeforeSettlement(
   return deposit && { address: deposit.address, derivationIndex: deposit.derivationIndex };
 }
 
+/** What the invoice's other refunds of this asset, reserved and not paid yet, still take (as unpaidHoldsOf for a settlement). */
+export const unpaidRefundsOf = (invoice: Invoice, asset: { chain: string; token: string }, refundId: string) =>
+  invoice.refunds
+    .filter((r) => !r.refunded && r.refundId !== refundId && sameAsset(r, asset))
+    .reduce((sum, r) => sum + r.amount, 0n);
+
 /** `none`, `partial`, or `full` once every asset received is refunded whole. */
 export function refundStatusOf(invoice: Invoice): 'none' | 'partial' | 'full' {
   const assets = refundableOf(invoice);

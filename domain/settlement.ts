@@ -375,23 +375,6 @@ export const unpaidHoldsOf = (s: Settlement, token: string, refundId: string) =>
     .filter((h) => !h.paid && h.refundId !== refundId && (h.token ?? s.token) === token)
     .reduce((sum, h) => sum + h.amount, 0n);
 
-/** As unpaidHoldsOf, before the settlement is requested: the other holds' unpaid amounts of `token` from `fromAddress`. */
-export const unpaidHoldsBeforeRequest = (
-  p: PendingHolds | null,
-  deposit: { chain: string; fromAddress: string; token: string },
-  refundId: string,
-) =>
-  (p?.refundHolds ?? [])
-    .filter(
-      (h) =>
-        !h.paid &&
-        h.refundId !== refundId &&
-        h.chain === deposit.chain &&
-        h.fromAddress === deposit.fromAddress &&
-        h.token === deposit.token,
-    )
-    .reduce((sum, h) => sum + h.amount, 0n);
-
 /** A refund from the deposit is on its way: the settlement waits for it. */
 export const waitsForRefund = (s: Settlement) => s.refundHolds.some((h) => !h.paid);
 

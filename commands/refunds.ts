@@ -17,9 +17,9 @@ import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
 import {
-  depositWithoutSettlement,
-  unpaidRefundsOf,
+  depositBeforeSettlement,
   invoiceDecider,
+  unpaidRefundsOf,
   invoiceStreamName,
   refundableOf,
   type Invoice,
@@ -39,17 +39,21 @@ import {
 import { cancelOverLimit, OVER_LIMIT, reactToRefundEvent, type RefundSagaAction } from '../domain/refund-saga.ts';
 import {
   holdsRefunds,
+  isPendingHolds,
   payoutSources,
+  requestedSettlement,
   settlementDecider,
   settlementIdOf,
   settlementStreamName,
   unpaidHoldsOf,
+  type PendingHolds,
   type PayoutSource,
   type RefundCoins,
 } from '../domain/settlement.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
+import { loadSettlement } from './settlements.ts';
 import { handleCommand, loadState, unlessRefused, type Actor } from './handle.ts';
 import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
@@ -140,7 +144,7 @@ function amountOf(input: NewRefund, asset: RefundableAsset): bigint {
  * good rather than let it hold the settlement back (bitcoin/payer.ts prepareTransfer).
  */
 async function coinsToQuote(store: EventStore, invoice: Invoice, asset: RefundableAsset): Promise<number> {
-  const settlement = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));
+  const settlement = await loadSettlement(store, settlementIdOf(invoice.id));
   if (settlement && settlement.chain === asset.chain) {
     if (!holdsRefunds(settlement)) return 1;
     const sources = payoutSources(settlement);
@@ -276,9 +280,11 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
   const { store, clock } = deps;
   const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
-  const settlement = await loadState(store, settlementDecider, stream);
+  const state = await loadState(store, settlementDecider, stream);
   const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
-  if (!settlement) return invoice ? withoutSettlement(deps, invoice, refund) : undefined;
+  const settlement = requestedSettlement(state);
+  if (!settlement)
+    return invoice ? beforeSettlement(deps, invoice, refund, isPendingHolds(state) ? state : null) : undefined;
   if (settlement.chain !== refund.chain) return undefined;
   const paidTo = new Set(
     invoice?.payments
@@ -318,26 +324,49 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
 }
 
 /**
- * An invoice closed before it was ever confirmed has no settlement and never
- * will (depositWithoutSettlement): its deposit pays the refund with no hold to
- * take, the customer's coins leaving the way they came. Not on a chain whose
- * payouts spend coins whole: with no settlement recording the deposit's
- * coins, two refunds from it could choose the same ones.
+ * No settlement requested yet (the invoice open, confirmed and not yet
+ * settling, or closed unconfirmed and never to settle): the deposit the
+ * asset arrived on pays the refund once the settlement's stream takes the
+ * hold. A settlement requested later starts with it (re-priced, waiting for
+ * it: domain/settlement.ts `request`); one requested meanwhile decides the
+ * hold by its own rules; two refunds from the deposit are put in line on the
+ * one stream. Not on a chain whose payouts spend coins whole (Bitcoin): with
+ * no settlement recording the deposit's coins, the refund could not name
+ * them, and the refund wallet pays it.
  */
-async function withoutSettlement(
+async function beforeSettlement(
   deps: RefundCommandDeps,
   invoice: Invoice,
   refund: Refund,
+  pending: PendingHolds | null,
 ): Promise<RefundPayer | undefined> {
   const chain = deps.chains.get(refund.chain as ChainName);
   if (chain?.spendsCoinsWhole) return undefined;
-  const deposit = depositWithoutSettlement(invoice, refund);
+  const deposit = depositBeforeSettlement(invoice, refund);
   if (!deposit) return undefined;
+  const holding = pending?.refundHolds.some((h) => h.refundId === refund.id) ?? false;
   // The chain's own rule for what a payer must keep (Solana's rent), as with a settlement above, for this refund
-  // and the others of the asset not paid yet (their claims are reserved at creation): paid in any order, none
-  // may leave the deposit where the next could not pay.
-  const owed = refund.amount + unpaidRefundsOf(invoice, refund, refund.id);
-  if (chain?.canPay && !(await chain.canPay(deposit.address, refund.token, owed))) return undefined;
+  // and the others of the asset not paid yet (their claims are reserved at creation, so two approvals at once
+  // count each other): paid in any order, none may leave the deposit where the next could not pay. A hold
+  // already taken (a crash before the approval was recorded) is kept.
+  if (!holding && chain?.canPay) {
+    const owed = refund.amount + unpaidRefundsOf(invoice, refund, refund.id);
+    if (!(await chain.canPay(deposit.address, refund.token, owed))) return undefined;
+  }
+  try {
+    await handleCommand(deps.store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)), {
+      type: 'HoldForRefund',
+      refundId: refund.id,
+      chain: refund.chain,
+      token: refund.token,
+      fromAddress: deposit.address,
+      amount: refund.amount,
+      now: deps.clock.now().toISOString(),
+    });
+  } catch (error) {
+    if (error instanceof DomainError) return undefined;
+    throw error;
+  }
   return { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
 }
 
@@ -609,11 +638,7 @@ export class RefundPayouts implements PayoutKind {
     const earlier = Object.values(refund.coins)[0];
     if (earlier) return earlier.spent;
     if (refund.payer?.fundedFrom !== 'deposit') return undefined;
-    const settlement = await loadState(
-      this.deps.store,
-      settlementDecider,
-      settlementStreamName(settlementIdOf(refund.invoiceId)),
-    );
+    const settlement = await loadSettlement(this.deps.store, settlementIdOf(refund.invoiceId));
     // None recorded (an older settlement, or none ever: an account chain's closed invoice): none named, so a UTXO chain refuses rather than scans the deposit.
     return (settlement && payoutSources(settlement)) ?? [];
   }

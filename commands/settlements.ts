@@ -17,6 +17,7 @@ import {
 import { merchantDecider, merchantStream } from '../domain/merchant.ts';
 import { reactToSettlementEvent, type SettlementSagaEvent } from '../domain/settlement-saga.ts';
 import {
+  requestedSettlement,
   settlementDecider,
   settlementStreamName,
   type Settlement,
@@ -70,7 +71,7 @@ async function sagaInput(store: EventStore, recorded: RecordedEvent): Promise<Se
   if (recorded.type === 'SettlementCompleted') {
     const event = { type: recorded.type, data: recorded.data } as SettlementCompleted;
     if (event.data.invoiceId !== undefined) return { event };
-    const s = await loadState(store, settlementDecider, recorded.streamId);
+    const s = requestedSettlement(await loadState(store, settlementDecider, recorded.streamId));
     if (!s) return undefined;
     const { invoiceId, netAmount, token, tokenDecimals } = s;
     return {
@@ -155,8 +156,15 @@ export class SettlementPayouts implements PayoutKind {
     return this.deps.clock.now().toISOString();
   }
 
-  private act(settlementId: string, command: SettlementCommand) {
-    return handleCommand(this.deps.store, settlementDecider, settlementStreamName(settlementId), command);
+  /** The command's events, and the settlement after them (the payout's commands only follow a request). */
+  private async act(settlementId: string, command: SettlementCommand) {
+    const handled = await handleCommand(
+      this.deps.store,
+      settlementDecider,
+      settlementStreamName(settlementId),
+      command,
+    );
+    return { ...handled, state: requestedSettlement(handled.state) };
   }
 
   advance(settlementId: string, lease: AbortSignal): Promise<PayoutLook> {
@@ -174,7 +182,8 @@ export class SettlementPayouts implements PayoutKind {
   private readonly recorder: PayoutRecorder<Settlement & PayoutStanding> = {
     kind: 'settlement',
     load: async (id) => {
-      const s = await loadState(this.deps.store, settlementDecider, settlementStreamName(id));
+      // Refunds held before any request leave nothing to pay out.
+      const s = await loadSettlement(this.deps.store, id);
       return s ? { ...s, phase: phaseOf(s) } : undefined;
     },
     prepare: async (settlement, chain) => {
@@ -267,6 +276,11 @@ export class SettlementPayouts implements PayoutKind {
   private async recordFailure(settlement: Settlement, error: unknown) {
     await this.steps.recordFailure(settlement, error);
   }
+}
+
+/** The settlement once requested; a stream with only refund holds (refunds.md) has none. */
+export async function loadSettlement(store: EventStore, settlementId: string): Promise<Settlement | null> {
+  return requestedSettlement(await loadState(store, settlementDecider, settlementStreamName(settlementId)));
 }
 
 /** An operator's word that a settlement raised for attention was dealt with (GET /admin/v1/attention drops it). */

@@ -15,7 +15,13 @@ import { fold } from './decider.ts';
 import { invoiceDecider, invoicePaymentView, invoiceStreamName, refundStatusOf, type InvoiceEvent } from './invoice.ts';
 import { refundDecider, type RefundEvent } from './refund.ts';
 import { formatUnits } from './money.ts';
-import { settlementDecider, settlementIdOf, settlementStreamName, type SettlementEvent } from './settlement.ts';
+import {
+  requestedSettlement,
+  settlementDecider,
+  settlementIdOf,
+  settlementStreamName,
+  type SettlementEvent,
+} from './settlement.ts';
 import { streams } from './streams.ts';
 
 export interface AuditEvent {
@@ -173,11 +179,14 @@ export function replayAuditTrail(lines: readonly AuditEvent[]): ReplayedInvoice 
   if (invoiceLines.some((l) => l.streamId !== invoiceStreamName(invoice.id))) {
     throw new Error('the trail holds events of more than one invoice');
   }
-  const settlement = fold(
-    settlementDecider,
-    lines
-      .filter((l) => l.streamId === settlementStreamName(settlementIdOf(invoice.id)))
-      .map((l) => ({ type: l.type, data: l.data }) as SettlementEvent),
+  // A stream with only refund holds (the settlement not yet requested) shows no settlement.
+  const settlement = requestedSettlement(
+    fold(
+      settlementDecider,
+      lines
+        .filter((l) => l.streamId === settlementStreamName(settlementIdOf(invoice.id)))
+        .map((l) => ({ type: l.type, data: l.data }) as SettlementEvent),
+    ),
   );
   const refunds = [...new Set(lines.filter((l) => streams.refund.holds(l.streamId)).map((l) => l.streamId))].flatMap(
     (streamId) => {

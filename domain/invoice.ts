@@ -747,23 +747,22 @@ export function refundableOf(invoice: Invoice): RefundableAsset[] {
 }
 
 /**
- * The deposit a refund of this asset is paid from when the invoice has no
- * settlement and never will: it closed (expired or cancelled, both final)
- * before it was ever confirmed, and a settlement is only requested on
- * confirmation, so nothing else is ever paid out of its deposits. The asset
- * must have arrived on one address (no one deposit holds it all otherwise);
- * that address then holds all the invoice received of it, and the invoice's
+ * The deposit a refund of this asset is paid from before the invoice's
+ * settlement is requested (the invoice still open, or confirmed and not yet
+ * settling, or closed unconfirmed and never to settle): the refund takes a
+ * hold on the settlement's stream, which a settlement requested later takes
+ * over (domain/settlement.ts, `PendingHolds`). The asset must have arrived on
+ * one address (no one deposit holds it all otherwise); the invoice's
  * reservations (ReserveRefund) keep the refunds of it, racing or not, within
- * that. Undefined when the invoice has, or may yet have, a settlement.
- * Another token on that address is no obstacle: a token refund's fee is paid
- * by the fee wallet, never out of the other's coins (EVM, Tron: the top-up
- * gives the whole gas; Solana: the fee wallet is the fee payer).
+ * what arrived. Another token on that address is no obstacle: a token
+ * refund's fee is paid by the fee wallet, never out of the other's coins
+ * (EVM, Tron: the top-up gives the whole gas; Solana: the fee wallet is the
+ * fee payer).
  */
-export function depositWithoutSettlement(
+export function depositBeforeSettlement(
   invoice: Invoice,
   asset: { chain: string; token: string },
 ): Pick<AssignedAddress, 'address' | 'derivationIndex'> | undefined {
-  if (invoice.status !== 'expired' || invoice.confirmedAt !== null) return undefined;
   const paidTo = new Set(invoice.payments.filter((p) => isLive(p) && sameAsset(p, asset)).map((p) => p.address));
   if (paidTo.size !== 1) return undefined;
   const deposit = findAssignment(invoice, asset.chain, [...paidTo][0]!);

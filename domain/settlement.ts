@@ -171,8 +171,17 @@ export type SettlementRefundHeld = DomainEvent<
   {
     refundId: string;
     amount: string;
-    /** Another token than the settlement's, paid to its deposit (a wrong-token payment); absent: the settlement's. */
+    /**
+     * Another token than the settlement's, paid to its deposit (a wrong-token payment); absent: the settlement's.
+     * Always given on a hold taken before the settlement was requested (no settlement names a token yet).
+     */
     token?: string;
+    /**
+     * Given only on a hold taken before the settlement was requested: the deposit the refund is paid from.
+     * The settlement, once requested, takes the holds on its own chain and address and ignores the others.
+     */
+    chain?: string;
+    fromAddress?: string;
     heldAt: string;
   }
 >;
@@ -244,6 +253,8 @@ export type SettlementCommand =
   | {
       type: 'HoldForRefund';
       refundId: string;
+      /** Required before the settlement is requested (the deposit's chain); the settlement's own after. */
+      chain?: string;
       token: string;
       fromAddress: string;
       amount: bigint;
@@ -292,7 +303,33 @@ export interface Settlement extends SettlementSource, payout.PayoutAttempts {
   failedAt: string | null;
 }
 
-export type SettlementState = Settlement | null;
+/** A refund held before the settlement was requested, with the deposit it is paid from. */
+export interface HoldBeforeRequest extends RefundHold {
+  chain: string;
+  fromAddress: string;
+  token: string;
+}
+
+/**
+ * The stream before SettlementRequested, when refunds from a deposit were
+ * held on it (the invoice still open, or confirmed and its settlement not yet
+ * requested). A shape of its own rather than a Settlement with a flag: there
+ * is no settlement yet (no amounts, no status, nothing to pay out), so every
+ * reader must ask for the requested one (requestedSettlement) and the
+ * compiler finds any that does not. The holds only serialise refunds from a
+ * deposit with the settlement's request on one stream.
+ */
+export interface PendingHolds {
+  requested: false;
+  refundHolds: HoldBeforeRequest[];
+}
+
+export type SettlementState = Settlement | PendingHolds | null;
+
+export const isPendingHolds = (s: SettlementState): s is PendingHolds => s !== null && 'requested' in s;
+
+/** The settlement, once requested; a stream with only refund holds has none. */
+export const requestedSettlement = (s: SettlementState): Settlement | null => (isPendingHolds(s) ? null : s);
 
 /** The platform's share, rounded down: the merchant is never charged more than the stated rate. */
 export function platformFeeOf(gross: bigint, bps: number): bigint {
@@ -361,10 +398,16 @@ const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pe
 /** A refund may still be paid from the deposit: the settlement has prepared nothing and paid nothing. */
 export const holdsRefunds = (s: Settlement) => isUnprepared(s) && s.status !== 'completed';
 
-function request(command: Extract<SettlementCommand, { type: 'RequestSettlement' }>, state: SettlementState) {
-  // One settlement per invoice: asking again (the invoice confirmed again after a reorg) re-prices it,
-  // if it is paid on the same address; amounts of two tokens cannot be added up.
-  if (state) return reprice({ ...command, type: 'RepriceForReceipts' }, state);
+/**
+ * The settlement requested; it starts with the refunds held on its own chain
+ * and deposit before (re-priced without those of its token, waiting for the
+ * unpaid ones, ended when they took everything), exactly as if they had been
+ * held just after. Holds on another deposit are not its business.
+ */
+function request(
+  command: Extract<SettlementCommand, { type: 'RequestSettlement' }>,
+  before: PendingHolds | null,
+): SettlementEvent[] {
   const { platformFee, netAmount } = amountsOf(command.grossAmount, command.platformFeeBps, command.networkFee);
   const requested: SettlementRequested = {
     type: 'SettlementRequested',
@@ -387,9 +430,16 @@ function request(command: Extract<SettlementCommand, { type: 'RequestSettlement'
       ...(command.sources && { sources: command.sources }),
     },
   };
+  const created = next(before, requested);
+  if (heldForRefunds(created) > 0n) {
+    const repriced = repricedTo(created, created.grossAmount, created.networkFee, 'refund_held', command.now);
+    if (!refundsTakeAll(created)) return [requested, ...withFeesFailure(created, repriced, command.now)];
+    // Refunds took everything: nothing to fail for; ended at once when they are all out, else when the last is.
+    if (waitsForRefund(created)) return [requested, repriced];
+    return [requested, repriced, { type: 'SettlementRefundedInFull', data: { closedAt: command.now } }];
+  }
   if (netAmount > 0n) return [requested];
   // Recorded, and failed where everyone can see why, rather than refused in silence.
-  const created = evolve(null, requested)!;
   return [requested, failed(created, 'fees_exceed_amount', FEES_EXCEED, command.now)];
 }
 
@@ -435,7 +485,7 @@ function reprice(
     command.sources,
   );
   if (command.grossAmount === 0n) {
-    return [repriced, failed(evolve(state, repriced)!, 'payment_reversed', REVERSED, command.now)];
+    return [repriced, failed(next(state, repriced), 'payment_reversed', REVERSED, command.now)];
   }
   return withFeesFailure(state, repriced, command.now);
 }
@@ -467,7 +517,7 @@ function repricedTo(
 /** The re-pricing, and the settlement failed for good when it leaves nothing to pay. */
 function withFeesFailure(state: Settlement, repriced: SettlementRepriced, now: string): SettlementEvent[] {
   if (BigInt(repriced.data.netAmount) > 0n) return [repriced];
-  return [repriced, failed(evolve(state, repriced)!, 'fees_exceed_amount', FEES_EXCEED, now)];
+  return [repriced, failed(next(state, repriced), 'fees_exceed_amount', FEES_EXCEED, now)];
 }
 
 function priceNetworkFee(
@@ -492,7 +542,7 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
   if (!holdsRefunds(state)) {
     throw new DomainError('conflict', 'The settlement is already being paid out');
   }
-  if (command.fromAddress !== state.fromAddress) {
+  if (command.fromAddress !== state.fromAddress || (command.chain !== undefined && command.chain !== state.chain)) {
     throw new DomainError('conflict', 'The settlement pays out another address');
   }
   if (command.oneAtATime && waitsForRefund(state)) {
@@ -510,7 +560,7 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
     type: 'SettlementRefundHeld',
     data: { refundId: command.refundId, amount: command.amount.toString(), heldAt: command.now },
   };
-  const after = evolve(state, held)!;
+  const after = next(state, held);
   const repriced = repricedTo(after, after.grossAmount, after.networkFee, 'refund_held', command.now);
   // Refunds taking everything leave nothing to fail for: the settlement waits for them, then ends (ReleaseRefund).
   if (refundsTakeAll(after)) return [held, repriced];
@@ -520,10 +570,58 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
 /** Refunds from the deposit take all it received: no fee can be short of anything. */
 const refundsTakeAll = (s: Settlement) => s.grossAmount > 0n && heldForRefunds(s) >= s.grossAmount;
 
-function decide(command: SettlementCommand, state: SettlementState): SettlementEvent[] {
-  if (command.type === 'RequestSettlement') return request(command, state);
-  if (!state) throw new DomainError('not_found', 'Settlement not found');
+/**
+ * Before the settlement is requested the stream only takes refund holds:
+ * refunds from a deposit of an invoice not yet settling (still open, or
+ * confirmed and not yet requested). The invoice's reservation (ReserveRefund)
+ * already bounds each by what arrived; here they are only put in line with
+ * the settlement's request, which takes them over.
+ */
+function beforeRequest(command: SettlementCommand, before: PendingHolds | null): SettlementEvent[] {
+  const holds = before?.refundHolds ?? [];
   switch (command.type) {
+    case 'RequestSettlement':
+      return request(command, before);
+    case 'HoldForRefund': {
+      if (holds.some((h) => h.refundId === command.refundId)) return [];
+      if (command.chain === undefined) throw new DomainError('not_found', 'Settlement not found');
+      if (command.amount <= 0n) throw new DomainError('bad_request', 'A refund amount must be greater than 0');
+      const fromSameDeposit = (h: HoldBeforeRequest) =>
+        h.chain === command.chain && h.fromAddress === command.fromAddress;
+      if (command.oneAtATime && holds.some((h) => !h.paid && fromSameDeposit(h))) {
+        throw new DomainError('conflict', 'Another refund from the deposit is on its way');
+      }
+      const { refundId, token, chain, fromAddress, now } = command;
+      const data = { refundId, amount: command.amount.toString(), token, chain, fromAddress, heldAt: now };
+      return [{ type: 'SettlementRefundHeld', data } satisfies SettlementRefundHeld];
+    }
+    case 'ReleaseRefund': {
+      const hold = holds.find((h) => h.refundId === command.refundId);
+      // Given back or paid: nothing to re-price, the settlement will start from what is left.
+      return !hold || hold.paid ? [] : [releasedOf(command)];
+    }
+    default:
+      throw new DomainError('not_found', 'Settlement not found');
+  }
+}
+
+const releasedOf = (command: Extract<SettlementCommand, { type: 'ReleaseRefund' }>): SettlementRefundReleased => ({
+  type: 'SettlementRefundReleased',
+  data: {
+    refundId: command.refundId,
+    paid: command.paid,
+    ...(command.paid && command.coins && { coins: command.coins }),
+    releasedAt: command.now,
+  },
+});
+
+function decide(command: SettlementCommand, state: SettlementState): SettlementEvent[] {
+  if (state === null || isPendingHolds(state)) return beforeRequest(command, state);
+  switch (command.type) {
+    case 'RequestSettlement':
+      // One settlement per invoice: asking again (the invoice confirmed again after a reorg) re-prices it,
+      // if it is paid on the same address; amounts of two tokens cannot be added up.
+      return reprice({ ...command, type: 'RepriceForReceipts' }, state);
     case 'RepriceForReceipts':
       return reprice(command, state);
     case 'PriceNetworkFee':
@@ -537,24 +635,16 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
     case 'ReleaseRefund': {
       const hold = state.refundHolds.find((h) => h.refundId === command.refundId);
       if (!hold || hold.paid) return [];
-      const released: SettlementRefundReleased = {
-        type: 'SettlementRefundReleased',
-        data: {
-          refundId: command.refundId,
-          paid: command.paid,
-          ...(command.paid && command.coins && { coins: command.coins }),
-          releasedAt: command.now,
-        },
-      };
+      const released = releasedOf(command);
       if (command.paid || hold.token !== undefined) {
-        const after = evolve(state, released)!;
+        const after = next(state, released);
         // The last refund out, and nothing left to pay: the settlement ends here, never failed.
         if (refundsTakeAll(after) && !waitsForRefund(after) && isUnprepared(after)) {
           return [released, { type: 'SettlementRefundedInFull', data: { closedAt: command.now } }];
         }
         return [released];
       }
-      const after = evolve(state, released)!;
+      const after = next(state, released);
       const repriced = repricedTo(after, after.grossAmount, after.networkFee, 'refund_released', command.now);
       return [released, ...withFeesFailure(after, repriced, command.now)];
     }
@@ -617,6 +707,49 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
 const codeOf = (d: SettlementFailed['data']): SettlementFailureReason =>
   d.code ?? (d.rejected ? 'rejected_by_network' : 'node_unavailable');
 
+/** The state after `event`, which must leave a requested settlement. */
+function next(state: SettlementState, event: SettlementEvent): Settlement {
+  const after = evolve(state, event);
+  if (after === null || isPendingHolds(after)) throw new Error(`${event.type} leaves no settlement`);
+  return after;
+}
+
+/** The holds taken before the request that are the settlement's: on its chain and deposit; its own token's without one. */
+const holdsTakenOver = (before: PendingHolds | null, d: SettlementRequested['data']): RefundHold[] =>
+  (before?.refundHolds ?? [])
+    .filter((h) => h.chain === d.chain && h.fromAddress === d.fromAddress)
+    .map(({ refundId, amount, paid, coins, token }) => ({
+      refundId,
+      amount,
+      paid,
+      ...(coins && { coins }),
+      ...(token !== d.token && { token }),
+    }));
+
+/** The holds after a release: paid ones stay (their amount is out), the others are given back. */
+function releasedHolds<H extends RefundHold>(holds: H[], d: SettlementRefundReleased['data']): H[] {
+  const { refundId, paid, coins } = d;
+  return paid
+    ? holds.map((h) => (h.refundId === refundId ? { ...h, paid: true, ...(coins && { coins }) } : h))
+    : holds.filter((h) => h.refundId !== refundId);
+}
+
+function evolveBeforeRequest(state: PendingHolds | null, event: SettlementEvent): PendingHolds {
+  const holds = state?.refundHolds ?? [];
+  if (event.type === 'SettlementRefundHeld') {
+    const { refundId, amount, token, chain, fromAddress } = event.data;
+    if (token === undefined || chain === undefined || fromAddress === undefined) {
+      throw new Error('SettlementRefundHeld before SettlementRequested names no deposit');
+    }
+    const hold = { refundId, amount: BigInt(amount), paid: false, token, chain, fromAddress };
+    return { requested: false, refundHolds: [...holds, hold] };
+  }
+  if (event.type === 'SettlementRefundReleased') {
+    return { requested: false, refundHolds: releasedHolds(holds, event.data) };
+  }
+  throw new Error(`${event.type} before SettlementRequested`);
+}
+
 function evolve(state: SettlementState, event: SettlementEvent): SettlementState {
   if (event.type === 'SettlementRequested') {
     const d = event.data;
@@ -641,7 +774,7 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       failureReason: null,
       failureCode: d.merchantWallet === null ? 'no_wallet' : null,
       attention: [],
-      refundHolds: [],
+      refundHolds: holdsTakenOver(isPendingHolds(state) ? state : null, d),
       createdAt: d.requestedAt,
       updatedAt: d.requestedAt,
       initiatedAt: null,
@@ -649,7 +782,7 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       failedAt: null,
     };
   }
-  if (!state) throw new Error(`${event.type} before SettlementRequested`);
+  if (state === null || isPendingHolds(state)) return evolveBeforeRequest(state, event);
   switch (event.type) {
     case 'SettlementRepriced': {
       const d = event.data;
@@ -673,13 +806,8 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       const hold = { refundId, amount: BigInt(amount), paid: false, ...(token !== undefined && { token }) };
       return { ...state, refundHolds: [...state.refundHolds, hold], updatedAt: heldAt };
     }
-    case 'SettlementRefundReleased': {
-      const { refundId, paid, coins, releasedAt } = event.data;
-      const refundHolds = paid
-        ? state.refundHolds.map((h) => (h.refundId === refundId ? { ...h, paid: true, ...(coins && { coins }) } : h))
-        : state.refundHolds.filter((h) => h.refundId !== refundId);
-      return { ...state, refundHolds, updatedAt: releasedAt };
-    }
+    case 'SettlementRefundReleased':
+      return { ...state, refundHolds: releasedHolds(state.refundHolds, event.data), updatedAt: event.data.releasedAt };
     case 'SettlementRefundedInFull':
       return {
         ...state,

@@ -18,7 +18,8 @@ export function rowPerStreamProjector<State, Event, Table extends keyof ReadMode
   table: Table,
   holds: (streamId: string) => boolean,
   fold: Fold<State | null, Event>,
-  rowOf: (state: State) => ReadModelTables[Table],
+  /** null: the stream has no row (yet). */
+  rowOf: (state: State) => ReadModelTables[Table] | null,
 ): Projector<Map<string, State | null>> {
   const folds = new StreamFolds<State | null, Event>(holds, fold);
   return {
@@ -31,10 +32,13 @@ export function rowPerStreamProjector<State, Event, Table extends keyof ReadMode
   };
 }
 
-/** The row of each state, skipping the streams that hold nothing to show yet (a null state). */
-export function rowsOf<State, Row>(states: Iterable<State | null>, rowOf: (state: State) => Row): Row[] {
+/** The row of each state, skipping the streams that hold nothing to show yet (a null state, or no row of it). */
+export function rowsOf<State, Row>(states: Iterable<State | null>, rowOf: (state: State) => Row | null): Row[] {
   const rows: Row[] = [];
-  for (const state of states) if (state !== null) rows.push(rowOf(state));
+  for (const state of states) {
+    const row = state === null ? null : rowOf(state);
+    if (row !== null) rows.push(row);
+  }
   return rows;
 }
 

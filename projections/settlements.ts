@@ -1,7 +1,7 @@
 // Projects settlements into `settlements`, which the settlement endpoints and
 // the operator's attention list read.
 import { formatUnits } from '../domain/money.ts';
-import { settlementDecider, type Settlement } from '../domain/settlement.ts';
+import { requestedSettlement, settlementDecider, type Settlement } from '../domain/settlement.ts';
 import { dateOrNull, rowPerStreamProjector } from './batch.ts';
 import type { SettlementsTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';
@@ -10,7 +10,11 @@ export const settlementsProjector = rowPerStreamProjector(
   'settlements',
   streams.settlement.holds,
   settlementDecider,
-  settlementRowOf,
+  // A stream with only refund holds (the settlement not yet requested) has no row.
+  (state) => {
+    const settlement = requestedSettlement(state);
+    return settlement && settlementRowOf(settlement);
+  },
 );
 
 export function settlementRowOf(s: Settlement): SettlementsTable {

@@ -15,7 +15,7 @@ import { fold, type Decider, type DomainEvent } from '../domain/decider.ts';
 import { countedTotal, invoiceDecider, invoiceStreamName, paymentQuote, type Invoice } from '../domain/invoice.ts';
 import { merchantDecider, merchantStream, type Merchant } from '../domain/merchant.ts';
 import { refundDecider, type RefundEvent } from '../domain/refund.ts';
-import { settlementDecider } from '../domain/settlement.ts';
+import { requestedSettlement, settlementDecider } from '../domain/settlement.ts';
 import { streams } from '../domain/streams.ts';
 import { subscriberDecider, subscriberIn, type SubscriberEvent } from '../domain/subscriber.ts';
 import { subscriberViewOf } from './subscriptions.ts';
@@ -126,7 +126,10 @@ export const webhookEvents: Projector<InvoiceHistories> = {
         .map(([s]) => s),
     );
     for (const history of settlements.values()) {
-      const invoiceStream = invoiceStreamName((history[0]?.data as { invoiceId: string }).invoiceId);
+      // Not the stream's first event: refunds held before the request (refunds.md) may come first, naming no invoice.
+      const requested = history.find((e) => e.type === 'SettlementRequested');
+      if (!requested) continue;
+      const invoiceStream = invoiceStreamName((requested.data as { invoiceId: string }).invoiceId);
       if (!invoices.has(invoiceStream)) invoices.set(invoiceStream, await store.readStream(invoiceStream));
     }
     const merchantIds = [...invoices.values()].flatMap(([created]) =>
@@ -158,10 +161,8 @@ async function enqueueSettlementFailed(
   invoices: InvoiceHistories['invoices'],
   merchants: InvoiceHistories['merchants'],
 ) {
-  const settlement = stateOf(
-    settlementDecider,
-    settlements.get(event.streamId) ?? [],
-    (e) => e.revision <= event.revision,
+  const settlement = requestedSettlement(
+    stateOf(settlementDecider, settlements.get(event.streamId) ?? [], (e) => e.revision <= event.revision),
   );
   if (!settlement) return;
   const invoice = stateOf(invoiceDecider, invoices.get(invoiceStreamName(settlement.invoiceId)) ?? []);

@@ -202,4 +202,39 @@ describe("the auditor's replay of an invoice's history", () => {
     assert.equal(verified.code, 0, verified.out);
     assert.match(verified.out, /agrees with the events/);
   });
+
+  it('replays a refund held on an open invoice as no settlement, and the CLI agrees with the service', async () => {
+    const payment = (
+      await svc.call('POST', '/api/v1/payments', {
+        token: key,
+        body: { amount: '30', currency: 'USD', chain: 'tron', token: 'USDT' },
+      })
+    ).body.data;
+    const openId = payment.paymentId as string;
+    await svc.call('POST', '/dev/v1/chains/tron/transfers', {
+      token: svc.adminToken,
+      body: { to: payment.address, amount: '5', token: 'USDT' }, // an underpayment: the invoice stays open
+    });
+    await eventuallyMining(
+      () => svc.call('POST', '/dev/v1/chains/tron/blocks', { token: svc.adminToken, body: { count: 1 } }),
+      async () => (await svc.call('GET', `/api/v1/invoices/${openId}/refundable`, { token: key })).body.data,
+      (assets) => assets?.[0]?.refundable === '5.000000',
+    );
+    const created = await svc.call('POST', `/api/v1/invoices/${openId}/refunds`, {
+      token: key,
+      body: { amount: '5', destination: TRON_WALLET },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const approved = await svc.call('POST', `/api/v1/refunds/${created.body.data.id}/approve`, { token: key });
+    assert.equal(approved.body.data.fundedFrom, 'deposit', JSON.stringify(approved.body));
+    const file = join(dir, 'held.ndjson');
+    assert.equal((await cli('events', openId, '--export', file)).code, 0);
+    const lines = linesOf(await readFile(file, 'utf8'));
+    assert.ok(lines.some((l) => l.type === 'SettlementRefundHeld'));
+    assert.ok(!lines.some((l) => l.type === 'SettlementRequested'));
+    assert.equal(replayAuditTrail(lines).settlement, null, 'only a hold: no settlement');
+    const verified = await cli('audit', 'verify', file);
+    assert.equal(verified.code, 0, verified.out);
+    assert.match(verified.out, /agrees with the events/);
+  });
 });

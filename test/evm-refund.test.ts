@@ -127,6 +127,45 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
   });
 
+  it('a USDT underpayment refunded from the deposit while the invoice is open; the rest then paid, the settlement pays received − refund − the platform fee', async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await flow.invoice(key, 'USDT', '20');
+    const quoted = baseUnits(p.cryptoAmount, 6);
+    const first = 5_000_000n;
+    await payUsdt(p.address, first);
+    await eventuallyMining(
+      mine,
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
+      (assets) => assets?.[0]?.refundable === '5.000000',
+    );
+    const customer = randomWallet();
+    const approved = await flow.refund(key, p.paymentId, { amount: '5', destination: customer });
+    assert.equal(approved.fundedFrom, 'deposit');
+    assert.equal(await flow.settlementOf(p.paymentId, key), undefined, 'still open: no settlement yet');
+    const done = await flow.completed(approved.id, key);
+    assert.deepEqual(await usdtTransfers(done.transactionHash), [
+      { from: getAddress(p.address), to: customer, amount: first },
+    ]);
+    assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
+
+    // The rest of the quote paid: the invoice confirms, its settlement starts from the refund paid before it.
+    await payUsdt(p.address, quoted - first);
+    await flow.confirmed(p.paymentId, key);
+    const merchantWallet = randomWallet();
+    assert.equal((await flow.setWallet(merchant.id, merchantWallet)).status, 200);
+    await eventuallyMining(
+      mine,
+      () => flow.settlementOf(p.paymentId, key),
+      (s) => s?.status === 'completed',
+      90_000,
+    );
+    // Received: the quote (5 + the rest); the platform fee (1%) on all of it, not given back.
+    const platformFee = quoted / 100n;
+    assert.equal(await tokenBalance(fx.usdt, merchantWallet), quoted - first - platformFee);
+    assert.equal(await tokenBalance(fx.usdt, customer), first, 'the refund paid once');
+    assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
+  });
+
   it('a settled USDT invoice is refunded from the refund wallet once it is funded', async () => {
     const { key, merchant } = await merchantWithKey(svc);
     await flow.setWallet(merchant.id, randomWallet());

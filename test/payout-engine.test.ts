@@ -10,9 +10,9 @@ import type { ChainAdapter, OutgoingTransfer, PreparedTransaction } from '../ada
 import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
-import { handleCommand, loadState } from '../commands/handle.ts';
+import { handleCommand } from '../commands/handle.ts';
 import { PayoutEngine, migratePayoutQueue, payoutQueueProjector } from '../commands/payouts.ts';
-import { SettlementPayouts, settlementManager } from '../commands/settlements.ts';
+import { loadSettlement, SettlementPayouts, settlementManager } from '../commands/settlements.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream } from '../domain/merchant.ts';
 import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
@@ -118,7 +118,7 @@ async function harness(
     });
     return settlementId;
   };
-  const settlement = (id: string) => loadState(store, settlementDecider, settlementStreamName(id));
+  const settlement = (id: string) => loadSettlement(store, id);
   /** The queue as the log says, then one pass of the engine. */
   const pass = async () => {
     await projections.caughtUp();

@@ -271,6 +271,76 @@ describe('refund payouts', () => {
     assert.equal(invoice.refundStatus, 'full');
   });
 
+  /** A 100 USD invoice, open, of a merchant with no wallet yet (its settlement, once requested, waits for one). */
+  async function openInvoice() {
+    const { key, merchant: m } = await merchant();
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '100', currency: 'USD', chain: 'ethereum', token: 'USDT' },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const { paymentId: id, address: deposit } = created.body.data as { paymentId: string; address: string };
+    return { key, merchantId: m.id as string, id, deposit };
+  }
+
+  /** The invoice's refundable amount of `token` once its payments are confirmed. */
+  const refundableOnce = (key: string, id: string, token: string, amount: string) =>
+    eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${id}/refundable`, { token: key })).body.data,
+      (assets) =>
+        assets?.some((a: { token: string; refundable: string }) => a.token === token && a.refundable === amount),
+    );
+
+  it('a wrong-token payment on an invoice still open is refunded from its deposit; once paid and confirmed, the settlement pays its own token whole', async () => {
+    const { key, merchantId, id, deposit } = await openInvoice();
+    await transfer(deposit, '5', 'USDC'); // the wrong token
+    await mine(defaultConfirmations.ethereum);
+    await refundableOnce(key, id, 'USDC', '5.000000');
+    const refundId = await fromTheDeposit(key, id, { chain: 'ethereum', token: 'USDC', kind: 'full' });
+    // The hold on the settlement's stream is no settlement: none is listed while the invoice is open.
+    assert.equal(await settlementOf(key, id), undefined);
+    const completed = await completedRefund(key, refundId);
+    assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDC', 5_000_000n]]);
+    await transfer(deposit, '100', 'USDT');
+    await mine(defaultConfirmations.ethereum);
+    // The USDT settlement is not re-priced by the USDC refund: 100 less the 1% platform fee.
+    assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', 100_000_000n - 1_000_000n]]);
+    const ledger = await SandboxLedger.open(svc.service.store, 'ethereum');
+    assert.equal(await ledger.balanceOf(deposit, 'USDC'), 0n);
+    // What the deposit keeps is the platform fee (the sandbox's payout moves only the merchant's share).
+    assert.equal(await ledger.balanceOf(deposit, 'USDT'), 1_000_000n);
+  });
+
+  it('an underpayment refunded from the deposit while the invoice is open, then the rest paid: the settlement pays received − refund − the platform fee, nothing twice', async () => {
+    const { key, merchantId, id, deposit } = await openInvoice();
+    await transfer(deposit, '40', 'USDT');
+    await mine(defaultConfirmations.ethereum);
+    await refundableOnce(key, id, 'USDT', '40.000000');
+    const refundId = await fromTheDeposit(key, id, { amount: '40' });
+    assert.equal(await settlementOf(key, id), undefined, 'open: no settlement yet');
+    // The rest paid while the refund may still be on its way: the settlement, requested on confirmation,
+    // starts with the hold (waiting for it if it is not out yet).
+    await transfer(deposit, '60', 'USDT');
+    await mine(defaultConfirmations.ethereum);
+    const requested = await eventually(
+      () => settlementOf(key, id),
+      (s) => s !== undefined,
+    );
+    assert.equal(requested.grossAmount, '100.000000');
+    assert.equal(requested.amount, '59.000000', '100 received − 40 refunded − 1% of 100');
+    const completed = await completedRefund(key, refundId);
+    assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 40_000_000n]]);
+    assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', 59_000_000n]]);
+    const ledger = await SandboxLedger.open(svc.service.store, 'ethereum');
+    // 100 in, 40 to the customer, 59 to the merchant: the platform fee is what is left, nothing paid twice.
+    assert.equal(await ledger.balanceOf(deposit, 'USDT'), 1_000_000n);
+    assert.deepEqual(
+      (await ledgerTransfersTo(CUSTOMER)).filter((t) => t.txHash === completed.transactionHash).length,
+      1,
+      'the refund paid once',
+    );
+  });
+
   it('needs refunds:approve to approve, and answers 404 for another merchant', async () => {
     const { key } = await merchant(MERCHANT_WALLET);
     const { id } = await overpaid(key);

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { fold } from '../domain/decider.ts';
 import {
-  depositWithoutSettlement,
+  depositBeforeSettlement,
   invoiceDecider,
   refundableOf,
   refundStatusOf,
@@ -86,29 +86,30 @@ const expiredWrongToken = history(create, assign, ...pay(1, 5_000_000n, 'USDC'),
 
 describe('a refund of an invoice that will never be settled', () => {
   it('is paid from the deposit the asset arrived on, at its derivation index, once the invoice closed unconfirmed', () => {
-    assert.deepEqual(depositWithoutSettlement(invoiceOf(expiredWrongToken), { chain: 'ethereum', token: 'USDC' }), {
+    assert.deepEqual(depositBeforeSettlement(invoiceOf(expiredWrongToken), { chain: 'ethereum', token: 'USDC' }), {
       address: DEPOSIT,
       derivationIndex: 3,
     });
     // An underpayment of the right token on an expired invoice, too.
     const underpaid = history(create, assign, ...pay(1, 30_000_000n), expire);
-    assert.equal(
-      depositWithoutSettlement(invoiceOf(underpaid), { chain: 'ethereum', token: 'USDT' })?.address,
-      DEPOSIT,
-    );
+    assert.equal(depositBeforeSettlement(invoiceOf(underpaid), { chain: 'ethereum', token: 'USDT' })?.address, DEPOSIT);
   });
 
-  it('has no such deposit while a settlement may yet be requested, or was', () => {
-    // Still open: the right token may yet confirm it, and its settlement would spend from the same deposit.
+  it('is that deposit too while the invoice is still open: the hold is taken before any settlement is requested', () => {
+    // The right token may yet confirm it: its settlement, requested later, takes the hold over (domain/settlement.ts).
     const open = history(create, assign, ...pay(1, 5_000_000n, 'USDC'));
-    assert.equal(depositWithoutSettlement(invoiceOf(open), { chain: 'ethereum', token: 'USDC' }), undefined);
-    // Confirmed once: its settlement pays out of the deposit (the hold on it decides).
-    assert.equal(depositWithoutSettlement(invoiceOf(overpaid), { chain: 'ethereum', token: 'USDC' }), undefined);
+    assert.deepEqual(depositBeforeSettlement(invoiceOf(open), { chain: 'ethereum', token: 'USDC' }), {
+      address: DEPOSIT,
+      derivationIndex: 3,
+    });
+    const underpaid = history(create, assign, ...pay(1, 30_000_000n));
+    assert.equal(depositBeforeSettlement(invoiceOf(underpaid), { chain: 'ethereum', token: 'USDT' })?.address, DEPOSIT);
+  });
+
+  it('has no such deposit for an asset never received, or one sharing its address with another token', () => {
+    assert.equal(depositBeforeSettlement(invoiceOf(overpaid), { chain: 'ethereum', token: 'USDC' }), undefined);
     // Nothing of the asset received.
-    assert.equal(
-      depositWithoutSettlement(invoiceOf(expiredWrongToken), { chain: 'ethereum', token: 'DAI' }),
-      undefined,
-    );
+    assert.equal(depositBeforeSettlement(invoiceOf(expiredWrongToken), { chain: 'ethereum', token: 'DAI' }), undefined);
   });
 
   it('has no one deposit when the asset arrived on two addresses', () => {
@@ -121,14 +122,14 @@ describe('a refund of an invoice that will never be settled', () => {
       { ...(pay(2, 1_000_000n, 'USDC', 4)[0] as InvoiceCommand), address: other } as InvoiceCommand,
       expire,
     );
-    assert.equal(depositWithoutSettlement(invoiceOf(twice), { chain: 'ethereum', token: 'USDC' }), undefined);
+    assert.equal(depositBeforeSettlement(invoiceOf(twice), { chain: 'ethereum', token: 'USDC' }), undefined);
   });
 
   it('is that address when it also received another token: each refund pays its own, the fee wallet the gas', () => {
     // USDT underpaid and USDC by mistake on one address: an EVM token refund's gas is the fee wallet's top-up.
     const both = history(create, assign, ...pay(1, 30_000_000n), ...pay(2, 5_000_000n, 'USDC'), expire);
-    assert.equal(depositWithoutSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDC' })?.address, DEPOSIT);
-    assert.equal(depositWithoutSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDT' })?.address, DEPOSIT);
+    assert.equal(depositBeforeSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDC' })?.address, DEPOSIT);
+    assert.equal(depositBeforeSettlement(invoiceOf(both), { chain: 'ethereum', token: 'USDT' })?.address, DEPOSIT);
   });
 
   it('keeps two refunds racing on that deposit within what it received: the second reservation is decided on the first', () => {

@@ -3,7 +3,7 @@
 // until its payout is prepared (operations.md §2–§3).
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { eventually, merchantWithKey } from './support/merchant.ts';
+import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
 import { startWebhookReceiver, type WebhookReceiver } from './support/webhook-receiver.ts';
 
@@ -95,6 +95,37 @@ describe('the money path on the sandbox chains', () => {
       'confirmed',
       'the invoice stays confirmed: the money is on its address, and the merchant knows why',
     );
+  });
+
+  it('tells the merchant of a failed settlement whose stream began with a refund held before it was requested', async () => {
+    const { key } = await merchant({ ethereum: ETH_WALLET });
+    const p = await payment(key, 'ethereum', undefined, '1');
+    // A wrong token first, refunded from the deposit while the invoice is open: the hold opens the stream.
+    await send('ethereum', p.address, '5', 'USDT');
+    await mine('ethereum', 2);
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
+      (assets) => assets?.[0]?.refundable === '5.000000',
+    );
+    const refund = await svc.call('POST', `/api/v1/invoices/${p.paymentId}/refunds`, {
+      token: key,
+      body: { chain: 'ethereum', token: 'USDT', kind: 'full', destination: ETH_WALLET },
+    });
+    assert.equal(refund.status, 201, JSON.stringify(refund.body));
+    const approved = await svc.call('POST', `/api/v1/refunds/${refund.body.data.id}/approve`, { token: key });
+    assert.equal(approved.body.data.fundedFrom, 'deposit', JSON.stringify(approved.body));
+    // Then paid: a dollar of ETH, which the fees eat.
+    await send('ethereum', p.address, p.cryptoAmount);
+    await eventuallyMining(
+      () => mine('ethereum', 1),
+      () => settlementOf(p.paymentId, key),
+      (s) => s?.status === 'failed',
+    );
+    const hook = await eventually(
+      () => receiver.received.find((r) => r.event === 'settlement.failed' && r.body.data.invoiceId === p.paymentId),
+      (r) => r !== undefined,
+    );
+    assert.equal(hook!.body.data.failureReason, 'fees_exceed_amount');
   });
 
   it('takes a payment confirmed after the invoice into the settlement, while the payout waits for a wallet', async () => {

@@ -11,9 +11,9 @@ import {
 } from '../adapters/chains/port.ts';
 import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { MemoryEventStore } from '../adapters/event-store/memory.ts';
-import { SettlementPayouts } from '../commands/settlements.ts';
+import { loadSettlement, SettlementPayouts } from '../commands/settlements.ts';
 import { merchantDecider, merchantStream } from '../domain/merchant.ts';
-import { handleCommand, loadState } from '../commands/handle.ts';
+import { handleCommand } from '../commands/handle.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import { settlementDecider, settlementStreamName } from '../domain/settlement.ts';
 
@@ -84,7 +84,7 @@ async function payoutsWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
   let day = 0;
   const later = { now: () => new Date(Date.parse('2026-11-30T10:00:00.000Z') + day++ * 86_400_000) };
   const retrying = new SettlementPayouts({ ...deps, clock: later });
-  const state = () => loadState(store, settlementDecider, settlementStreamName(SETTLEMENT_ID));
+  const state = () => loadSettlement(store, SETTLEMENT_ID);
   const payouts = () => ledger.transfersTo(WALLET);
   return { sweeper, retrying, state, payouts, ledger, deps };
 }

@@ -4,6 +4,7 @@ import { describe, it } from 'node:test';
 import {
   payoutSources,
   platformFeeOf,
+  requestedSettlement,
   settlementDecider,
   settlementIdOf,
   type SettlementCommand,
@@ -106,6 +107,9 @@ const holdFor = (refundId: string, amount: bigint, token = 'USDT'): SettlementCo
   now: T1,
 });
 
+/** The settlement the events leave (they request one). */
+const settled = (events: readonly SettlementEvent[]) => requestedSettlement(given(settlementDecider, events).state)!;
+
 describe('settlement decider', () => {
   it('requests a settlement net of the platform fee, once per invoice', () => {
     given(settlementDecider, [])
@@ -144,7 +148,7 @@ describe('settlement decider', () => {
     const [created, fail] = settlementDecider.decide(small, null);
     assert.equal(created!.type, 'SettlementRequested');
     assert.deepEqual(fail, failedFor('fees_exceed_amount', FEES));
-    const state = given(settlementDecider, [created!, fail!]).state!;
+    const state = settled([created!, fail!]);
     assert.equal(state.status, 'failed');
     assert.equal(state.failureCode, 'fees_exceed_amount');
     assert.equal(state.retryAt, null);
@@ -188,7 +192,7 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested(null)])
       .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T0 })
       .thenError('conflict', 'The merchant has no wallet for this chain');
-    assert.equal(given(settlementDecider, [requested(null)]).state!.failureCode, 'no_wallet');
+    assert.equal(settled([requested(null)]).failureCode, 'no_wallet');
     given(settlementDecider, [requested(null)])
       .when({ type: 'SetWallet', merchantWallet: 'TNew', now: T1 })
       .then([{ type: 'SettlementWalletSet', data: { merchantWallet: 'TNew', setAt: T1 } }]);
@@ -215,9 +219,9 @@ describe('settlement decider', () => {
       .when(receipts(0n))
       .then([repriced('0', '0', '0', '0'), failedFor('payment_reversed', REVERSED, T1)]);
     const reversed = [requested('TWallet'), repriced('0', '0', '0', '0'), failedFor('payment_reversed', REVERSED, T1)];
-    assert.equal(given(settlementDecider, reversed).state!.failureCode, 'payment_reversed');
+    assert.equal(settled(reversed).failureCode, 'payment_reversed');
     // The payment is mined again: the settlement goes on.
-    const back = given(settlementDecider, [...reversed, repriced('100000000', '1000000', '0', '99000000')]).state!;
+    const back = settled([...reversed, repriced('100000000', '1000000', '0', '99000000')]);
     assert.equal(back.status, 'pending');
     assert.equal(back.failureCode, null);
     assert.equal(back.netAmount, 99_000_000n);
@@ -304,10 +308,10 @@ describe('settlement decider', () => {
       .when({ type: 'MarkFailed', reason: 'insufficient funds', rejected: true, retryAt: T1, now: T0 })
       .then([rejected]);
     const after = given(settlementDecider, [requested('TWallet'), prepared(), rejected, retried]);
-    assert.equal(after.state!.status, 'pending');
-    assert.equal(after.state!.attempt, 2);
-    assert.equal(after.state!.prepared, null);
-    assert.deepEqual(after.state!.preparedHashes, ['0xaa']);
+    assert.equal(requestedSettlement(after.state)!.status, 'pending');
+    assert.equal(requestedSettlement(after.state)!.attempt, 2);
+    assert.equal(requestedSettlement(after.state)!.prepared, null);
+    assert.deepEqual(requestedSettlement(after.state)!.preparedHashes, ['0xaa']);
     given(settlementDecider, [requested('TWallet')])
       .when({ type: 'Retry', now: T1 })
       .then([]);
@@ -318,8 +322,8 @@ describe('settlement decider', () => {
       .when({ type: 'MarkFailed', reason: 'node down', rejected: false, retryAt: T1, now: T0 })
       .then([failed]);
     const after = given(settlementDecider, [requested('TWallet'), prepared(), failed, retried]);
-    assert.equal(after.state!.status, 'pending');
-    assert.deepEqual(after.state!.prepared, { txHash: '0xaa', raw: '{}' });
+    assert.equal(requestedSettlement(after.state)!.status, 'pending');
+    assert.deepEqual(requestedSettlement(after.state)!.prepared, { txHash: '0xaa', raw: '{}' });
     after.when({ type: 'PrepareTransaction', txHash: '0xbb', raw: '{}', now: T1 }).then([]);
     after.when({ type: 'MarkSubmitted', txHash: '0xaa', now: T0 }).then([submitted('0xaa', 2)]);
   });
@@ -421,28 +425,28 @@ describe('settlement decider', () => {
     given(settlementDecider, [withCoins, held('r1')])
       .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, coins: first, now: T1 })
       .then([paid]);
-    const afterFirst = given(settlementDecider, [withCoins, held('r1'), paid]).state!;
+    const afterFirst = settled([withCoins, held('r1'), paid]);
     assert.deepEqual(payoutSources(afterFirst), [first.change]);
     // A second refund, once the first is out, spends that change; the settlement then pays out its change.
-    assert.equal(given(settlementDecider, [withCoins, held('r1'), paid]).state!.status, 'pending');
+    assert.equal(settled([withCoins, held('r1'), paid]).status, 'pending');
     const second = { spent: [first.change], change: { txHash: 'dd', index: 1, amount: '79999400' } };
-    const afterSecond = given(settlementDecider, [
+    const afterSecond = settled([
       withCoins,
       held('r1'),
       paid,
       held('r2'),
       { type: 'SettlementRefundReleased', data: { refundId: 'r2', paid: true, coins: second, releasedAt: T1 } },
-    ]).state!;
+    ]);
     assert.deepEqual(payoutSources(afterSecond), [second.change]);
     // A refund whose rest was dust gave nothing back: nothing of the deposit is left to pay out.
-    const dust = given(settlementDecider, [
+    const dust = settled([
       withCoins,
       held('r1'),
       {
         type: 'SettlementRefundReleased',
         data: { refundId: 'r1', paid: true, coins: { spent: [payment, later], change: null }, releasedAt: T1 },
       },
-    ]).state!;
+    ]);
     assert.deepEqual(payoutSources(dust), []);
     // A refund never paid spent nothing: its coins are not recorded.
     given(settlementDecider, [withCoins, held('r1')])
@@ -462,7 +466,7 @@ describe('settlement decider', () => {
         },
       ]);
     // Without a recorded payment list (an older settlement) there is nothing to name.
-    assert.equal(payoutSources(given(settlementDecider, [requested(null)]).state!), undefined);
+    assert.equal(payoutSources(settled([requested(null)])), undefined);
   });
 
   it("holds for a wrong-token payment's refund from its deposit: nothing re-priced, nothing prepared until it is out", () => {
@@ -475,7 +479,7 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested('TWallet')])
       .when(hold)
       .then([held]);
-    const waiting = given(settlementDecider, [requested('TWallet'), held]).state!;
+    const waiting = settled([requested('TWallet'), held]);
     assert.equal(waiting.netAmount, 99_000_000n, 'the USDT payout is not touched');
     given(settlementDecider, [requested('TWallet'), held])
       .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })
@@ -530,7 +534,7 @@ describe('settlement decider', () => {
     given(settlementDecider, whole)
       .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
       .then([paid('r1'), closed]);
-    const ended = given(settlementDecider, [...whole, paid('r1'), closed]).state!;
+    const ended = settled([...whole, paid('r1'), closed]);
     assert.equal(ended.status, 'completed');
     assert.equal(ended.netAmount, 0n);
     assert.equal(ended.failureCode, null);
@@ -581,5 +585,172 @@ describe('settlement decider', () => {
           data: { attempt: 1, reason: FEES, code: 'fees_exceed_amount', retryAt: null, failedAt: T1 },
         },
       ]);
+  });
+});
+
+describe('settlement decider: refunds held before the settlement is requested', () => {
+  /** A refund from the deposit held while the invoice is still open: no settlement names the deposit yet. */
+  const holdBefore = (refundId: string, amount: bigint, at = { chain: 'tron', fromAddress: 'TDeposit' }) => ({
+    command: {
+      type: 'HoldForRefund',
+      refundId,
+      token: 'USDT',
+      amount,
+      ...at,
+      now: T0,
+    } satisfies SettlementCommand as SettlementCommand,
+    event: {
+      type: 'SettlementRefundHeld',
+      data: { refundId, amount: amount.toString(), token: 'USDT', ...at, heldAt: T0 },
+    } satisfies SettlementEvent as SettlementEvent,
+  });
+  const r1 = holdBefore('r1', 20_000_000n);
+  const paidBefore: SettlementEvent = {
+    type: 'SettlementRefundReleased',
+    data: { refundId: 'r1', paid: true, releasedAt: T0 },
+  };
+  const heldRepriced = (platform: string, net: string): SettlementEvent => ({
+    type: 'SettlementRepriced',
+    data: {
+      grossAmount: '100000000',
+      platformFee: platform,
+      networkFee: '0',
+      netAmount: net,
+      cause: 'refund_held',
+      repricedAt: T0,
+    },
+  });
+  const prepare: SettlementCommand = { type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T0 };
+
+  it('takes a hold on a stream with no settlement, once, naming the deposit; the stream still has no settlement', () => {
+    given(settlementDecider, []).when(r1.command).then([r1.event]);
+    given(settlementDecider, [r1.event]).when(r1.command).then([]);
+    // Without the deposit's chain there is nothing to hold it on (the settlement's own path names none).
+    given(settlementDecider, [])
+      .when({ ...r1.command, chain: undefined } as SettlementCommand)
+      .thenError('not_found', 'Settlement not found');
+    assert.equal(requestedSettlement(given(settlementDecider, [r1.event]).state), null);
+    // Nothing but holds and releases before a request.
+    given(settlementDecider, [r1.event]).when(prepare).thenError('not_found', 'Settlement not found');
+  });
+
+  it('marks a hold paid, or gives it back, before any request; the settlement starts from what is left', () => {
+    given(settlementDecider, [r1.event])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T0 })
+      .then([paidBefore]);
+    given(settlementDecider, [r1.event, paidBefore])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T0 })
+      .then([]);
+    const givenBack: SettlementEvent = {
+      type: 'SettlementRefundReleased',
+      data: { refundId: 'r1', paid: false, releasedAt: T0 },
+    };
+    given(settlementDecider, [r1.event])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: false, now: T0 })
+      .then([givenBack]);
+    // Paid before the request: re-priced without it (the platform fee on all received), nothing to wait for.
+    given(settlementDecider, [r1.event, paidBefore])
+      .when(request('TWallet'))
+      .then([requested('TWallet'), heldRepriced('1000000', '79000000')]);
+    given(settlementDecider, [r1.event, paidBefore, requested('TWallet'), heldRepriced('1000000', '79000000')])
+      .when(prepare)
+      .then([prepared('0xaa')]);
+    // Given back before the request: the settlement is the whole deposit's.
+    given(settlementDecider, [r1.event, givenBack])
+      .when(request('TWallet'))
+      .then([requested('TWallet')]);
+  });
+
+  it('a settlement requested while a hold is unpaid starts re-priced, waits for the refund, then goes on', () => {
+    given(settlementDecider, [r1.event])
+      .when(request('TWallet'))
+      .then([requested('TWallet'), heldRepriced('1000000', '79000000')]);
+    const started = [r1.event, requested('TWallet'), heldRepriced('1000000', '79000000')];
+    assert.equal(settled(started).netAmount, 79_000_000n);
+    given(settlementDecider, started).when(prepare).then([]);
+    const paidAfter: SettlementEvent = {
+      type: 'SettlementRefundReleased',
+      data: { refundId: 'r1', paid: true, releasedAt: T1 },
+    };
+    given(settlementDecider, started)
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
+      .then([paidAfter]);
+    given(settlementDecider, [...started, paidAfter])
+      .when(prepare)
+      .then([prepared('0xaa')]);
+    // Never paid: its amount comes back to the merchant.
+    given(settlementDecider, started)
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: false, now: T1 })
+      .then([
+        { type: 'SettlementRefundReleased', data: { refundId: 'r1', paid: false, releasedAt: T1 } },
+        {
+          ...repriced('100000000', '1000000', '0', '99000000'),
+          data: { ...repriced('100000000', '1000000', '0', '99000000').data, cause: 'refund_released' },
+        } as SettlementEvent,
+      ]);
+    // Holds after the request add up with those from before: no more than what is left.
+    given(settlementDecider, started)
+      .when(holdFor('r2', 80_000_001n))
+      .thenError('conflict', 'The deposit holds less than the refund');
+  });
+
+  it('ends refunded in full when the refunds took everything, at once or when the last is out', () => {
+    const all = holdBefore('r1', 100_000_000n);
+    const allPaid: SettlementEvent = {
+      type: 'SettlementRefundReleased',
+      data: { refundId: 'r1', paid: true, releasedAt: T0 },
+    };
+    const closed: SettlementEvent = { type: 'SettlementRefundedInFull', data: { closedAt: T0 } };
+    given(settlementDecider, [all.event, allPaid])
+      .when(request('TWallet'))
+      .then([requested('TWallet'), heldRepriced('0', '0'), closed]);
+    given(settlementDecider, [all.event])
+      .when(request('TWallet'))
+      .then([requested('TWallet'), heldRepriced('0', '0')]);
+    const waiting = [all.event, requested('TWallet'), heldRepriced('0', '0')];
+    assert.equal(settled(waiting).status, 'pending', 'not failed for its fees while the refund is out');
+    given(settlementDecider, waiting)
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
+      .then([
+        { type: 'SettlementRefundReleased', data: { refundId: 'r1', paid: true, releasedAt: T1 } },
+        { type: 'SettlementRefundedInFull', data: { closedAt: T1 } },
+      ]);
+  });
+
+  it('is neither held back nor re-priced by a hold on another deposit or chain', () => {
+    for (const at of [
+      { chain: 'tron', fromAddress: 'TOther' },
+      { chain: 'ethereum', fromAddress: 'TDeposit' },
+    ]) {
+      const elsewhere = holdBefore('r1', 20_000_000n, at);
+      given(settlementDecider, [elsewhere.event])
+        .when(request('TWallet'))
+        .then([requested('TWallet')]);
+      const started = [elsewhere.event, requested('TWallet')];
+      assert.deepEqual(settled(started).refundHolds, []);
+      given(settlementDecider, started)
+        .when(prepare)
+        .then([prepared('0xaa')]);
+      given(settlementDecider, started).when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 }).then([]);
+    }
+  });
+
+  it('waits for, but is not re-priced by, another token held on its own deposit (a wrong-token payment)', () => {
+    const trx: SettlementEvent = {
+      type: 'SettlementRefundHeld',
+      data: { refundId: 'w1', amount: '5000000', token: 'TRX', chain: 'tron', fromAddress: 'TDeposit', heldAt: T0 },
+    };
+    given(settlementDecider, [trx])
+      .when(request('TWallet'))
+      .then([requested('TWallet')]);
+    const started = [trx, requested('TWallet')];
+    assert.deepEqual(settled(started).refundHolds, [{ refundId: 'w1', amount: 5_000_000n, paid: false, token: 'TRX' }]);
+    given(settlementDecider, started).when(prepare).then([]);
+  });
+
+  it('refuses, once requested, a hold on another chain than its own', () => {
+    given(settlementDecider, [requested('TWallet')])
+      .when({ ...holdFor('r1', 1n), chain: 'ethereum' } as SettlementCommand)
+      .thenError('conflict', 'The settlement pays out another address');
   });
 });

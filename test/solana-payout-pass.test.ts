@@ -8,9 +8,8 @@ import { Keypair } from '@solana/web3.js';
 import bs58 from 'bs58';
 import { MAX_SIGNATURE_STATUSES, SolanaChain } from '../adapters/chains/solana/index.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
-import { loadState } from '../commands/handle.ts';
-import { SettlementPayouts } from '../commands/settlements.ts';
-import { settlementDecider, settlementStreamName } from '../domain/settlement.ts';
+import { loadSettlement, SettlementPayouts } from '../commands/settlements.ts';
+import { settlementStreamName } from '../domain/settlement.ts';
 import { SERVICE_MNEMONIC } from './support/evm-flow.ts';
 import { requestSolSettlements, solanaPayouts, startSolanaNode } from './support/solana-flow.ts';
 import type { SolanaTestNode } from './support/solana-node.ts';
@@ -57,8 +56,7 @@ describe('the payout engine over open Solana sweeps', () => {
       // The first pass prepares and sends each sweep (each its own work); they land in the next block.
       assert.equal(await pass(), SWEEPS);
       node.mine();
-      const settlements = () =>
-        Promise.all(settlementIds.map((id) => loadState(store, settlementDecider, settlementStreamName(id))));
+      const settlements = () => Promise.all(settlementIds.map((id) => loadSettlement(store, id)));
       assert.deepEqual(
         (await settlements()).map((s) => s!.status),
         Array(SWEEPS).fill('submitted'),
@@ -134,9 +132,7 @@ describe('the payout engine over open Solana sweeps', () => {
         SWEEPS,
         'each look asks for its own (and a sweep it saw finalized is sent again without asking)',
       );
-      const settlements = await Promise.all(
-        settlementIds.map((id) => loadState(store, settlementDecider, settlementStreamName(id))),
-      );
+      const settlements = await Promise.all(settlementIds.map((id) => loadSettlement(store, id)));
       assert.deepEqual(
         settlements.map((s) => s!.status),
         Array(SWEEPS).fill('completed'),

@@ -312,10 +312,19 @@ export function findAssignment(invoice: Invoice, chain: string, address: string)
   return invoice.addresses.find((a) => a.chain === chain && a.address === address);
 }
 
-/** Counted total reaches the 1% tolerance of the payment quote. */
+/**
+ * Counted total reaches the 1% tolerance of the payment quote. While the
+ * invoice is open, what refunds of the quoted asset give back (reserved,
+ * paid or not) is not paid towards it: 40 paid, 40 refunded, then 60 paid is
+ * 60, not the 100 that would confirm it. Once confirmed, a refund (of goods
+ * sent back, of an excess) never takes that back.
+ */
 export function isPaidInFull(invoice: Invoice): boolean {
   const quote = paymentQuote(invoice);
-  return quote !== undefined && isFullPayment(countedTotal(invoice), quote.cryptoAmount);
+  if (quote === undefined) return false;
+  const open = invoice.status === 'pending' || invoice.status === 'partial';
+  const givenBack = open ? invoice.refunds.filter((r) => sameAsset(r, quote)).reduce((t, r) => t + r.amount, 0n) : 0n;
+  return isFullPayment(countedTotal(invoice) - givenBack, quote.cryptoAmount);
 }
 
 /**
@@ -808,7 +817,12 @@ function releaseRefund(command: Extract<InvoiceCommand, { type: 'ReleaseRefund' 
   const claim = invoice.refunds.find((r) => r.refundId === command.refundId);
   if (claim === undefined) return [];
   if (claim.refunded) throw new DomainError('conflict', 'A refund paid out cannot be released');
-  return [{ type: 'RefundReleased', data: { refundId: command.refundId, releasedAt: command.now } }];
+  // Its amount counts towards the quote again (isPaidInFull): an open invoice it left paid in full confirms now.
+  return withConfirmationIfDue(
+    invoice,
+    [{ type: 'RefundReleased', data: { refundId: command.refundId, releasedAt: command.now } }],
+    command.now,
+  );
 }
 
 function recordRefund(command: Extract<InvoiceCommand, { type: 'RecordRefund' }>, invoice: Invoice): InvoiceEvent[] {

@@ -112,22 +112,15 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     ]);
     assert.equal(await tokenBalance(fx.usdt, p.address), received - net, 'the rest stays for the settlement');
 
-    const merchantWallet = randomWallet();
-    assert.equal((await flow.setWallet(merchant.id, merchantWallet)).status, 200);
-    await eventuallyMining(
-      mine,
-      () => flow.settlementOf(p.paymentId, key),
-      (s) => s?.status === 'completed',
-      90_000,
-    );
+    const { merchantWallet, priced } = await settledTo(merchant.id, p.paymentId, key);
     // The platform fee (1%) stays on all that was received: it is not given back.
     const platformFee = received / 100n;
-    assert.equal(BigInt((await flow.settlementPriced(p.paymentId, key)).platformFee), platformFee);
+    assert.equal(BigInt(priced.platformFee), platformFee);
     assert.equal(await tokenBalance(fx.usdt, merchantWallet), received - net - platformFee);
     assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
   });
 
-  it('a USDT underpayment refunded from the deposit while the invoice is open; the rest then paid, the settlement pays received − refund − the platform fee', async () => {
+  it('a USDT underpayment refunded from the deposit while the invoice is open; the whole quote then paid, the settlement pays received − refund − the platform fee', async () => {
     const { key, merchant } = await merchantWithKey(svc);
     const p = await flow.invoice(key, 'USDT', '20');
     const quoted = baseUnits(p.cryptoAmount, 6);
@@ -148,20 +141,14 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     ]);
     assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
 
-    // The rest of the quote paid: the invoice confirms, its settlement starts from the refund paid before it.
-    await payUsdt(p.address, quoted - first);
+    // The refunded 5 pays nothing towards the quote: paid whole, the invoice confirms, its settlement starting
+    // from the refund paid before it.
+    await payUsdt(p.address, quoted);
     await flow.confirmed(p.paymentId, key);
-    const merchantWallet = randomWallet();
-    assert.equal((await flow.setWallet(merchant.id, merchantWallet)).status, 200);
-    await eventuallyMining(
-      mine,
-      () => flow.settlementOf(p.paymentId, key),
-      (s) => s?.status === 'completed',
-      90_000,
-    );
-    // Received: the quote (5 + the rest); the platform fee (1%) on all of it, not given back.
-    const platformFee = quoted / 100n;
-    assert.equal(await tokenBalance(fx.usdt, merchantWallet), quoted - first - platformFee);
+    const { merchantWallet } = await settledTo(merchant.id, p.paymentId, key);
+    // Received: 5 + the quote; the platform fee (1%) on all of it, not given back.
+    const platformFee = (first + quoted) / 100n;
+    assert.equal(await tokenBalance(fx.usdt, merchantWallet), quoted - platformFee);
     assert.equal(await tokenBalance(fx.usdt, customer), first, 'the refund paid once');
     assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
   });

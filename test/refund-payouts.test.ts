@@ -311,29 +311,29 @@ describe('refund payouts', () => {
     assert.equal(await ledger.balanceOf(deposit, 'USDT'), 1_000_000n);
   });
 
-  it('an underpayment refunded from the deposit while the invoice is open, then the rest paid: the settlement pays received − refund − the platform fee, nothing twice', async () => {
+  it('an underpayment refunded from the deposit while the invoice is open pays nothing towards it; the whole quote then paid, the settlement pays received − refund − the platform fee, nothing twice', async () => {
     const { key, merchantId, id, deposit } = await openInvoice();
     await transfer(deposit, '40', 'USDT');
     await mine(defaultConfirmations.ethereum);
     await refundableOnce(key, id, 'USDT', '40.000000');
     const refundId = await fromTheDeposit(key, id, { amount: '40' });
     assert.equal(await settlementOf(key, id), undefined, 'open: no settlement yet');
-    // The rest paid while the refund may still be on its way: the settlement, requested on confirmation,
-    // starts with the hold (waiting for it if it is not out yet).
-    await transfer(deposit, '60', 'USDT');
+    // The whole quote paid while the refund may still be on its way (the 40 given back pays nothing towards
+    // it): the settlement, requested on confirmation, starts with the hold (waiting for it if it is not out yet).
+    await transfer(deposit, '100', 'USDT');
     await mine(defaultConfirmations.ethereum);
     const requested = await eventually(
       () => settlementOf(key, id),
       (s) => s !== undefined,
     );
-    assert.equal(requested.grossAmount, '100.000000');
-    assert.equal(requested.amount, '59.000000', '100 received − 40 refunded − 1% of 100');
+    assert.equal(requested.grossAmount, '140.000000');
+    assert.equal(requested.amount, '98.600000', '140 received − 40 refunded − 1% of 140');
     const completed = await completedRefund(key, refundId);
     assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 40_000_000n]]);
-    assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', 59_000_000n]]);
+    assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', 98_600_000n]]);
     const ledger = await SandboxLedger.open(svc.service.store, 'ethereum');
-    // 100 in, 40 to the customer, 59 to the merchant: the platform fee is what is left, nothing paid twice.
-    assert.equal(await ledger.balanceOf(deposit, 'USDT'), 1_000_000n);
+    // 140 in, 40 to the customer, 98.6 to the merchant: the platform fee is what is left, nothing paid twice.
+    assert.equal(await ledger.balanceOf(deposit, 'USDT'), 1_400_000n);
     assert.deepEqual(
       (await ledgerTransfersTo(CUSTOMER)).filter((t) => t.txHash === completed.transactionHash).length,
       1,

@@ -106,8 +106,7 @@ describe('a refund of an invoice that will never be settled', () => {
     assert.equal(depositBeforeSettlement(invoiceOf(underpaid), { chain: 'ethereum', token: 'USDT' })?.address, DEPOSIT);
   });
 
-  it('has no such deposit for an asset never received, or one sharing its address with another token', () => {
-    assert.equal(depositBeforeSettlement(invoiceOf(overpaid), { chain: 'ethereum', token: 'USDC' }), undefined);
+  it('has no such deposit for an asset never received', () => {
     // Nothing of the asset received.
     assert.equal(depositBeforeSettlement(invoiceOf(expiredWrongToken), { chain: 'ethereum', token: 'DAI' }), undefined);
   });
@@ -263,6 +262,40 @@ describe('the invoice refund ledger', () => {
     given(invoiceDecider, refunded)
       .when({ type: 'RecordRefund', refundId: 'r9', txHash: '0xr9', now: at(23) })
       .thenError('conflict', 'Refund r9 holds no reservation');
+  });
+
+  it('pays nothing towards an open invoice with what its refunds give back, and counts it again once released', () => {
+    // 40 USDT paid, the 40 refunded while the invoice is open, then 60 paid: 60 of the 100, not confirmed.
+    const refundedThenRest = history(
+      create,
+      assign,
+      ...pay(1, 40_000_000n),
+      reserve('r1', 40_000_000n),
+      ...pay(2, 60_000_000n, 'USDT', 5),
+    );
+    assert.equal(invoiceOf(refundedThenRest).status, 'partial');
+    assert.equal(
+      invoiceOf(
+        history(
+          ...[create, assign, ...pay(1, 40_000_000n), reserve('r1', 40_000_000n)],
+          ...pay(2, 60_000_000n, 'USDT', 5),
+          ...pay(3, 40_000_000n, 'USDT', 7),
+        ),
+      ).status,
+      'confirmed',
+    );
+    // The refund canceled: its 40 counts again, and the invoice paid in full confirms with the release.
+    const events = invoiceDecider.decide(
+      { type: 'ReleaseRefund', refundId: 'r1', now: at(21) },
+      invoiceOf(refundedThenRest),
+    );
+    assert.deepEqual(
+      events.map((e) => e.type),
+      ['RefundReleased', 'InvoiceConfirmed'],
+    );
+    // Once confirmed, a refund never takes the confirmation back.
+    const confirmed = history(create, assign, ...pay(1, 100_000_000n), reserve('r1', 100_000_000n));
+    assert.equal(invoiceOf(confirmed).status, 'confirmed');
   });
 
   it('says none, partial or full', () => {

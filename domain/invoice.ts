@@ -313,18 +313,23 @@ export function findAssignment(invoice: Invoice, chain: string, address: string)
 }
 
 /**
- * Counted total reaches the 1% tolerance of the payment quote. While the
- * invoice is open, what refunds of the quoted asset give back (reserved,
- * paid or not) is not paid towards it: 40 paid, 40 refunded, then 60 paid is
- * 60, not the 100 that would confirm it. Once confirmed, a refund (of goods
- * sent back, of an excess) never takes that back.
+ * What the counted payments pay towards the quote. While the invoice is
+ * open, what refunds of the quoted asset give back (reserved, paid or not)
+ * pays nothing towards it: 40 paid, 40 refunded, then 60 paid is 60, not the
+ * 100 that would confirm it. Once confirmed, a refund (of goods sent back,
+ * of an excess) never takes that back.
  */
+function paidTowardsQuote(invoice: Invoice, quote: AssignedAddress): bigint {
+  const total = countedTotal(invoice);
+  if (invoice.status !== 'pending' && invoice.status !== 'partial') return total;
+  const givenBack = invoice.refunds.filter((r) => sameAsset(r, quote)).reduce((sum, r) => sum + r.amount, 0n);
+  return total > givenBack ? total - givenBack : 0n;
+}
+
+/** What is paid towards the quote reaches its 1% tolerance. */
 export function isPaidInFull(invoice: Invoice): boolean {
   const quote = paymentQuote(invoice);
-  if (quote === undefined) return false;
-  const open = invoice.status === 'pending' || invoice.status === 'partial';
-  const givenBack = open ? invoice.refunds.filter((r) => sameAsset(r, quote)).reduce((t, r) => t + r.amount, 0n) : 0n;
-  return isFullPayment(countedTotal(invoice) - givenBack, quote.cryptoAmount);
+  return quote !== undefined && isFullPayment(paidTowardsQuote(invoice, quote), quote.cryptoAmount);
 }
 
 /**
@@ -1020,6 +1025,8 @@ export function invoicePaymentView(invoice: Invoice): InvoicePaymentView {
   const latestRightToken = live.filter((p) => !p.wrongToken).at(-1);
   const latestWrongToken = live.filter((p) => p.wrongToken).at(-1);
   const total = countedTotal(invoice);
+  // The customer is asked for what refunds gave back too (isPaidInFull).
+  const towards = quote === undefined ? 0n : paidTowardsQuote(invoice, quote);
   const full = isPaidInFull(invoice);
   const fiatAmount = formatFiat(invoice.amount) ?? invoice.amount;
 
@@ -1046,8 +1053,8 @@ export function invoicePaymentView(invoice: Invoice): InvoicePaymentView {
     remainingAmount:
       quote === undefined
         ? fiatAmount
-        : formatUnits(full || total >= quote.cryptoAmount ? 0n : quote.cryptoAmount - total, quote.tokenDecimals),
-    paymentProgress: full ? 100 : quote === undefined ? 0 : paymentProgress(total, quote.cryptoAmount),
+        : formatUnits(full || towards >= quote.cryptoAmount ? 0n : quote.cryptoAmount - towards, quote.tokenDecimals),
+    paymentProgress: full ? 100 : quote === undefined ? 0 : paymentProgress(towards, quote.cryptoAmount),
     hasDetectedPayment: latestRightToken !== undefined,
     detectedPaymentAmount: latestRightToken === undefined ? null : shown(latestRightToken),
     detectedPaymentCurrency: latestRightToken?.token ?? null,

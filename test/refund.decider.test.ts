@@ -6,6 +6,7 @@ import { fold } from '../domain/decider.ts';
 import {
   depositBeforeSettlement,
   invoiceDecider,
+  invoicePaymentView,
   refundableOf,
   refundStatusOf,
   type Invoice,
@@ -274,6 +275,9 @@ describe('the invoice refund ledger', () => {
       ...pay(2, 60_000_000n, 'USDT', 5),
     );
     assert.equal(invoiceOf(refundedThenRest).status, 'partial');
+    // The customer is asked for the 40 still owed, and is shown 60 of 100 paid.
+    const view = invoicePaymentView(invoiceOf(refundedThenRest));
+    assert.deepEqual([view.remainingAmount, view.paymentProgress], ['40.00000000', 60]);
     assert.equal(
       invoiceOf(
         history(

@@ -182,6 +182,11 @@ export type SettlementRefundHeld = DomainEvent<
      */
     chain?: string;
     fromAddress?: string;
+    /**
+     * What of `amount` comes out of the settlement's own token, the rest being what the deposit holds beyond the
+     * payments it pays out (a late payment); given only when less than `amount` (absent: all of it).
+     */
+    fromSettlement?: string;
     heldAt: string;
   }
 >;
@@ -258,6 +263,11 @@ export type SettlementCommand =
       token: string;
       fromAddress: string;
       amount: bigint;
+      /**
+       * What the deposit holds of `token` beyond the payments the settlement pays out (live, confirmed, not
+       * counted: a late payment), taken first; absent: nothing.
+       */
+      beyond?: bigint;
       /** The chain's payouts spend coins whole (Bitcoin): refused while another refund from the deposit is on its way. */
       oneAtATime?: boolean;
       now: string;
@@ -271,6 +281,8 @@ export interface RefundHold {
   amount: bigint;
   /** Another token than the settlement's (a wrong-token payment): its amount is not the settlement's. */
   token?: string;
+  /** What of `amount` the settlement gives, when less (the rest was beyond its payments, see HoldForRefund). */
+  fromSettlement?: bigint;
   paid: boolean;
   coins?: RefundCoins;
 }
@@ -365,9 +377,28 @@ const failed = (
 const FEES_EXCEED = 'The amount received does not cover the fees';
 const REVERSED = 'The payments of this settlement were withdrawn by a reorganisation of the chain';
 
+/** What a hold takes out of the settlement's amount. */
+const fromSettlementOf = (h: RefundHold) => h.fromSettlement ?? h.amount;
+
 /** What refunds paid from the deposit took of the settlement's token. */
 const heldForRefunds = (s: Settlement) =>
-  s.refundHolds.reduce((sum, h) => (h.token === undefined ? sum + h.amount : sum), 0n);
+  s.refundHolds.reduce((sum, h) => (h.token === undefined ? sum + fromSettlementOf(h) : sum), 0n);
+
+/**
+ * The part of a refund of `amount` the settlement gives: the deposit's
+ * `beyond` (what it holds past the payments the settlement pays out, a late
+ * payment) goes first, less what the `others` holds of that token on it took
+ * of it already; so a late payment given back never costs the merchant.
+ */
+function takenFromSettlement(amount: bigint, beyond: bigint, others: RefundHold[]): bigint {
+  const taken = others.reduce((sum, h) => sum + h.amount - fromSettlementOf(h), 0n);
+  const left = beyond > taken ? beyond - taken : 0n;
+  return amount > left ? amount - left : 0n;
+}
+
+/** The hold's `fromSettlement`, recorded only when beyond took part of it. */
+const fromSettlementField = (amount: bigint, fromSettlement: bigint) =>
+  fromSettlement < amount ? { fromSettlement: fromSettlement.toString() } : {};
 
 /** What refunds from the deposit, other than `refundId`, still have to take of `token`: on the chain, it is still there. */
 export const unpaidHoldsOf = (s: Settlement, token: string, refundId: string) =>
@@ -553,13 +584,22 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
     const data = { refundId: command.refundId, amount: command.amount.toString(), token: command.token };
     return [{ type: 'SettlementRefundHeld', data: { ...data, heldAt: command.now } } satisfies SettlementRefundHeld];
   }
-  if (command.amount <= 0n || command.amount > state.grossAmount - heldForRefunds(state)) {
+  const ownHolds = state.refundHolds.filter((h) => h.token === undefined);
+  const fromSettlement = takenFromSettlement(command.amount, command.beyond ?? 0n, ownHolds);
+  if (command.amount <= 0n || fromSettlement > state.grossAmount - heldForRefunds(state)) {
     throw new DomainError('conflict', 'The deposit holds less than the refund');
   }
   const held: SettlementRefundHeld = {
     type: 'SettlementRefundHeld',
-    data: { refundId: command.refundId, amount: command.amount.toString(), heldAt: command.now },
+    data: {
+      refundId: command.refundId,
+      amount: command.amount.toString(),
+      ...fromSettlementField(command.amount, fromSettlement),
+      heldAt: command.now,
+    },
   };
+  // Nothing out of the settlement: it only waits for the refund, at the same amounts.
+  if (fromSettlement === 0n) return [held];
   const after = next(state, held);
   const repriced = repricedTo(after, after.grossAmount, after.networkFee, 'refund_held', command.now);
   // Refunds taking everything leave nothing to fail for: the settlement waits for them, then ends (ReleaseRefund).
@@ -591,8 +631,18 @@ function beforeRequest(command: SettlementCommand, before: PendingHolds | null):
       if (command.oneAtATime && holds.some((h) => !h.paid && fromSameDeposit(h))) {
         throw new DomainError('conflict', 'Another refund from the deposit is on its way');
       }
-      const { refundId, token, chain, fromAddress, now } = command;
-      const data = { refundId, amount: command.amount.toString(), token, chain, fromAddress, heldAt: now };
+      const { refundId, token, chain, fromAddress, amount, now } = command;
+      const sameAsset = holds.filter((h) => fromSameDeposit(h) && h.token === token);
+      const fromSettlement = takenFromSettlement(amount, command.beyond ?? 0n, sameAsset);
+      const data = {
+        refundId,
+        amount: amount.toString(),
+        token,
+        chain,
+        fromAddress,
+        ...fromSettlementField(amount, fromSettlement),
+        heldAt: now,
+      };
       return [{ type: 'SettlementRefundHeld', data } satisfies SettlementRefundHeld];
     }
     case 'ReleaseRefund': {
@@ -636,7 +686,8 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       const hold = state.refundHolds.find((h) => h.refundId === command.refundId);
       if (!hold || hold.paid) return [];
       const released = releasedOf(command);
-      if (command.paid || hold.token !== undefined) {
+      // Paid, or of nothing the settlement's amount gave (another token, or all beyond its payments): nothing to re-price.
+      if (command.paid || hold.token !== undefined || fromSettlementOf(hold) === 0n) {
         const after = next(state, released);
         // The last refund out, and nothing left to pay: the settlement ends here, never failed.
         if (refundsTakeAll(after) && !waitsForRefund(after) && isUnprepared(after)) {
@@ -718,9 +769,10 @@ function next(state: SettlementState, event: SettlementEvent): Settlement {
 const holdsTakenOver = (before: PendingHolds | null, d: SettlementRequested['data']): RefundHold[] =>
   (before?.refundHolds ?? [])
     .filter((h) => h.chain === d.chain && h.fromAddress === d.fromAddress)
-    .map(({ refundId, amount, paid, coins, token }) => ({
+    .map(({ refundId, amount, fromSettlement, paid, coins, token }) => ({
       refundId,
       amount,
+      ...(fromSettlement !== undefined && { fromSettlement }),
       paid,
       ...(coins && { coins }),
       ...(token !== d.token && { token }),
@@ -734,6 +786,9 @@ function releasedHolds<H extends RefundHold>(holds: H[], d: SettlementRefundRele
     : holds.filter((h) => h.refundId !== refundId);
 }
 
+const fromSettlementHeld = ({ fromSettlement }: SettlementRefundHeld['data']) =>
+  fromSettlement !== undefined ? { fromSettlement: BigInt(fromSettlement) } : {};
+
 function evolveBeforeRequest(state: PendingHolds | null, event: SettlementEvent): PendingHolds {
   const holds = state?.refundHolds ?? [];
   if (event.type === 'SettlementRefundHeld') {
@@ -741,7 +796,15 @@ function evolveBeforeRequest(state: PendingHolds | null, event: SettlementEvent)
     if (token === undefined || chain === undefined || fromAddress === undefined) {
       throw new Error('SettlementRefundHeld before SettlementRequested names no deposit');
     }
-    const hold = { refundId, amount: BigInt(amount), paid: false, token, chain, fromAddress };
+    const hold = {
+      refundId,
+      amount: BigInt(amount),
+      ...fromSettlementHeld(event.data),
+      paid: false,
+      token,
+      chain,
+      fromAddress,
+    };
     return { requested: false, refundHolds: [...holds, hold] };
   }
   if (event.type === 'SettlementRefundReleased') {
@@ -803,7 +866,13 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       return { ...state, attention: [...state.attention, event.data], updatedAt: event.data.raisedAt };
     case 'SettlementRefundHeld': {
       const { refundId, amount, token, heldAt } = event.data;
-      const hold = { refundId, amount: BigInt(amount), paid: false, ...(token !== undefined && { token }) };
+      const hold = {
+        refundId,
+        amount: BigInt(amount),
+        ...fromSettlementHeld(event.data),
+        paid: false,
+        ...(token !== undefined && { token }),
+      };
       return { ...state, refundHolds: [...state.refundHolds, hold], updatedAt: heldAt };
     }
     case 'SettlementRefundReleased':

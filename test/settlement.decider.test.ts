@@ -586,6 +586,53 @@ describe('settlement decider', () => {
         },
       ]);
   });
+
+  it('takes a refund first from what the deposit holds beyond its payments (a late one): only the rest is re-priced', () => {
+    const held = (refundId: string, amount: string, fromSettlement?: string): SettlementEvent => ({
+      type: 'SettlementRefundHeld',
+      data: { refundId, amount, ...(fromSettlement !== undefined && { fromSettlement }), heldAt: T1 },
+    });
+    const heldRepriced = (net: string): SettlementEvent =>
+      ({
+        ...repriced('100000000', '1000000', '0', net),
+        data: { ...repriced('100000000', '1000000', '0', net).data, cause: 'refund_held' },
+      }) as SettlementEvent;
+    // 100 paid in time, 10 late: refunding the 10 leaves the settlement whole; it only waits for the refund.
+    given(settlementDecider, [requested('TWallet')])
+      .when({ ...holdFor('r1', 10_000_000n), beyond: 10_000_000n } as SettlementCommand)
+      .then([held('r1', '10000000', '0')]);
+    given(settlementDecider, [requested('TWallet'), held('r1', '10000000', '0')])
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })
+      .then([]);
+    const paidOut = { type: 'SettlementRefundReleased', data: { refundId: 'r1', paid: true, releasedAt: T1 } } as const;
+    given(settlementDecider, [requested('TWallet'), held('r1', '10000000', '0')])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
+      .then([paidOut]);
+    assert.equal(settled([requested('TWallet'), held('r1', '10000000', '0'), paidOut]).netAmount, 99_000_000n);
+    // Given back unpaid: nothing of the settlement's came back, nothing to re-price.
+    given(settlementDecider, [requested('TWallet'), held('r1', '10000000', '0')])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: false, now: T1 })
+      .then([{ type: 'SettlementRefundReleased', data: { refundId: 'r1', paid: false, releasedAt: T1 } }]);
+    // 15 with 10 beyond: 5 from the settlement.
+    given(settlementDecider, [requested('TWallet')])
+      .when({ ...holdFor('r1', 15_000_000n), beyond: 10_000_000n } as SettlementCommand)
+      .then([held('r1', '15000000', '5000000'), heldRepriced('94000000')]);
+    // Two refunds share the one beyond: 6 then 6 of 10 beyond, the second gives 2 of the settlement's.
+    const first = [requested('TWallet'), held('r1', '6000000', '0')];
+    given(settlementDecider, first)
+      .when({ ...holdFor('r2', 6_000_000n), beyond: 10_000_000n } as SettlementCommand)
+      .then([held('r2', '6000000', '2000000'), heldRepriced('97000000')]);
+    // The deposit holds the settlement's 100 and 10 beyond: 110 fits, 110 and 1 does not.
+    given(settlementDecider, [requested('TWallet')])
+      .when({ ...holdFor('r1', 110_000_001n), beyond: 10_000_000n } as SettlementCommand)
+      .thenError('conflict', 'The deposit holds less than the refund');
+    given(settlementDecider, [requested('TWallet')])
+      .when({ ...holdFor('r1', 110_000_000n), beyond: 10_000_000n } as SettlementCommand)
+      .then([
+        held('r1', '110000000', '100000000'),
+        { ...heldRepriced('0'), data: { ...heldRepriced('0').data, platformFee: '0' } } as SettlementEvent,
+      ]);
+  });
 });
 
 describe('settlement decider: refunds held before the settlement is requested', () => {
@@ -746,6 +793,44 @@ describe('settlement decider: refunds held before the settlement is requested', 
     const started = [trx, requested('TWallet')];
     assert.deepEqual(settled(started).refundHolds, [{ refundId: 'w1', amount: 5_000_000n, paid: false, token: 'TRX' }]);
     given(settlementDecider, started).when(prepare).then([]);
+  });
+
+  it('takes a pre-request refund first from what the deposit holds beyond its payments, and the request takes that over', () => {
+    const beyond = (refundId: string, amount: bigint) => ({
+      command: { ...holdBefore(refundId, amount).command, beyond: 10_000_000n } as SettlementCommand,
+      event: holdBefore(refundId, amount).event,
+    });
+    const withPart = (event: SettlementEvent, fromSettlement: string) =>
+      ({
+        ...event,
+        data: { ...event.data, fromSettlement } as unknown as SettlementEvent['data'],
+      }) as SettlementEvent;
+    // All of it beyond: the settlement starts whole, only waiting for the refund.
+    const late = withPart(beyond('r1', 10_000_000n).event, '0');
+    given(settlementDecider, []).when(beyond('r1', 10_000_000n).command).then([late]);
+    given(settlementDecider, [late])
+      .when(request('TWallet'))
+      .then([requested('TWallet')]);
+    given(settlementDecider, [late, requested('TWallet')])
+      .when(prepare)
+      .then([]);
+    given(settlementDecider, [late, requested('TWallet')])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, now: T1 })
+      .then([{ type: 'SettlementRefundReleased', data: { refundId: 'r1', paid: true, releasedAt: T1 } }]);
+    // A second refund shares what is left beyond: 15 with 0 of 10 left, all of it from the settlement.
+    const second = beyond('r2', 15_000_000n).event;
+    given(settlementDecider, [late])
+      .when(beyond('r2', 15_000_000n).command)
+      .then([beyond('r2', 15_000_000n).event]);
+    given(settlementDecider, [late, second])
+      .when(request('TWallet'))
+      .then([requested('TWallet'), heldRepriced('1000000', '84000000')]);
+    // 25 with 10 beyond: 15 out of the settlement once requested.
+    const part = withPart(beyond('r1', 25_000_000n).event, '15000000');
+    given(settlementDecider, []).when(beyond('r1', 25_000_000n).command).then([part]);
+    given(settlementDecider, [part])
+      .when(request('TWallet'))
+      .then([requested('TWallet'), heldRepriced('1000000', '84000000')]);
   });
 
   it('refuses, once requested, a hold on another chain than its own', () => {

@@ -17,6 +17,7 @@ import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
 import {
+  beyondSettlementOf,
   depositBeforeSettlement,
   invoiceDecider,
   unpaidRefundsOf,
@@ -313,6 +314,7 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
       token: refund.token,
       fromAddress,
       amount: refund.amount,
+      beyond: invoice ? beyondSettlementOf(invoice, refund, fromAddress) : 0n,
       ...(deps.chains.get(refund.chain as ChainName)?.spendsCoinsWhole && { oneAtATime: true }),
       now: clock.now().toISOString(),
     });
@@ -361,6 +363,7 @@ async function beforeSettlement(
       token: refund.token,
       fromAddress: deposit.address,
       amount: refund.amount,
+      beyond: beyondSettlementOf(invoice, refund, deposit.address),
       now: deps.clock.now().toISOString(),
     });
   } catch (error) {

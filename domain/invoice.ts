@@ -783,6 +783,22 @@ export function depositBeforeSettlement(
   return deposit && { address: deposit.address, derivationIndex: deposit.derivationIndex };
 }
 
+/**
+ * What a deposit holds of an asset beyond the payments the invoice's
+ * settlement pays out: its live, confirmed payments there that are not
+ * counted (late ones; another token than the quote's). A refund from the
+ * deposit takes from it first (domain/settlement.ts, `HoldForRefund`), so
+ * giving back a late payment costs the merchant nothing. A counted payment
+ * not yet confirmed is not beyond: the settlement will pay it out.
+ */
+export const beyondSettlementOf = (invoice: Invoice, asset: { chain: string; token: string }, address: string) =>
+  sum(
+    invoice.payments.filter(
+      (p) =>
+        isLive(p) && p.confirmedAt !== null && sameAsset(p, asset) && p.address === address && !countsTowardTotal(p),
+    ),
+  );
+
 /** What the invoice's other refunds of this asset, reserved and not paid yet, still take (as unpaidHoldsOf for a settlement). */
 export const unpaidRefundsOf = (invoice: Invoice, asset: { chain: string; token: string }, refundId: string) =>
   invoice.refunds

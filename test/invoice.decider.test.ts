@@ -7,6 +7,7 @@ import {
   type InvoiceCommand,
   type InvoiceEvent,
   type PaymentApplied,
+  beyondSettlementOf,
   classifyPayment,
   invoiceDecider,
   invoicePaymentView,
@@ -871,5 +872,25 @@ describe('invoice: requotes after the rate window', () => {
       .when(requote(20))
       .then([]);
     given(long).when(requote(120)).thenError('bad_request', 'Invoice has expired');
+  });
+});
+
+describe('invoice: what a deposit holds beyond its settlement', () => {
+  const usdt = { chain: 'ethereum', token: 'USDT' };
+  const late = apply(2, 10_000_000n, { detectedAt: at(20) });
+  it('is its live, confirmed payments there that are not counted: a late one, not a counted one still unconfirmed', () => {
+    const history = [...paidUnconfirmed, applied(late, { late: true })];
+    // Neither confirmed: the 100 will be the settlement's, the late 10 cannot be refunded yet.
+    assert.equal(beyondSettlementOf(invoiceAfter(history), usdt, USDT_ADDRESS), 0n);
+    const confirmedLate = [...history, paymentConfirmed(2, 25)];
+    assert.equal(beyondSettlementOf(invoiceAfter(confirmedLate), usdt, USDT_ADDRESS), 10_000_000n);
+    assert.equal(
+      beyondSettlementOf(invoiceAfter([...confirmedLate, paymentConfirmed(1)]), usdt, USDT_ADDRESS),
+      10_000_000n,
+    );
+    assert.equal(beyondSettlementOf(invoiceAfter(confirmedLate), usdt, '0xother'), 0n);
+    assert.equal(beyondSettlementOf(invoiceAfter(confirmedLate), { ...usdt, token: 'ETH' }, USDT_ADDRESS), 0n);
+    const withdrawn: InvoiceEvent = { type: 'PaymentWithdrawn', data: { paymentId: 'payment-2', withdrawnAt: at(26) } };
+    assert.equal(beyondSettlementOf(invoiceAfter([...confirmedLate, withdrawn]), usdt, USDT_ADDRESS), 0n);
   });
 });

@@ -341,6 +341,45 @@ describe('refund payouts', () => {
     );
   });
 
+  it('a late payment refunded from the deposit comes out of what the deposit holds beyond the settlement, not out of the settlement', async () => {
+    const { key, merchant: m } = await merchant();
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '100', currency: 'USD', chain: 'ethereum', token: 'USDT', expiresInMinutes: 1 },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const { paymentId: id, address: deposit } = created.body.data as { paymentId: string; address: string };
+    // Paid in full in time, seen but not yet confirmed: running out of time does not expire it.
+    await transfer(deposit, '100', 'USDT');
+    await mine();
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${id}/status`)).body.data,
+      (status) => status?.hasDetectedPayment === true,
+    );
+    await admin('POST', '/dev/v1/clock/advance', { seconds: 61 });
+    // 10 more after the deadline: late, never counted, so not the settlement's (the merchant has no wallet yet).
+    await transfer(deposit, '10', 'USDT');
+    await mine(defaultConfirmations.ethereum);
+    const requested = await eventually(
+      () => settlementOf(key, id),
+      (s) => s?.status === 'pending',
+    );
+    assert.equal(requested.grossAmount, '100.000000');
+    await refundableOnce(key, id, 'USDT', '110.000000');
+    const refundable = (await svc.call('GET', `/api/v1/invoices/${id}/refundable`, { token: key })).body.data;
+    assert.equal(refundable[0].excess, '10.000000');
+    const refundId = await fromTheDeposit(key, id, { kind: 'excess' });
+    // The settlement is not re-priced: the refund gives back what the deposit holds beyond its payments.
+    assert.equal((await settlementOf(key, id)).amount, '99.000000');
+    const completed = await completedRefund(key, refundId);
+    assert.equal(completed.fundedFrom, 'deposit');
+    assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 10_000_000n]]);
+    // 100 less the 1% platform fee to the merchant; the deposit keeps only the platform fee.
+    assert.deepEqual(await settledToWallet(key, m.id, id), [['USDT', 99_000_000n]]);
+    const ledger = await SandboxLedger.open(svc.service.store, 'ethereum');
+    assert.equal(await ledger.balanceOf(deposit, 'USDT'), 1_000_000n);
+  });
+
   it('needs refunds:approve to approve, and answers 404 for another merchant', async () => {
     const { key } = await merchant(MERCHANT_WALLET);
     const { id } = await overpaid(key);

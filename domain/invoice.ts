@@ -316,14 +316,18 @@ export function findAssignment(invoice: Invoice, chain: string, address: string)
  * What the counted payments pay towards the quote. While the invoice is
  * open, what refunds of the quoted asset give back (reserved, paid or not)
  * pays nothing towards it: 40 paid, 40 refunded, then 60 paid is 60, not the
- * 100 that would confirm it. Once confirmed, a refund (of goods sent back,
+ * 100 that would confirm it. A refund of a late payment (beyond the counted
+ * ones) takes nothing from it. Once confirmed, a refund (of goods sent back,
  * of an excess) never takes that back.
  */
 function paidTowardsQuote(invoice: Invoice, quote: AssignedAddress): bigint {
   const total = countedTotal(invoice);
   if (invoice.status !== 'pending' && invoice.status !== 'partial') return total;
   const givenBack = invoice.refunds.filter((r) => sameAsset(r, quote)).reduce((sum, r) => sum + r.amount, 0n);
-  return total > givenBack ? total - givenBack : 0n;
+  // Refunds give back what is beyond the counted payments first (late ones), as the settlement takes them.
+  const beyond = beyondSettlementOf(invoice, quote, quote.address);
+  const fromCounted = givenBack > beyond ? givenBack - beyond : 0n;
+  return total > fromCounted ? total - fromCounted : 0n;
 }
 
 /** What is paid towards the quote reaches its 1% tolerance. */

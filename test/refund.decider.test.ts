@@ -297,6 +297,16 @@ describe('the invoice refund ledger', () => {
       events.map((e) => e.type),
       ['RefundReleased', 'InvoiceConfirmed'],
     );
+    // 100 paid in time (not yet confirmed) and 10 late: refunding the late 10 leaves the 100 paid in full.
+    const lateRefunded = history(
+      create,
+      assign,
+      pay(1, 100_000_000n)[0]!,
+      ...pay(2, 10_000_000n, 'USDT', 16),
+      reserve('r1', 10_000_000n),
+      pay(1, 100_000_000n)[1]!,
+    );
+    assert.equal(invoiceOf(lateRefunded).status, 'confirmed');
     // Once confirmed, a refund never takes the confirmation back.
     const confirmed = history(create, assign, ...pay(1, 100_000_000n), reserve('r1', 100_000_000n));
     assert.equal(invoiceOf(confirmed).status, 'confirmed');

@@ -314,8 +314,10 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
       token: refund.token,
       fromAddress,
       amount: refund.amount,
-      beyond: invoice ? beyondSettlementOf(invoice, refund, fromAddress) : 0n,
-      ...(deps.chains.get(refund.chain as ChainName)?.spendsCoinsWhole && { oneAtATime: true }),
+      // Not on a chain whose payouts spend coins whole (Bitcoin): the refund spends the settlement's own coins
+      // (payoutSources), never the late one, so all of it comes out of the settlement.
+      beyond: invoice && !chain?.spendsCoinsWhole ? beyondSettlementOf(invoice, refund, fromAddress) : 0n,
+      ...(chain?.spendsCoinsWhole && { oneAtATime: true }),
       now: clock.now().toISOString(),
     });
   } catch (error) {

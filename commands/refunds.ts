@@ -48,6 +48,7 @@ import {
   settlementStreamName,
   unpaidHoldsOf,
   type PendingHolds,
+  type SettlementCommand,
   type PayoutSource,
   type RefundCoins,
 } from '../domain/settlement.ts';
@@ -279,9 +280,8 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  * pay it.
  */
 async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
-  const { store, clock } = deps;
-  const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
-  const state = await loadState(store, settlementDecider, stream);
+  const { store } = deps;
+  const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)));
   const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
   const settlement = requestedSettlement(state);
   if (!settlement)
@@ -307,23 +307,14 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
     const owed = refund.amount + unpaidHoldsOf(settlement, refund.token, refund.id);
     if (!(await chain.canPay(fromAddress, refund.token, owed))) return undefined;
   }
-  try {
-    await handleCommand(store, settlementDecider, stream, {
-      type: 'HoldForRefund',
-      refundId: refund.id,
-      token: refund.token,
-      fromAddress,
-      amount: refund.amount,
-      // Not on a chain whose payouts spend coins whole (Bitcoin): the refund spends the settlement's own coins
-      // (payoutSources), never the late one, so all of it comes out of the settlement.
-      beyond: invoice && !chain?.spendsCoinsWhole ? beyondSettlementOf(invoice, refund, fromAddress) : 0n,
-      ...(chain?.spendsCoinsWhole && { oneAtATime: true }),
-      now: clock.now().toISOString(),
-    });
-  } catch (error) {
-    if (error instanceof DomainError) return undefined;
-    throw error;
-  }
+  const held = await takeHold(deps, refund, {
+    fromAddress,
+    // Not on a chain whose payouts spend coins whole (Bitcoin): the refund spends the settlement's own coins
+    // (payoutSources), never the late one, so all of it comes out of the settlement.
+    beyond: invoice && !chain?.spendsCoinsWhole ? beyondSettlementOf(invoice, refund, fromAddress) : 0n,
+    ...(chain?.spendsCoinsWhole && { oneAtATime: true }),
+  });
+  if (!held) return undefined;
   return { fundedFrom: 'deposit', fromAddress: settlement.fromAddress, derivationIndex: settlement.derivationIndex };
 }
 
@@ -357,22 +348,39 @@ async function beforeSettlement(
     const owed = refund.amount + unpaidRefundsOf(invoice, refund, refund.id);
     if (!(await chain.canPay(deposit.address, refund.token, owed))) return undefined;
   }
+  const held = await takeHold(deps, refund, {
+    chain: refund.chain,
+    fromAddress: deposit.address,
+    beyond: beyondSettlementOf(invoice, refund, deposit.address),
+  });
+  if (!held) return undefined;
+  return { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
+}
+
+/**
+ * Asks the invoice's settlement stream to hold the refund's amount on the
+ * deposit; false when it refuses (already being paid out, another address,
+ * another refund on its way): the refund wallet pays instead.
+ */
+async function takeHold(
+  deps: RefundCommandDeps,
+  refund: Refund,
+  on: Pick<Extract<SettlementCommand, { type: 'HoldForRefund' }>, 'chain' | 'fromAddress' | 'beyond' | 'oneAtATime'>,
+): Promise<boolean> {
   try {
     await handleCommand(deps.store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)), {
       type: 'HoldForRefund',
       refundId: refund.id,
-      chain: refund.chain,
       token: refund.token,
-      fromAddress: deposit.address,
       amount: refund.amount,
-      beyond: beyondSettlementOf(invoice, refund, deposit.address),
+      ...on,
       now: deps.clock.now().toISOString(),
     });
+    return true;
   } catch (error) {
-    if (error instanceof DomainError) return undefined;
+    if (error instanceof DomainError) return false;
     throw error;
   }
-  return { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
 }
 
 /**

@@ -471,11 +471,17 @@ export async function advancePayout<P extends PayoutStanding>(
       if (payout.phase === 'failed') await recorder.retry(payout);
       await recorder.markSubmitted(payout, txHash);
     }
-    if (onChain.confirmations >= requiredConfirmations[payout.chain as ChainName]) {
+    const required = requiredConfirmations[payout.chain as ChainName];
+    if (onChain.confirmations >= required) {
       // Sent once more, which the chain takes as a repeat: what a payout leaves to do once it is
-      // final (Tron's platform fee) is done even by a process that restarted since. Should that
-      // fail, the look fails and is tried again; the payout completes only after it.
-      if (payout.prepared?.txHash === txHash) await chain.broadcast(payout.prepared);
+      // final (Tron's platform fee, a token payout's leftover TRX back) is done even by a process
+      // that restarted since, which learns of it only now: the chain is asked again, and the
+      // payout completes only once that is done too. Should it fail, the look is tried again.
+      if (payout.prepared?.txHash === txHash) {
+        await chain.broadcast(payout.prepared);
+        const after = await chain.transactionStatus(txHash);
+        if (!after || after.confirmations < required) return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+      }
       await recorder.markCompleted(payout, txHash, onChain);
       return { lookAgainInMs: null };
     }

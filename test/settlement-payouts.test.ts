@@ -174,3 +174,31 @@ describe('two processes paying one settlement', () => {
     assert.equal(payouts()[0]!.txHash, after!.preparedHashes[0]);
   });
 });
+
+describe('a payout a restarted process finds on the chain, final', () => {
+  it('completes only once the chain, told of it again, has done what it leaves to do', async () => {
+    const { sweeper, state, ledger, deps } = await payoutsWith([]);
+    await sweeper.advance(SETTLEMENT_ID, HELD);
+    assert.equal((await state())!.status, 'submitted');
+    // The restarted adapter knows nothing of the payout until it is broadcast again (Tron: a token payout's
+    // leftover TRX, which then goes back to the fee wallet and is mined a look later).
+    let leftover: 'unknown' | 'on its way' | 'back' = 'unknown';
+    const restarted = Object.assign(Object.create(ledger) as SandboxLedger, {
+      async broadcast(transaction: PreparedTransaction) {
+        await ledger.broadcast(transaction);
+        if (leftover === 'unknown') leftover = 'on its way';
+      },
+      async transactionStatus(txHash: string) {
+        const status = await ledger.transactionStatus(txHash);
+        if (leftover !== 'on its way' || !status) return status;
+        leftover = 'back';
+        return { ...status, confirmations: 0 };
+      },
+    });
+    const after = new SettlementPayouts({ ...deps, chains: new Map<ChainName, ChainAdapter>([['tron', restarted]]) });
+    await after.advance(SETTLEMENT_ID, HELD);
+    assert.equal((await state())!.status, 'submitted', 'not final while the leftover is on its way');
+    await after.advance(SETTLEMENT_ID, HELD);
+    assert.equal((await state())!.status, 'completed');
+  });
+});

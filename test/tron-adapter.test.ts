@@ -159,6 +159,32 @@ describe('the Tron adapter', () => {
     assert.equal(node.balance(from.address), 0n);
   });
 
+  it("a payment to the deposit after its payout's fee went stays there, however often the payout is told again", async () => {
+    const from = deposit(6);
+    const to = randomTronKey().address;
+    node.fund(to, 1n);
+    const prepared = await chain.prepareTransfer({
+      from,
+      to,
+      token: 'TRX',
+      amount: 19_000_000n,
+      reference: 's6/1',
+      fees: { platform: 1_000_000n, network: 0n },
+    });
+    await chain.broadcast(prepared);
+    node.mine(20);
+    // The payout engine's look: final (the fee goes), then the payout told once more as it completes.
+    assert.ok((await chain.transactionStatus(prepared.txHash))!.confirmations >= 19);
+    node.mine(1);
+    assert.equal(node.balance(from.address), 0n);
+    node.fund(from.address, 5_000_000n); // the customer pays again, late
+    await chain.broadcast(prepared);
+    assert.ok((await chain.transactionStatus(prepared.txHash))!.confirmations >= 19);
+    await chain.broadcast(prepared);
+    node.mine(1);
+    assert.equal(node.balance(from.address), 5_000_000n, 'the late payment is not taken as a second fee');
+  });
+
   it('pays a merchant wallet that does not exist yet the exact amount; creating it comes out of the treasury share', async () => {
     const from = deposit(2);
     const to = randomTronKey().address;

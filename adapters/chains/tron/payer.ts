@@ -167,6 +167,13 @@ export class TronPayer {
   private readonly feeCalls = new Map<string, string>();
   /** Token payouts' leftover TRX sent back to the fee wallet, by payout id: the payout is final once it is mined. */
   private readonly leftoversBack = new Map<string, string>();
+  /**
+   * Payouts whose fee and leftover this process has seen through: the look
+   * that completes a payout broadcasts it once more, and that repeat must not
+   * work the fee out again from the balance, which by then can hold a later
+   * payment to the address (the customer's, to refund).
+   */
+  private readonly feesDone = new Set<string>();
   private treasuryExists = false;
   private topUps: Promise<unknown> = Promise.resolve();
   /** Bytes of a signed TRX transfer with the largest amount (the quote's unit). */
@@ -693,7 +700,7 @@ export class TronPayer {
   async broadcast(transaction: PreparedTransaction): Promise<void> {
     const bundle = JSON.parse(transaction.raw) as Bundle;
     const payout = bundle.payout;
-    this.feesOwed.set(payout.txID, bundle);
+    if (!this.feesDone.has(payout.txID)) this.feesOwed.set(payout.txID, bundle);
     const landed = await this.info(payout.txID);
     if ('id' in landed) {
       if (landed.receipt?.result !== undefined && landed.receipt.result !== 'SUCCESS') {
@@ -854,6 +861,7 @@ export class TronPayer {
       this.feeCalls.delete(bundle.payout.txID);
     }
     this.feesOwed.delete(bundle.payout.txID);
+    this.feesDone.add(bundle.payout.txID);
     return true;
   }
 

@@ -7,8 +7,9 @@
 // opened once its chain is checked and that wallet loaded.
 import type { ChainName } from '../../../domain/catalogue.ts';
 import type { BitcoinCoreChain, DepositKeyring } from '../../keys/derivation.ts';
+import { NodeAdapter } from '../node-adapter.ts';
 import { checkedOpen, type RetryPolicy } from '../node.ts';
-import type { ChainAdapter, OutgoingTransfer, PreparedTransaction } from '../port.ts';
+import type { ChainAdapter } from '../port.ts';
 import { BitcoinNode, BitcoinRpcError } from './node.ts';
 import { BitcoinPayer } from './payer.ts';
 import { BitcoinReader } from './reader.ts';
@@ -40,18 +41,19 @@ export interface BitcoinChainOptions {
   log?: (line: string) => void;
 }
 
-export class BitcoinChain implements ChainAdapter {
+export class BitcoinChain extends NodeAdapter implements ChainAdapter {
   readonly chain: ChainName = 'bitcoin';
   readonly spendsCoinsWhole = true;
   readonly treasury: string;
-  private readonly reader: BitcoinReader;
-  private readonly payer: BitcoinPayer;
+  protected readonly reader: BitcoinReader;
+  protected readonly payer: BitcoinPayer;
   private readonly wallet: WatchWallet;
 
   private constructor(
-    private readonly node: BitcoinNode,
+    protected readonly node: BitcoinNode,
     options: BitcoinChainOptions,
   ) {
+    super();
     const log = options.log ?? console.log;
     this.treasury = options.treasury ?? options.keyring.deriveBitcoinTreasury();
     this.wallet = new WatchWallet(node, log);
@@ -113,44 +115,12 @@ export class BitcoinChain implements ChainAdapter {
     });
   }
 
-  close(): void {
-    this.reader.close();
-    this.node.close();
-  }
-
-  // Reading the chain
-  head() {
-    return this.reader.head();
-  }
-  block(height: number) {
-    return this.reader.block(height);
-  }
-  onNewBlock(listener: () => void) {
-    return this.reader.onNewBlock(listener);
-  }
   /** The outputs of the mempool's transactions (followed by ZMQ when configured, else downloaded every few seconds). */
   mempool() {
     return this.reader.mempool();
   }
-
-  // Paying out
-  networkFee(token: string, payout?: 'settlement' | 'refund', coins?: number) {
-    return this.payer.networkFee(token, payout, coins);
-  }
-  prepareTransfer(transfer: OutgoingTransfer) {
-    return this.payer.prepareTransfer(transfer);
-  }
-  broadcast(transaction: PreparedTransaction) {
-    return this.payer.broadcast(transaction);
-  }
   transactionStatus(txHash: string) {
     return this.payer.transactionStatus(txHash);
-  }
-  balanceOf(address: string, token: string, fundedSince?: string, taken?: OutgoingTransfer['taken']) {
-    return this.payer.balanceOf(address, token, fundedSince, taken);
-  }
-  wallets() {
-    return this.payer.wallets();
   }
 }
 

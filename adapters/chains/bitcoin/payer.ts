@@ -311,7 +311,7 @@ export class BitcoinPayer {
    */
   async balanceOf(
     address: string,
-    token: string,
+    token = 'BTC',
     fundedSince?: string,
     taken?: OutgoingTransfer['taken'],
   ): Promise<bigint> {

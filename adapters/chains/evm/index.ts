@@ -5,8 +5,9 @@
 // checked.
 import { getAddress, Network } from 'ethers';
 import { findChain, mainnetChainIds, type ChainName } from '../../../domain/catalogue.ts';
+import { NodeAdapter } from '../node-adapter.ts';
 import { checkedOpen, type RetryPolicy } from '../node.ts';
-import type { ChainAdapter, OutgoingTransfer, PreparedTransaction } from '../port.ts';
+import type { ChainAdapter } from '../port.ts';
 import { EvmNode } from './node.ts';
 import { EvmPayer, type EvmPayerOptions } from './payer.ts';
 import { EvmReader, type EvmReaderOptions, type EvmToken } from './reader.ts';
@@ -29,19 +30,20 @@ export interface EvmChainOptions
   retry?: RetryPolicy;
 }
 
-export class EvmChain implements ChainAdapter {
+export class EvmChain extends NodeAdapter implements ChainAdapter {
   readonly chain: ChainName;
   readonly chainId: bigint;
   readonly treasury: string;
   readonly feeWallet: string;
-  private readonly reader: EvmReader;
-  private readonly payer: EvmPayer;
+  protected readonly reader: EvmReader;
+  protected readonly payer: EvmPayer;
 
   private constructor(
-    private readonly node: EvmNode,
+    protected readonly node: EvmNode,
     options: EvmChainOptions,
     chainId: bigint,
   ) {
+    super();
     this.chain = options.chain;
     this.chainId = chainId;
     const native = findChain(options.chain)!.nativeCurrency;
@@ -96,43 +98,11 @@ export class EvmChain implements ChainAdapter {
     });
   }
 
-  close(): void {
-    this.reader.close();
-    this.node.close();
-  }
-
-  // Reading the chain
-  head() {
-    return this.reader.head();
-  }
-  block(height: number) {
-    return this.reader.block(height);
-  }
-  onNewBlock(listener: () => void) {
-    return this.reader.onNewBlock(listener);
-  }
   transactionStatus(txHash: string) {
     return this.reader.transactionStatus(txHash);
   }
-
-  // Paying out
   receivingProblem(address: string) {
     return this.payer.receivingProblem(address);
-  }
-  networkFee(token: string, payout?: 'settlement' | 'refund') {
-    return this.payer.networkFee(token, payout);
-  }
-  prepareTransfer(transfer: OutgoingTransfer) {
-    return this.payer.prepareTransfer(transfer);
-  }
-  broadcast(transaction: PreparedTransaction) {
-    return this.payer.broadcast(transaction);
-  }
-  balanceOf(address: string, token?: string) {
-    return this.payer.balanceOf(address, token);
-  }
-  wallets() {
-    return this.payer.wallets();
   }
 }
 

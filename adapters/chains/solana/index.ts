@@ -6,8 +6,9 @@
 // getSignaturesForAddress per open address: see docs/solana.md.
 import { NATIVE_MINT, TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID } from '@solana/spl-token';
 import { findChain, type ChainName } from '../../../domain/catalogue.ts';
+import { NodeAdapter } from '../node-adapter.ts';
 import { checkedOpen, type RetryPolicy } from '../node.ts';
-import type { ChainAdapter, OutgoingTransfer, PreparedTransaction } from '../port.ts';
+import type { ChainAdapter, PreparedTransaction } from '../port.ts';
 import { SolanaNode } from './node.ts';
 import { SolanaPayer, type SolanaPayerOptions } from './payer.ts';
 import { SolanaReader, type SolanaToken } from './reader.ts';
@@ -45,18 +46,19 @@ export interface SolanaChainOptions {
 
 // ---------------------------------------------------------------------------
 
-export class SolanaChain implements ChainAdapter {
+export class SolanaChain extends NodeAdapter implements ChainAdapter {
   readonly chain: ChainName = 'solana';
   readonly treasury: string;
   readonly feeWallet: string;
   private readonly tokens: SolanaToken[];
-  private readonly reader: SolanaReader;
-  private readonly payer: SolanaPayer;
+  protected readonly reader: SolanaReader;
+  protected readonly payer: SolanaPayer;
 
   private constructor(
-    private readonly node: SolanaNode,
+    protected readonly node: SolanaNode,
     options: SolanaChainOptions,
   ) {
+    super();
     this.tokens =
       options.tokens ??
       findChain('solana')!
@@ -131,54 +133,25 @@ export class SolanaChain implements ChainAdapter {
     }
   }
 
-  close(): void {
-    this.reader.close();
-    this.node.close();
-  }
-
-  // Reading the chain
-  head() {
-    return this.reader.head();
-  }
-  block(slot: number) {
-    return this.reader.block(slot);
-  }
-  onNewBlock(listener: () => void) {
-    return this.reader.onNewBlock(listener);
-  }
   transactionStatus(txHash: string) {
     return this.reader.transactionStatus(txHash);
   }
   transactionStatuses(signatures: readonly string[]) {
     return this.reader.transactionStatuses(signatures);
   }
-
-  // Paying out
   refreshPriorityPrice() {
     return this.payer.refreshPriorityPrice();
   }
   receivingProblem(address: string) {
     return this.payer.receivingProblem(address);
   }
-  networkFee(token: string, payout?: 'settlement' | 'refund') {
-    return this.payer.networkFee(token, payout);
-  }
-  prepareTransfer(transfer: OutgoingTransfer) {
-    return this.payer.prepareTransfer(transfer);
-  }
   /** Sent again once final (the payout engine does so before completing): nothing left to do or ask. */
-  async broadcast(transaction: PreparedTransaction) {
+  override async broadcast(transaction: PreparedTransaction) {
     if (this.reader.isFinal(transaction.txHash)) return;
     return this.payer.broadcast(transaction);
   }
-  balanceOf(address: string, token?: string) {
-    return this.payer.balanceOf(address, token);
-  }
   canPay(address: string, token: string, amount: bigint) {
     return this.payer.canPay(address, token, amount);
-  }
-  wallets() {
-    return this.payer.wallets();
   }
 }
 

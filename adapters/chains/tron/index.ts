@@ -5,8 +5,9 @@
 // its network and treasury are checked.
 import { findChain, type ChainName } from '../../../domain/catalogue.ts';
 import type { RateProvider } from '../../rates/port.ts';
+import { NodeAdapter } from '../node-adapter.ts';
 import { checkedOpen } from '../node.ts';
-import type { ChainAdapter, OutgoingTransfer, PreparedTransaction } from '../port.ts';
+import type { ChainAdapter, OutgoingTransfer } from '../port.ts';
 import { TronNode, type BlockJson, type TronNodeOptions } from './node.ts';
 import { TronPayer, type TronPayerOptions } from './payer.ts';
 import { TronReader, type TronReaderOptions, type TronToken } from './reader.ts';
@@ -36,17 +37,18 @@ export interface TronChainOptions
   treasury?: string;
 }
 
-export class TronChain implements ChainAdapter {
+export class TronChain extends NodeAdapter implements ChainAdapter {
   readonly chain: ChainName = 'tron';
   readonly treasury: string;
   readonly feeWallet: string;
-  private readonly reader: TronReader;
-  private readonly payer: TronPayer;
+  protected readonly reader: TronReader;
+  protected readonly payer: TronPayer;
 
   private constructor(
-    private readonly node: TronNode,
+    protected readonly node: TronNode,
     options: TronChainOptions,
   ) {
+    super();
     const tokens =
       options.tokens ??
       findChain('tron')!
@@ -111,51 +113,19 @@ export class TronChain implements ChainAdapter {
     this.payer.useRates(rates);
   }
 
-  close(): void {
-    this.reader.close();
-    this.node.close();
-  }
-
-  // Reading the chain
-  head() {
-    return this.reader.head();
-  }
   /** How far the node's head is behind the wall clock, in ms (a backend that stopped following the chain). */
   headAge(now?: number) {
     return this.reader.headAge(now);
   }
-  block(height: number) {
-    return this.reader.block(height);
-  }
-  onNewBlock(listener: () => void) {
-    return this.reader.onNewBlock(listener);
-  }
-
-  // Paying out
   receivingProblem(address: string) {
     return this.payer.receivingProblem(address);
-  }
-  networkFee(token: string, payout?: 'settlement' | 'refund') {
-    return this.payer.networkFee(token, payout);
   }
   quoteNetworkFee(payout: Pick<OutgoingTransfer, 'from' | 'to' | 'token'>) {
     return this.payer.quoteNetworkFee(payout);
   }
-  prepareTransfer(transfer: OutgoingTransfer) {
-    return this.payer.prepareTransfer(transfer);
-  }
-  broadcast(transaction: PreparedTransaction) {
-    return this.payer.broadcast(transaction);
-  }
   /** A payout's place on the chain; one of this process whose platform fee is still owed sends it first. */
   transactionStatus(txHash: string) {
     return this.payer.transactionStatus(txHash);
-  }
-  balanceOf(address: string, token?: string) {
-    return this.payer.balanceOf(address, token);
-  }
-  wallets() {
-    return this.payer.wallets();
   }
 }
 

@@ -4,7 +4,17 @@
 // index.ts builds the two on its node and adds what is its own (where a
 // transaction's status is asked, fee quotes, refund checks), so that the port
 // (port.ts) stays what the watcher and the payout engine ask of any chain.
-import type { ChainBlock, ChainHead, OutgoingTransfer, PreparedTransaction } from './port.ts';
+// Also what the payers and the opening functions share: the deposit key a
+// payout is signed with, and which chains have a node.
+import type { ChainName } from '../../domain/catalogue.ts';
+import type { Chain, DepositKeyFor, DepositKeyring } from '../keys/derivation.ts';
+import {
+  TransactionRejectedError,
+  type ChainBlock,
+  type ChainHead,
+  type OutgoingTransfer,
+  type PreparedTransaction,
+} from './port.ts';
 
 export interface NodeReader {
   head(): Promise<ChainHead>;
@@ -67,4 +77,35 @@ export abstract class NodeAdapter {
   wallets() {
     return this.payer.wallets();
   }
+}
+
+/** What opening the node adapters reads of the settings, whatever the chain. */
+export interface NodeSettings {
+  chains: readonly ChainName[];
+  chainRpcUrls: Partial<Record<ChainName, string>>;
+}
+
+/** The URL of `chain`'s node when the chain is enabled and has one; otherwise it has no node adapter. */
+export function nodeUrlOf(settings: NodeSettings, chain: ChainName): string | undefined {
+  const rpcUrl = settings.chainRpcUrls[chain];
+  return rpcUrl && settings.chains.includes(chain) ? rpcUrl : undefined;
+}
+
+/**
+ * The key a payout from `from` is signed with. A derivation index that
+ * gives another address than the recorded one is refused for good: no key
+ * signs a payout it was not recorded for. `asDerived`: the address as the
+ * keyring spells it (EVM: checksummed).
+ */
+export function depositKeyOf<C extends Chain>(
+  keyring: Pick<DepositKeyring, 'deriveDepositKey'>,
+  chain: C,
+  from: OutgoingTransfer['from'],
+  asDerived: (address: string) => string = (address) => address,
+): DepositKeyFor<C> {
+  const key = keyring.deriveDepositKey(chain, from.derivationIndex);
+  if (key.address !== asDerived(from.address)) {
+    throw new TransactionRejectedError(`derivation index ${from.derivationIndex} is not ${from.address}`);
+  }
+  return key;
 }

@@ -7,7 +7,7 @@
 // opened once its chain is checked and that wallet loaded.
 import type { ChainName } from '../../../domain/catalogue.ts';
 import type { BitcoinCoreChain, DepositKeyring } from '../../keys/derivation.ts';
-import { NodeAdapter } from '../node-adapter.ts';
+import { NodeAdapter, nodeUrlOf, type NodeSettings } from '../node-adapter.ts';
 import { checkedOpen, type RetryPolicy } from '../node.ts';
 import type { ChainAdapter } from '../port.ts';
 import { BitcoinNode, BitcoinRpcError } from './node.ts';
@@ -126,9 +126,7 @@ export class BitcoinChain extends NodeAdapter implements ChainAdapter {
 
 /** Bitcoin's adapter when it is enabled and has an RPC URL, opened (and its network checked). */
 export async function openBitcoinChain(
-  settings: {
-    chains: readonly ChainName[];
-    chainRpcUrls: Partial<Record<ChainName, string>>;
+  settings: NodeSettings & {
     bitcoin: {
       network: BitcoinCoreChain;
       cookieFile: string | undefined;
@@ -139,8 +137,8 @@ export async function openBitcoinChain(
   },
   keyring: BitcoinChainOptions['keyring'],
 ): Promise<BitcoinChain | undefined> {
-  const rpcUrl = settings.chainRpcUrls.bitcoin;
-  if (!rpcUrl || !settings.chains.includes('bitcoin')) return undefined;
+  const rpcUrl = nodeUrlOf(settings, 'bitcoin');
+  if (!rpcUrl) return undefined;
   const { network, cookieFile, zmqUrl, treasury, feeRate } = settings.bitcoin;
   return BitcoinChain.open({
     rpcUrl,

@@ -41,6 +41,7 @@ import {
   type PreparedTransaction,
   type TransactionStatus,
 } from '../port.ts';
+import { depositKeyOf } from '../node-adapter.ts';
 import { BitcoinRpcError, satoshis, type BitcoinNode } from './node.ts';
 import { COINBASE_MATURITY } from './reader.ts';
 import type { SweepCoin, WatchWallet } from './wallet.ts';
@@ -329,12 +330,7 @@ export class BitcoinPayer {
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
     const earlier = this.preparedByReference.get(transfer.reference);
     if (earlier) return earlier;
-    const key = this.options.keyring.deriveDepositKey('bitcoin', transfer.from.derivationIndex);
-    if (key.address !== transfer.from.address) {
-      throw new TransactionRejectedError(
-        `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
-      );
-    }
+    const key = depositKeyOf(this.options.keyring, 'bitcoin', transfer.from);
     const merchantScript = this.outputScript(transfer.to);
     if (transfer.amount < dustThreshold(merchantScript)) {
       throw new TransactionRejectedError(

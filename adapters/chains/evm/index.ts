@@ -5,7 +5,7 @@
 // checked.
 import { getAddress, Network } from 'ethers';
 import { findChain, mainnetChainIds, type ChainName } from '../../../domain/catalogue.ts';
-import { NodeAdapter } from '../node-adapter.ts';
+import { NodeAdapter, nodeUrlOf, type NodeSettings } from '../node-adapter.ts';
 import { checkedOpen, type RetryPolicy } from '../node.ts';
 import type { ChainAdapter } from '../port.ts';
 import { EvmNode } from './node.ts';
@@ -108,9 +108,7 @@ export class EvmChain extends NodeAdapter implements ChainAdapter {
 
 /** The EVM chains among `chains` that have an RPC URL, opened (and their chain ids checked) one by one. */
 export async function openEvmChains(
-  settings: {
-    chains: readonly ChainName[];
-    chainRpcUrls: Partial<Record<ChainName, string>>;
+  settings: NodeSettings & {
     evm: Partial<
       Record<ChainName, { chainId: bigint | undefined; tokens: EvmToken[] | undefined; treasury: string | undefined }>
     >;
@@ -121,7 +119,7 @@ export async function openEvmChains(
   const opened = new Map<ChainName, EvmChain>();
   try {
     for (const chain of settings.chains) {
-      const rpcUrl = settings.chainRpcUrls[chain];
+      const rpcUrl = nodeUrlOf(settings, chain);
       const evm = settings.evm[chain];
       if (!rpcUrl || !evm || mainnetChainIds[chain] === undefined) continue;
       opened.set(

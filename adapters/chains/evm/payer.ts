@@ -26,6 +26,7 @@ import type { ChainName } from '../../../domain/catalogue.ts';
 import type { DepositKeyring } from '../../keys/derivation.ts';
 import { sleep } from '../node.ts';
 import { TransactionRejectedError, type OutgoingTransfer, type PreparedTransaction } from '../port.ts';
+import { depositKeyOf } from '../node-adapter.ts';
 import type { EvmNode } from './node.ts';
 import type { EvmToken, RpcBlock } from './reader.ts';
 
@@ -175,12 +176,7 @@ export class EvmPayer {
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
     const earlier = this.preparedByReference.get(transfer.reference);
     if (earlier) return earlier;
-    const key = this.options.keyring.deriveDepositKey(this.options.chain as 'ethereum', transfer.from.derivationIndex);
-    if (key.address !== getAddress(transfer.from.address)) {
-      throw new TransactionRejectedError(
-        `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
-      );
-    }
+    const key = depositKeyOf(this.options.keyring, this.options.chain as 'ethereum', transfer.from, getAddress);
     const wallet = new Wallet(hexlify(key.privateKey));
     const prepared =
       transfer.token === this.options.native

@@ -6,7 +6,7 @@
 // getSignaturesForAddress per open address: see docs/solana.md.
 import { NATIVE_MINT, TOKEN_2022_PROGRAM_ID, TOKEN_PROGRAM_ID } from '@solana/spl-token';
 import { findChain, type ChainName } from '../../../domain/catalogue.ts';
-import { NodeAdapter } from '../node-adapter.ts';
+import { NodeAdapter, nodeUrlOf, type NodeSettings } from '../node-adapter.ts';
 import { checkedOpen, type RetryPolicy } from '../node.ts';
 import type { ChainAdapter, PreparedTransaction } from '../port.ts';
 import { SolanaNode } from './node.ts';
@@ -157,17 +157,15 @@ export class SolanaChain extends NodeAdapter implements ChainAdapter {
 
 /** Solana's adapter when it is enabled and has an RPC URL, opened (and its cluster checked). */
 export async function openSolanaChain(
-  settings: {
-    chains: readonly ChainName[];
-    chainRpcUrls: Partial<Record<ChainName, string>>;
+  settings: NodeSettings & {
     solana: { cluster: string; tokens: SolanaToken[] | undefined; treasury: string | undefined } | undefined;
     requiredConfirmations: Record<ChainName, number>;
   },
   keyring: SolanaChainOptions['keyring'],
 ): Promise<SolanaChain | undefined> {
-  const rpcUrl = settings.chainRpcUrls.solana;
+  const rpcUrl = nodeUrlOf(settings, 'solana');
   const solana = settings.solana;
-  if (!rpcUrl || !solana || !settings.chains.includes('solana')) return undefined;
+  if (!rpcUrl || !solana) return undefined;
   return SolanaChain.open({
     rpcUrl,
     keyring,

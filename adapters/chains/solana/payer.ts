@@ -50,6 +50,7 @@ import {
   type OutgoingTransfer,
   type PreparedTransaction,
 } from '../port.ts';
+import { depositKeyOf } from '../node-adapter.ts';
 import { landed, SolanaRpcError, toBigInt, type Integer, type SignatureStatus, type SolanaNode } from './node.ts';
 import type { SolanaToken } from './reader.ts';
 
@@ -293,12 +294,7 @@ export class SolanaPayer {
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
     const earlier = this.preparedByReference.get(transfer.reference);
     if (earlier) return earlier;
-    const key = this.options.keyring.deriveDepositKey('solana', transfer.from.derivationIndex);
-    if (key.address !== transfer.from.address) {
-      throw new TransactionRejectedError(
-        `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
-      );
-    }
+    const key = depositKeyOf(this.options.keyring, 'solana', transfer.from);
     const deposit = Keypair.fromSeed(key.privateKey);
     const { instructions, held } =
       transfer.token === 'SOL'

@@ -5,7 +5,7 @@
 // its network and treasury are checked.
 import { findChain, type ChainName } from '../../../domain/catalogue.ts';
 import type { RateProvider } from '../../rates/port.ts';
-import { NodeAdapter } from '../node-adapter.ts';
+import { NodeAdapter, nodeUrlOf, type NodeSettings } from '../node-adapter.ts';
 import { checkedOpen } from '../node.ts';
 import type { ChainAdapter, OutgoingTransfer } from '../port.ts';
 import { TronNode, type BlockJson, type TronNodeOptions } from './node.ts';
@@ -131,9 +131,7 @@ export class TronChain extends NodeAdapter implements ChainAdapter {
 
 /** Tron's adapter when it is enabled and has an RPC URL, opened (and its network checked). */
 export async function openTronChain(
-  settings: {
-    chains: readonly ChainName[];
-    chainRpcUrls: Partial<Record<ChainName, string>>;
+  settings: NodeSettings & {
     tron:
       | {
           network: string;
@@ -148,9 +146,9 @@ export async function openTronChain(
   },
   keyring: TronChainOptions['keyring'],
 ): Promise<TronChain | undefined> {
-  const rpcUrl = settings.chainRpcUrls.tron;
+  const rpcUrl = nodeUrlOf(settings, 'tron');
   const tron = settings.tron;
-  if (!rpcUrl || !tron || !settings.chains.includes('tron')) return undefined;
+  if (!rpcUrl || !tron) return undefined;
   return TronChain.open({
     rpcUrl,
     keyring,

@@ -46,6 +46,7 @@ import {
   type PreparedTransaction,
   type TransactionStatus,
 } from '../port.ts';
+import { depositKeyOf } from '../node-adapter.ts';
 import { fromHex, type TransactionInfoJson, type TransactionJson, type TronNode } from './node.ts';
 import type { TronReader, TronToken } from './reader.ts';
 
@@ -411,12 +412,7 @@ export class TronPayer {
   async prepareTransfer(transfer: OutgoingTransfer): Promise<PreparedTransaction> {
     const earlier = this.preparedByReference.get(transfer.reference);
     if (earlier) return earlier;
-    const key = this.options.keyring.deriveDepositKey('tron', transfer.from.derivationIndex);
-    if (key.address !== transfer.from.address) {
-      throw new TransactionRejectedError(
-        `derivation index ${transfer.from.derivationIndex} is not ${transfer.from.address}`,
-      );
-    }
+    const key = depositKeyOf(this.options.keyring, 'tron', transfer.from);
     if (transfer.amount > BigInt(Number.MAX_SAFE_INTEGER)) {
       throw new TransactionRejectedError(`${transfer.amount} is more than one Tron transaction can carry here`);
     }

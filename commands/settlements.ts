@@ -261,6 +261,8 @@ export class SettlementPayouts implements PayoutKind {
         // The same reference always prepares the same transaction: it names what this one pays.
         reference: `${settlement.id}/${settlement.attempt}/${settlement.merchantWallet}/${settlement.netAmount}`,
         fees: { platform: settlement.platformFee, network: settlement.networkFee },
+        // What a refused attempt left mined (EVM: its platform fee) is not paid again.
+        ...(settlement.refusedAttempts.length > 0 && { refusedAttempts: settlement.refusedAttempts }),
         // The payments, with a refund's change in place of the coins that refund spent.
         ...(sources && {
           sources: sources.map((s) => ({ txHash: s.txHash, index: s.index, amount: BigInt(s.amount) })),

@@ -2,11 +2,13 @@
 // parsing (native transfers, token logs with their log indexes, batches of
 // logs checked against block hashes), a reorg seen through block hashes, and
 // settlement bundles that are the same when prepared again and harmless when
-// broadcast again.
+// broadcast again, and a new attempt after a refused payout step that does
+// not pay the platform fee twice.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Wallet, type Contract } from 'ethers';
+import { Transaction, Wallet, type Contract } from 'ethers';
 import { EvmChain } from '../adapters/chains/evm/index.ts';
+import { TransactionRejectedError, type OutgoingTransfer, type PreparedTransaction } from '../adapters/chains/port.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
 import { deployToken, HARDHAT_CHAIN_ID, startHardhat, type LocalNode } from './support/hardhat.ts';
 
@@ -163,8 +165,9 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
     assert.deepEqual(after.transfers, []);
   });
 
-  it('prepares the same bundle for the same reference and takes a repeated broadcast as done', async () => {
-    const key = keyring.deriveDepositKey('ethereum', 900);
+  /** A deposit paid 0.1 ETH, and its settlement's sweep: the platform fee (1 %) and the payout, priced now. */
+  async function nativeSettlement(derivationIndex: number, reference: string) {
+    const key = keyring.deriveDepositKey('ethereum', derivationIndex);
     const merchant = Wallet.createRandom().address;
     const gross = 10n ** 17n;
     await (await node.payer.sendTransaction({ to: key.address, value: gross })).wait();
@@ -172,13 +175,18 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
     const network = chain.networkFee('ETH');
     const platform = gross / 100n;
     const transfer = {
-      from: { address: key.address, derivationIndex: 900 },
+      from: { address: key.address, derivationIndex },
       to: merchant,
       token: 'ETH',
       amount: gross - platform - network,
-      reference: 'adapter-test/1',
+      reference,
       fees: { platform, network },
     };
+    return { key, merchant, platform, transfer };
+  }
+
+  it('prepares the same bundle for the same reference and takes a repeated broadcast as done', async () => {
+    const { key, merchant, transfer } = await nativeSettlement(900, 'adapter-test/1');
     const prepared = await chain.prepareTransfer(transfer);
     assert.deepEqual(await chain.prepareTransfer(transfer), prepared);
     assert.equal(await chain.transactionStatus(prepared.txHash), undefined);
@@ -263,5 +271,82 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
     await chain.broadcast(eth);
     assert.equal(await chain.balanceOf(other), held - network);
     assert.equal(await chain.balanceOf(key.address), after - held, "what is left is the top-up's unburnt gas");
+  });
+
+  /**
+   * The attempt's platform fee step mined, its payout step then refused (the
+   * base fee rose above the bundle's fee cap, as in a fee spike), and a late
+   * payment reaching the deposit before the next attempt.
+   */
+  async function feeMinedPayoutRefused(transfer: OutgoingTransfer, latePayment: () => Promise<unknown>) {
+    const first = await chain.prepareTransfer(transfer);
+    const [feeStep] = (JSON.parse(first.raw) as { steps: string[] }).steps;
+    await node.rpc('eth_sendRawTransaction', [feeStep]);
+    const perGas = Transaction.from(feeStep!).maxFeePerGas!;
+    const baseFee = (await node.provider.getBlock('latest'))!.baseFeePerGas!;
+    await node.rpc('hardhat_setNextBlockBaseFeePerGas', ['0x' + (perGas * 10n).toString(16)]);
+    await assert.rejects(chain.broadcast(first), TransactionRejectedError);
+    await node.rpc('hardhat_setNextBlockBaseFeePerGas', ['0x' + baseFee.toString(16)]);
+    await latePayment();
+    await chain.head();
+    return first;
+  }
+
+  async function attemptAfter(first: PreparedTransaction, transfer: OutgoingTransfer) {
+    const second = await chain.prepareTransfer({
+      ...transfer,
+      reference: `${transfer.reference}/2`,
+      refusedAttempts: [first.raw],
+    });
+    await chain.broadcast(second);
+    assert.ok(await chain.transactionStatus(second.txHash));
+  }
+
+  it('a new native attempt after a refused payout step pays the platform fee once; a late payment stays on the deposit', async () => {
+    const { key, merchant, platform, transfer } = await nativeSettlement(903, 'adapter-test/refused-eth');
+    const late = 5n * 10n ** 16n;
+    const treasuryBefore = await chain.balanceOf(chain.treasury);
+    const first = await feeMinedPayoutRefused(transfer, async () =>
+      (await node.payer.sendTransaction({ to: key.address, value: late })).wait(),
+    );
+    assert.equal(await chain.transactionStatus(first.txHash), undefined, 'the first payout never made it');
+    await attemptAfter(first, transfer);
+    assert.equal((await chain.balanceOf(chain.treasury)) - treasuryBefore, platform, 'the platform fee, once');
+    assert.equal(await chain.balanceOf(merchant), transfer.amount);
+    assert.equal(await chain.balanceOf(key.address), late, 'the late payment stays on the deposit, to the wei');
+  });
+
+  it('a new USDT attempt after a refused payout step pays the platform fee once; a late payment stays on the deposit', async () => {
+    const key = keyring.deriveDepositKey('ethereum', 904);
+    const merchant = Wallet.createRandom().address;
+    const gross = 100_000_000n;
+    const late = 5_000_000n;
+    const platform = gross / 100n;
+    await (await usdt.getFunction('transfer')(key.address, gross)).wait();
+    await (await node.payer.sendTransaction({ to: chain.feeWallet, value: 10n ** 18n })).wait();
+    await chain.head();
+    const transfer = {
+      from: { address: key.address, derivationIndex: 904 },
+      to: merchant,
+      token: 'USDT',
+      amount: gross - platform,
+      reference: 'adapter-test/refused-usdt',
+      fees: { platform, network: 0n },
+    };
+    const treasuryBefore = await chain.balanceOf(chain.treasury, 'USDT');
+    // The fee step needs gas on the deposit: the first bundle's whole budget, as its top-up would give.
+    const budget = BigInt(
+      (JSON.parse((await chain.prepareTransfer(transfer)).raw) as { topUp: { budget: string } }).topUp.budget,
+    );
+    await (await node.payer.sendTransaction({ to: key.address, value: budget })).wait();
+    const first = await feeMinedPayoutRefused(transfer, () =>
+      usdt
+        .getFunction('transfer')(key.address, late)
+        .then((t) => t.wait()),
+    );
+    await attemptAfter(first, transfer);
+    assert.equal((await chain.balanceOf(chain.treasury, 'USDT')) - treasuryBefore, platform, 'the platform fee, once');
+    assert.equal(await chain.balanceOf(merchant, 'USDT'), transfer.amount);
+    assert.equal(await chain.balanceOf(key.address, 'USDT'), late, 'the late payment stays on the deposit');
   });
 });

@@ -25,9 +25,20 @@ const clock = { now: () => new Date('2026-11-22T10:00:00.000Z') };
 /** One process, its lease on the chain's payouts never lost. */
 const HELD = new AbortController().signal;
 
-/** The ledger, with broadcasts that fail in a chosen way a chosen number of times. */
-function flakyChain(ledger: SandboxLedger, failures: ('lost-reply' | 'timeout' | 'rejected')[]): ChainAdapter {
+/**
+ * The ledger, with broadcasts that fail in a chosen way a chosen number of
+ * times; `asked` gets every payout it is asked to prepare.
+ */
+function flakyChain(
+  ledger: SandboxLedger,
+  failures: ('lost-reply' | 'timeout' | 'rejected')[],
+  asked: OutgoingTransfer[],
+): ChainAdapter {
   return Object.assign(Object.create(ledger) as SandboxLedger, {
+    prepareTransfer(transfer: OutgoingTransfer) {
+      asked.push(transfer);
+      return ledger.prepareTransfer(transfer);
+    },
     async broadcast(transaction: PreparedTransaction) {
       const failure = failures.shift();
       if (failure === 'lost-reply') {
@@ -47,7 +58,8 @@ async function payoutsWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
   const ledger = await SandboxLedger.open(store, 'tron', clock);
   // The customer's payment: the ledger, as a chain, refuses a payout from an address that holds less.
   await ledger.transfer({ to: DEPOSIT, token: 'USDT', amount: 100_000_000n });
-  const chain = flakyChain(ledger, failures);
+  const asked: OutgoingTransfer[] = [];
+  const chain = flakyChain(ledger, failures, asked);
   // The payout goes to the merchant's wallet as the merchant's stream has it.
   await handleCommand(store, merchantDecider, merchantStream(MERCHANT_ID), {
     type: 'RegisterMerchant',
@@ -86,7 +98,7 @@ async function payoutsWith(failures: ('lost-reply' | 'timeout' | 'rejected')[]) 
   const retrying = new SettlementPayouts({ ...deps, clock: later });
   const state = () => loadSettlement(store, SETTLEMENT_ID);
   const payouts = () => ledger.transfersTo(WALLET);
-  return { sweeper, retrying, state, payouts, ledger, deps };
+  return { sweeper, retrying, state, payouts, ledger, deps, asked };
 }
 
 describe('settlement payouts with a failing broadcast', () => {
@@ -135,6 +147,18 @@ describe('settlement payouts with a failing broadcast', () => {
     assert.equal(after!.preparedHashes.length, 2);
     assert.equal(after!.txHash, after!.preparedHashes[1]);
     assert.equal(payouts().length, 1);
+  });
+
+  it("gives the new attempt the refused attempt's transaction, so that the chain is asked what of it was mined", async () => {
+    // EVM: a refused bundle's platform fee step may be mined all the same; the new attempt must not pay it again.
+    const { sweeper, retrying, state, asked } = await payoutsWith(['rejected']);
+    await sweeper.advance(SETTLEMENT_ID, HELD);
+    const refused = (await state())!.prepared!.raw;
+    assert.equal(asked[0]!.refusedAttempts, undefined, 'a first attempt has none');
+    await retrying.advance(SETTLEMENT_ID, HELD);
+    assert.equal(asked.length, 2);
+    assert.deepEqual(asked[1]!.refusedAttempts, [refused]);
+    assert.deepEqual((await state())!.refusedAttempts, [refused]);
   });
 });
 

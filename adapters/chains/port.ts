@@ -140,6 +140,15 @@ export interface OutgoingTransfer {
    * payer's own, from the chain, so that a restart forgets none of them.
    */
   othersPrepared?: string[];
+  /**
+   * The recorded transactions (`raw`, as `prepareTransfer` gave them) of this
+   * payout's earlier attempts that the chain refused. An account chain whose
+   * payout is several transactions (EVM: the platform fee, then the payout)
+   * reads from the chain which of theirs were mined all the same, and does
+   * not send those again: a new attempt pays only the platform fee still owed,
+   * never from a payment that reached the deposit since.
+   */
+  refusedAttempts?: string[];
 }
 
 /**

@@ -11,7 +11,11 @@
 // has the highest nonce, the payout on the chain means the fee is there too,
 // and since every attempt of a settlement starts at the deposit address's
 // mined nonce, two attempts compete for the same nonces: at most one payout
-// can ever be mined.
+// can ever be mined. A refused attempt's fee step may be mined all the same
+// (the payout after it refused, say for a fee cap below a risen base fee): the
+// next attempt pays only the fee those steps did not, read from their receipts
+// (`refusedAttempts`), never from the deposit's balance, which may hold a late
+// payment that stays there.
 //
 // Native payouts pay exactly the network fee the settlement recorded: every
 // transaction has 21,000 gas at one price per gas (EIP-1559 with the tip equal
@@ -202,21 +206,23 @@ export class EvmPayer {
         throw new TransactionRejectedError(`${to} is a contract: native payouts go to plain accounts`);
     }
     const from = wallet.address;
-    const [balance, nonce] = await Promise.all([this.balanceOf(from), this.nonceOf(from)]);
+    const [balance, nonce, feeOwed] = await Promise.all([
+      this.balanceOf(from),
+      this.nonceOf(from),
+      this.platformFeeOwed(platform, transfer),
+    ]);
     const gas = NATIVE_GAS * perGas;
     const fee: FeeQuote = { maxFeePerGas: perGas, maxPriorityFeePerGas: perGas, eip1559: this.fee?.eip1559 ?? true };
-    // The platform fee, or what is left of it when an earlier attempt already sent it.
-    const feeAmount = [platform, balance - transfer.amount - 2n * gas].reduce((a, b) => (a < b ? a : b));
     const steps: Transaction[] = [];
-    if (feeAmount > 0n) {
+    if (feeOwed > 0n) {
       steps.push(
-        await this.sign(wallet, { to: this.options.treasury, value: feeAmount, nonce, gasLimit: NATIVE_GAS }, fee),
+        await this.sign(wallet, { to: this.options.treasury, value: feeOwed, nonce, gasLimit: NATIVE_GAS }, fee),
       );
     }
-    const left = balance - (feeAmount > 0n ? feeAmount + gas : 0n);
+    const left = balance - (feeOwed > 0n ? feeOwed + gas : 0n);
     if (left < transfer.amount + gas) {
       throw new TransactionRejectedError(
-        `${from} holds ${balance} wei, less than the payout of ${transfer.amount} and its gas`,
+        `${from} holds ${balance} wei, less than the payout of ${transfer.amount}, the platform fee of ${feeOwed} still owed and their gas`,
       );
     }
     steps.push(
@@ -241,21 +247,21 @@ export class EvmPayer {
       );
     }
     const from = wallet.address;
-    const [balance, nonce, before] = await Promise.all([
+    const [balance, nonce, before, feeOwed] = await Promise.all([
       this.balanceOf(from, token.symbol),
       this.nonceOf(from),
       this.balanceOf(from),
+      this.platformFeeOwed(platform, transfer),
     ]);
-    if (balance < transfer.amount) {
+    if (balance < transfer.amount + feeOwed) {
       throw new TransactionRejectedError(
-        `${from} holds ${balance} ${token.symbol} base units, less than the payout of ${transfer.amount}`,
+        `${from} holds ${balance} ${token.symbol} base units, less than the payout of ${transfer.amount} and the platform fee of ${feeOwed} still owed`,
       );
     }
-    const feeAmount = platform < balance - transfer.amount ? platform : balance - transfer.amount;
     const fee = this.fee;
     if (!fee) throw new Error(`${this.options.chain}: no fee quote yet`);
     const calls: { to: string; amount: bigint }[] = [
-      ...(feeAmount > 0n ? [{ to: this.options.treasury, amount: feeAmount }] : []),
+      ...(feeOwed > 0n ? [{ to: this.options.treasury, amount: feeOwed }] : []),
       { to: transfer.to, amount: transfer.amount },
     ];
     const steps: Transaction[] = [];
@@ -276,6 +282,29 @@ export class EvmPayer {
       eip1559: fee.eip1559,
       before: before.toString(),
     });
+  }
+
+  /**
+   * The platform fee less what the payout's refused attempts paid of it all
+   * the same: every step of theirs but the last is a platform fee, and one
+   * mined and successful went to the treasury. Read from the chain, not from
+   * the deposit's balance, since a payment that reached the deposit after
+   * the settlement was priced (a late one) is not the treasury's.
+   */
+  private async platformFeeOwed(platform: bigint, transfer: OutgoingTransfer): Promise<bigint> {
+    let owed = platform;
+    for (const raw of transfer.refusedAttempts ?? []) {
+      const steps = (JSON.parse(raw) as Bundle).steps.map((s) => Transaction.from(s));
+      for (const step of steps.slice(0, -1)) {
+        const receipt = await this.node.receipt(step.hash!);
+        if (receipt?.status !== '0x1') continue;
+        owed -=
+          step.data === '0x'
+            ? step.value
+            : (AbiCoder.defaultAbiCoder().decode(['address', 'uint256'], '0x' + step.data.slice(10))[1] as bigint);
+      }
+    }
+    return owed > 0n ? owed : 0n;
   }
 
   private bundle(steps: Transaction[], topUp?: Bundle['topUp']): PreparedTransaction {

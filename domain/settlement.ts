@@ -423,6 +423,28 @@ export function payoutSources(s: Pick<Settlement, 'sources' | 'refundHolds'>): P
   return [...s.sources, ...coins.flatMap((c) => c.change ?? [])].filter((c) => !spent.has(outpoint(c)));
 }
 
+/**
+ * The coins a refund from the deposit spends before the settlement is
+ * requested (a chain whose payouts spend coins whole): the deposit's
+ * `payments` the settlement will pay out, less those an earlier refund from
+ * it spent, plus that refund's change. The same coins payoutSources gives
+ * once the request names those payments and takes the holds over.
+ */
+export function sourcesBeforeRequest(
+  payments: PayoutSource[],
+  pending: PendingHolds | null,
+  deposit: Pick<HoldBeforeRequest, 'chain' | 'fromAddress'>,
+): PayoutSource[] {
+  const holds = (pending?.refundHolds ?? []).filter(
+    (h) => h.chain === deposit.chain && h.fromAddress === deposit.fromAddress,
+  );
+  return payoutSources({ sources: payments, refundHolds: holds })!;
+}
+
+/** What refunds from a deposit paid back to it as change: never a payment. */
+export const refundChangeOf = (s: SettlementState): PayoutSource[] =>
+  (s?.refundHolds ?? []).flatMap((h) => (h.coins?.change ? [h.coins.change] : []));
+
 /** Not yet paid out: nothing is prepared, or what was prepared the chain refused for good. */
 const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
 

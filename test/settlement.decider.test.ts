@@ -7,6 +7,8 @@ import {
   requestedSettlement,
   settlementDecider,
   settlementIdOf,
+  sourcesBeforeRequest,
+  type PendingHolds,
   type SettlementCommand,
   type SettlementEvent,
 } from '../domain/settlement.ts';
@@ -831,6 +833,35 @@ describe('settlement decider: refunds held before the settlement is requested', 
     given(settlementDecider, [part])
       .when(request('TWallet'))
       .then([requested('TWallet'), heldRepriced('1000000', '84000000')]);
+  });
+
+  it('on a UTXO chain, a refund held before the request spends the payments the request will name; the settlement then pays out its change', () => {
+    const a = { txHash: 'aa', index: 0, amount: '60000000' };
+    const b = { txHash: 'bb', index: 1, amount: '40000000' };
+    // One at a time: a second refund from the deposit while the first is on its way is paid another way.
+    given(settlementDecider, [r1.event])
+      .when({ ...holdBefore('r2', 1n).command, oneAtATime: true } as SettlementCommand)
+      .thenError('conflict', 'Another refund from the deposit is on its way');
+    const coins = { spent: [a], change: { txHash: 'cc', index: 1, amount: '39999700' } };
+    const paid: SettlementEvent = {
+      type: 'SettlementRefundReleased',
+      data: { refundId: 'r1', paid: true, coins, releasedAt: T0 },
+    };
+    given(settlementDecider, [r1.event])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, coins, now: T0 })
+      .then([paid]);
+    // The next refund before the request spends what the first left: its change, and the coin it did not spend.
+    const pending = given(settlementDecider, [r1.event, paid]).state as PendingHolds;
+    const deposit = { chain: 'tron', fromAddress: 'TDeposit' };
+    assert.deepEqual(sourcesBeforeRequest([a, b], pending, deposit), [b, coins.change]);
+    assert.deepEqual(sourcesBeforeRequest([a, b], pending, { ...deposit, fromAddress: 'TOther' }), [a, b]);
+    // The settlement, requested with both payments, pays out the same coins.
+    const withCoins = {
+      ...requested('TWallet'),
+      data: { ...requested('TWallet').data, sources: [a, b] },
+    } as SettlementEvent;
+    const started = requestedSettlement(given(settlementDecider, [r1.event, paid, withCoins]).state)!;
+    assert.deepEqual(payoutSources(started), [b, coins.change]);
   });
 
   it('refuses, once requested, a hold on another chain than its own', () => {

@@ -448,8 +448,16 @@ export const refundChangeOf = (s: SettlementState): PayoutSource[] =>
 /** Not yet paid out: nothing is prepared, or what was prepared the chain refused for good. */
 const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
 
-/** A refund may still be paid from the deposit: the settlement has prepared nothing and paid nothing. */
-export const holdsRefunds = (s: Settlement) => isUnprepared(s) && s.status !== 'completed';
+/**
+ * A refund may still be paid from the deposit, and new receipts re-price the
+ * settlement: it has never prepared a transaction and paid nothing. A refused
+ * one counts: refused is the chain's word for now, not forever (a Bitcoin
+ * payout declared stuck still in some mempool, an EVM step one node refused
+ * and another holds), and if it is mined after all it pays what it was
+ * prepared for, with the deposit's coins.
+ */
+export const holdsRefunds = (s: Settlement) =>
+  s.preparedHashes.length === 0 && isUnprepared(s) && s.status !== 'completed';
 
 /**
  * The settlement requested; it starts with the refunds held on its own chain

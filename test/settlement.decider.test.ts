@@ -371,6 +371,19 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested('TWallet'), prepared()])
       .when(hold)
       .thenError('conflict', 'The settlement is already being paid out');
+    // Refused by the chain and retried, it may still be mined (a Bitcoin payout declared stuck, still in a mempool):
+    // what it pays is what it was prepared for, so no refund comes out of the deposit, and new receipts go to a person.
+    given(settlementDecider, [requested('TWallet'), prepared(), rejected, retried])
+      .when(hold)
+      .thenError('conflict', 'The settlement is already being paid out');
+    given(settlementDecider, [requested('TWallet'), prepared(), rejected, retried])
+      .when({ type: 'RepriceForReceipts', grossAmount: 150_000_000n, now: T1 })
+      .then([
+        {
+          type: 'SettlementAttentionRaised',
+          data: { reason: 'received_after_payout', grossAmount: '150000000', raisedAt: T1 },
+        },
+      ]);
     // While the refund is on its way nothing is prepared; once it is paid, the payout goes on without its amount.
     given(settlementDecider, [requested('TWallet'), held])
       .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })

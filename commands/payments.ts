@@ -10,11 +10,17 @@ import {
   type Invoice,
   type InvoiceCommand,
 } from '../domain/invoice.ts';
-import { payoutSources, settlementIdOf } from '../domain/settlement.ts';
+import {
+  payoutSources,
+  refundChangeOf,
+  requestedSettlement,
+  settlementDecider,
+  settlementIdOf,
+  settlementStreamName,
+} from '../domain/settlement.ts';
 import { paymentDecider, paymentStreamName, type PaymentEvent } from '../domain/payment.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
 import { handleCommand, loadState, unlessRefused } from './handle.ts';
-import { loadSettlement } from './settlements.ts';
 import { streams } from '../domain/streams.ts';
 
 export interface WatchedAddress {
@@ -31,10 +37,12 @@ export interface WatchedAddress {
  */
 async function isChangeOfOwnPayout(store: EventStore, invoice: Invoice, spends: { txHash: string; index: number }[]) {
   const key = (c: { txHash: string; index: number }) => `${c.txHash}:${c.index}`;
-  const settlement = await loadSettlement(store, settlementIdOf(invoice.id));
+  const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));
+  const settlement = requestedSettlement(state);
   const coins = new Set([
     ...invoice.payments.flatMap((p) => (p.outputIndex === undefined ? [] : [key({ ...p, index: p.outputIndex })])),
-    ...(settlement ? (payoutSources(settlement) ?? []).map(key) : []),
+    // Before the request, the change of the refunds paid from the deposit meanwhile.
+    ...(settlement ? (payoutSources(settlement) ?? []) : refundChangeOf(state)).map(key),
   ]);
   return spends.some((s) => coins.has(key(s)));
 }

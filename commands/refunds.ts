@@ -18,6 +18,7 @@ import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
 import {
   beyondSettlementOf,
+  coinsBeforeSettlement,
   depositBeforeSettlement,
   invoiceDecider,
   unpaidRefundsOf,
@@ -46,9 +47,11 @@ import {
   settlementDecider,
   settlementIdOf,
   settlementStreamName,
+  sourcesBeforeRequest,
   unpaidHoldsOf,
   type PendingHolds,
   type SettlementCommand,
+  type SettlementState,
   type PayoutSource,
   type RefundCoins,
 } from '../domain/settlement.ts';
@@ -146,15 +149,34 @@ function amountOf(input: NewRefund, asset: RefundableAsset): bigint {
  * good rather than let it hold the settlement back (bitcoin/payer.ts prepareTransfer).
  */
 async function coinsToQuote(store: EventStore, invoice: Invoice, asset: RefundableAsset): Promise<number> {
-  const settlement = await loadSettlement(store, settlementIdOf(invoice.id));
+  const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));
+  const settlement = requestedSettlement(state);
   if (settlement && settlement.chain === asset.chain) {
     if (!holdsRefunds(settlement)) return 1;
     const sources = payoutSources(settlement);
     if (sources) return Math.max(sources.length, 1);
   }
+  const deposit = settlement ? undefined : depositBeforeSettlement(invoice, asset);
+  if (deposit) return Math.max(coinsBeforeRequest(invoice, state, asset, deposit.address).length, 1);
   const paid = invoice.payments.filter((p) => !p.withdrawn && p.chain === asset.chain && p.token === asset.token);
   return Math.max(paid.length, 1);
 }
+
+/**
+ * The coins a refund from the deposit at `address` spends before the
+ * settlement is requested: the payments the settlement will pay out, as the
+ * request will name them, after the refunds from it before (their change).
+ */
+const coinsBeforeRequest = (
+  invoice: Invoice,
+  state: SettlementState,
+  asset: { chain: string; token: string },
+  address: string,
+) =>
+  sourcesBeforeRequest(coinsBeforeSettlement(invoice, asset, address), isPendingHolds(state) ? state : null, {
+    chain: asset.chain,
+    fromAddress: address,
+  });
 
 /** The rate the payment of this token was quoted at, or undefined for a token the invoice never quoted. */
 const quotedRate = (invoice: Invoice, asset: RefundableAsset) =>
@@ -325,9 +347,9 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
  * hold. A settlement requested later starts with it (re-priced, waiting for
  * it: domain/settlement.ts `request`); one requested meanwhile decides the
  * hold by its own rules; two refunds from the deposit are put in line on the
- * one stream. Not on a chain whose payouts spend coins whole (Bitcoin): with
- * no settlement recording the deposit's coins, the refund could not name
- * them, and the refund wallet pays it.
+ * one stream. On a chain whose payouts spend coins whole (Bitcoin) one at a
+ * time, each spending the deposit's payments the settlement will pay out
+ * (coinsToSpend), all of it out of the settlement.
  */
 async function beforeSettlement(
   deps: RefundCommandDeps,
@@ -336,7 +358,6 @@ async function beforeSettlement(
   pending: PendingHolds | null,
 ): Promise<RefundPayer | undefined> {
   const chain = deps.chains.get(refund.chain as ChainName);
-  if (chain?.spendsCoinsWhole) return undefined;
   const deposit = depositBeforeSettlement(invoice, refund);
   if (!deposit) return undefined;
   const holding = pending?.refundHolds.some((h) => h.refundId === refund.id) ?? false;
@@ -351,7 +372,9 @@ async function beforeSettlement(
   const held = await takeHold(deps, refund, {
     chain: refund.chain,
     fromAddress: deposit.address,
-    beyond: beyondSettlementOf(invoice, refund, deposit.address),
+    ...(chain?.spendsCoinsWhole
+      ? { beyond: 0n, oneAtATime: true }
+      : { beyond: beyondSettlementOf(invoice, refund, deposit.address) }),
   });
   if (!held) return undefined;
   return { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
@@ -651,9 +674,15 @@ export class RefundPayouts implements PayoutKind {
     const earlier = Object.values(refund.coins)[0];
     if (earlier) return earlier.spent;
     if (refund.payer?.fundedFrom !== 'deposit') return undefined;
-    const settlement = await loadSettlement(this.deps.store, settlementIdOf(refund.invoiceId));
-    // None recorded (an older settlement, or none ever: an account chain's closed invoice): none named, so a UTXO chain refuses rather than scans the deposit.
-    return (settlement && payoutSources(settlement)) ?? [];
+    const { store } = this.deps;
+    const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)));
+    const settlement = requestedSettlement(state);
+    if (settlement) {
+      // None recorded (an older settlement): none named, so a UTXO chain refuses rather than scans the deposit.
+      return payoutSources(settlement) ?? [];
+    }
+    const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
+    return invoice ? coinsBeforeRequest(invoice, state, refund, refund.payer.fromAddress) : [];
   }
 
   private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {

@@ -788,6 +788,20 @@ export function depositBeforeSettlement(
 }
 
 /**
+ * The deposit's coins of an asset that a refund before the settlement may
+ * spend (a chain whose payouts spend coins whole), as payout sources: the
+ * live payments the settlement will pay out, or, for an invoice closed
+ * unconfirmed, which none will, all that arrived. Payments recorded before
+ * their output was are not named, so no refund spends them.
+ */
+export function coinsBeforeSettlement(invoice: Invoice, asset: { chain: string; token: string }, address: string) {
+  const spendable = invoice.status === 'expired' ? isLive : countsTowardTotal;
+  return invoice.payments
+    .filter((p) => spendable(p) && sameAsset(p, asset) && p.address === address && p.outputIndex !== undefined)
+    .map((p) => ({ txHash: p.txHash, index: p.outputIndex!, amount: p.amount.toString() }));
+}
+
+/**
  * What a deposit holds of an asset beyond the payments the invoice's
  * settlement pays out: its live, confirmed payments there that are not
  * counted (late ones; another token than the quote's). A refund from the

@@ -428,11 +428,41 @@ export function payoutSources(s: Pick<Settlement, 'sources' | 'refundHolds'>): P
   return [...s.sources, ...coins.flatMap((c) => c.change ?? [])].filter((c) => !spent.has(outpoint(c)));
 }
 
+/**
+ * The coins a refund from the deposit spends before the settlement is
+ * requested (a chain whose payouts spend coins whole): the deposit's
+ * `payments` the settlement will pay out, less those an earlier refund from
+ * it spent, plus that refund's change. The same coins payoutSources gives
+ * once the request names those payments and takes the holds over.
+ */
+export function sourcesBeforeRequest(
+  payments: PayoutSource[],
+  pending: PendingHolds | null,
+  deposit: Pick<HoldBeforeRequest, 'chain' | 'fromAddress'>,
+): PayoutSource[] {
+  const holds = (pending?.refundHolds ?? []).filter(
+    (h) => h.chain === deposit.chain && h.fromAddress === deposit.fromAddress,
+  );
+  return payoutSources({ sources: payments, refundHolds: holds })!;
+}
+
+/** What refunds from a deposit paid back to it as change: never a payment. */
+export const refundChangeOf = (s: SettlementState): PayoutSource[] =>
+  (s?.refundHolds ?? []).flatMap((h) => (h.coins?.change ? [h.coins.change] : []));
+
 /** Not yet paid out: nothing is prepared, or what was prepared the chain refused for good. */
 const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
 
-/** A refund may still be paid from the deposit: the settlement has prepared nothing and paid nothing. */
-export const holdsRefunds = (s: Settlement) => isUnprepared(s) && s.status !== 'completed';
+/**
+ * A refund may still be paid from the deposit, and new receipts re-price the
+ * settlement: it has never prepared a transaction and paid nothing. A refused
+ * one counts: refused is the chain's word for now, not forever (a Bitcoin
+ * payout declared stuck still in some mempool, an EVM step one node refused
+ * and another holds), and if it is mined after all it pays what it was
+ * prepared for, with the deposit's coins.
+ */
+export const holdsRefunds = (s: Settlement) =>
+  s.preparedHashes.length === 0 && isUnprepared(s) && s.status !== 'completed';
 
 /**
  * The settlement requested; it starts with the refunds held on its own chain

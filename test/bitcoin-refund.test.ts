@@ -25,6 +25,7 @@ import {
 import { WATCH_WALLET } from '../adapters/chains/bitcoin/index.ts';
 import { startBitcoinService, stopBitcoinService } from './support/bitcoin-flow.ts';
 import { settlementAmounts } from './support/settlement.ts';
+import { formatUnits } from '../domain/money.ts';
 
 const regtest = bitcoin.networks.regtest;
 
@@ -91,6 +92,17 @@ describe('refunds paid on the Bitcoin test node', () => {
       90_000,
     );
     return { key, p };
+  }
+
+  /** The invoice's settlement once completed, and the amounts it was last priced at. */
+  async function settledAndPriced(invoiceId: string, key: string) {
+    const settled = await eventuallyMining(
+      mine,
+      () => settlementOf(invoiceId, key),
+      (s) => s?.status === 'completed',
+      90_000,
+    );
+    return { settled, priced: settlementAmounts(await get(`/api/v1/invoices/${invoiceId}/events`, key)) };
   }
 
   /** A mined transaction decoded: the coins it spends, its outputs (address, sats), and its fee. */
@@ -174,13 +186,7 @@ describe('refunds paid on the Bitcoin test node', () => {
 
     const merchantWallet = randomAddress('p2wpkh');
     assert.equal((await setWallet(merchant.id, merchantWallet)).status, 200);
-    const settled = await eventuallyMining(
-      mine,
-      () => settlementOf(p.paymentId, key),
-      (s) => s?.status === 'completed',
-      90_000,
-    );
-    const priced = settlementAmounts(await get(`/api/v1/invoices/${p.paymentId}/events`, key));
+    const { settled, priced } = await settledAndPriced(p.paymentId, key);
     // The platform fee stays on all that was received (refunds.md).
     assert.equal(BigInt(priced.platformFee), received / 100n);
     const sweep = decoded(settled.transactionHash);
@@ -292,6 +298,48 @@ describe('refunds paid on the Bitcoin test node', () => {
       node.feeRate = rate;
       node.minRelayFee = relay;
     }
+  });
+
+  it("an underpayment refunded while the invoice is open spends the deposit's payment; paid in full then, the settlement sweeps only the new coin", async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    const p = await invoice(key);
+    const quoted = sats(p.cryptoAmount);
+    const first = quoted / 4n;
+    const payment = node.pay(payer, [{ address: p.address, sats: first }]);
+    const coin = `${payment.getId()}:${payment.outs.findIndex((o) => BigInt(o.value) === first)}`;
+    await eventuallyMining(
+      mine,
+      () => get(`/api/v1/invoices/${p.paymentId}/refundable`, key),
+      (assets) => assets?.[0] !== undefined && sats(assets[0].refundable) === first,
+    );
+    const customer = randomAddress('p2wpkh');
+    const approved = await refund(key, p.paymentId, { amount: formatUnits(first, 8), destination: customer });
+    assert.equal(approved.fundedFrom, 'deposit');
+    assert.equal(await settlementOf(p.paymentId, key), undefined, 'still open: no settlement yet');
+    const done = await completed(approved.id, key);
+    const [fee, net] = [sats(done.networkFee), sats(done.netAmount)];
+    const paidOut = decoded(done.transactionHash);
+    assert.deepEqual(paidOut.spends, [coin], "it spends the deposit's payment");
+    assert.deepEqual(paidOut.outputs, [{ to: customer, sats: net }], 'no change: the refund takes it all');
+    assert.equal(paidOut.fee, fee, 'the quoted fee is what the transaction pays');
+
+    // The refunded part pays nothing towards the quote: the whole quote is paid, and the settlement starts from
+    // the refund paid before it, spending only the new coin.
+    const merchantWallet = randomAddress('p2wpkh');
+    assert.equal((await setWallet(merchant.id, merchantWallet)).status, 200);
+    const whole = node.pay(payer, [{ address: p.address, sats: quoted }]);
+    const { settled, priced } = await settledAndPriced(p.paymentId, key);
+    const received = first + quoted;
+    assert.equal(BigInt(priced.platformFee), received / 100n, 'the platform fee on all received');
+    const toMerchant = quoted - BigInt(priced.platformFee) - BigInt(priced.networkFee);
+    assert.equal(BigInt(priced.netAmount), toMerchant);
+    const sweep = decoded(settled.transactionHash);
+    assert.deepEqual(sweep.spends, [`${whole.getId()}:${whole.outs.findIndex((o) => BigInt(o.value) === quoted)}`]);
+    assert.deepEqual(sweep.outputs, [
+      { to: merchantWallet, sats: toMerchant },
+      { to: env.CHAIN_BITCOIN_TREASURY!, sats: quoted - toMerchant - sweep.fee },
+    ]);
+    assert.equal(sweep.fee, BigInt(priced.networkFee), 'the sweep pays its quoted fee');
   });
 
   it('a settled invoice is refunded from the refund wallet once a coin reaches it', async () => {

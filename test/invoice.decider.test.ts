@@ -9,6 +9,7 @@ import {
   type PaymentApplied,
   beyondSettlementOf,
   classifyPayment,
+  coinsBeforeSettlement,
   invoiceDecider,
   invoicePaymentView,
 } from '../domain/invoice.ts';
@@ -892,5 +893,35 @@ describe('invoice: what a deposit holds beyond its settlement', () => {
     assert.equal(beyondSettlementOf(invoiceAfter(confirmedLate), { ...usdt, token: 'ETH' }, USDT_ADDRESS), 0n);
     const withdrawn: InvoiceEvent = { type: 'PaymentWithdrawn', data: { paymentId: 'payment-2', withdrawnAt: at(26) } };
     assert.equal(beyondSettlementOf(invoiceAfter([...confirmedLate, withdrawn]), usdt, USDT_ADDRESS), 0n);
+  });
+});
+
+describe('invoice: the coins a refund spends before the settlement is requested', () => {
+  const usdt = { chain: 'ethereum', token: 'USDT' };
+  const withOutput = (event: PaymentApplied, outputIndex: number): PaymentApplied => ({
+    ...event,
+    data: { ...event.data, outputIndex },
+  });
+  const paid = withOutput(applied(apply(1, 100_000_000n)), 0);
+  const late = withOutput(applied(apply(2, 10_000_000n, { detectedAt: at(20) }), { late: true }), 1);
+  const coinOf = (n: number, index: number, amount: string) => ({ txHash: `0xtx${n}`, index, amount });
+
+  it('are the payments the settlement will pay out, never a late one it will not', () => {
+    const confirmedThenLate = [...open, paid, paymentConfirmed(1), invoiceConfirmed('100000000'), late];
+    assert.deepEqual(coinsBeforeSettlement(invoiceAfter(confirmedThenLate), usdt, USDT_ADDRESS), [
+      coinOf(1, 0, '100000000'),
+    ]);
+    // A payment recorded before its output was is not named: nothing spends a coin it cannot name.
+    assert.deepEqual(coinsBeforeSettlement(invoiceAfter([...open, applied(apply(1, 5n))]), usdt, USDT_ADDRESS), []);
+  });
+
+  it('are all that arrived for an invoice closed unconfirmed, which no settlement will pay out', () => {
+    const partial = withOutput(applied(apply(1, 30_000_000n)), 0);
+    const closed = invoiceAfter([...open, partial, expired, late]);
+    assert.deepEqual(coinsBeforeSettlement(closed, usdt, USDT_ADDRESS), [
+      coinOf(1, 0, '30000000'),
+      coinOf(2, 1, '10000000'),
+    ]);
+    assert.deepEqual(coinsBeforeSettlement(closed, usdt, '0xother'), []);
   });
 });

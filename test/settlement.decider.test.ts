@@ -7,6 +7,8 @@ import {
   requestedSettlement,
   settlementDecider,
   settlementIdOf,
+  sourcesBeforeRequest,
+  type PendingHolds,
   type SettlementCommand,
   type SettlementEvent,
 } from '../domain/settlement.ts';
@@ -369,6 +371,19 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested('TWallet'), prepared()])
       .when(hold)
       .thenError('conflict', 'The settlement is already being paid out');
+    // Refused by the chain and retried, it may still be mined (a Bitcoin payout declared stuck, still in a mempool):
+    // what it pays is what it was prepared for, so no refund comes out of the deposit, and new receipts go to a person.
+    given(settlementDecider, [requested('TWallet'), prepared(), rejected, retried])
+      .when(hold)
+      .thenError('conflict', 'The settlement is already being paid out');
+    given(settlementDecider, [requested('TWallet'), prepared(), rejected, retried])
+      .when({ type: 'RepriceForReceipts', grossAmount: 150_000_000n, now: T1 })
+      .then([
+        {
+          type: 'SettlementAttentionRaised',
+          data: { reason: 'received_after_payout', grossAmount: '150000000', raisedAt: T1 },
+        },
+      ]);
     // While the refund is on its way nothing is prepared; once it is paid, the payout goes on without its amount.
     given(settlementDecider, [requested('TWallet'), held])
       .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })
@@ -831,6 +846,35 @@ describe('settlement decider: refunds held before the settlement is requested', 
     given(settlementDecider, [part])
       .when(request('TWallet'))
       .then([requested('TWallet'), heldRepriced('1000000', '84000000')]);
+  });
+
+  it('on a UTXO chain, a refund held before the request spends the payments the request will name; the settlement then pays out its change', () => {
+    const a = { txHash: 'aa', index: 0, amount: '60000000' };
+    const b = { txHash: 'bb', index: 1, amount: '40000000' };
+    // One at a time: a second refund from the deposit while the first is on its way is paid another way.
+    given(settlementDecider, [r1.event])
+      .when({ ...holdBefore('r2', 1n).command, oneAtATime: true } as SettlementCommand)
+      .thenError('conflict', 'Another refund from the deposit is on its way');
+    const coins = { spent: [a], change: { txHash: 'cc', index: 1, amount: '39999700' } };
+    const paid: SettlementEvent = {
+      type: 'SettlementRefundReleased',
+      data: { refundId: 'r1', paid: true, coins, releasedAt: T0 },
+    };
+    given(settlementDecider, [r1.event])
+      .when({ type: 'ReleaseRefund', refundId: 'r1', paid: true, coins, now: T0 })
+      .then([paid]);
+    // The next refund before the request spends what the first left: its change, and the coin it did not spend.
+    const pending = given(settlementDecider, [r1.event, paid]).state as PendingHolds;
+    const deposit = { chain: 'tron', fromAddress: 'TDeposit' };
+    assert.deepEqual(sourcesBeforeRequest([a, b], pending, deposit), [b, coins.change]);
+    assert.deepEqual(sourcesBeforeRequest([a, b], pending, { ...deposit, fromAddress: 'TOther' }), [a, b]);
+    // The settlement, requested with both payments, pays out the same coins.
+    const withCoins = {
+      ...requested('TWallet'),
+      data: { ...requested('TWallet').data, sources: [a, b] },
+    } as SettlementEvent;
+    const started = requestedSettlement(given(settlementDecider, [r1.event, paid, withCoins]).state)!;
+    assert.deepEqual(payoutSources(started), [b, coins.change]);
   });
 
   it('refuses, once requested, a hold on another chain than its own', () => {

@@ -41,6 +41,7 @@ import { RenewalScheduler, migrateRenewals, renewalsProjector } from '../command
 import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { refundsProjector } from '../projections/refunds.ts';
+import { refundHoldsProjector } from '../projections/refund-holds.ts';
 import { activityProjector } from '../projections/activity.ts';
 import { RefundPayouts, refundCommands, refundManager } from '../commands/refunds.ts';
 import { RefundExpiry, migrateRefundClaims, refundClaimsProjector } from '../commands/refund-expiry.ts';
@@ -66,6 +67,7 @@ export const projectors = [
   settlementsProjector,
   subscriptionsProjector,
   refundsProjector,
+  refundHoldsProjector,
   activityProjector,
 ];
 

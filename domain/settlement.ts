@@ -285,6 +285,8 @@ export interface RefundHold {
   fromSettlement?: bigint;
   paid: boolean;
   coins?: RefundCoins;
+  /** When it was taken: a hold whose refund was not approved soon after is one whose approval was never recorded. */
+  heldAt: string;
 }
 
 export interface Settlement extends SettlementSource, payout.PayoutAttempts {
@@ -804,13 +806,14 @@ function next(state: SettlementState, event: SettlementEvent): Settlement {
 const holdsTakenOver = (before: PendingHolds | null, d: SettlementRequested['data']): RefundHold[] =>
   (before?.refundHolds ?? [])
     .filter((h) => h.chain === d.chain && h.fromAddress === d.fromAddress)
-    .map(({ refundId, amount, fromSettlement, paid, coins, token }) => ({
+    .map(({ refundId, amount, fromSettlement, paid, coins, token, heldAt }) => ({
       refundId,
       amount,
       ...(fromSettlement !== undefined && { fromSettlement }),
       paid,
       ...(coins && { coins }),
       ...(token !== d.token && { token }),
+      heldAt,
     }));
 
 /** The holds after a release: paid ones stay (their amount is out), the others are given back. */
@@ -827,7 +830,7 @@ const fromSettlementHeld = ({ fromSettlement }: SettlementRefundHeld['data']) =>
 function evolveBeforeRequest(state: PendingHolds | null, event: SettlementEvent): PendingHolds {
   const holds = state?.refundHolds ?? [];
   if (event.type === 'SettlementRefundHeld') {
-    const { refundId, amount, token, chain, fromAddress } = event.data;
+    const { refundId, amount, token, chain, fromAddress, heldAt } = event.data;
     if (token === undefined || chain === undefined || fromAddress === undefined) {
       throw new Error('SettlementRefundHeld before SettlementRequested names no deposit');
     }
@@ -839,6 +842,7 @@ function evolveBeforeRequest(state: PendingHolds | null, event: SettlementEvent)
       token,
       chain,
       fromAddress,
+      heldAt,
     };
     return { requested: false, refundHolds: [...holds, hold] };
   }
@@ -908,6 +912,7 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
         ...fromSettlementHeld(event.data),
         paid: false,
         ...(token !== undefined && { token }),
+        heldAt,
       };
       return { ...state, refundHolds: [...state.refundHolds, hold], updatedAt: heldAt };
     }

@@ -213,6 +213,17 @@ export interface RefundsTable {
   completed_at: Date | null;
 }
 
+/**
+ * One row per refund held on a settlement's stream and not yet paid or given
+ * back (domain/settlement.ts SettlementRefundHeld): what a settlement, or the
+ * settlement of an invoice still open, waits for.
+ */
+export interface RefundHoldsTable {
+  settlement_id: string;
+  refund_id: string;
+  held_at: Date;
+}
+
 /** One row per dashboard user (dashboard.md); never a password hash, TOTP secret or invitation token. */
 export interface MerchantUsersTable {
   id: string;
@@ -254,6 +265,7 @@ export interface ReadModelTables {
   activity: ActivityTable;
   merchant_users: MerchantUsersTable;
   refunds: RefundsTable;
+  refund_holds: RefundHoldsTable;
   subscription_plans: SubscriptionPlansTable;
   subscribers: SubscribersTable;
   settlements: SettlementsTable;
@@ -560,5 +572,15 @@ export const readModelMigrations: Record<string, Migration> = {
           when ascii(v) in (61, 43, 45, 64, 9, 13) then '"''' || replace(v, '"', '""') || '"'
           else '"' || replace(v, '"', '""') || '"' end
       $$`,
+  ),
+  '0014_refund_holds': ddl(
+    `create table refund_holds (
+      settlement_id uuid not null,
+      refund_id uuid not null,
+      held_at timestamptz not null,
+      primary key (settlement_id, refund_id)
+    )`,
+    // The attention list: holds older than the grace, oldest first.
+    `create index refund_holds_held on refund_holds (held_at)`,
   ),
 };

@@ -806,7 +806,9 @@ describe('settlement decider: refunds held before the settlement is requested', 
       .when(request('TWallet'))
       .then([requested('TWallet')]);
     const started = [trx, requested('TWallet')];
-    assert.deepEqual(settled(started).refundHolds, [{ refundId: 'w1', amount: 5_000_000n, paid: false, token: 'TRX' }]);
+    assert.deepEqual(settled(started).refundHolds, [
+      { refundId: 'w1', amount: 5_000_000n, paid: false, token: 'TRX', heldAt: T0 },
+    ]);
     given(settlementDecider, started).when(prepare).then([]);
   });
 

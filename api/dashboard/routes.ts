@@ -30,6 +30,7 @@ import { loadState } from '../../commands/handle.ts';
 import type { NewRefund } from '../../commands/refunds.ts';
 import { merchantApiKeys, merchantUsers } from '../../projections/merchants.ts';
 import { settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
+import { holdsWithoutApproval, unapprovedHoldWhat } from '../../projections/refund-holds.ts';
 import type { Authentication } from '../auth.ts';
 import type { DashboardSessions } from './sessions.ts';
 import type { ReadYourWrites } from '../read-your-writes.ts';
@@ -349,15 +350,18 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
   scope.get(
     '/dashboard',
     page(undefined, async (_request, reply, session) => {
-      const [counts, issues, settlementIssues, waitingRefunds, failingWebhooks, figures] = await Promise.all([
-        invoiceCounts(db, session.merchantId),
-        invoicesNeedingAttention(db, session.merchantId, 50),
-        settlementsNeedingAttention(db, 50, session.merchantId),
-        roleAllows(session.role, 'refunds:read') ? refundsWaiting(db, session.merchantId, 50) : [],
-        // The operator's rule for a failing URL (3 attempts in a series), for those who may change the URL.
-        roleAllows(session.role, 'webhooks:write') ? failingWebhookTargets(db, 3, session.merchantId) : [],
-        overviewFiguresOf(ctx, session),
-      ]);
+      const mayReadRefunds = roleAllows(session.role, 'refunds:read');
+      const [counts, issues, settlementIssues, unapprovedHolds, waitingRefunds, failingWebhooks, figures] =
+        await Promise.all([
+          invoiceCounts(db, session.merchantId),
+          invoicesNeedingAttention(db, session.merchantId, 50),
+          settlementsNeedingAttention(db, 50, session.merchantId),
+          mayReadRefunds ? holdsWithoutApproval(db, ctx.clock.now(), 50, session.merchantId) : [],
+          mayReadRefunds ? refundsWaiting(db, session.merchantId, 50) : [],
+          // The operator's rule for a failing URL (3 attempts in a series), for those who may change the URL.
+          roleAllows(session.role, 'webhooks:write') ? failingWebhookTargets(db, 3, session.merchantId) : [],
+          overviewFiguresOf(ctx, session),
+        ]);
       return html(
         reply,
         200,
@@ -374,10 +378,16 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
             invoiceId: s.settlement.invoiceId,
             what: `Settlement: ${s.reason}`,
           })),
-          refundsAttention: waitingRefunds.map((r) => ({
-            id: r.id,
-            what: `Refund ${r.amount} ${r.token} on ${r.chain}: ${r.status === 'awaiting_approval' ? 'waiting for approval' : 'waiting for funds in the refund wallet'}`,
-          })),
+          refundsAttention: [
+            // Said once, as what it is: a refund holding its settlement is also one waiting for approval.
+            ...unapprovedHolds.map((r) => ({ id: r.id, what: unapprovedHoldWhat(r) })),
+            ...waitingRefunds
+              .filter((r) => !unapprovedHolds.some((h) => h.id === r.id))
+              .map((r) => ({
+                id: r.id,
+                what: `Refund ${r.amount} ${r.token} on ${r.chain}: ${r.status === 'awaiting_approval' ? 'waiting for approval' : 'waiting for funds in the refund wallet'}`,
+              })),
+          ],
           webhooksAttention: failingWebhooks.map((w) => ({
             what: `Webhooks to ${w.url} failing: ${w.failing} ${w.failing === 1 ? 'delivery' : 'deliveries'}${w.lastStatusCode ? `, last answer ${w.lastStatusCode}` : ''}`,
             since: w.since,

@@ -25,6 +25,7 @@ import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import { merchantApiKeys, merchantUsers } from '../../projections/merchants.ts';
 import { settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
+import { holdsWithoutApproval, unapprovedHoldWhat } from '../../projections/refund-holds.ts';
 import { settlementView } from '../../projections/contract/settlement.ts';
 import { resolveSettlementAttention } from '../../commands/settlements.ts';
 import { SETTLEMENT_STATUSES, SettlementSchema } from './settlements.ts';
@@ -182,10 +183,10 @@ export interface ChainCondition {
 const AttentionItem = Type.Object({
   kind: Type.String({
     description:
-      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, webhook_failing, chain_behind or rate_disagreement',
+      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, refund_hold_unapproved, webhook_failing, chain_behind or rate_disagreement',
   }),
   merchantId: Nullable(Type.String()),
-  /** The settlement id, the webhook URL or the chain. */
+  /** The settlement id, the refund id, the webhook URL or the chain. */
   subject: Type.String(),
   chain: Nullable(Type.String()),
   reason: Type.String(),
@@ -285,14 +286,15 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       schema: {
         tags: ['operator'],
         summary:
-          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, webhook URLs failing, chains whose node is behind or silent, price sources disagreeing',
+          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, or held by a refund whose approval was never recorded, webhook URLs failing, chains whose node is behind or silent, price sources disagreeing',
         security,
         response: { 200: data(Type.Array(AttentionItem)) },
       },
     },
     async () => {
-      const [settlements, webhooks] = await Promise.all([
+      const [settlements, unapprovedHolds, webhooks] = await Promise.all([
         settlementsNeedingAttention(db),
+        holdsWithoutApproval(db, ctx.clock.now(), 200),
         failingWebhookTargets(ctx.database.db),
       ]);
       const chains = (ctx.chainConditions?.() ?? []).filter((c) => c.state !== 'ok');
@@ -318,6 +320,15 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
             since: c.since,
           })),
           ...settlements.map(({ settlement: _, ...item }) => item),
+          ...unapprovedHolds.map((r) => ({
+            kind: 'refund_hold_unapproved',
+            merchantId: r.merchant_id,
+            subject: r.id,
+            chain: r.chain,
+            reason: 'approval_not_recorded',
+            detail: unapprovedHoldWhat(r),
+            since: new Date(r.held_at).toISOString(),
+          })),
           ...webhooks.map((w) => ({
             kind: 'webhook_failing',
             merchantId: w.merchantId,

@@ -68,6 +68,16 @@ export const refundsWaiting = (db: Kysely<ReadModelTables>, merchantId: string, 
     .limit(limit)
     .execute();
 
+/** Refunds of every merchant waiting for funds in their refund wallet, for the operator; longest waiting first. */
+export const refundsAwaitingFunds = (db: Kysely<ReadModelTables>, limit: number) =>
+  db
+    .selectFrom('refunds')
+    .selectAll()
+    .where('status', '=', 'awaiting_funds')
+    .orderBy('updated_at')
+    .limit(limit)
+    .execute();
+
 export const refundById = (db: Kysely<ReadModelTables>, id: string) =>
   db.selectFrom('refunds').selectAll().where('id', '=', id).executeTakeFirst();
 

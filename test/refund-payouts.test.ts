@@ -80,6 +80,17 @@ describe('refund payouts', () => {
     assert.equal(approved.body.data.status, 'awaiting_funds');
     assert.equal(approved.body.data.fundedFrom, 'refund_wallet');
     assert.equal(approved.body.data.claimUrl, null, 'no claim link once approved');
+    // The operator sees it waiting (operations.md: the attention list names refunds waiting for funds).
+    const unfunded = async () => {
+      await svc.service.projections.caughtUp();
+      const items = (await admin('GET', '/admin/v1/attention')).body.data as { kind: string; subject: string }[];
+      return items.filter((i) => i.kind === 'refund_awaiting_funds' && i.subject === refundId);
+    };
+    const [waiting] = await unfunded();
+    assert.match(
+      (waiting as unknown as { detail: string }).detail,
+      /refund wallet on ethereum holds too little to pay 20/,
+    );
 
     const wallets = await svc.call('GET', '/api/v1/refund-wallets', { token: key });
     assert.equal(wallets.status, 200);
@@ -103,6 +114,7 @@ describe('refund payouts', () => {
       (r) => r.status === 'completed',
     );
     assert.equal(completed.netAmount, '20.000000');
+    assert.deepEqual(await unfunded(), [], 'paid: off the list');
     const paid = await ledgerTransfersTo(CUSTOMER);
     const ours = paid.filter((t) => t.txHash === completed.transactionHash);
     assert.deepEqual(

@@ -231,6 +231,49 @@ describe('the Tron adapter', () => {
     assert.notEqual(a!.transaction.txID, b!.transaction.txID, "the second's top-up is its own transaction");
   });
 
+  it('two token payouts from one payer that burnt alike each send their own leftover back, though the two are equal', async () => {
+    const key = keyring.deriveDepositKey('tron', 9);
+    const from = { address: key.address, derivationIndex: 9 };
+    node.mintToken(TEST_USDT, from.address, 10_000_000n);
+    node.fund(chain.feeWallet, 100_000_000n);
+    // Its free daily bandwidth spent, as a busy refund wallet's is: both payouts' bytes are burnt alike.
+    node.fund(from.address, 3_000_000n);
+    const signer = { address: key.address, privateKey: Buffer.from(key.privateKey).toString('hex') };
+    for (let i = 0; i < 3; i++) await node.sendTrx(signer, chain.treasury, 1n);
+    node.mine(1);
+    const own = node.balance(from.address);
+    const refund = (reference: string, othersPrepared?: string[]) =>
+      chain.prepareTransfer({
+        from,
+        to: randomTronKey().address,
+        token: 'USDT',
+        amount: 3_000_000n,
+        reference,
+        fees: { platform: 0n, network: 0n },
+        payout: 'refund',
+        ...(othersPrepared && { othersPrepared }),
+      });
+    const first = await refund('r9/1');
+    const second = await refund('r9/2', [first.raw]);
+    // Each payout waits for its top-up to be mined before it goes.
+    let sending = true;
+    const sent = Promise.all([chain.broadcast(first), chain.broadcast(second)]).finally(() => (sending = false));
+    while (sending) {
+      node.mine(1);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await sent;
+    node.mine(20);
+    // Final on one block: each sends back what its top-up did not burn, the same amount built on the same header.
+    for (const payout of [first, second]) assert.ok((await chain.transactionStatus(payout.txHash))!.confirmations < 19);
+    node.mine(1);
+    for (const payout of [first, second])
+      assert.ok((await chain.transactionStatus(payout.txHash))!.confirmations >= 19);
+    const back = node.trxTransfers({ from: from.address, to: chain.feeWallet });
+    assert.equal(back.length, 2, 'two ways back');
+    assert.equal(node.balance(from.address), own, "nothing of the fee wallet's left on the payer");
+  });
+
   it('refuses a payout larger than the deposit holds', async () => {
     const from = deposit(3);
     await assert.rejects(

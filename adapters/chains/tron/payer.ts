@@ -883,8 +883,17 @@ export class TronPayer {
   ): Promise<string | undefined> {
     const fees = this.schedule;
     const available = holds < owed ? holds : owed;
-    const sign = async (amount: bigint) =>
-      this.signed(privateKey, await this.builder.sendTrx(to, Number(amount), from, { blockHeader: header }));
+    // Two payouts from one payer whose calls burnt alike leave equal leftovers: on one block's header their ways
+    // back would be one transaction, which the node takes once (a duplicate after that), and each payout would
+    // count it as its own. A transfer already on its way, or on the chain, is another's: this one moves by a
+    // millisecond. (One of ours mined already is never built again: its leftover is no longer on the payer.)
+    const sign = async (amount: bigint) => {
+      for (let ms = 0; ; ms++) {
+        const blockHeader = { ...header, timestamp: header.timestamp + ms };
+        const tx = await this.signed(privateKey, await this.builder.sendTrx(to, Number(amount), from, { blockHeader }));
+        if (!(await this.sentAlready(tx.txID))) return tx;
+      }
+    };
     const sent = async (tx: TransactionJson) => (await this.send(tx), tx.txID);
     if (!toExists) {
       const amount = available - fees.createNewAccountFee - fees.createAccountFee;
@@ -910,6 +919,11 @@ export class TronPayer {
       tx = await sign(amount);
     }
     return tx && sent(tx);
+  }
+
+  /** A transfer this process has on its way back to the fee wallet, or one the chain already holds. */
+  private async sentAlready(txID: string): Promise<boolean> {
+    return [...this.leftoversBack.values()].includes(txID) || 'id' in (await this.info(txID));
   }
 
   /**

@@ -274,6 +274,45 @@ describe('the Tron adapter', () => {
     assert.equal(node.balance(from.address), own, "nothing of the fee wallet's left on the payer");
   });
 
+  it("a leftover's way back lost before it was mined (a fork) is sent again once it can never be mined", async () => {
+    const from = { address: keyring.deriveDepositKey('tron', 10).address, derivationIndex: 10 };
+    node.mintToken(TEST_USDT, from.address, 5_000_000n);
+    node.fund(chain.feeWallet, 100_000_000n);
+    const prepared = await chain.prepareTransfer({
+      from,
+      to: randomTronKey().address,
+      token: 'USDT',
+      amount: 5_000_000n,
+      reference: 'r10/1',
+      fees: { platform: 0n, network: 0n },
+      payout: 'refund',
+    });
+    let sending = true;
+    const sent = chain.broadcast(prepared).finally(() => (sending = false));
+    while (sending) {
+      node.mine(1);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await sent;
+    node.mine(20);
+    const final = async () => (await chain.transactionStatus(prepared.txHash))!.confirmations >= 19;
+    assert.equal(await final(), false, 'its leftover goes back first');
+    node.mine(1);
+    node.fork(1); // the block with the way back is replaced by one without it
+    node.mine(1);
+    assert.equal(await final(), false, 'the way back is not on the chain');
+    assert.equal(node.trxTransfers({ from: from.address, to: chain.feeWallet }).length, 0);
+    // Past its expiration on the solidified chain it can never be mined: the leftover is worked out again.
+    node.advance(11 * 60_000);
+    node.mine(20);
+    assert.equal(await final(), false);
+    assert.equal(await final(), false, 'sent again');
+    node.mine(1);
+    assert.equal(await final(), true);
+    assert.equal(node.trxTransfers({ from: from.address, to: chain.feeWallet }).length, 1);
+    assert.equal(node.balance(from.address), 0n, "nothing of the fee wallet's left on the payer");
+  });
+
   it('refuses a payout larger than the deposit holds', async () => {
     const from = deposit(3);
     await assert.rejects(

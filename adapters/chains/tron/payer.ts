@@ -154,6 +154,12 @@ export interface TronPayerOptions {
   energyDelegation?: boolean | undefined;
 }
 
+/** A transaction this process sent after a payout (its fee call, its leftover's way back) and when it expires. */
+interface Sent {
+  txID: string;
+  expiration: number;
+}
+
 export class TronPayer {
   readonly treasury: string;
   readonly feeWallet: string;
@@ -165,9 +171,9 @@ export class TronPayer {
   /** Payouts prepared or sent here whose platform fee is not sent yet, by payout id. */
   private readonly feesOwed = new Map<string, Bundle>();
   /** Token payouts' platform fee calls sent, by payout id: the deposit's leftover TRX goes back once they are mined. */
-  private readonly feeCalls = new Map<string, string>();
+  private readonly feeCalls = new Map<string, Sent>();
   /** Token payouts' leftover TRX sent back to the fee wallet, by payout id: the payout is final once it is mined. */
-  private readonly leftoversBack = new Map<string, string>();
+  private readonly leftoversBack = new Map<string, Sent>();
   /**
    * Payouts whose fee and leftover this process has seen through: the look
    * that completes a payout broadcasts it once more, and that repeat must not
@@ -710,15 +716,20 @@ export class TronPayer {
     await this.send(payout);
   }
 
+  /** A payout that can never be mined is refused: the payout engine prepares the next attempt. */
+  private async refuseIfExpired(tx: TransactionJson): Promise<void> {
+    if (await this.neverMined({ txID: tx.txID, expiration: tx.raw_data.expiration })) {
+      throw new TransactionRejectedError(`${tx.txID} expired without being mined`);
+    }
+  }
+
   /**
    * A transaction past its expiration can never be taken by a node; once the
    * solidified chain is past it without holding it, it never will be.
    */
-  private async refuseIfExpired(tx: TransactionJson): Promise<void> {
+  private async neverMined({ txID, expiration }: Sent): Promise<boolean> {
     const { solid } = await this.reader.heads();
-    if (solid.timestamp <= tx.raw_data.expiration) return;
-    if ('id' in (await this.info(tx.txID, 'walletsolidity'))) return;
-    throw new TransactionRejectedError(`${tx.txID} expired without being mined`);
+    return solid.timestamp > expiration && !('id' in (await this.info(txID, 'walletsolidity')));
   }
 
   /** Offers one signed transaction to the node: undefined when taken (or already known), else its refusal. */
@@ -822,12 +833,16 @@ export class TronPayer {
         if (amount > 0n) {
           const call = (await this.tokenCall(key.privateKey, fee.from, token, this.treasury, amount, header)).tx;
           await this.send(call);
-          this.feeCalls.set(bundle.payout.txID, call.txID);
+          this.feeCalls.set(bundle.payout.txID, { txID: call.txID, expiration: call.raw_data.expiration });
           return false;
         }
       } else {
-        const info = await this.info(feeCall);
-        if (!('id' in info)) return false;
+        const info = await this.info(feeCall.txID);
+        if (!('id' in info)) {
+          // Taken and then lost (a backend that dropped it, a fork): worked out again from the balance.
+          if (await this.neverMined(feeCall)) this.feeCalls.delete(bundle.payout.txID);
+          return false;
+        }
         feeCallInfo = info as TransactionInfoJson;
       }
       // The delegated energy back to the fee wallet's stake (looked at again until it has gone).
@@ -847,10 +862,11 @@ export class TronPayer {
         const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
         const sent = await this.sendTrxOut(from, this.feeWallet, true, ours, header);
         if (sent) {
-          this.leftoversBack.set(bundle.payout.txID, sent);
+          this.leftoversBack.set(bundle.payout.txID, { txID: sent, expiration: header.expiration });
           return false;
         }
-      } else if (!('id' in (await this.info(back)))) {
+      } else if (!('id' in (await this.info(back.txID)))) {
+        if (await this.neverMined(back)) this.leftoversBack.delete(bundle.payout.txID);
         return false;
       }
       this.leftoversBack.delete(bundle.payout.txID);
@@ -923,7 +939,7 @@ export class TronPayer {
 
   /** A transfer this process has on its way back to the fee wallet, or one the chain already holds. */
   private async sentAlready(txID: string): Promise<boolean> {
-    return [...this.leftoversBack.values()].includes(txID) || 'id' in (await this.info(txID));
+    return [...this.leftoversBack.values()].some((b) => b.txID === txID) || 'id' in (await this.info(txID));
   }
 
   /**

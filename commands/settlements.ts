@@ -196,10 +196,13 @@ export class SettlementPayouts implements PayoutKind {
       return transaction ? { transaction } : { waitMs: 0 };
     },
     record: async (settlement, transaction) => {
+      const paying = this.builtFor.get(transaction.txHash);
+      this.builtFor.delete(transaction.txHash);
       const { state } = await this.act(settlement.id, {
         type: 'PrepareTransaction',
         txHash: transaction.txHash,
         raw: transaction.raw,
+        ...(paying && { paying }),
         now: this.now(),
       });
       // Only what the stream holds is ever sent: if another process recorded
@@ -272,8 +275,17 @@ export class SettlementPayouts implements PayoutKind {
       await this.recordFailure(settlement, error);
       return null;
     }
+    this.builtFor.set(ours.txHash, { netAmount: settlement.netAmount, merchantWallet: settlement.merchantWallet });
     return ours;
   }
+
+  /**
+   * What each transaction prepared here pays, by its hash, until it is
+   * recorded: building it takes a while (a node, a top-up), and the settlement
+   * can be re-priced meanwhile (new receipts, a refund's hold); the stream
+   * records it only if it still pays that.
+   */
+  private readonly builtFor = new Map<string, { netAmount: bigint; merchantWallet: string | null }>();
 
   private async recordFailure(settlement: Settlement, error: unknown) {
     await this.steps.recordFailure(settlement, error);

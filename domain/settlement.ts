@@ -236,7 +236,14 @@ export type SettlementCommand =
   /** The network fee of the payout, priced when it is prepared. */
   | { type: 'PriceNetworkFee'; networkFee: bigint; now: string }
   | { type: 'SetWallet'; merchantWallet: string; now: string }
-  | { type: 'PrepareTransaction'; txHash: string; raw: string; now: string }
+  | {
+      type: 'PrepareTransaction';
+      txHash: string;
+      raw: string;
+      /** What the transaction pays, as the settlement stood when it was built (absent: not checked). */
+      paying?: { netAmount: bigint; merchantWallet: string | null };
+      now: string;
+    }
   | { type: 'MarkSubmitted'; txHash: string; now: string }
   | { type: 'MarkCompleted'; txHash: string; blockNumber: number; confirmations: number; now: string }
   | {
@@ -451,6 +458,9 @@ export function sourcesBeforeRequest(
 /** What refunds from a deposit paid back to it as change: never a payment. */
 export const refundChangeOf = (s: SettlementState): PayoutSource[] =>
   (s?.refundHolds ?? []).flatMap((h) => (h.coins?.change ? [h.coins.change] : []));
+
+const paysAsBuilt = (s: Settlement, paying: { netAmount: bigint; merchantWallet: string | null }) =>
+  s.netAmount === paying.netAmount && s.merchantWallet === paying.merchantWallet;
 
 /** Not yet paid out: nothing is prepared, or what was prepared the chain refused for good. */
 const isUnprepared = (s: Settlement) => s.prepared === null && (s.status === 'pending' || s.status === 'failed');
@@ -741,6 +751,9 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       if (state.status !== 'pending' || state.prepared !== null || waitsForRefund(state)) return [];
       if (state.merchantWallet === null) throw new DomainError('conflict', 'The merchant has no wallet for this chain');
       if (state.netAmount <= 0n) throw new DomainError('conflict', FEES_EXCEED);
+      // Built for what the settlement no longer pays (re-priced, or another wallet, while it was being built):
+      // not recorded, so never sent; the next look builds what it pays now.
+      if (command.paying && !paysAsBuilt(state, command.paying)) return [];
       return [
         {
           type: 'SettlementTransactionPrepared',

@@ -226,3 +226,38 @@ describe('a payout a restarted process finds on the chain, final', () => {
     assert.equal((await state())!.status, 'completed');
   });
 });
+
+describe('a settlement re-priced while its payout is being built', () => {
+  it('never records the transaction built for the old amount; the next look pays the new one', async () => {
+    const { state, payouts, ledger, deps } = await payoutsWith([]);
+    await ledger.transfer({ to: DEPOSIT, token: 'USDT', amount: 50_000_000n }); // a second payment, counted
+    let receipts = false;
+    const slow = Object.assign(Object.create(ledger) as SandboxLedger, {
+      async prepareTransfer(transfer: OutgoingTransfer) {
+        const prepared = await ledger.prepareTransfer(transfer);
+        // The second payment confirms while the first transaction is being built.
+        if (!receipts) {
+          receipts = true;
+          await handleCommand(deps.store, settlementDecider, settlementStreamName(SETTLEMENT_ID), {
+            type: 'RepriceForReceipts',
+            grossAmount: 150_000_000n,
+            now: clock.now().toISOString(),
+          });
+        }
+        return prepared;
+      },
+      broadcast: (transaction: PreparedTransaction) => ledger.broadcast(transaction),
+      transactionStatus: (txHash: string) => ledger.transactionStatus(txHash),
+    });
+    const sweeper = new SettlementPayouts({ ...deps, chains: new Map<ChainName, ChainAdapter>([['tron', slow]]) });
+    await sweeper.advance(SETTLEMENT_ID, HELD);
+    assert.deepEqual((await state())!.preparedHashes, [], 'the transaction for 99 is never recorded');
+    await sweeper.advance(SETTLEMENT_ID, HELD);
+    assert.equal((await state())!.preparedHashes.length, 1);
+    assert.deepEqual(
+      payouts().map((p) => p.amount),
+      [148_500_000n],
+      '150 less the 1% fee',
+    );
+  });
+});

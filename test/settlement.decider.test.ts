@@ -266,6 +266,23 @@ describe('settlement decider', () => {
     given(settlementDecider, [requested('TWallet'), prepared()])
       .when({ type: 'PrepareTransaction', txHash: '0xbb', raw: '{}', now: T0 })
       .then([]);
+    // Only if it pays what the settlement pays now: one built before a re-pricing or a new wallet is not recorded.
+    const built = (netAmount: bigint, merchantWallet: string): SettlementCommand => ({
+      type: 'PrepareTransaction',
+      txHash: '0xaa',
+      raw: '{}',
+      paying: { netAmount, merchantWallet },
+      now: T0,
+    });
+    given(settlementDecider, [requested('TWallet')])
+      .when(built(99_000_000n, 'TWallet'))
+      .then([prepared()]);
+    given(settlementDecider, [requested('TWallet')])
+      .when(built(98_000_000n, 'TWallet'))
+      .then([]);
+    given(settlementDecider, [requested('TWallet')])
+      .when(built(99_000_000n, 'TOther'))
+      .then([]);
   });
 
   it('is submitted only with a transaction it prepared', () => {

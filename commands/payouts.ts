@@ -11,6 +11,7 @@
 // never waits for a projector to catch up.
 import { sql, type Kysely, type Migration } from 'kysely';
 import {
+  PayoutNotFinalError,
   PayoutRefusedError,
   TransactionRejectedError,
   type ChainAdapter,
@@ -475,12 +476,15 @@ export async function advancePayout<P extends PayoutStanding>(
     if (onChain.confirmations >= required) {
       // Sent once more, which the chain takes as a repeat: what a payout leaves to do once it is
       // final (Tron's platform fee, a token payout's leftover TRX back) is done even by a process
-      // that restarted since, which learns of it only now: the chain is asked again, and the
-      // payout completes only once that is done too. Should it fail, the look is tried again.
+      // that restarted since, which learns of it only now (PayoutNotFinalError until it is done):
+      // the payout completes only after it. Should it fail, the look is tried again.
       if (payout.prepared?.txHash === txHash) {
-        await chain.broadcast(payout.prepared);
-        const after = await chain.transactionStatus(txHash);
-        if (!after || after.confirmations < required) return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+        try {
+          await chain.broadcast(payout.prepared);
+        } catch (error) {
+          if (error instanceof PayoutNotFinalError) return { lookAgainInMs: CONFIRMATION_LOOK_MS };
+          throw error;
+        }
       }
       await recorder.markCompleted(payout, txHash, onChain);
       return { lookAgainInMs: null };
@@ -542,6 +546,7 @@ async function broadcastOrRecord<P extends PayoutStanding>(
     await chain.broadcast(prepared);
     return true;
   } catch (error) {
+    if (error instanceof PayoutNotFinalError) return true; // on the chain already
     await recorder.recordFailure(payout, error);
     return false;
   }

@@ -190,6 +190,17 @@ export class TransactionRejectedError extends Error {
 }
 
 /**
+ * From `broadcast`: the payout is on the chain, but what it leaves to do
+ * once final is not done yet (Tron: the platform fee, a token payout's
+ * leftover TRX back to the fee wallet; a process that restarted learns of it
+ * only from this broadcast). Not a failure: the payout completes at a later
+ * look, once it is done.
+ */
+export class PayoutNotFinalError extends Error {
+  override name = 'PayoutNotFinalError';
+}
+
+/**
  * The adapter will not prepare a payout, for a reason no node call can
  * change by itself: too little left after the chain's own costs (below its
  * dust limit), or a fee wallet too low to pay gas or energy. The payout is

@@ -41,6 +41,7 @@ import type { DepositKeyring } from '../../keys/derivation.ts';
 import type { RateProvider } from '../../rates/port.ts';
 import { sleep } from '../node.ts';
 import {
+  PayoutNotFinalError,
   TransactionRejectedError,
   type OutgoingTransfer,
   type PreparedTransaction,
@@ -708,7 +709,11 @@ export class TronPayer {
       if (landed.receipt?.result !== undefined && landed.receipt.result !== 'SUCCESS') {
         throw new TransactionRejectedError(`payout ${payout.txID} failed: ${landed.receipt.result}`);
       }
-      await this.sendFeeOnceFinal(bundle, landed as TransactionInfoJson);
+      const done = await this.sendFeeOnceFinal(bundle, landed as TransactionInfoJson);
+      // Solidified, with its fee or leftover still on the way: the payout is not complete yet.
+      if (!done && (landed.blockNumber ?? Infinity) <= (await this.reader.heads()).solid.height) {
+        throw new PayoutNotFinalError(`payout ${payout.txID}: its fee or leftover is not done yet`);
+      }
       return;
     }
     await this.refuseIfExpired(payout);

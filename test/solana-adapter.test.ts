@@ -682,6 +682,28 @@ describe('the Solana adapter', () => {
     assert.equal(await node.balance(deposit), 50_000_000n, 'nothing moved');
   });
 
+  it('replaces an expired sweep whose deposit was paid again meanwhile: the merchant is paid once, the new payment stays', async () => {
+    const { deposit, merchant, sweep } = await paidSolSweep(48, 50_000_000n, 40_000_000n, 'paid-again-1');
+    // Sent and dropped under congestion (never landed); the customer pays again before it expires.
+    await node.sendSol(payer, deposit, 3_000_000n);
+    await node.mine(200);
+    // Past its last valid height, unknown to the status cache that covers every block it could have landed in.
+    await assert.rejects(chain.broadcast(sweep), TransactionRejectedError);
+    const again = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: 48 },
+      to: merchant,
+      token: 'SOL',
+      amount: 40_000_000n,
+      reference: 'paid-again-2',
+      fees: { platform: 500_000n, network: 10_000n },
+    });
+    await chain.broadcast(again);
+    await node.mine();
+    assert.equal(node.findTransaction(sweep.txHash), undefined);
+    assert.deepEqual(node.paymentsTo(merchant), [{ signature: again.txHash, amount: 40_000_000n }]);
+    assert.equal(await node.balance(deposit), 50_000_000n - 40_000_000n - 500_000n - 10_000n + 3_000_000n);
+  });
+
   it('never declares a landed sweep expired through a lagging backend: the merchant is paid once', async () => {
     const { merchant, sweep } = await paidSolSweep(21, 50_000_000n, 40_000_000n, 'late-landing');
     // It lands in the last block its blockhash allows (the blockhash is of the finalized block, 32 behind).

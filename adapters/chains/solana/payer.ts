@@ -92,13 +92,11 @@ interface SweepRecord {
   lastValidBlockHeight: number;
   /**
    * What the deposit held before it (lamports, or base units of the mint in
-   * all its token accounts), decimal: while the finalized chain shows
-   * anything else, something moved it, and no new sweep is built. (Absent in
-   * records made before it was kept.)
+   * all its token accounts), decimal: past the status cache, while the
+   * finalized chain shows anything else, something moved it, and no new
+   * sweep is built. (Absent in records made before it was kept.)
    */
   deposit?: { address: string; mint?: string; held: string };
-  /** A refund's: it takes only its amount, so a balance moved by something else says nothing against replacing it. */
-  refund?: true;
 }
 
 /** The instructions of a sweep, and what the deposit held before it. */
@@ -326,7 +324,6 @@ export class SolanaPayer {
         ...(transfer.token !== 'SOL' && { mint: this.tokenOf(transfer.token).mint }),
         held: held.toString(),
       },
-      ...(isRefund(transfer) && { refund: true as const }),
     };
     const prepared = { txHash: bs58.encode(transaction.signature!), raw: JSON.stringify(record) };
     this.preparedByReference.set(transfer.reference, prepared);
@@ -521,14 +518,12 @@ export class SolanaPayer {
    * an answer from before that slot decides nothing.
    *
    * The balance is the proof where the node keeps no history: past its status
-   * cache, such a node knows no signature, landed or not. A refund's balance
-   * proves nothing more (it takes only its amount), and a refund wallet's
-   * moves for other reasons (another refund, the merchant funding it): while
-   * the answering bank's status cache still covers every block the
-   * transaction could have landed in, "unknown" is proof by itself, so a
-   * refund is replaced then whatever its payer's balance. A sweep keeps the
-   * balance check: a deposit paid again after its sweep was prepared is an
-   * operator's to decide.
+   * cache, such a node knows no signature, landed or not. While the answering
+   * bank's status cache still covers every block the transaction could have
+   * landed in, "unknown" is proof by itself, so it is replaced then whatever
+   * its payer's balance: a payer's balance moves for other reasons (a deposit
+   * paid again, another refund, the merchant funding a refund wallet), and
+   * the replacement takes only its payout's amounts, as this one did.
    */
   private async refuseIfExpired(signature: string, record: SweepRecord): Promise<void> {
     const { context, value } = await this.node.rpc<{
@@ -545,7 +540,7 @@ export class SolanaPayer {
     const answeredHeight = finalizedHeight + (statuses.slot - context.slot);
     // It could have landed from its blockhash's next block on: the cache reaches back to there.
     const cached = answeredHeight <= record.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS + STATUS_CACHE_BLOCKS;
-    if (record.deposit && !(record.refund && cached)) {
+    if (record.deposit && !cached) {
       const held = await this.depositHeld(record.deposit, context.slot);
       if (held !== BigInt(record.deposit.held)) return;
     }

@@ -480,7 +480,7 @@ describe('the Solana adapter', () => {
     assert.equal(await node.balance(deposit), 0n, 'the fork undid the transfer');
   });
 
-  it('sweeps SOL: payout, the fee back to the fee wallet that paid it, the rest to the treasury; nothing left', async () => {
+  it('sweeps SOL: payout, the fee back to the fee wallet that paid it, the platform fee to the treasury; nothing left', async () => {
     const index = 13;
     const deposit = keyring.deriveDepositKey('solana', index).address;
     await node.sendSol(payer, deposit, 250_000_000n);
@@ -537,7 +537,7 @@ describe('the Solana adapter', () => {
     assert.equal(await node.balance(deposit), 0n, 'the deposit address never held SOL');
   });
 
-  it('sweeps SOL on a fresh deployment: a remainder that would leave the empty treasury under rent stays in the fee wallet', async () => {
+  it('sweeps SOL on a fresh deployment: a platform fee that would leave the empty treasury under rent goes to the fee wallet', async () => {
     const treasury = Keypair.generate().publicKey.toBase58(); // never funded
     const fresh = await SolanaChain.open({ rpcUrl: node.url, keyring, treasury });
     try {
@@ -555,7 +555,7 @@ describe('the Solana adapter', () => {
       assert.equal(await node.balance(treasury), 0n, 'under 890,880 lamports the runtime refuses it');
       assert.equal((await node.balance(fresh.feeWallet)) - feeBefore, 50_000n, 'the fee wallet keeps the platform fee');
 
-      // Once the treasury holds its rent-exempt minimum, the remainder goes to it again.
+      // Once the treasury holds its rent-exempt minimum, the platform fee goes to it again.
       await node.airdrop(treasury, 890_880n);
       await node.mine();
       await sweep(18, 'funded-treasury');
@@ -563,6 +563,92 @@ describe('the Solana adapter', () => {
     } finally {
       fresh.close();
     }
+  });
+
+  it('sweeps SOL paid late as well: the merchant its net, the treasury the platform fee; the late payment stays, refundable from the deposit', async () => {
+    const index = 45;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    // 250,000,000 counted by the invoice, 7,000,000 more after its deadline: the customer's (refunds.md).
+    await node.sendSol(payer, deposit, 250_000_000n);
+    await node.sendSol(payer, deposit, 7_000_000n);
+    await node.mine();
+    const [feeBefore, treasuryBefore] = [await node.balance(chain.feeWallet), await node.balance(chain.treasury)];
+    const payout = {
+      token: 'SOL',
+      amount: 250_000_000n - 2_500_000n - 10_000n,
+      platform: 2_500_000n,
+      network: 10_000n,
+    };
+    const merchant = await sweepToNewMerchant(chain, index, payout, 'sol-sweep-late');
+    assert.equal(await node.balance(merchant), payout.amount);
+    assert.equal((await node.balance(chain.treasury)) - treasuryBefore, 2_500_000n, 'the platform fee, no more');
+    assert.equal(await node.balance(chain.feeWallet), feeBefore, 'the fee wallet paid the fee and got it back');
+    assert.equal(await node.balance(deposit), 7_000_000n, 'the late payment stays on the deposit');
+
+    // Refunded from the deposit: the customer gets it less the refund's fee, and the deposit is left empty.
+    const customer = Keypair.generate().publicKey.toBase58();
+    const refund = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: customer,
+      token: 'SOL',
+      amount: 7_000_000n - 10_000n,
+      reference: `refund/r45/1/${customer}/6990000`,
+      fees: { platform: 0n, network: 10_000n },
+      payout: 'refund',
+    });
+    await chain.broadcast(refund);
+    await node.mine();
+    assert.equal(await node.balance(customer), 6_990_000n);
+    assert.equal(await node.balance(deposit), 0n);
+  });
+
+  it('refuses, to be tried again, a SOL sweep that would leave a late payment under the rent-exempt minimum: never giving it away', async () => {
+    const index = 46;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, deposit, 50_000_000n);
+    await node.sendSol(payer, deposit, 500_000n); // late, and less than an account may keep
+    await node.mine();
+    const sweep = chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: Keypair.generate().publicKey.toBase58(),
+      token: 'SOL',
+      amount: 50_000_000n - 500_000n - 10_000n,
+      reference: 'sol-sweep-late-under-rent',
+      fees: { platform: 500_000n, network: 10_000n },
+    });
+    await assert.rejects(sweep, (error: Error) => {
+      assert.ok(error instanceof TransactionRejectedError, 'not for good: a refund of the late payment unblocks it');
+      assert.match(error.message, /leaves it 500000: under the rent-exempt minimum of 890880/);
+      return true;
+    });
+    assert.equal(await node.balance(deposit), 50_500_000n, 'nothing moved');
+  });
+
+  it("sweeps a token paid late as well: the late tokens stay in the deposit's account, left open, refundable from it", async () => {
+    const index = 47;
+    const deposit = keyring.deriveDepositKey('solana', index).address;
+    await node.sendToken(payer, deposit, 'USDT', 40_000_000n);
+    await node.sendToken(payer, deposit, 'USDT', 5_000_000n); // after the deadline
+    await node.mine();
+    const depositAccount = node.tokenAccount(deposit, 'USDT');
+    await sweepFortyUsdt(index, 'usdt-sweep-late');
+    assert.equal(await node.tokenBalance(deposit, 'USDT'), 5_000_000n, 'the late payment stays');
+    assert.equal(await node.exists(depositAccount), true, 'in its account, not closed');
+
+    const customer = Keypair.generate().publicKey.toBase58();
+    const refund = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: index },
+      to: customer,
+      token: 'USDT',
+      amount: 5_000_000n,
+      reference: `refund/r47/1/${customer}/5000000`,
+      fees: { platform: 0n, network: 0n },
+      payout: 'refund',
+    });
+    await chain.broadcast(refund);
+    await node.mine();
+    assert.equal(await node.tokenBalance(customer, 'USDT'), 5_000_000n);
+    assert.equal(await node.tokenBalance(deposit, 'USDT'), 0n);
   });
 
   it('sweeps every token account the deposit owns, as detection counts them all, and closes them', async () => {
@@ -594,6 +680,28 @@ describe('the Solana adapter', () => {
     node.finalizedLag = 32;
     await assert.rejects(refused(), TransactionRejectedError);
     assert.equal(await node.balance(deposit), 50_000_000n, 'nothing moved');
+  });
+
+  it('replaces an expired sweep whose deposit was paid again meanwhile: the merchant is paid once, the new payment stays', async () => {
+    const { deposit, merchant, sweep } = await paidSolSweep(48, 50_000_000n, 40_000_000n, 'paid-again-1');
+    // Sent and dropped under congestion (never landed); the customer pays again before it expires.
+    await node.sendSol(payer, deposit, 3_000_000n);
+    await node.mine(200);
+    // Past its last valid height, unknown to the status cache that covers every block it could have landed in.
+    await assert.rejects(chain.broadcast(sweep), TransactionRejectedError);
+    const again = await chain.prepareTransfer({
+      from: { address: deposit, derivationIndex: 48 },
+      to: merchant,
+      token: 'SOL',
+      amount: 40_000_000n,
+      reference: 'paid-again-2',
+      fees: { platform: 500_000n, network: 10_000n },
+    });
+    await chain.broadcast(again);
+    await node.mine();
+    assert.equal(node.findTransaction(sweep.txHash), undefined);
+    assert.deepEqual(node.paymentsTo(merchant), [{ signature: again.txHash, amount: 40_000_000n }]);
+    assert.equal(await node.balance(deposit), 50_000_000n - 40_000_000n - 500_000n - 10_000n + 3_000_000n);
   });
 
   it('never declares a landed sweep expired through a lagging backend: the merchant is paid once', async () => {

@@ -2,8 +2,9 @@
 // HTTP API: SOL and USDT payments are detected, confirmed only once finalized
 // and 32 slots deep, and settled with every balance exact to the lamport and
 // the base unit; the merchant's token account is created when missing and the
-// deposit's is closed with its rent to the treasury; SOL paid by another
-// program is seen; a dropped block withdraws its payment; an RPC of another
+// deposit's is closed with its rent to the treasury; a payment after the
+// deadline stays on the deposit, the treasury getting only the platform fee;
+// SOL paid by another program is seen; a dropped block withdraws its payment; an RPC of another
 // cluster stops start-up.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
@@ -169,6 +170,66 @@ describe('payments and settlement on the Solana test node', () => {
     assert.equal(feeBefore - (await node.balance(feeWallet)), node.feeOf(settled.txHash) + created * rent);
     assert.equal((await node.balance(treasury)) - treasuryBefore, rent);
   });
+
+  /** Business time moved on by `seconds`, and the node's blocks stamped with it: a payment is late by its block's time. */
+  async function advanceClock(seconds: number) {
+    const now = (await admin('POST', '/dev/v1/clock/advance', { seconds })).body.data.now as string;
+    node.clockAheadSeconds = Math.ceil((Date.parse(now) - Date.now()) / 1000);
+  }
+
+  for (const { token, decimals, late } of [
+    { token: 'SOL', decimals: 9, late: 7_000_000n },
+    { token: 'USDT', decimals: 6, late: 5_000_000n },
+  ]) {
+    it(`a ${token} invoice paid in time and again after its deadline settles exact: the merchant its net, the treasury the platform fee, the late payment stays on the deposit`, async () => {
+      const { key, wallet } = await merchant();
+      const [{ feeWallet, treasury }] = await wallets();
+      const created = await svc.call('POST', '/api/v1/payments', {
+        token: key,
+        body: {
+          amount: '25',
+          currency: 'USD',
+          chain: 'solana',
+          expiresInMinutes: 1,
+          ...(token !== 'SOL' && { token }),
+        },
+      });
+      assert.equal(created.status, 201, JSON.stringify(created.body));
+      const p = created.body.data as { paymentId: string; address: string; cryptoAmount: string };
+      const pay = (amount: bigint) =>
+        token === 'SOL' ? node.sendSol(payer, p.address, amount) : node.sendToken(payer, p.address, token, amount);
+      const units = baseUnits(p.cryptoAmount, decimals);
+      await pay(units);
+      await node.mine();
+      await detected(p.paymentId);
+      // Paid in full in time, not yet confirmed: the deadline passing does not expire it, and what comes now is late.
+      await advanceClock(61);
+      await pay(late);
+      await node.mine();
+      const held = () => (token === 'SOL' ? node.balance(treasury) : node.tokenBalance(treasury, token));
+      const [feeBefore, treasuryBefore] = [await node.balance(feeWallet), await held()];
+
+      const settled = await mineUntil(
+        () => status(p.paymentId),
+        (s) => s.status === 'settled',
+      );
+      const { gross, platformFee, networkFee, net } = await requested(p.paymentId, key);
+      assert.equal(gross, units, 'the late payment is not counted');
+      assert.deepEqual(node.paymentsTo(wallet, token), [{ signature: settled.txHash, amount: net }]);
+      assert.equal((await held()) - treasuryBefore, platformFee, 'the treasury gets the platform fee, no more');
+      if (token === 'SOL') {
+        assert.equal(node.feeOf(settled.txHash), networkFee);
+        assert.equal(await node.balance(feeWallet), feeBefore, 'the fee wallet paid the network fee and got it back');
+        assert.equal(await node.balance(p.address), late, 'the late payment stays on the deposit');
+      } else {
+        assert.equal(await node.tokenBalance(p.address, token), late, 'the late payment stays on the deposit');
+        assert.equal(await node.exists(node.tokenAccount(p.address, token)), true, 'its account is not closed');
+      }
+      const refundable = (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body
+        .data;
+      assert.equal(baseUnits(refundable[0].excess, decimals), late, "the customer's, to refund");
+    });
+  }
 
   it('sees SOL paid by another program: the rent of a closed token account', async () => {
     const { key } = await merchant();

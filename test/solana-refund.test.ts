@@ -3,7 +3,9 @@
 // (getTransaction), its instructions decoded and checked to the base unit:
 // a SOL overpayment's excess and a USDT overpayment's excess (paid into two
 // token accounts of the deposit) from the deposit before the pending
-// settlement pays exactly the re-priced rest; settled USDC and SOL invoices
+// settlement pays exactly the re-priced rest; a late SOL payment too small to
+// stay on the deposit holding the settlement back until it is refunded from
+// the deposit; settled USDC and SOL invoices
 // refunded from the merchant's refund wallet once it is funded, and one
 // waiting for funds again when another refund spent from that wallet first.
 import assert from 'node:assert/strict';
@@ -253,6 +255,71 @@ describe('refunds paid on the Solana test node', () => {
       assert.equal(approved.body.data.fundedFrom, 'refund_wallet', JSON.stringify(approved.body.data));
     }
     assert.equal(await node.balance(p.address), received, 'the deposit gave nothing');
+  });
+
+  it('a late SOL payment too small to stay on the deposit holds the settlement back, never given away; refunded from the deposit, the settlement then pays its own amounts', async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    const created = await svc.call('POST', '/api/v1/payments', {
+      token: key,
+      body: { amount: '25', currency: 'USD', chain: 'solana', expiresInMinutes: 1 },
+    });
+    assert.equal(created.status, 201, JSON.stringify(created.body));
+    const p = created.body.data as { paymentId: string; address: string; cryptoAmount: string };
+    const received = baseUnits(p.cryptoAmount, 9);
+    await node.sendSol(payer, p.address, received);
+    await node.mine();
+    await eventually(
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/status`)).body.data,
+      (status) => status?.hasDetectedPayment === true,
+    );
+    // The deadline passes (the node's blocks stamped with the business clock): what comes now is late.
+    const now = (await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 61 })).body.data.now as string;
+    node.clockAheadSeconds = Math.ceil((Date.parse(now) - Date.now()) / 1000);
+    const late = 500_000n; // under the rent-exempt minimum: a sweep leaving it alone on the deposit is refused
+    assert.ok(late < (await rentExemptMinimum()));
+    await node.sendSol(payer, p.address, late);
+    await node.mine();
+    await flow.confirmed(p.paymentId, key);
+    await eventuallyMining(
+      () => node.mine(1),
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/refundable`, { token: key })).body.data,
+      (assets) => assets?.[0]?.excess === sol(late),
+    );
+    await node.mine(40); // the late payment confirmed: beyond the settlement's payments
+    const priced = await flow.settlementPriced(p.paymentId, key);
+
+    const merchantWallet = newWallet();
+    assert.equal((await flow.setWallet(merchant.id, merchantWallet)).status, 200);
+    const failed = await eventually(
+      () => flow.settlementOf(p.paymentId, key),
+      (s) => s?.status === 'failed',
+    );
+    assert.equal(failed.failureReason, 'rejected_by_network', 'tried again: a refund of the late payment unblocks it');
+    const attention = (await flow.admin('GET', '/admin/v1/attention')).body.data as any[];
+    const listed = attention.find((a) => a.subject === failed.id);
+    assert.equal(listed?.kind, 'settlement_failed', "on the operator's list");
+    assert.match(listed.detail, /leaves it 500000: under the rent-exempt minimum .*late payment/);
+    assert.equal(await node.balance(p.address), received + late, 'nothing given away');
+
+    // To the customer's wallet, which holds SOL (a new one refuses less than the minimum too).
+    const customer = newWallet();
+    await node.sendSol(payer, customer, 1_000_000_000n);
+    await node.mine();
+    const approved = await flow.refund(key, p.paymentId, { kind: 'excess', destination: customer });
+    assert.equal(approved.fundedFrom, 'deposit', 'nothing prepared: the deposit pays it');
+    const done = await flow.completed(approved.id, key);
+    assert.equal(baseUnits(done.amount, 9), late);
+    assert.equal(await node.balance(customer), 1_000_000_000n + late - baseUnits(done.networkFee, 9));
+    assert.equal(await node.balance(p.address), received);
+
+    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 61 }); // the settlement's next attempt is due
+    await flow.settled(p.paymentId, key);
+    const { transactionHash } = await flow.settlementOf(p.paymentId, key);
+    assert.deepEqual(await flow.settlementPriced(p.paymentId, key), priced, 'the refund took nothing of it');
+    assert.deepEqual(node.paymentsTo(merchantWallet), [
+      { signature: transactionHash, amount: BigInt(priced.netAmount) },
+    ]);
+    assert.equal(await node.balance(p.address), 0n);
   });
 
   it("a USDT overpayment's excess is paid from the deposit's two token accounts; the settlement then pays the rest", async () => {

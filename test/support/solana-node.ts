@@ -165,6 +165,12 @@ export class SolanaTestNode {
    * scheduled (it is taken, then expires unseen).
    */
   congestionFee = 0;
+  /**
+   * Seconds the blocks sealed from now on are stamped ahead of the wall clock
+   * (their blockTime), to follow a service whose business clock was moved on:
+   * a payment is late by its block's time.
+   */
+  clockAheadSeconds = 0;
   private readonly blockFees = new Map<number, number>();
   private laggingDraw = 0x2545f491;
   /** The slots behind of the backend answering the current call. */
@@ -285,7 +291,7 @@ export class SolanaTestNode {
         blockhash,
         previousBlockhash: parent?.blockhash ?? bs58.encode(randomBytes(32)),
         blockHeight: (parent?.blockHeight ?? 0) + 1,
-        blockTime: Math.floor(Date.now() / 1000),
+        blockTime: Math.floor(Date.now() / 1000) + this.clockAheadSeconds,
         transactions: this.openSlot.map((t) => ({ ...t, slot })),
       });
       this.blockFees.set(slot, this.congestionFee);

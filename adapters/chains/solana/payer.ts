@@ -4,13 +4,15 @@
 // Settlement: one transaction per sweep, signed by the fee wallet (the fee
 // payer: deposit addresses never need SOL for fees) and the deposit key.
 //   - SOL: the payout to the merchant, the quoted network fee back to the fee
-//     wallet that paid it, the rest to the treasury (to the fee wallet while
-//     the treasury would stay under the rent-exempt minimum): the deposit
-//     address is left with 0 lamports, and the runtime deletes it.
+//     wallet that paid it, the platform fee to the treasury (to the fee wallet
+//     while the treasury would stay under the rent-exempt minimum). Anything
+//     else (a late payment, the customer's: refunds.md) stays on the deposit;
+//     with nothing else it is left with 0 lamports, and the runtime deletes it.
 //   - SPL: the merchant's and the treasury's associated token accounts created
 //     when missing (rent paid by the fee wallet), the payout and the platform
 //     fee by transferChecked, then the deposit's token account closed, its
-//     rent to the treasury.
+//     rent to the treasury, unless a late payment stays in it.
+// The amounts are the settlement's (`amount`, `fees`), never the balance's.
 // A refund (from a deposit before its settlement, or from a merchant's refund
 // wallet) is the same transaction without the rest: SOL, the payout and the
 // quoted fee back to the fee wallet, the payer keeping what is left; tokens,
@@ -91,13 +93,11 @@ interface SweepRecord {
   lastValidBlockHeight: number;
   /**
    * What the deposit held before it (lamports, or base units of the mint in
-   * all its token accounts), decimal: while the finalized chain shows
-   * anything else, something moved it, and no new sweep is built. (Absent in
-   * records made before it was kept.)
+   * all its token accounts), decimal: past the status cache, while the
+   * finalized chain shows anything else, something moved it, and no new
+   * sweep is built. (Absent in records made before it was kept.)
    */
   deposit?: { address: string; mint?: string; held: string };
-  /** A refund's: it takes only its amount, so a balance moved by something else says nothing against replacing it. */
-  refund?: true;
 }
 
 /** The instructions of a sweep, and what the deposit held before it. */
@@ -115,7 +115,8 @@ const computeBudget = (units: bigint, microLamports: bigint): TransactionInstruc
 /**
  * A refund's payout takes its amount and leaves the rest where it is, for the
  * deposit's settlement or in the merchant's refund wallet. A settlement's
- * sweep takes the deposit whole.
+ * sweep takes its amount and fees, and empties the deposit's other token
+ * accounts into its associated one.
  */
 const isRefund = (transfer: OutgoingTransfer) => transfer.payout === 'refund';
 
@@ -319,7 +320,6 @@ export class SolanaPayer {
         ...(transfer.token !== 'SOL' && { mint: this.tokenOf(transfer.token).mint }),
         held: held.toString(),
       },
-      ...(isRefund(transfer) && { refund: true as const }),
     };
     const prepared = { txHash: bs58.encode(transaction.signature!), raw: JSON.stringify(record) };
     this.preparedByReference.set(transfer.reference, prepared);
@@ -327,12 +327,13 @@ export class SolanaPayer {
   }
 
   /**
-   * Payout, the fee back to the fee wallet, and everything else to the
+   * Payout, the fee back to the fee wallet, and the platform fee to the
    * treasury, or to the fee wallet while the treasury would stay under the
    * rent-exempt minimum: the runtime refuses to leave an account under it
    * (a fresh treasury holds nothing, and a 1% fee is often less), and would
-   * refuse every retry the same way. A refund leaves everything else where
-   * it is.
+   * refuse every retry the same way. What the deposit holds beyond those (a
+   * late payment, the customer's: refunds.md) stays on it. A refund leaves
+   * everything but its amount and fee where it is.
    */
   private async solSweep(deposit: PublicKey, transfer: OutgoingTransfer): Promise<Sweep> {
     const [balance, treasuryHeld, merchantHeld, rentExempt] = await Promise.all([
@@ -352,34 +353,29 @@ export class SolanaPayer {
     // The quoted fee beyond the signatures is the priority fee: its unit price is what spends exactly that.
     const priority = network - LAMPORTS_PER_SIGNATURE * SWEEP_SIGNATURES;
     const price = priority > 0n ? (priority * MICRO_LAMPORTS) / SOL_SWEEP_COMPUTE_UNITS : 0n;
-    const rest = balance - transfer.amount - network;
+    const platform = isRefund(transfer) ? 0n : (transfer.fees?.platform ?? 0n);
+    const taken = transfer.amount + network + platform;
+    const rest = balance - taken;
     if (rest < 0n) {
-      throw new TransactionRejectedError(
-        `${deposit.toBase58()} holds ${balance} lamports, less than ${transfer.amount + network}`,
-      );
+      throw new TransactionRejectedError(`${deposit.toBase58()} holds ${balance} lamports, less than ${taken}`);
+    }
+    if (rest > 0n && rest < rentExempt) {
+      // The runtime refuses to leave the payer with less than the minimum (0 is allowed), at every retry. A refund's
+      // rest is the settlement's, and was checked at the approval (canPay): for good. A sweep's rest is a late
+      // payment, the customer's: never given away to make the deposit 0. The settlement fails, on the operator's
+      // list, and is tried again; refunded from the deposit (it takes no hold while nothing is prepared), the
+      // late payment leaves 0 and the next attempt pays out.
+      const what = `${isRefund(transfer) ? 'a refund' : 'a sweep'} of ${taken} lamports from ${deposit.toBase58()}, which holds ${balance}, leaves it ${rest}: under the rent-exempt minimum of ${rentExempt}`;
+      if (isRefund(transfer)) throw new PayoutRefusedError('fees_exceed_amount', what);
+      throw new TransactionRejectedError(`${what} (a late payment the deposit keeps, until it is refunded)`);
     }
     const send = (to: string | PublicKey, lamports: bigint) =>
       SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
-    if (isRefund(transfer)) {
-      if (rest > 0n && rest < rentExempt) {
-        // The runtime refuses to leave the payer with less than the minimum (0 is allowed), at every retry.
-        throw new PayoutRefusedError(
-          'fees_exceed_amount',
-          `a refund of ${transfer.amount + network} lamports from ${deposit.toBase58()}, which holds ${balance}, leaves it ${rest}: under the rent-exempt minimum of ${rentExempt}`,
-        );
-      }
-      const instructions = [
-        ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
-        send(transfer.to, transfer.amount),
-        send(this.feePayer.publicKey, network),
-      ];
-      return { instructions, held: balance };
-    }
-    const toTreasury = rest > 0n && treasuryHeld + rest >= rentExempt ? rest : 0n;
+    const toTreasury = platform > 0n && treasuryHeld + platform >= rentExempt ? platform : 0n;
     const instructions = [
       ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
       send(transfer.to, transfer.amount),
-      send(this.feePayer.publicKey, network + rest - toTreasury),
+      send(this.feePayer.publicKey, network + platform - toTreasury),
     ];
     if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
     return { instructions, held: balance };
@@ -434,11 +430,13 @@ export class SolanaPayer {
       );
     }
     const held = accounts.reduce((sum, a) => sum + a.amount, 0n);
-    // A sweep gives whatever the deposit holds beyond the payout (the platform fee, an overpayment) to the treasury.
-    const toTreasury = held - transfer.amount;
-    if (toTreasury < 0n)
+    // The treasury gets the platform fee; what the deposit holds beyond it and the payout (a late payment, the
+    // customer's) stays in the deposit's associated account, which then stays open.
+    const toTreasury = isRefund(transfer) ? 0n : (transfer.fees?.platform ?? 0n);
+    const rest = held - transfer.amount - toTreasury;
+    if (rest < 0n)
       throw new TransactionRejectedError(
-        `${deposit.toBase58()} holds ${held} ${token.symbol}, less than ${transfer.amount}`,
+        `${deposit.toBase58()} holds ${held} ${token.symbol}, less than ${transfer.amount + toTreasury}`,
       );
     // Enough compute for the account creations, the transfers and the closes, whatever the default.
     const budget = computeBudget(BigInt(200_000 + others.length * 30_000), this.priorityPrice.microLamports);
@@ -470,7 +468,7 @@ export class SolanaPayer {
         createTransferCheckedInstruction(source, mint, treasuryAccount, deposit, toTreasury, token.decimals),
       );
     }
-    instructions.push(createCloseAccountInstruction(source, treasury, deposit));
+    if (rest === 0n) instructions.push(createCloseAccountInstruction(source, treasury, deposit));
     return { instructions, held };
   }
 
@@ -516,14 +514,12 @@ export class SolanaPayer {
    * an answer from before that slot decides nothing.
    *
    * The balance is the proof where the node keeps no history: past its status
-   * cache, such a node knows no signature, landed or not. A refund's balance
-   * proves nothing more (it takes only its amount), and a refund wallet's
-   * moves for other reasons (another refund, the merchant funding it): while
-   * the answering bank's status cache still covers every block the
-   * transaction could have landed in, "unknown" is proof by itself, so a
-   * refund is replaced then whatever its payer's balance. A sweep keeps the
-   * balance check: a deposit paid again after its sweep was prepared is an
-   * operator's to decide.
+   * cache, such a node knows no signature, landed or not. While the answering
+   * bank's status cache still covers every block the transaction could have
+   * landed in, "unknown" is proof by itself, so it is replaced then whatever
+   * its payer's balance: a payer's balance moves for other reasons (a deposit
+   * paid again, another refund, the merchant funding a refund wallet), and
+   * the replacement takes only its payout's amounts, as this one did.
    */
   private async refuseIfExpired(signature: string, record: SweepRecord): Promise<void> {
     const { context, value } = await this.node.rpc<{
@@ -540,7 +536,7 @@ export class SolanaPayer {
     const answeredHeight = finalizedHeight + (statuses.slot - context.slot);
     // It could have landed from its blockhash's next block on: the cache reaches back to there.
     const cached = answeredHeight <= record.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS + STATUS_CACHE_BLOCKS;
-    if (record.deposit && !(record.refund && cached)) {
+    if (record.deposit && !cached) {
       const held = await this.depositHeld(record.deposit, context.slot);
       if (held !== BigInt(record.deposit.held)) return;
     }

@@ -63,7 +63,7 @@ describe('the service process', () => {
 
     const rebuilt = await runCli(['projections', 'rebuild'], { DATA_DIR: dataDir });
     assert.equal(rebuilt.code, 0, rebuilt.output);
-    assert.match(rebuilt.output, /rebuilt merchants, invoices, [a-z, -]+: \d+ events in \d+ ms/);
+    assert.match(rebuilt.output, /rebuilt merchants, invoices, [a-z_, -]+: \d+ events in \d+ ms/);
 
     const restarted = await startProcess({ DATA_DIR: dataDir });
     try {

@@ -205,6 +205,17 @@ export type RefundState = Refund | null;
 const BEFORE_SENDING: readonly RefundStatus[] = ['awaiting_destination', 'awaiting_approval', 'awaiting_funds'];
 
 /**
+ * The merchant may cancel before the payout, or once it failed before any
+ * transaction was ever made for it (a token transfer the chain would revert,
+ * to an address its contract blacklists, is refused at preparing and tried
+ * again for ever): nothing of it can be on its way. A refund with a
+ * transaction, even one the chain refused, is not: Bitcoin's refused
+ * transaction may still be mined (see TransactionRejectedError).
+ */
+const mayCancel = (refund: Refund) =>
+  BEFORE_SENDING.includes(refund.status) || (refund.status === 'failed' && refund.preparedHashes.length === 0);
+
+/**
  * A refund that may go back to waiting for funds: from the refund wallet (a
  * deposit's funds are the payment's, and no one adds to them), with no
  * transaction of its current attempt recorded (none, or the last one refused
@@ -287,7 +298,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
       return [{ type: 'RefundAwaitingFunds', data: { reason: command.reason, awaitingSince: command.now } }];
     case 'Cancel':
       if (state.status === 'canceled') return [];
-      if (!BEFORE_SENDING.includes(state.status)) {
+      if (!mayCancel(state)) {
         throw new DomainError('conflict', 'Refund can no longer be canceled');
       }
       return [

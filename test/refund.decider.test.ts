@@ -489,6 +489,37 @@ describe('the refund aggregate', () => {
       .thenError('conflict', 'Refund can no longer be canceled');
   });
 
+  it('can be canceled once failed before any transaction was made for it, never after one was', () => {
+    const canceled: RefundEvent = { type: 'RefundCanceled', data: { invoiceId: INVOICE_ID, canceledAt: T1 } };
+    // A transfer the token contract reverts (a blacklisted address) is refused when its gas is estimated.
+    const failedPreparing: RefundEvent = {
+      type: 'RefundFailed',
+      data: {
+        invoiceId: INVOICE_ID,
+        attempt: 1,
+        reason: 'execution reverted',
+        code: 'node_unavailable',
+        retryAt: T1,
+        failedAt: T1,
+      },
+    };
+    const beforeAny = [created(), claimed, approved(true), failedPreparing];
+    given(refundDecider, beforeAny).when({ type: 'Cancel', now: T1 }).then([canceled]);
+    // Once canceled, the engine's next attempt finds nothing to retry or prepare.
+    given(refundDecider, [...beforeAny, canceled])
+      .when({ type: 'Retry', now: T1 })
+      .then([]);
+    given(refundDecider, [...beforeAny, canceled])
+      .when({ type: 'PrepareTransaction', txHash: '0xaa', raw: '{}', now: T1 })
+      .then([]);
+    // A refused transaction may still be mined (Bitcoin's replaced one): not cancelable.
+    const refused = { ...failedPreparing, data: { ...failedPreparing.data, rejected: true } } as RefundEvent;
+    const retried: RefundEvent = { type: 'RefundRetried', data: { attempt: 2, retriedAt: T1 } };
+    given(refundDecider, [created(), claimed, approved(true), prepared(), refused, retried, failedPreparing])
+      .when({ type: 'Cancel', now: T1 })
+      .thenError('conflict', 'Refund can no longer be canceled');
+  });
+
   it('expires only when the link was never used', () => {
     const late = at(60 * 24 * 30);
     given(refundDecider, [created()])

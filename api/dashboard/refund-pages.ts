@@ -29,9 +29,10 @@ export const REFUND_STATUSES = [
   'failed',
 ] as const;
 
-/** The statuses a refund can still be canceled in: before anything is sent (refund.ts's BEFORE_SENDING). */
+/** A refund that can still be canceled: before anything is sent, or failed with nothing sent (refund.ts's mayCancel). */
 const cancellable = (r: RefundView) =>
-  ['awaiting_destination', 'awaiting_approval', 'awaiting_funds'].includes(r.status);
+  ['awaiting_destination', 'awaiting_approval', 'awaiting_funds'].includes(r.status) ||
+  (r.status === 'failed' && r.transactionHash === null);
 /** The customer gives the address through the link; once they have, it is the merchant's turn. */
 const awaitingCustomer = (r: RefundView) => r.status === 'awaiting_destination' && r.claimUrl !== null;
 

@@ -68,6 +68,25 @@ export function handleCommand<Command, State, Event extends DomainEvent>(
   return handleCommands(store, decider, streamId, [command], options);
 }
 
+/** What a command wrote, for an answer: the state after it, and where it landed in the log. */
+export interface Written<T> {
+  value: T;
+  /** Where the change landed in the log; read models that reached it show it. */
+  position: string | undefined;
+}
+
+/** `command` handled on its stream, whose state after it (there is one: the command made or changed it) is the answer. */
+export async function handleWritten<Command, State, Event extends DomainEvent>(
+  store: EventStore,
+  decider: Decider<Command, State, Event>,
+  streamId: string,
+  command: Command,
+  options: HandleOptions = {},
+): Promise<Written<NonNullable<State>>> {
+  const { state, position } = await handleCommands(store, decider, streamId, [command], options);
+  return { value: state!, position };
+}
+
 /**
  * Several commands decided in turn, each on the state the previous one left,
  * and all their events appended at once: one read and one append for what

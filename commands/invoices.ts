@@ -17,8 +17,7 @@ import {
   type RateProvenance,
 } from '../domain/invoice.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
-import { handleCommand, handleCommands, loadState, type Actor } from './handle.ts';
-import type { Written } from './merchants.ts';
+import { handleCommand, handleCommands, handleWritten, loadState, type Actor, type Written } from './handle.ts';
 
 /** A quote's rate holds for this long; it is also the longest life of a payment created with its address. */
 export const RATE_WINDOW_MINUTES = 15;
@@ -130,12 +129,11 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
     const id = input.id ?? randomUUID();
     const command = createCommandOf(merchantId, input, id);
     try {
-      const { state, position } = await handleCommand(store, invoiceDecider, invoiceStreamName(id), command, {
+      return await handleWritten(store, invoiceDecider, invoiceStreamName(id), command, {
         correlationId,
         actor,
         newStream: input.id === undefined,
       });
-      return { value: state!, position };
     } catch (error) {
       // Created by another process in between: that one is this invoice.
       if (!(input.id !== undefined && error instanceof DomainError && error.kind === 'conflict')) throw error;
@@ -264,14 +262,13 @@ export function invoiceCommands({ store, clock, rates, addresses, enabledChains 
       actor?: Actor,
     ): Promise<Written<Invoice>> {
       await invoiceOf(invoiceId, merchantId);
-      const { state, position } = await handleCommand(
+      return handleWritten(
         store,
         invoiceDecider,
         invoiceStreamName(invoiceId),
         { type: 'CancelInvoice', cancelledAt: clock.now().toISOString() },
         { correlationId, actor },
       );
-      return { value: state!, position };
     },
 
     async expire(invoiceId: string): Promise<void> {

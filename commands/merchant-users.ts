@@ -11,10 +11,11 @@ import {
   merchantUserStream,
   normaliseEmail,
   type MerchantUser,
+  type MerchantUserCommand,
   type UserRole,
 } from '../domain/merchant-user.ts';
-import { handleCommand, loadState, type Actor } from './handle.ts';
-import type { MerchantCommands, Written } from './merchants.ts';
+import { handleWritten, loadState, type Actor, type HandleOptions, type Written } from './handle.ts';
+import type { MerchantCommands } from './merchants.ts';
 
 /** UUIDv5 namespace of user ids (of the lower-cased e-mail address). */
 const USER_ID_NAMESPACE = 'b8f3c2a1-6d4e-4f5a-9b7c-2e1d0c9b8a76';
@@ -39,6 +40,9 @@ export function merchantUserCommands(
     const user = await loadState(store, merchantUserDecider, merchantUserStream(userId));
     return user?.totpSecret ? { ...user, totpSecret: sealer.open(user.totpSecret) } : user;
   };
+  /** `command` decided on the user's stream: the user as they stand after it. */
+  const decide = (userId: string, command: MerchantUserCommand, options: HandleOptions) =>
+    handleWritten(store, merchantUserDecider, merchantUserStream(userId), command, options);
   return {
     load,
 
@@ -52,10 +56,8 @@ export function merchantUserCommands(
       await merchants.existingMerchant(merchantId);
       const token = randomSecret();
       const userId = userIdOf(request.email);
-      const { state, position } = await handleCommand(
-        store,
-        merchantUserDecider,
-        merchantUserStream(userId),
+      const { value, position } = await decide(
+        userId,
         {
           type: 'InviteUser',
           userId,
@@ -67,7 +69,7 @@ export function merchantUserCommands(
         },
         { actor, correlationId },
       );
-      return { value: { user: state!, token }, position };
+      return { value: { user: value, token }, position };
     },
 
     async accept(
@@ -75,10 +77,8 @@ export function merchantUserCommands(
       request: { token: string; passwordHash: string; totpSecret: string | null },
       correlationId?: string,
     ): Promise<Written<MerchantUser>> {
-      const { state, position } = await handleCommand(
-        store,
-        merchantUserDecider,
-        merchantUserStream(userId),
+      return decide(
+        userId,
         {
           type: 'AcceptInvitation',
           inviteTokenHash: hashInviteToken(request.token),
@@ -89,29 +89,14 @@ export function merchantUserCommands(
         // The invitee is the one who acts: the token proved who they are.
         { actor: { type: 'user', userId, email: (await load(userId))?.email ?? '' }, correlationId },
       );
-      return { value: state!, position };
     },
 
     async changeRole(userId: string, role: UserRole, actor: Actor, correlationId?: string) {
-      const { state, position } = await handleCommand(
-        store,
-        merchantUserDecider,
-        merchantUserStream(userId),
-        { type: 'ChangeUserRole', role, now: now().toISOString() },
-        { actor, correlationId },
-      );
-      return { value: state!, position };
+      return decide(userId, { type: 'ChangeUserRole', role, now: now().toISOString() }, { actor, correlationId });
     },
 
     async disable(userId: string, actor: Actor, correlationId?: string): Promise<Written<MerchantUser>> {
-      const { state, position } = await handleCommand(
-        store,
-        merchantUserDecider,
-        merchantUserStream(userId),
-        { type: 'DisableUser', now: now().toISOString() },
-        { actor, correlationId },
-      );
-      return { value: state!, position };
+      return decide(userId, { type: 'DisableUser', now: now().toISOString() }, { actor, correlationId });
     },
   };
 }

@@ -12,16 +12,10 @@ import {
   type MerchantCommand,
   type MerchantProfile,
 } from '../domain/merchant.ts';
-import { handleCommand, loadState, type Actor } from './handle.ts';
+import { handleCommand, handleWritten, loadState, type Actor, type Written } from './handle.ts';
 
 export const API_KEY_PREFIX = 'pk_live_';
 const WEBHOOK_SECRET_PREFIX = 'whsec_';
-
-export interface Written<T> {
-  value: T;
-  /** Where the change landed in the log; read models that reached it show it. */
-  position: string | undefined;
-}
 
 export function merchantCommands(store: EventStore, now = () => new Date()) {
   async function existingMerchant(merchantId: string): Promise<Merchant> {
@@ -37,11 +31,10 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
     correlationId?: string,
     actor?: Actor,
   ): Promise<Written<Merchant>> {
-    const { state, position } = await handleCommand(store, merchantDecider, merchantStream(merchantId), command, {
+    return handleWritten(store, merchantDecider, merchantStream(merchantId), command, {
       correlationId,
       actor,
     });
-    return { value: state!, position };
   }
 
   return {
@@ -53,7 +46,7 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
       actor?: Actor,
     ): Promise<Written<Merchant>> {
       const merchantId = randomUUID();
-      const { state, position } = await handleCommand(
+      return handleWritten(
         store,
         merchantDecider,
         merchantStream(merchantId),
@@ -66,7 +59,6 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
         },
         { correlationId, actor },
       );
-      return { value: state!, position };
     },
 
     update: (merchantId: string, changes: MerchantChanges, correlationId?: string, actor?: Actor) =>
@@ -130,14 +122,13 @@ export function merchantCommands(store: EventStore, now = () => new Date()) {
     },
 
     async revokeApiKey(keyId: string, correlationId?: string, actor?: Actor): Promise<Written<ApiKey>> {
-      const { state, position } = await handleCommand(
+      return handleWritten(
         store,
         apiKeyDecider,
         apiKeyStream(keyId),
         { type: 'RevokeApiKey', now: now().toISOString() },
         { correlationId, actor },
       );
-      return { value: state!, position };
     },
   };
 }

@@ -1,8 +1,9 @@
 // The statuses of a payout pass's transactions, asked of each chain in one
 // call where the chain answers many at once (the port's optional
 // `transactionStatuses`: Solana's getSignatureStatuses), so that a pass over
-// N open payouts costs one question instead of N. Any payout kind can use it:
-// `ask` in its beforeLooks, `take` at the start of each look.
+// N open payouts costs one question instead of N. Every payout kind uses it
+// through RecordedPayoutKind (payouts.ts): `ask` in beforeLooks, `take` at
+// the start of each look.
 import type { ChainAdapter, TransactionStatus } from '../adapters/chains/port.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 

@@ -29,7 +29,7 @@ import type { PayoutAttempts } from '../domain/payout-attempt.ts';
 import type { RefundEvent } from '../domain/refund.ts';
 import type { SettlementEvent, SettlementFailureReason } from '../domain/settlement.ts';
 import type { Projector } from '../adapters/event-store/followers.ts';
-import type { StatusLookup } from './pass-statuses.ts';
+import { StatusesAtPassStart, type StatusLookup } from './pass-statuses.ts';
 import { Periodic, type PeriodicOptions } from './periodic.ts';
 import { streams } from '../domain/streams.ts';
 
@@ -217,7 +217,7 @@ export interface PayoutLook {
   lookAgainInMs: number | null;
 }
 
-/** One kind of payout (a settlement; later a refund): moves one payout as far as it can go now. */
+/** One kind of payout (a settlement, a refund): moves one payout as far as it can go now. */
 export interface PayoutKind {
   readonly kind: string;
   /**
@@ -449,7 +449,7 @@ export function recordedSteps<P extends Pick<PayoutStanding, 'id'> & Pick<Payout
  * after an unknown outcome); a broadcast one not on the chain is sent again;
  * otherwise the attempt's transaction is prepared, recorded, then sent.
  */
-export async function advancePayout<P extends PayoutStanding>(
+async function advancePayout<P extends PayoutStanding>(
   id: string,
   recorder: PayoutRecorder<P>,
   chains: ReadonlyMap<ChainName, ChainAdapter>,
@@ -525,14 +525,48 @@ export async function advancePayout<P extends PayoutStanding>(
   return { lookAgainInMs: CONFIRMATION_LOOK_MS };
 }
 
-/** The payouts among `ids` still to be paid, for a kind's `beforeLooks`. */
-export async function payoutsToLookAt<P extends PayoutStanding>(recorder: PayoutRecorder<P>, ids: readonly string[]) {
-  const payouts: P[] = [];
-  for (const id of ids) {
-    const payout = await recorder.load(id);
-    if (payout && payout.phase !== 'done') payouts.push(payout);
+/** What every kind's looks need (advancePayout). */
+export interface PayoutLookDeps {
+  clock: Clock;
+  chains: ReadonlyMap<ChainName, ChainAdapter>;
+  requiredConfirmations: Record<ChainName, number>;
+}
+
+/**
+ * A kind of payout that records its steps on its own stream (its `recorder`)
+ * and looks at each payout by advancePayout, the one place where a pass's
+ * transactions are asked of each chain at once before the looks
+ * (pass-statuses.ts) and each look takes its payout's answer.
+ */
+export abstract class RecordedPayoutKind<P extends PayoutStanding, D extends PayoutLookDeps> implements PayoutKind {
+  abstract readonly kind: string;
+  protected abstract readonly recorder: PayoutRecorder<P>;
+  /** Where each payout's prepared transactions stood when the pass began, from one question per chain. */
+  private readonly statuses: StatusesAtPassStart;
+
+  constructor(protected readonly deps: D) {
+    this.statuses = new StatusesAtPassStart(deps.chains);
   }
-  return payouts;
+
+  /** Asks once per chain about the transactions of the payouts among `ids` still to be paid. */
+  async beforeLooks(ids: readonly string[]): Promise<void> {
+    const payouts: P[] = [];
+    for (const id of ids) {
+      const payout = await this.recorder.load(id);
+      if (payout && payout.phase !== 'done') payouts.push(payout);
+    }
+    await this.statuses.ask(payouts);
+  }
+
+  advance(payoutId: string, lease: AbortSignal): Promise<PayoutLook> {
+    const { chains, requiredConfirmations, clock } = this.deps;
+    const statusOf = this.statuses.take(payoutId);
+    return advancePayout(payoutId, this.recorder, chains, requiredConfirmations, clock, lease, statusOf);
+  }
+
+  protected now(): string {
+    return this.deps.clock.now().toISOString();
+  }
 }
 
 /** True when the chain took the transaction; a failure is recorded with the time of the next attempt. */

@@ -60,14 +60,11 @@ import type { SqlDatabase } from '../adapters/sql/database.ts';
 import { DerivationIndexes } from './derivation-indexes.ts';
 import { loadSettlement } from './settlements.ts';
 import { handleCommand, loadState, unlessRefused, type Actor } from './handle.ts';
-import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
-  advancePayout,
   failureCodeOf,
-  payoutsToLookAt,
   queuedPayouts,
   recordedSteps,
-  type PayoutKind,
+  RecordedPayoutKind,
   type PayoutLook,
   type PayoutRecorder,
   type PayoutStanding,
@@ -610,28 +607,16 @@ function phaseOf(refund: Refund): PayoutStanding['phase'] {
  * customer's address, the network fee out of the amount; a refund waiting
  * for its wallet to be funded goes on by itself once the wallet holds enough.
  */
-export class RefundPayouts implements PayoutKind {
+export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, RefundPayoutDeps> {
   readonly kind = 'refund';
-
-  /** As settlements: one question per chain for a pass's transactions (pass-statuses.ts). */
-  private readonly statuses: StatusesAtPassStart;
-
-  constructor(private readonly deps: RefundPayoutDeps) {
-    this.statuses = new StatusesAtPassStart(deps.chains);
-  }
-
-  async beforeLooks(refundIds: readonly string[]): Promise<void> {
-    await this.statuses.ask(await payoutsToLookAt(this.recorder, refundIds));
-  }
-
-  private now = () => this.deps.clock.now().toISOString();
 
   private act(refundId: string, command: RefundCommand) {
     return handleCommand(this.deps.store, refundDecider, refundStreamName(refundId), command);
   }
 
-  async advance(refundId: string, lease: AbortSignal): Promise<PayoutLook> {
-    const { store, chains, requiredConfirmations, clock } = this.deps;
+  /** A refund awaiting funds goes on once its wallet holds enough; then it is a payout as any. */
+  override async advance(refundId: string, lease: AbortSignal): Promise<PayoutLook> {
+    const { store, chains } = this.deps;
     const refund = await loadState(store, refundDecider, refundStreamName(refundId));
     if (refund?.status === 'awaiting_funds') {
       const chain = chains.get(refund.chain as ChainName);
@@ -641,8 +626,7 @@ export class RefundPayouts implements PayoutKind {
       }
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }
-    const statusOf = this.statuses.take(refundId);
-    return advancePayout(refundId, this.recorder, chains, requiredConfirmations, clock, lease, statusOf);
+    return super.advance(refundId, lease);
   }
 
   /**
@@ -685,7 +669,7 @@ export class RefundPayouts implements PayoutKind {
     return invoice ? coinsBeforeRequest(invoice, state, refund, refund.payer.fromAddress) : [];
   }
 
-  private readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {
+  protected readonly recorder: PayoutRecorder<Refund & PayoutStanding> = {
     kind: 'refund',
     load: async (id) => {
       const refund = await loadState(this.deps.store, refundDecider, refundStreamName(id));

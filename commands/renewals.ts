@@ -113,7 +113,6 @@ export class RenewalScheduler extends Periodic {
   async runDue(): Promise<number> {
     const db = this.db as Kysely<RenewalTables>;
     const now = this.clock.now();
-    let changed = 0;
     const periodsEnded = await db
       .selectFrom('renewals_due')
       .select('subscriber_id')
@@ -121,9 +120,7 @@ export class RenewalScheduler extends Periodic {
       .orderBy('period_ends_at')
       .limit(200)
       .execute();
-    for (const { subscriber_id: id } of periodsEnded) {
-      changed += (await this.step(() => this.subscriptions.renew(id))) ? 1 : 0;
-    }
+    let changed = await this.eachStep(periodsEnded, (id) => this.subscriptions.renew(id));
     const gracesOver = await db
       .selectFrom('renewals_due')
       // Paid in full and waiting for confirmations: not past due.
@@ -133,19 +130,20 @@ export class RenewalScheduler extends Periodic {
       .orderBy('renewals_due.grace_ends_at')
       .limit(200)
       .execute();
-    for (const { subscriber_id: id } of gracesOver) {
-      changed += (await this.step(() => this.subscriptions.markPastDue(id))) ? 1 : 0;
-    }
+    changed += await this.eachStep(gracesOver, (id) => this.subscriptions.markPastDue(id));
     return changed;
   }
 
-  /** One subscriber's step; a failure is reported and the others go on. */
-  private async step(work: () => Promise<boolean>): Promise<boolean> {
-    try {
-      return await work();
-    } catch (error) {
-      this.options.onError?.(error);
-      return false;
+  /** Each subscriber's step in turn, a failure reported and the others going on; how many it changed. */
+  private async eachStep(due: { subscriber_id: string }[], step: (id: string) => Promise<boolean>): Promise<number> {
+    let changed = 0;
+    for (const { subscriber_id: id } of due) {
+      try {
+        if (await step(id)) changed++;
+      } catch (error) {
+        this.options.onError?.(error);
+      }
     }
+    return changed;
   }
 }

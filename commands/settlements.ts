@@ -29,14 +29,10 @@ import {
 } from '../domain/settlement.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
 import { handleCommand, loadState, unlessRefused } from './handle.ts';
-import { StatusesAtPassStart } from './pass-statuses.ts';
 import {
-  advancePayout,
   failureCodeOf,
-  payoutsToLookAt,
   recordedSteps,
-  type PayoutKind,
-  type PayoutLook,
+  RecordedPayoutKind,
   type PayoutRecorder,
   type PayoutStanding,
 } from './payouts.ts';
@@ -138,23 +134,8 @@ function phaseOf(s: Settlement): PayoutStanding['phase'] {
  * growing delays. Before any new attempt it asks the chain for every
  * transaction prepared so far, so a payout that did go out is never sent again.
  */
-export class SettlementPayouts implements PayoutKind {
+export class SettlementPayouts extends RecordedPayoutKind<Settlement & PayoutStanding, SettlementDeps> {
   readonly kind = 'settlement';
-
-  /** Where each payout's prepared transactions stood when the pass began, from one question per chain. */
-  private readonly statuses: StatusesAtPassStart;
-
-  constructor(private readonly deps: SettlementDeps) {
-    this.statuses = new StatusesAtPassStart(deps.chains);
-  }
-
-  async beforeLooks(settlementIds: readonly string[]): Promise<void> {
-    await this.statuses.ask(await payoutsToLookAt(this.recorder, settlementIds));
-  }
-
-  private now() {
-    return this.deps.clock.now().toISOString();
-  }
 
   /** The command's events, and the settlement after them (the payout's commands only follow a request). */
   private async act(settlementId: string, command: SettlementCommand) {
@@ -167,19 +148,13 @@ export class SettlementPayouts implements PayoutKind {
     return { ...handled, state: requestedSettlement(handled.state) };
   }
 
-  advance(settlementId: string, lease: AbortSignal): Promise<PayoutLook> {
-    const { chains, requiredConfirmations, clock } = this.deps;
-    const statusOf = this.statuses.take(settlementId);
-    return advancePayout(settlementId, this.recorder, chains, requiredConfirmations, clock, lease, statusOf);
-  }
-
   private readonly steps = recordedSteps<Settlement, SettlementFailureReason>(
     (id, command) => this.act(id, command),
     () => this.deps.clock,
     failureCodeOf,
   );
 
-  private readonly recorder: PayoutRecorder<Settlement & PayoutStanding> = {
+  protected readonly recorder: PayoutRecorder<Settlement & PayoutStanding> = {
     kind: 'settlement',
     load: async (id) => {
       // Refunds held before any request leave nothing to pay out.

@@ -38,9 +38,8 @@ import {
   type SubscriberCommand,
 } from '../domain/subscriber.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
-import { handleCommand, loadState, type HandleOptions } from './handle.ts';
+import { handleCommand, handleWritten, loadState, type HandleOptions, type Written } from './handle.ts';
 import type { InvoiceCommands } from './invoices.ts';
-import type { Written } from './merchants.ts';
 import { streams } from '../domain/streams.ts';
 
 /** A reservation whose subscriber never got written (a crash in between) is taken over after this long. */
@@ -231,26 +230,24 @@ export function subscriptionCommands({
 
     async createPlan(merchantId: string, input: NewPlan, correlationId?: string): Promise<Written<Plan>> {
       const id = randomUUID();
-      const { state, position } = await handleCommand(
+      return handleWritten(
         store,
         planDecider,
         planStreamName(id),
         { type: 'CreatePlan', id, merchantId, ...input, now: now() },
         { correlationId },
       );
-      return { value: state!, position };
     },
 
     async archivePlan(planId: string, merchantId: string, correlationId?: string): Promise<Written<Plan>> {
       await planOf(planId, merchantId);
-      const { state, position } = await handleCommand(
+      return handleWritten(
         store,
         planDecider,
         planStreamName(planId),
         { type: 'ArchivePlan', now: now() },
         { correlationId },
       );
-      return { value: state!, position };
     },
 
     /**

@@ -23,6 +23,29 @@ export interface PayoutAttempts {
   retryAt: string | null;
 }
 
+/**
+ * A failed attempt, as each payout's failure event records it. `rejected`:
+ * the chain refused the transaction outright, so it can never be mined and
+ * the next attempt prepares a new one. Otherwise the outcome is unknown (a
+ * timeout, a dropped connection): the transaction may still land, so the
+ * next attempt sends the very same one again, never a second payout.
+ */
+export interface AttemptFailure {
+  attempt: number;
+  /** What went wrong, in words (the node's or the adapter's message). */
+  reason: string;
+  rejected?: boolean;
+  /** null: final, no attempt is due. */
+  retryAt: string | null;
+  failedAt: string;
+}
+
+/** The next attempt, as each payout's retry event records it. */
+export interface AttemptRetried {
+  attempt: number;
+  retriedAt: string;
+}
+
 export const noAttemptYet: PayoutAttempts = {
   attempt: 1,
   attempts: 0,
@@ -58,7 +81,7 @@ export function retried<Type extends string>(
   type: Type,
   state: PayoutAttempts & { status: string },
   now: string,
-): DomainEvent<Type, { attempt: number; retriedAt: string }>[] {
+): DomainEvent<Type, AttemptRetried>[] {
   if (state.status !== 'failed' || state.retryAt === null) return [];
   return [{ type, data: { attempt: state.attempt + 1, retriedAt: now } }];
 }
@@ -87,10 +110,7 @@ export const afterCompleted = (completed: { txHash: string; completedAt: string 
   updatedAt: completed.completedAt,
 });
 
-export const afterFailed = (
-  state: PayoutAttempts,
-  failure: { reason: string; rejected?: boolean; retryAt: string | null; failedAt: string },
-) => ({
+export const afterFailed = (state: PayoutAttempts, failure: AttemptFailure) => ({
   attempts: state.attempts + 1,
   rejected: failure.rejected === true,
   retryAt: failure.retryAt,
@@ -100,7 +120,7 @@ export const afterFailed = (
 });
 
 /** The next attempt: the same transaction again, unless the chain refused it. */
-export const afterRetried = (state: PayoutAttempts, retry: { attempt: number; retriedAt: string }) => ({
+export const afterRetried = (state: PayoutAttempts, retry: AttemptRetried) => ({
   attempt: retry.attempt,
   prepared: state.rejected ? null : state.prepared,
   rejected: false,

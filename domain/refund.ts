@@ -113,22 +113,11 @@ export type RefundCompleted = DomainEvent<
     coins?: RefundCoins;
   }
 >;
-/** As SettlementFailed: `rejected` means the chain refused it for good; otherwise the same transaction is sent again. */
 export type RefundFailed = DomainEvent<
   'RefundFailed',
-  {
-    invoiceId: string;
-    fundedFrom?: RefundFunding;
-    attempt: number;
-    reason: string;
-    code: RefundFailureReason;
-    rejected?: boolean;
-    /** null: final, no attempt is due. */
-    retryAt: string | null;
-    failedAt: string;
-  }
+  payout.AttemptFailure & { invoiceId: string; fundedFrom?: RefundFunding; code: RefundFailureReason }
 >;
-export type RefundRetried = DomainEvent<'RefundRetried', { attempt: number; retriedAt: string }>;
+export type RefundRetried = DomainEvent<'RefundRetried', payout.AttemptRetried>;
 // The events that end a refund name its invoice, whose reservation they settle (see refund-saga.ts).
 export type RefundCanceled = DomainEvent<
   'RefundCanceled',

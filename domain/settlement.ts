@@ -139,27 +139,15 @@ export type SettlementCompleted = DomainEvent<
     tokenDecimals?: number;
   }
 >;
-/**
- * `rejected`: the chain refused the transaction outright, so it can never be
- * mined and the next attempt prepares a new one. Otherwise the outcome is
- * unknown (a timeout, a dropped connection): the transaction may still land,
- * so the next attempt sends the very same one again, never a second payout.
- */
+/** `retryAt` null: final (fees_exceed_amount, payment_reversed). */
 export type SettlementFailed = DomainEvent<
   'SettlementFailed',
-  {
-    attempt: number;
-    /** What went wrong, in words (the node's or the adapter's message). */
-    reason: string;
+  payout.AttemptFailure & {
     /** The reason as operations.md names it (absent in older events: `rejected_by_network` or `node_unavailable`). */
     code?: SettlementFailureReason;
-    rejected?: boolean;
-    /** null: final, no attempt is due (fees_exceed_amount, payment_reversed). */
-    retryAt: string | null;
-    failedAt: string;
   }
 >;
-export type SettlementRetried = DomainEvent<'SettlementRetried', { attempt: number; retriedAt: string }>;
+export type SettlementRetried = DomainEvent<'SettlementRetried', payout.AttemptRetried>;
 /**
  * A refund is paid from the deposit before the settlement is (refunds.md,
  * "Where the money comes from"): its amount comes out of what the merchant

@@ -120,7 +120,7 @@ export interface DeveloperRouteDeps extends Pick<ReadYourWrites, 'settle' | 'cau
 
 export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRouteDeps, kit: DashboardKit) {
   const { db, merchants, settle, webhooks } = ctx;
-  const { page, html, redirect, actorOf, reauthenticationProblem } = kit;
+  const { page, html, redirect, redirectWhenSettled, actorOf, reauthenticationProblem } = kit;
 
   // The invoice page's live-following script, served as the checkout's is.
   scope.get(
@@ -194,8 +194,7 @@ export async function developerRoutes(scope: FastifyInstance, ctx: DeveloperRout
         request.id,
         actorOf(session),
       );
-      await settle(position);
-      return redirect(reply, '/dashboard/developers/webhooks');
+      return redirectWhenSettled(reply, position, '/dashboard/developers/webhooks');
     }),
   );
 

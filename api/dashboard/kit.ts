@@ -21,6 +21,8 @@ export interface DashboardKit {
   ) => PageRoute<Route>;
   html: (reply: FastifyReply, status: number, body: string) => FastifyReply;
   redirect: (reply: FastifyReply, to: string) => FastifyReply;
+  /** After a form's write: to `to` once the read models show it, so that the page asked for next shows the change. */
+  redirectWhenSettled: (reply: FastifyReply, position: string | undefined, to: string) => Promise<FastifyReply>;
   actorOf: (session: DashboardSession) => Actor;
   /** Undefined when the password (and code) were given lately or are right in the form, else why not. */
   reauthenticationProblem: (request: FastifyRequest) => Promise<string | undefined>;

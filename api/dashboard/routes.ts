@@ -128,6 +128,10 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   const html = (reply: FastifyReply, status: number, body: string) => pageHeaders(reply).code(status).send(body);
   const redirect = (reply: FastifyReply, to: string) => reply.code(303).header('Location', to).send();
+  const redirectWhenSettled = async (reply: FastifyReply, position: string | undefined, to: string) => {
+    await settle(position);
+    return redirect(reply, to);
+  };
 
   /**
    * Who is signed in, with the permission a route needs: no session sends a
@@ -344,7 +348,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
 
   // ---- Pages -------------------------------------------------------------------------
 
-  const kit: DashboardKit = { page, html, redirect, actorOf, reauthenticationProblem };
+  const kit: DashboardKit = { page, html, redirect, redirectWhenSettled, actorOf, reauthenticationProblem };
   await listRoutes(scope, ctx, kit);
 
   scope.get(
@@ -486,8 +490,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
           undefined,
           actorOf(session),
         );
-        await settle(position);
-        return redirect(reply, `/dashboard/refunds/${refundId}`);
+        return redirectWhenSettled(reply, position, `/dashboard/refunds/${refundId}`);
       } catch (error) {
         if (!(error instanceof DomainError)) throw error;
         if (error.kind === 'not_found') return invoiceNotFound(reply, session);
@@ -682,8 +685,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
         : undefined;
       if (!key) return html(reply, 404, messagePage('Key not found', 'There is no such API key.', session));
       const { position } = await merchants.revokeApiKey(key.id, request.id, actorOf(session));
-      await settle(position);
-      return redirect(reply, '/dashboard/developers/api-keys');
+      return redirectWhenSettled(reply, position, '/dashboard/developers/api-keys');
     }),
   );
 
@@ -800,8 +802,7 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
       if (!target) return reply;
       const { position } = await users.disable(target.id, actorOf(session), request.id);
       await sessions.endAllOf(target.id);
-      await settle(position);
-      return redirect(reply, '/dashboard/team');
+      return redirectWhenSettled(reply, position, '/dashboard/team');
     }),
   );
   await developerRoutes(scope, ctx, kit);

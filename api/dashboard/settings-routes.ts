@@ -36,7 +36,7 @@ const ROWS_A_PAGE = 50;
 type ListQuery = Partial<Record<keyof SettlementListFilter | 'page', string>>;
 
 /** What these pages use of the service. */
-export interface SettingsRouteDeps extends Pick<ReadYourWrites, 'settle' | 'caughtUp'> {
+export interface SettingsRouteDeps extends Pick<ReadYourWrites, 'caughtUp'> {
   db: ReadModels;
   database: SqlDatabase;
   config: Config;
@@ -45,8 +45,8 @@ export interface SettingsRouteDeps extends Pick<ReadYourWrites, 'settle' | 'caug
 }
 
 export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteDeps, helpers: DashboardKit) {
-  const { db, config, merchants, settle } = ctx;
-  const { page, html, redirect, actorOf, reauthenticationProblem } = helpers;
+  const { db, config, merchants } = ctx;
+  const { page, html, redirectWhenSettled, actorOf, reauthenticationProblem } = helpers;
   const chains = config.chains;
   const tokens = [
     ...new Set(catalogue.filter((c) => chains.includes(c.name)).flatMap((c) => c.supportedTokens.map((t) => t.symbol))),
@@ -197,8 +197,7 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
         return settingsAnswer(reply, session, 400, { nameError: 'The name is 1 to 200 characters.' });
       }
       const { position } = await merchants.update(session.merchantId, { name }, request.id, actorOf(session));
-      await settle(position);
-      return redirect(reply, '/dashboard/settings?saved=name');
+      return redirectWhenSettled(reply, position, '/dashboard/settings?saved=name');
     }),
   );
 
@@ -232,8 +231,7 @@ export async function settingsRoutes(scope: FastifyInstance, ctx: SettingsRouteD
         request.id,
         actorOf(session),
       );
-      await settle(position);
-      return redirect(reply, '/dashboard/settings?saved=wallet');
+      return redirectWhenSettled(reply, position, '/dashboard/settings?saved=wallet');
     }),
   );
 

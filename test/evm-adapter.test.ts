@@ -364,6 +364,7 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
         chain: 'ethereum',
         rpcUrl: proxy.url,
         chainId: HARDHAT_CHAIN_ID,
+        tokens: [{ symbol: 'USDT', contract: await usdt.getAddress(), decimals: 6 }],
         keyring,
         platformFeeBps: 100,
         retry: { attempts: 2, baseDelayMs: 10 },
@@ -438,6 +439,43 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
         message: /nonce \d+ was used by another transaction, in block \d+ 0x/,
       });
       assert.equal(await lagging.transactionStatus(prepared.txHash), undefined);
+    });
+
+    it('a token refund whose gas top-up, read stale, finds its fee wallet nonce used by another top-up is not refused', async () => {
+      proxy.lag = 0;
+      proxy.lagging = allReads;
+      await (await node.payer.sendTransaction({ to: lagging.feeWallet, value: 10n ** 18n })).wait();
+      const tokenRefund = async (derivationIndex: number) => {
+        const key = keyring.deriveDepositKey('ethereum', derivationIndex);
+        await (await usdt.getFunction('transfer')(key.address, 2_000_000n)).wait();
+        await lagging.head();
+        return lagging.prepareTransfer({
+          from: { address: key.address, derivationIndex },
+          to: Wallet.createRandom().address,
+          token: 'USDT',
+          amount: 2_000_000n,
+          reference: `adapter-test/lag-${derivationIndex}`,
+          fees: { platform: 0n, network: 0n },
+          payout: 'refund',
+        });
+      };
+      const other = await tokenRefund(907);
+      const prepared = await tokenRefund(908);
+      const before = await node.provider.getBlockNumber();
+      await lagging.broadcast(other); // its top-up takes the fee wallet's next nonce
+      await lagging.broadcast(prepared); // its top-up the one after, then the refund: all mined
+
+      // Reads of the latest state from before the other top-up: this refund's payer looks unpaid and
+      // short of gas, and the fee wallet's nonce is the one the other top-up used. A new top-up at it
+      // is refused for a nonce another transaction used: that says nothing of the refund itself.
+      proxy.lagging = new Set(['eth_getTransactionCount', 'eth_getBalance', 'eth_getTransactionReceipt']);
+      proxy.latestOnly = true;
+      proxy.lag = (await node.provider.getBlockNumber()) - before;
+      await assert.rejects(
+        lagging.broadcast(prepared),
+        (error: Error) => notRefused(error) && /^gas top-up 0x\w+ not sent: .* another transaction/.test(error.message),
+      );
+      proxy.latestOnly = false;
     });
   });
 });

@@ -164,6 +164,8 @@ export async function laggingProxy(nodeUrl: string) {
   const proxy = {
     url: '',
     lag: 0,
+    /** Only reads of the latest block lag: a backend asked for a block by number or hash is one that has it. */
+    latestOnly: false,
     lagging: new Set([
       'eth_getTransactionReceipt',
       'eth_getTransactionByHash',
@@ -180,14 +182,16 @@ export async function laggingProxy(nodeUrl: string) {
     const { id, method } = request;
     const params = [...(request.params ?? [])];
     if (proxy.lag === 0 || !proxy.lagging.has(method)) return call(request);
+    const latest = (tag: unknown) => typeof tag === 'string' && !tag.startsWith('0x');
     const head = Number((await call({ jsonrpc: '2.0', id: 0, method: 'eth_blockNumber' })).result) - proxy.lag;
-    const heightOf = (tag: unknown) => (typeof tag === 'string' && !tag.startsWith('0x') ? head : Number(tag));
+    const heightOf = (tag: unknown) => (latest(tag) ? head : Number(tag));
     const mined = (result: { blockNumber?: string | null } | null) =>
       result && result.blockNumber != null && Number(result.blockNumber) > head ? null : result;
     switch (method) {
       case 'eth_blockNumber':
         return { jsonrpc: '2.0', id, result: hex(head) };
       case 'eth_getBlockByNumber': {
+        if (proxy.latestOnly && !latest(params[0])) return call(request);
         const height = heightOf(params[0]);
         if (height > head) return { jsonrpc: '2.0', id, result: null };
         return call({ ...request, params: [hex(height), ...params.slice(1)] });
@@ -201,6 +205,7 @@ export async function laggingProxy(nodeUrl: string) {
     }
     // State as of a block: the last parameter names it (a tag, a number, or EIP-1898's object).
     const at = params[params.length - 1];
+    if (proxy.latestOnly && !latest(at)) return call(request);
     if (at && typeof at === 'object' && 'blockHash' in at) {
       const block = (await call({ jsonrpc: '2.0', id: 0, method: 'eth_getBlockByHash', params: [at.blockHash, false] }))
         .result;

@@ -61,6 +61,9 @@ interface FeeQuote {
   eip1559: boolean;
 }
 
+/** A transaction can never be mined: the chain shows its nonce used by another transaction. */
+class NonceUsedError extends TransactionRejectedError {}
+
 /** Every message an ethers or node error carries, lower-cased, to recognise a refusal. */
 function errorText(error: unknown): string {
   const e = error as { message?: string; shortMessage?: string; info?: { error?: { message?: string } } };
@@ -348,7 +351,7 @@ export class EvmPayer {
         const taken = await this.nonceTakenBy(tx);
         if (taken === 'ours') return;
         if (taken !== 'open') {
-          throw new TransactionRejectedError(
+          throw new NonceUsedError(
             `${refusal} (nonce ${tx.nonce} was used by another transaction, in block ${Number(taken.number)} ${taken.hash})`,
           );
         }
@@ -448,6 +451,8 @@ export class EvmPayer {
       try {
         await this.send(tx);
       } catch (error) {
+        // The fee wallet's nonce read stale (another top-up used it): that says nothing of the payout.
+        if (error instanceof NonceUsedError) throw new Error(`gas top-up ${tx.hash} not sent: ${error.message}`);
         if (/insufficient funds/.test(errorText(error))) {
           throw new TransactionRejectedError(`the fee wallet ${feeKey.address} cannot pay the gas top-up: fund it`);
         }

@@ -388,7 +388,7 @@ export class EvmPayer {
     const latest = await this.node.rpc<RpcBlock | null>('eth_getBlockByNumber', ['latest', false]);
     if (!latest) throw new Error(`${this.options.chain}: the node has no latest block`);
     if (!(await usedAt({ blockHash: latest.hash, requireCanonical: true }))) return 'open';
-    // Used at `after`, not yet at `before`: halving the distance between them finds the block.
+    // Used at `after`, not yet at `before`: stepping back by doubling steps, then halving the gap, finds the block.
     let after = Number(latest.number);
     let before = after - 1;
     for (let back = 1; before >= 0 && (await usedAt('0x' + before.toString(16))); back *= 2) {

@@ -3,14 +3,16 @@
 // logs checked against block hashes), a reorg seen through block hashes, and
 // settlement bundles that are the same when prepared again and harmless when
 // broadcast again, and a new attempt after a refused payout step that does
-// not pay the platform fee twice.
+// not pay the platform fee twice; behind a provider whose reads lag, a
+// payout that landed is never taken as refused, one whose nonce another
+// transaction took still is.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
-import { Transaction, Wallet, type Contract } from 'ethers';
+import { hexlify, Transaction, Wallet, type Contract } from 'ethers';
 import { EvmChain } from '../adapters/chains/evm/index.ts';
 import { TransactionRejectedError, type OutgoingTransfer, type PreparedTransaction } from '../adapters/chains/port.ts';
 import { DepositKeyring } from '../adapters/keys/derivation.ts';
-import { deployToken, HARDHAT_CHAIN_ID, startHardhat, type LocalNode } from './support/hardhat.ts';
+import { deployToken, HARDHAT_CHAIN_ID, laggingProxy, startHardhat, type LocalNode } from './support/hardhat.ts';
 
 const MNEMONIC = 'abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about';
 const keyring = DepositKeyring.fromMnemonic(MNEMONIC);
@@ -348,5 +350,132 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
     assert.equal((await chain.balanceOf(chain.treasury, 'USDT')) - treasuryBefore, platform, 'the platform fee, once');
     assert.equal(await chain.balanceOf(merchant, 'USDT'), transfer.amount);
     assert.equal(await chain.balanceOf(key.address, 'USDT'), late, 'the late payment stays on the deposit');
+  });
+
+  describe('behind a load-balanced provider whose reads lag behind the node that takes the transactions', () => {
+    let proxy: Awaited<ReturnType<typeof laggingProxy>>;
+    let lagging: EvmChain;
+    let allReads: Set<string>;
+
+    before(async () => {
+      proxy = await laggingProxy(node.url);
+      allReads = proxy.lagging;
+      lagging = await EvmChain.open({
+        chain: 'ethereum',
+        rpcUrl: proxy.url,
+        chainId: HARDHAT_CHAIN_ID,
+        tokens: [{ symbol: 'USDT', contract: await usdt.getAddress(), decimals: 6 }],
+        keyring,
+        platformFeeBps: 100,
+        retry: { attempts: 2, baseDelayMs: 10 },
+      });
+    });
+    after(async () => {
+      lagging?.close();
+      await proxy?.close();
+    });
+
+    /** A native refund of 0.03 ETH from deposit `derivationIndex`, prepared (not sent). */
+    async function nativeRefund(derivationIndex: number) {
+      proxy.lag = 0;
+      proxy.lagging = allReads;
+      const key = keyring.deriveDepositKey('ethereum', derivationIndex);
+      await (await node.payer.sendTransaction({ to: key.address, value: 10n ** 17n })).wait();
+      await lagging.head();
+      const network = lagging.networkFee('ETH', 'refund');
+      const prepared = await lagging.prepareTransfer({
+        from: { address: key.address, derivationIndex },
+        to: Wallet.createRandom().address,
+        token: 'ETH',
+        amount: 3n * 10n ** 16n,
+        reference: `adapter-test/lag-${derivationIndex}`,
+        fees: { platform: 0n, network },
+        payout: 'refund',
+      });
+      return { key, prepared };
+    }
+
+    const notRefused = (error: unknown) => !(error instanceof TransactionRejectedError);
+
+    it('a refund that landed, looked at again while the reads lag, is never taken as refused', async () => {
+      const { prepared } = await nativeRefund(905);
+      await lagging.broadcast(prepared);
+      assert.ok(await lagging.transactionStatus(prepared.txHash));
+      await node.mine(3);
+
+      // Every read five blocks behind (the refund is three deep): no receipt, the nonce not used yet as read; the node that
+      // takes transactions says "nonce too low". Unknown: the same transaction is sent again later.
+      proxy.lag = 5;
+      await assert.rejects(lagging.broadcast(prepared), notRefused);
+
+      // Only the transaction index lags (no receipt), the state is current: the block that used
+      // the nonce holds this transaction, so it is there.
+      proxy.lagging = new Set(['eth_getTransactionReceipt', 'eth_getTransactionByHash']);
+      await lagging.broadcast(prepared);
+    });
+
+    it('a refund whose nonce another transaction took is refused, once the reads show it', async () => {
+      const { key, prepared } = await nativeRefund(906);
+      const ours = Transaction.from(JSON.parse(prepared.raw).steps[0]);
+      // The same payer, the same nonce, another transaction: ours can never be mined.
+      const other = await new Wallet(hexlify(key.privateKey)).signTransaction({
+        to: Wallet.createRandom().address,
+        value: 1n,
+        nonce: ours.nonce,
+        gasLimit: 21_000n,
+        type: 2,
+        maxFeePerGas: ours.maxFeePerGas,
+        maxPriorityFeePerGas: ours.maxPriorityFeePerGas,
+        chainId: HARDHAT_CHAIN_ID,
+      });
+      await node.rpc('eth_sendRawTransaction', [other]);
+      await node.mine(2);
+
+      proxy.lag = 5; // the reads have not seen the other transaction yet: unknown
+      await assert.rejects(lagging.broadcast(prepared), notRefused);
+      proxy.lag = 0;
+      await assert.rejects(lagging.broadcast(prepared), {
+        name: 'TransactionRejectedError',
+        message: /nonce \d+ was used by another transaction, in block \d+ 0x/,
+      });
+      assert.equal(await lagging.transactionStatus(prepared.txHash), undefined);
+    });
+
+    it('a token refund whose gas top-up, read stale, finds its fee wallet nonce used by another top-up is not refused', async () => {
+      proxy.lag = 0;
+      proxy.lagging = allReads;
+      await (await node.payer.sendTransaction({ to: lagging.feeWallet, value: 10n ** 18n })).wait();
+      const tokenRefund = async (derivationIndex: number) => {
+        const key = keyring.deriveDepositKey('ethereum', derivationIndex);
+        await (await usdt.getFunction('transfer')(key.address, 2_000_000n)).wait();
+        await lagging.head();
+        return lagging.prepareTransfer({
+          from: { address: key.address, derivationIndex },
+          to: Wallet.createRandom().address,
+          token: 'USDT',
+          amount: 2_000_000n,
+          reference: `adapter-test/lag-${derivationIndex}`,
+          fees: { platform: 0n, network: 0n },
+          payout: 'refund',
+        });
+      };
+      const other = await tokenRefund(907);
+      const prepared = await tokenRefund(908);
+      const before = await node.provider.getBlockNumber();
+      await lagging.broadcast(other); // its top-up takes the fee wallet's next nonce
+      await lagging.broadcast(prepared); // its top-up the one after, then the refund: all mined
+
+      // Reads of the latest state from before the other top-up: this refund's payer looks unpaid and
+      // short of gas, and the fee wallet's nonce is the one the other top-up used. A new top-up at it
+      // is refused for a nonce another transaction used: that says nothing of the refund itself.
+      proxy.lagging = new Set(['eth_getTransactionCount', 'eth_getBalance', 'eth_getTransactionReceipt']);
+      proxy.latestOnly = true;
+      proxy.lag = (await node.provider.getBlockNumber()) - before;
+      await assert.rejects(
+        lagging.broadcast(prepared),
+        (error: Error) => notRefused(error) && /^gas top-up 0x\w+ not sent: .* another transaction/.test(error.message),
+      );
+      proxy.latestOnly = false;
+    });
   });
 });

@@ -1,9 +1,12 @@
 // A local Hardhat 2 node on 127.0.0.1 for the EVM integration tests, and the
 // small ERC-20 of test/fixtures/TestToken.sol compiled with solc-js and
 // deployed on it. When the node cannot start, `startHardhat` says why and
-// the tests skip with that reason.
+// the tests skip with that reason. `laggingProxy` puts a provider whose
+// reads lag behind the head in front of it.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFile } from 'node:fs/promises';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { ContractFactory, JsonRpcProvider, Network, NonceManager, Wallet, type Contract } from 'ethers';
@@ -137,4 +140,93 @@ export async function deployToken(
   await token.waitForDeployment();
   await (await token.getFunction('mint')(await node.payer.getAddress(), supply)).wait();
   return token;
+}
+
+/**
+ * A JSON-RPC proxy in front of `nodeUrl` that models a load-balanced
+ * provider: `eth_sendRawTransaction` (and all else) reaches an up-to-date
+ * backend, while the reads in `lagging` hit one `lag` blocks behind the head.
+ * These answer as geth does for what it has not imported yet
+ * (internal/ethapi/api.go: a block or receipt it lacks is null;
+ * eth/api_backend.go StateAndHeaderByNumberOrHash: state asked of a block it
+ * lacks is the error "header not found", or "header for hash not found").
+ */
+export async function laggingProxy(nodeUrl: string) {
+  const call = async (body: unknown) => {
+    const res = await fetch(nodeUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+    });
+    return (await res.json()) as { id: unknown; result?: any; error?: unknown };
+  };
+  const stateReads = new Set(['eth_getTransactionCount', 'eth_getBalance', 'eth_getCode', 'eth_call']);
+  const proxy = {
+    url: '',
+    lag: 0,
+    /** Only reads of the latest block lag: a backend asked for a block by number or hash is one that has it. */
+    latestOnly: false,
+    lagging: new Set([
+      'eth_getTransactionReceipt',
+      'eth_getTransactionByHash',
+      'eth_blockNumber',
+      'eth_getBlockByNumber',
+      'eth_getBlockByHash',
+      ...stateReads,
+    ]),
+    close: () => new Promise<void>((r) => server.close(() => r())),
+  };
+  const hex = (n: number) => '0x' + n.toString(16);
+  const notFound = (id: unknown, message: string) => ({ jsonrpc: '2.0', id, error: { code: -32000, message } });
+  async function answer(request: { id: unknown; method: string; params?: any[] }) {
+    const { id, method } = request;
+    const params = [...(request.params ?? [])];
+    if (proxy.lag === 0 || !proxy.lagging.has(method)) return call(request);
+    const latest = (tag: unknown) => typeof tag === 'string' && !tag.startsWith('0x');
+    const head = Number((await call({ jsonrpc: '2.0', id: 0, method: 'eth_blockNumber' })).result) - proxy.lag;
+    const heightOf = (tag: unknown) => (latest(tag) ? head : Number(tag));
+    const mined = (result: { blockNumber?: string | null } | null) =>
+      result && result.blockNumber != null && Number(result.blockNumber) > head ? null : result;
+    switch (method) {
+      case 'eth_blockNumber':
+        return { jsonrpc: '2.0', id, result: hex(head) };
+      case 'eth_getBlockByNumber': {
+        if (proxy.latestOnly && !latest(params[0])) return call(request);
+        const height = heightOf(params[0]);
+        if (height > head) return { jsonrpc: '2.0', id, result: null };
+        return call({ ...request, params: [hex(height), ...params.slice(1)] });
+      }
+      case 'eth_getBlockByHash':
+      case 'eth_getTransactionReceipt':
+      case 'eth_getTransactionByHash': {
+        const answered = await call(request);
+        return { ...answered, result: mined(answered.result ?? null) };
+      }
+    }
+    // State as of a block: the last parameter names it (a tag, a number, or EIP-1898's object).
+    const at = params[params.length - 1];
+    if (proxy.latestOnly && !latest(at)) return call(request);
+    if (at && typeof at === 'object' && 'blockHash' in at) {
+      const block = (await call({ jsonrpc: '2.0', id: 0, method: 'eth_getBlockByHash', params: [at.blockHash, false] }))
+        .result;
+      if (!block || Number(block.number) > head) return notFound(id, 'header for hash not found');
+      return call(request);
+    }
+    const height = heightOf(at && typeof at === 'object' ? at.blockNumber : at);
+    if (height > head) return notFound(id, 'header not found');
+    params[params.length - 1] = hex(height);
+    return call({ ...request, params });
+  }
+  const server = createServer((req, res) => {
+    let body = '';
+    req.on('data', (d) => (body += d));
+    req.on('end', async () => {
+      const request = JSON.parse(body);
+      const answered = Array.isArray(request) ? await Promise.all(request.map(answer)) : await answer(request);
+      res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(answered));
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  proxy.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  return proxy;
 }

@@ -61,6 +61,9 @@ interface FeeQuote {
   eip1559: boolean;
 }
 
+/** A transaction can never be mined: the chain shows its nonce used by another transaction. */
+class NonceUsedError extends TransactionRejectedError {}
+
 /** Every message an ethers or node error carries, lower-cased, to recognise a refusal. */
 function errorText(error: unknown): string {
   const e = error as { message?: string; shortMessage?: string; info?: { error?: { message?: string } } };
@@ -333,22 +336,78 @@ export class EvmPayer {
     } catch (error) {
       const text = errorText(error);
       if (/already known|known transaction|already imported|already exists/.test(text)) return;
-      const receipt = await this.node.receipt(tx.hash!).catch(() => null);
+      // A receipt that cannot be read is an unknown outcome, never a refusal.
+      const receipt = await this.node.receipt(tx.hash!);
       if (receipt) {
         if (receipt.status !== '0x1') throw new TransactionRejectedError(`${tx.hash} reverted`);
         return;
       }
       // Another transaction with the same nonce is pending (perhaps an earlier attempt's): the outcome is open.
       if (/replacement|replace/.test(text)) throw this.node.redacted(error);
+      const refusal = this.node.redacted(text.split(' | ')[0]!).message.slice(0, 300);
+      // The nonce used, or the funds spent, may be this very transaction's doing: a load-balanced
+      // provider takes it on an up-to-date backend and answers the receipt from a lagging one.
+      if (/nonce too low|nonce has already been used|insufficient funds/.test(text)) {
+        const taken = await this.nonceTakenBy(tx);
+        if (taken === 'ours') return;
+        if (taken !== 'open') {
+          throw new NonceUsedError(
+            `${refusal} (nonce ${tx.nonce} was used by another transaction, in block ${Number(taken.number)} ${taken.hash})`,
+          );
+        }
+        if (!/insufficient funds/.test(text)) {
+          throw new Error(`${refusal}, but the chain as read has not used nonce ${tx.nonce} yet: reads lag`);
+        }
+        throw new TransactionRejectedError(refusal);
+      }
       if (
-        /nonce too low|nonce has already been used|insufficient funds|intrinsic gas|exceeds block gas limit|gas limit reached|invalid sender|underpriced|too low for the next block|less than block base fee|fee cap less than/.test(
+        /intrinsic gas|exceeds block gas limit|gas limit reached|invalid sender|underpriced|too low for the next block|less than block base fee|fee cap less than/.test(
           text,
         )
       ) {
-        throw new TransactionRejectedError(this.node.redacted(text.split(' | ')[0]!).message.slice(0, 300));
+        throw new TransactionRejectedError(refusal);
       }
       throw this.node.redacted(error);
     }
+  }
+
+  /**
+   * Whether `tx`'s nonce is used on the chain, and by what: 'ours' when the
+   * block that used it holds `tx`, that block when it does not (another
+   * transaction used it), 'open' when the latest block read has not used it.
+   * Found from the sender's count at blocks (EIP-1898), searched back from
+   * the latest, and proved on the block found, by its hash: the count passes
+   * the nonce in it and not in its parent. A node that lacks a block or its
+   * state (a lagging backend; a full node keeps about 128 blocks of state)
+   * throws: the outcome stays unknown.
+   */
+  private async nonceTakenBy(tx: Transaction): Promise<'ours' | 'open' | RpcBlock> {
+    const from = tx.from!;
+    const usedAt = async (at: string | { blockHash: string; requireCanonical: true }) =>
+      BigInt(await this.node.rpc<string>('eth_getTransactionCount', [from, at])) > BigInt(tx.nonce);
+    const latest = await this.node.rpc<RpcBlock | null>('eth_getBlockByNumber', ['latest', false]);
+    if (!latest) throw new Error(`${this.options.chain}: the node has no latest block`);
+    if (!(await usedAt({ blockHash: latest.hash, requireCanonical: true }))) return 'open';
+    // Used at `after`, not yet at `before`: stepping back by doubling steps, then halving the gap, finds the block.
+    let after = Number(latest.number);
+    let before = after - 1;
+    for (let back = 1; before >= 0 && (await usedAt('0x' + before.toString(16))); back *= 2) {
+      after = before;
+      before = Math.max(after - back * 2, -1);
+    }
+    while (after - before > 1) {
+      const middle = Math.floor((after + before) / 2);
+      if (await usedAt('0x' + middle.toString(16))) after = middle;
+      else before = middle;
+    }
+    const block = await this.node.rpc<RpcBlock | null>('eth_getBlockByNumber', ['0x' + after.toString(16), false]);
+    if (!block) throw new Error(`${this.options.chain}: the node lacks block ${after}`);
+    const proved =
+      (await usedAt({ blockHash: block.hash, requireCanonical: true })) &&
+      !(await usedAt({ blockHash: block.parentHash, requireCanonical: true }));
+    if (!proved) throw new Error(`${this.options.chain}: the node's answers on nonce ${tx.nonce} of ${from} disagree`);
+    const ours = block.transactions.some((t) => (typeof t === 'string' ? t : t.hash).toLowerCase() === tx.hash);
+    return ours ? 'ours' : block;
   }
 
   /**
@@ -392,6 +451,8 @@ export class EvmPayer {
       try {
         await this.send(tx);
       } catch (error) {
+        // The fee wallet's nonce read stale (another top-up used it): that says nothing of the payout.
+        if (error instanceof NonceUsedError) throw new Error(`gas top-up ${tx.hash} not sent: ${error.message}`);
         if (/insufficient funds/.test(errorText(error))) {
           throw new TransactionRejectedError(`the fee wallet ${feeKey.address} cannot pay the gas top-up: fund it`);
         }

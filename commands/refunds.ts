@@ -267,6 +267,13 @@ export function refundCommands(deps: RefundCommandDeps) {
       if (refund.approvedAt !== null) return { position: undefined };
       // Refused here, before any hold is taken, when the refund is not waiting for its approval.
       refundDecider.decide({ type: 'Approve', payer: NO_PAYER, funded: false, now: now() }, refund);
+      // Its amount claimed on the invoice first (refunds.md: approved, the amount is reserved). A request
+      // repeated after a crash answers with a refund the saga has not reserved yet; approved before the
+      // saga tried, and refused then (another refund took the rest), it would be paid with no claim.
+      const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
+      if (!invoice?.refunds.some((claim) => claim.refundId === refundId)) {
+        throw new DomainError('conflict', 'The refund is not reserved on its invoice yet: approve it again shortly');
+      }
       const payer = (await fromDeposit(deps, refund)) ?? (await wallets.payerOf(merchantId, refund.chain));
       // A crash here leaves a hold without its approval: approving again finds the hold and takes it.
       failpoint('refund:after-payer');

@@ -5,6 +5,7 @@ import { after, before, describe, it } from 'node:test';
 import { defaultConfirmations } from '../api/config.ts';
 import { handleCommand } from '../commands/handle.ts';
 import { loadSettlement } from '../commands/settlements.ts';
+import { invoiceDecider, invoiceStreamName } from '../domain/invoice.ts';
 import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
 import { dashboardClient } from './support/dashboard.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
@@ -340,6 +341,26 @@ describe('refunds API', () => {
     assert.equal(retried.body.data.id, first.body.data.id);
     const [usdt] = await refundable(id);
     assert.deepEqual([usdt.pending, usdt.refundable], ['100.000000', '20.000000']);
+  });
+
+  it('approves only a refund whose amount its invoice has reserved', async () => {
+    const id = await overpaidInvoice();
+    const refund = (await createRefund(id, { chain: 'ethereum', token: 'USDT', kind: 'excess', destination: CUSTOMER }))
+      .body.data;
+    // As after a crash between the refund's creation and its reservation, repeated by the same key:
+    // the refund is there, its claim on the invoice not (yet).
+    await handleCommand(svc.service.store, invoiceDecider, invoiceStreamName(id), {
+      type: 'ReleaseRefund',
+      refundId: refund.id,
+      now: new Date().toISOString(),
+    });
+    const early = await svc.call('POST', `/api/v1/refunds/${refund.id}/approve`, { token: key });
+    assert.equal(early.status, 409, JSON.stringify(early.body));
+    assert.equal(early.body.message, 'The refund is not reserved on its invoice yet: approve it again shortly');
+    assert.equal(
+      (await svc.call('GET', `/api/v1/refunds/${refund.id}`, { token: key })).body.data.status,
+      'awaiting_approval',
+    );
   });
 
   it('tells the merchant through signed webhooks, each with the Refund as it stands after the event', async () => {

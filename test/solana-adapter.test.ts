@@ -881,18 +881,21 @@ describe('the Solana adapter', () => {
     }
   });
 
+  /** A SOL refund from the address at derivation `index` to `customer`, its fee two signatures; amount to be given. */
+  const solRefund = (index: number, customer: string) => ({
+    from: { address: keyring.deriveDepositKey('solana', index).address, derivationIndex: index },
+    to: customer,
+    token: 'SOL',
+    fees: { platform: 0n, network: 10_000n },
+    payout: 'refund' as const,
+  });
+
   it('refuses, for good, a SOL refund that would leave its payer under the rent-exempt minimum', async () => {
     const deposit = keyring.deriveDepositKey('solana', 41).address;
     await node.sendSol(payer, deposit, 10_500_000n);
     await node.mine();
     const customer = Keypair.generate().publicKey.toBase58();
-    const refund = {
-      from: { address: deposit, derivationIndex: 41 },
-      to: customer,
-      token: 'SOL',
-      fees: { platform: 0n, network: 10_000n },
-      payout: 'refund' as const,
-    };
+    const refund = solRefund(41, customer);
     await assert.rejects(
       chain.prepareTransfer({ ...refund, amount: 9_990_000n, reference: `refund/r41/1/${customer}/9990000` }),
       (error: Error) => {
@@ -912,5 +915,30 @@ describe('the Solana adapter', () => {
     await node.mine();
     assert.equal(await node.balance(customer), 10_490_000n);
     assert.equal(await node.balance(deposit), 0n);
+  });
+
+  it('pays a refund from a deposit that a later payment leaves under the rent-exempt minimum: the fee wallet tops it up to the minimum', async () => {
+    const deposit = keyring.deriveDepositKey('solana', 61).address;
+    await node.sendSol(payer, deposit, 10_500_000n);
+    await node.mine();
+    const customer = Keypair.generate().publicKey.toBase58();
+    // Approved when it took the deposit whole (leaving 0, which the runtime allows); then the customer pays again.
+    await node.sendSol(payer, deposit, 500_000n);
+    await node.mine();
+    const rentExempt = BigInt((await rpc(node, 'getMinimumBalanceForRentExemption', [0])).result);
+    const feeWalletBefore = await node.balance(chain.feeWallet);
+    // From a deposit: its fee exact, the rest being the settlement's (commands/refunds.ts).
+    const refund = await chain.prepareTransfer({
+      ...solRefund(61, customer),
+      amount: 10_490_000n,
+      reference: `refund/r61/1/${customer}/10490000`,
+      exactNetworkFee: true,
+    });
+    await chain.broadcast(refund);
+    await node.mine();
+    assert.deepEqual(node.paymentsTo(customer), [{ signature: refund.txHash, amount: 10_490_000n }]);
+    // The late payment stays, refundable; the fee wallet paid the rest of the minimum, as it pays a token account's rent.
+    assert.equal(await node.balance(deposit), rentExempt);
+    assert.equal(feeWalletBefore - (await node.balance(chain.feeWallet)), rentExempt - 500_000n);
   });
 });

@@ -359,18 +359,24 @@ export class SolanaPayer {
     if (rest < 0n) {
       throw new TransactionRejectedError(`${deposit.toBase58()} holds ${balance} lamports, less than ${taken}`);
     }
+    // The runtime refuses to leave the payer with less than the minimum (0 is allowed), at every retry.
+    let topUp = 0n;
     if (rest > 0n && rest < rentExempt) {
-      // The runtime refuses to leave the payer with less than the minimum (0 is allowed), at every retry. A refund's
-      // rest is the settlement's, and was checked at the approval (canPay): for good. A sweep's rest is a late
-      // payment, the customer's: never given away to make the deposit 0. The settlement fails, on the operator's
-      // list, and is tried again; refunded from the deposit (it takes no hold while nothing is prepared), the
-      // late payment leaves 0 and the next attempt pays out.
       const what = `${isRefund(transfer) ? 'a refund' : 'a sweep'} of ${taken} lamports from ${deposit.toBase58()}, which holds ${balance}, leaves it ${rest}: under the rent-exempt minimum of ${rentExempt}`;
-      if (isRefund(transfer)) throw new PayoutRefusedError('fees_exceed_amount', what);
-      throw new TransactionRejectedError(`${what} (a late payment the deposit keeps, until it is refunded)`);
+      // A refund from a deposit (the one kind that keeps its fee exact) was approved leaving it 0 or at least the
+      // minimum (canPay); only a payment since (a late one, the customer's) leaves it in between. The fee wallet
+      // tops the deposit up to the minimum in the same transaction, as it pays a customer's token account's rent:
+      // the customer gets the amount, the late payment stays refundable, and the refund ends instead of failing.
+      if (isRefund(transfer) && transfer.exactNetworkFee) topUp = rentExempt - rest;
+      // A refund wallet's rest is the merchant's: the refund waits for funds (fees_exceed_amount, awaiting_funds).
+      else if (isRefund(transfer)) throw new PayoutRefusedError('fees_exceed_amount', what);
+      // A sweep's rest is a late payment, the customer's: never given away to make the deposit 0. The settlement
+      // fails, on the operator's list, and is tried again; refunded from the deposit (it takes no hold while
+      // nothing is prepared), the late payment leaves 0 and the next attempt pays out.
+      else throw new TransactionRejectedError(`${what} (a late payment the deposit keeps, until it is refunded)`);
     }
-    const send = (to: string | PublicKey, lamports: bigint) =>
-      SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
+    const send = (to: string | PublicKey, lamports: bigint, from: PublicKey = deposit) =>
+      SystemProgram.transfer({ fromPubkey: from, toPubkey: new PublicKey(to), lamports });
     const toTreasury = platform > 0n && treasuryHeld + platform >= rentExempt ? platform : 0n;
     const instructions = [
       ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
@@ -378,6 +384,7 @@ export class SolanaPayer {
       send(this.feePayer.publicKey, network + platform - toTreasury),
     ];
     if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
+    if (topUp > 0n) instructions.push(send(deposit, topUp, this.feePayer.publicKey));
     return { instructions, held: balance };
   }
 

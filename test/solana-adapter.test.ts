@@ -774,11 +774,35 @@ describe('the Solana adapter', () => {
     // Such a node knows no signature older than its status cache: "unknown" proves nothing, and the balance moved.
     node.transactionHistory = false;
     try {
-      await assert.rejects(chain.broadcast(landed), (error: Error) => !(error instanceof TransactionRejectedError));
+      await assert.rejects(chain.broadcast(landed), (error: Error) => {
+        assert.ok(!(error instanceof TransactionRejectedError));
+        // Said as it is, for the operator (the failure's reason), not as the node's "Blockhash not found".
+        assert.match(error.message, /expired .* no longer says whether it landed: past its status cache/);
+        assert.match(error.message, new RegExp(`${wallet} held 50000000 before it and 45000000 now`));
+        return true;
+      });
     } finally {
       node.transactionHistory = true;
     }
     assert.deepEqual(node.paymentsTo(customer), [{ signature: landed.txHash, amount: 9_990_000n }]);
+  });
+
+  it('never replaces a dropped sweep past the status cache of a node without history, its deposit paid again: says so', async () => {
+    const { deposit, merchant, sweep } = await paidSolSweep(62, 50_000_000n, 40_000_000n, 'dropped-late');
+    // Never landed; the customer pays again, and the service looks again only long after it expired.
+    await node.sendSol(payer, deposit, 3_000_000n);
+    await node.mine(400);
+    node.transactionHistory = false;
+    try {
+      await assert.rejects(chain.broadcast(sweep), (error: Error) => {
+        assert.ok(!(error instanceof TransactionRejectedError), 'it may have landed: never replaced on this');
+        assert.match(error.message, /no longer says whether it landed/);
+        return true;
+      });
+    } finally {
+      node.transactionHistory = true;
+    }
+    assert.deepEqual(node.paymentsTo(merchant), []);
   });
 
   it('counts a sweep as on the chain only once confirmed: processed is not enough', async () => {

@@ -545,7 +545,13 @@ export class SolanaPayer {
     const cached = answeredHeight <= record.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS + STATUS_CACHE_BLOCKS;
     if (record.deposit && !cached) {
       const held = await this.depositHeld(record.deposit, context.slot);
-      if (held !== BigInt(record.deposit.held)) return;
+      // Expired, it can never land from now on; but this node no longer says whether it landed before. Not
+      // replaced (the payout could be paid twice), and said so: the failure's reason is on the operator's list.
+      if (held !== BigInt(record.deposit.held)) {
+        throw new Error(
+          `${signature} expired (block height ${finalizedHeight} > ${record.lastValidBlockHeight}) and this node no longer says whether it landed: past its status cache, with no transaction history; ${record.deposit.address} held ${record.deposit.held} before it and ${held} now. Not replaced: check the signature on a node with history or an explorer`,
+        );
+      }
     }
     throw new TransactionRejectedError(
       `${signature} expired without landing (block height ${finalizedHeight} > ${record.lastValidBlockHeight})`,

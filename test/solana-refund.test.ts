@@ -178,6 +178,30 @@ describe('refunds paid on the Solana test node', () => {
     assert.equal(await node.balance(p.address), 0n, 'the settlement took the rest whole');
   });
 
+  it("a refund whose payout fails is on the operator's attention list with its reason, until it completes", async () => {
+    const { key } = await merchantWithKey(svc);
+    const p = await flow.invoice(key, undefined, '25');
+    await node.sendSol(payer, p.address, baseUnits(p.cryptoAmount, 9) + 10_000_000n);
+    await node.mine();
+    await flow.confirmed(p.paymentId, key);
+    const refused = 'Transaction simulation failed: Attempt to debit an account but found no record of a prior credit.';
+    node.failNextSends.push({ code: -32002, message: refused });
+    const approved = await flow.refund(key, p.paymentId, { kind: 'excess', destination: newWallet() });
+    const listed = async () => {
+      await svc.service.projections.caughtUp();
+      const items = (await flow.admin('GET', '/admin/v1/attention')).body.data as any[];
+      return items.filter((i) => i.kind === 'refund_failed' && i.subject === approved.id);
+    };
+    const [item] = await eventually(listed, (items) => items.length === 1);
+    assert.equal(item.reason, 'rejected_by_network');
+    assert.equal(item.chain, 'solana');
+    assert.match(item.detail, /found no record of a prior credit/);
+
+    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 11 }); // its retry is due
+    await flow.completed(approved.id, key);
+    assert.deepEqual(await listed(), [], 'paid: off the list');
+  });
+
   it('a SOL refund that would leave its deposit under the rent-exempt minimum is paid from the refund wallet; the settlement pays the whole deposit', async () => {
     const { key, merchant } = await merchantWithKey(svc);
     const p = await flow.invoice(key, undefined, '25');

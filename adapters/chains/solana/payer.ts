@@ -15,7 +15,9 @@
 // The amounts are the settlement's (`amount`, `fees`), never the balance's.
 // A refund (from a deposit before its settlement, or from a merchant's refund
 // wallet) is the same transaction without the rest: SOL, the payout and the
-// quoted fee back to the fee wallet, the payer keeping what is left; tokens,
+// quoted fee back to the fee wallet, the payer keeping what is left (a deposit
+// topped up to the rent-exempt minimum by the fee wallet where a late payment
+// would leave it less); tokens,
 // the customer's associated token account created when missing (rent paid by
 // the fee wallet, as for a merchant's) and the payout by transferChecked from
 // the payer's token accounts, none of them closed.

@@ -32,6 +32,7 @@ export function refundRowOf(r: Refund): RefundsTable {
     funded_from: r.payer?.fundedFrom ?? null,
     transaction_hash: r.txHash ?? r.prepared?.txHash ?? null,
     failure_code: r.failureCode,
+    failure_reason: r.failureReason,
     created_at: new Date(r.createdAt),
     updated_at: new Date(r.updatedAt),
     approved_at: dateOrNull(r.approvedAt),
@@ -68,15 +69,12 @@ export const refundsWaiting = (db: Kysely<ReadModelTables>, merchantId: string, 
     .limit(limit)
     .execute();
 
-/** Refunds of every merchant waiting for funds in their refund wallet, for the operator; longest waiting first. */
-export const refundsAwaitingFunds = (db: Kysely<ReadModelTables>, limit: number) =>
-  db
-    .selectFrom('refunds')
-    .selectAll()
-    .where('status', '=', 'awaiting_funds')
-    .orderBy('updated_at')
-    .limit(limit)
-    .execute();
+/**
+ * Every merchant's refunds in `status`, for the operator's attention list: waiting for funds in their refund
+ * wallet, or failed (retried or not); longest there first.
+ */
+export const refundsInStatus = (db: Kysely<ReadModelTables>, status: 'awaiting_funds' | 'failed', limit: number) =>
+  db.selectFrom('refunds').selectAll().where('status', '=', status).orderBy('updated_at').limit(limit).execute();
 
 export const refundById = (db: Kysely<ReadModelTables>, id: string) =>
   db.selectFrom('refunds').selectAll().where('id', '=', id).executeTakeFirst();

@@ -207,6 +207,8 @@ export interface RefundsTable {
   funded_from: string | null;
   transaction_hash: string | null;
   failure_code: string | null;
+  /** The last failure in words, for the operator's attention list (null on rows not written since 0015). */
+  failure_reason: string | null;
   created_at: Date;
   updated_at: Date;
   approved_at: Date | null;
@@ -582,5 +584,10 @@ export const readModelMigrations: Record<string, Migration> = {
     )`,
     // The attention list: holds older than the grace, oldest first.
     `create index refund_holds_held on refund_holds (held_at)`,
+  ),
+  '0015_refund_failure_reason': ddl(
+    // What a failed refund's payout ran into, as a failed settlement's row keeps it: the operator's attention list.
+    `alter table refunds add column failure_reason text`,
+    `create index refunds_failed on refunds (status, updated_at) where status = 'failed'`,
   ),
 };

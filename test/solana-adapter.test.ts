@@ -774,11 +774,35 @@ describe('the Solana adapter', () => {
     // Such a node knows no signature older than its status cache: "unknown" proves nothing, and the balance moved.
     node.transactionHistory = false;
     try {
-      await assert.rejects(chain.broadcast(landed), (error: Error) => !(error instanceof TransactionRejectedError));
+      await assert.rejects(chain.broadcast(landed), (error: Error) => {
+        assert.ok(!(error instanceof TransactionRejectedError));
+        // Said as it is, for the operator (the failure's reason), not as the node's "Blockhash not found".
+        assert.match(error.message, /expired .* no longer says whether it landed: past its status cache/);
+        assert.match(error.message, new RegExp(`${wallet} held 50000000 before it and 45000000 now`));
+        return true;
+      });
     } finally {
       node.transactionHistory = true;
     }
     assert.deepEqual(node.paymentsTo(customer), [{ signature: landed.txHash, amount: 9_990_000n }]);
+  });
+
+  it('never replaces a dropped sweep past the status cache of a node without history, its deposit paid again: says so', async () => {
+    const { deposit, merchant, sweep } = await paidSolSweep(62, 50_000_000n, 40_000_000n, 'dropped-late');
+    // Never landed; the customer pays again, and the service looks again only long after it expired.
+    await node.sendSol(payer, deposit, 3_000_000n);
+    await node.mine(400);
+    node.transactionHistory = false;
+    try {
+      await assert.rejects(chain.broadcast(sweep), (error: Error) => {
+        assert.ok(!(error instanceof TransactionRejectedError), 'it may have landed: never replaced on this');
+        assert.match(error.message, /no longer says whether it landed/);
+        return true;
+      });
+    } finally {
+      node.transactionHistory = true;
+    }
+    assert.deepEqual(node.paymentsTo(merchant), []);
   });
 
   it('counts a sweep as on the chain only once confirmed: processed is not enough', async () => {
@@ -881,18 +905,21 @@ describe('the Solana adapter', () => {
     }
   });
 
+  /** A SOL refund from the address at derivation `index` to `customer`, its fee two signatures; amount to be given. */
+  const solRefund = (index: number, customer: string) => ({
+    from: { address: keyring.deriveDepositKey('solana', index).address, derivationIndex: index },
+    to: customer,
+    token: 'SOL',
+    fees: { platform: 0n, network: 10_000n },
+    payout: 'refund' as const,
+  });
+
   it('refuses, for good, a SOL refund that would leave its payer under the rent-exempt minimum', async () => {
     const deposit = keyring.deriveDepositKey('solana', 41).address;
     await node.sendSol(payer, deposit, 10_500_000n);
     await node.mine();
     const customer = Keypair.generate().publicKey.toBase58();
-    const refund = {
-      from: { address: deposit, derivationIndex: 41 },
-      to: customer,
-      token: 'SOL',
-      fees: { platform: 0n, network: 10_000n },
-      payout: 'refund' as const,
-    };
+    const refund = solRefund(41, customer);
     await assert.rejects(
       chain.prepareTransfer({ ...refund, amount: 9_990_000n, reference: `refund/r41/1/${customer}/9990000` }),
       (error: Error) => {
@@ -912,5 +939,30 @@ describe('the Solana adapter', () => {
     await node.mine();
     assert.equal(await node.balance(customer), 10_490_000n);
     assert.equal(await node.balance(deposit), 0n);
+  });
+
+  it('pays a refund from a deposit that a later payment leaves under the rent-exempt minimum: the fee wallet tops it up to the minimum', async () => {
+    const deposit = keyring.deriveDepositKey('solana', 61).address;
+    await node.sendSol(payer, deposit, 10_500_000n);
+    await node.mine();
+    const customer = Keypair.generate().publicKey.toBase58();
+    // Approved when it took the deposit whole (leaving 0, which the runtime allows); then the customer pays again.
+    await node.sendSol(payer, deposit, 500_000n);
+    await node.mine();
+    const rentExempt = BigInt((await rpc(node, 'getMinimumBalanceForRentExemption', [0])).result);
+    const feeWalletBefore = await node.balance(chain.feeWallet);
+    // From a deposit: its fee exact, the rest being the settlement's (commands/refunds.ts).
+    const refund = await chain.prepareTransfer({
+      ...solRefund(61, customer),
+      amount: 10_490_000n,
+      reference: `refund/r61/1/${customer}/10490000`,
+      exactNetworkFee: true,
+    });
+    await chain.broadcast(refund);
+    await node.mine();
+    assert.deepEqual(node.paymentsTo(customer), [{ signature: refund.txHash, amount: 10_490_000n }]);
+    // The late payment stays, refundable; the fee wallet paid the rest of the minimum, as it pays a token account's rent.
+    assert.equal(await node.balance(deposit), rentExempt);
+    assert.equal(feeWalletBefore - (await node.balance(chain.feeWallet)), rentExempt - 500_000n);
   });
 });

@@ -143,6 +143,47 @@ describe('the payout engine over open Solana sweeps', () => {
     }
   });
 
+  it('fails, with the reason for the operator, an expired sweep found past the status cache of a node without history, its deposit paid since: never replaced', async () => {
+    let ahead = 0;
+    const clock = { now: () => new Date(Date.now() + ahead) };
+    const { store, pass, close } = await solanaPayouts(chain, { clock });
+    try {
+      const {
+        settlementIds: [settlementId],
+        wallets: [merchant],
+      } = await requestSolSettlements(
+        { store, node, chain, keyring },
+        { count: 1, gross: GROSS, firstIndex: 500, now: () => clock.now().toISOString() },
+      );
+      // Sent under congestion at no priority: never scheduled. The customer pays again; the service looks again
+      // only long after the sweep expired, on a node that knows no signature past its status cache.
+      node.congestionFee = 1_000;
+      await pass();
+      const sent = (await loadSettlement(store, settlementId!))!;
+      assert.equal(sent.status, 'submitted');
+      await node.airdrop(keyring.deriveDepositKey('solana', 500).address, 3_000_000n);
+      await node.mine(400);
+      node.congestionFee = 0;
+      node.transactionHistory = false;
+      ahead += 60_000;
+      await pass();
+      const failed = (await loadSettlement(store, settlementId!))!;
+      assert.equal(failed.status, 'failed');
+      // The reason GET /admin/v1/attention shows in its `settlement_failed` item (the settlement's failureReason).
+      assert.match(failed.failureReason!, /expired .* no longer says whether it landed/);
+      assert.notEqual(failed.retryAt, null, 'looked at again: a node with history, or the balance back, decides it');
+      ahead += 60_000;
+      await pass();
+      const again = (await loadSettlement(store, settlementId!))!;
+      assert.deepEqual(again.preparedHashes, sent.preparedHashes, 'never a second transaction');
+      assert.deepEqual(node.paymentsTo(merchant!), []);
+    } finally {
+      node.congestionFee = 0;
+      node.transactionHistory = true;
+      await close();
+    }
+  });
+
   it('asks for more than 256 signatures in calls of 256, which is what the node takes', async () => {
     const signatures = Array.from({ length: MAX_SIGNATURE_STATUSES + 44 }, () =>
       bs58.encode(Keypair.generate().secretKey),

@@ -32,6 +32,12 @@ type Move =
   | { token: string; amount: bigint; from: string; to: string; authority: string }
   | { createsAccount: string; owner: string; payer: string };
 
+/** What the node answers a transaction whose payer it has never seen credited: refused for good. */
+const NO_PRIOR_CREDIT = {
+  code: -32002,
+  message: 'Transaction simulation failed: Attempt to debit an account but found no record of a prior credit.',
+};
+
 describe('refunds paid on the Solana test node', () => {
   let node: SolanaTestNode;
   let svc: RunningService;
@@ -178,6 +184,29 @@ describe('refunds paid on the Solana test node', () => {
     assert.equal(await node.balance(p.address), 0n, 'the settlement took the rest whole');
   });
 
+  it("a refund whose payout fails is on the operator's attention list with its reason, until it completes", async () => {
+    const { key } = await merchantWithKey(svc);
+    const p = await flow.invoice(key, undefined, '25');
+    await node.sendSol(payer, p.address, baseUnits(p.cryptoAmount, 9) + 10_000_000n);
+    await node.mine();
+    await flow.confirmed(p.paymentId, key);
+    node.failNextSends.push(NO_PRIOR_CREDIT);
+    const approved = await flow.refund(key, p.paymentId, { kind: 'excess', destination: newWallet() });
+    const listed = async () => {
+      await svc.service.projections.caughtUp();
+      const items = (await flow.admin('GET', '/admin/v1/attention')).body.data as any[];
+      return items.filter((i) => i.kind === 'refund_failed' && i.subject === approved.id);
+    };
+    const [item] = await eventually(listed, (items) => items.length === 1);
+    assert.equal(item.reason, 'rejected_by_network');
+    assert.equal(item.chain, 'solana');
+    assert.match(item.detail, /found no record of a prior credit/);
+
+    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 11 }); // its retry is due
+    await flow.completed(approved.id, key);
+    assert.deepEqual(await listed(), [], 'paid: off the list');
+  });
+
   it('a SOL refund that would leave its deposit under the rent-exempt minimum is paid from the refund wallet; the settlement pays the whole deposit', async () => {
     const { key, merchant } = await merchantWithKey(svc);
     const p = await flow.invoice(key, undefined, '25');
@@ -214,7 +243,8 @@ describe('refunds paid on the Solana test node', () => {
     assert.equal(await node.balance(p.address), 0n, 'the settlement took the deposit whole');
   });
 
-  it('two SOL refunds of a never-settled deposit that together would leave it under the rent minimum are paid from the refund wallet', async () => {
+  /** A SOL invoice of 25 USD paid half, then expired unconfirmed: its key, its payment and what it received. */
+  async function halfPaidExpired() {
     const { key } = await merchantWithKey(svc);
     const created = await svc.call('POST', '/api/v1/payments', {
       token: key,
@@ -222,7 +252,6 @@ describe('refunds paid on the Solana test node', () => {
     });
     assert.equal(created.status, 201, JSON.stringify(created.body));
     const p = created.body.data as { paymentId: string; address: string; cryptoAmount: string };
-    // Half paid, then expired unconfirmed: no settlement will ever spend from the deposit.
     const received = baseUnits(p.cryptoAmount, 9) / 2n;
     await node.sendSol(payer, p.address, received);
     await node.mine();
@@ -236,6 +265,12 @@ describe('refunds paid on the Solana test node', () => {
       async () => (await flow.invoiceOf(p.paymentId, key)).status,
       (status) => status === 'expired',
     );
+    return { key, p, received };
+  }
+
+  it('two SOL refunds of a never-settled deposit that together would leave it under the rent minimum are paid from the refund wallet', async () => {
+    // No settlement will ever spend from the deposit.
+    const { key, p, received } = await halfPaidExpired();
 
     // Each alone leaves the deposit above the minimum; both leave it under, which the runtime refuses.
     const first = received / 2n;
@@ -255,6 +290,40 @@ describe('refunds paid on the Solana test node', () => {
       assert.equal(approved.body.data.fundedFrom, 'refund_wallet', JSON.stringify(approved.body.data));
     }
     assert.equal(await node.balance(p.address), received, 'the deposit gave nothing');
+  });
+
+  it('a SOL refund taking its deposit whole, paid again before the refund goes out, is paid: the fee wallet tops the deposit up to the rent-exempt minimum', async () => {
+    // Refunded in full from the deposit, which that leaves at 0.
+    const { key, p, received } = await halfPaidExpired();
+    // Its first transaction refused by the node (tried again in 10 s); meanwhile the customer pays again.
+    node.failNextSends.push(NO_PRIOR_CREDIT);
+    const customer = newWallet();
+    const approved = await flow.refund(key, p.paymentId, { kind: 'full', destination: customer });
+    assert.equal(approved.fundedFrom, 'deposit');
+    await eventually(
+      () => flow.refundOf(approved.id, key),
+      (r) => r.status === 'failed',
+    );
+    const late = 500_000n;
+    await node.sendSol(payer, p.address, late);
+    await node.mine();
+    const feeBefore = await node.balance(feeWallet);
+
+    await flow.admin('POST', '/dev/v1/clock/advance', { seconds: 11 }); // its retry is due
+    const done = await flow.completed(approved.id, key);
+    assert.equal(baseUnits(done.amount, 9), received);
+    const net = baseUnits(done.netAmount, 9);
+    const networkFee = baseUnits(done.networkFee, 9);
+    const rentExempt = await rentExemptMinimum();
+    const tx = await payout(done.transactionHash);
+    assert.deepEqual(tx.moves, [
+      { sol: net, from: p.address, to: customer },
+      { sol: networkFee, from: p.address, to: feeWallet },
+      { sol: rentExempt - late, from: feeWallet, to: p.address },
+    ]);
+    assert.equal(await node.balance(customer), net, 'the customer gets exactly the refund');
+    assert.equal(await node.balance(p.address), rentExempt, 'the late payment stays, with what makes it rent-exempt');
+    assert.equal(feeBefore - (await node.balance(feeWallet)), rentExempt - late, "the top-up is the fee wallet's");
   });
 
   it('a late SOL payment too small to stay on the deposit holds the settlement back, never given away; refunded from the deposit, the settlement then pays its own amounts', async () => {
@@ -464,10 +533,7 @@ describe('refunds paid on the Solana test node', () => {
     // Both refunds and half the minimum: each refund alone leaves the wallet rent-exempt, both leave it
     // rent-paying. The first payout sent is refused by the node for good, so it is prepared again, after
     // its retry delay, once the other has landed: then it would leave the wallet under the minimum.
-    node.failNextSends.push({
-      code: -32002,
-      message: 'Transaction simulation failed: Attempt to debit an account but found no record of a prior credit.',
-    });
+    node.failNextSends.push(NO_PRIOR_CREDIT);
     await node.sendSol(payer, wallet.address, 2n * amount + half);
     await node.mine();
     const [victim, other] = await eventually(

@@ -26,7 +26,7 @@ import { newestFirst } from '../../projections/paging.ts';
 import { merchantApiKeys, merchantUsers } from '../../projections/merchants.ts';
 import { settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
 import { holdsWithoutApproval, unapprovedHoldWhat } from '../../projections/refund-holds.ts';
-import { refundsAwaitingFunds } from '../../projections/refunds.ts';
+import { refundsInStatus } from '../../projections/refunds.ts';
 import { settlementView } from '../../projections/contract/settlement.ts';
 import { resolveSettlementAttention } from '../../commands/settlements.ts';
 import { SETTLEMENT_STATUSES, SettlementSchema } from './settlements.ts';
@@ -184,7 +184,7 @@ export interface ChainCondition {
 const AttentionItem = Type.Object({
   kind: Type.String({
     description:
-      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, refund_hold_unapproved, refund_awaiting_funds, webhook_failing, chain_behind or rate_disagreement',
+      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, refund_hold_unapproved, refund_awaiting_funds, refund_failed, webhook_failing, chain_behind or rate_disagreement',
   }),
   merchantId: Nullable(Type.String()),
   /** The settlement id, the refund id, the webhook URL or the chain. */
@@ -287,16 +287,17 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       schema: {
         tags: ['operator'],
         summary:
-          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, or held by a refund whose approval was never recorded, refunds waiting for funds, webhook URLs failing, chains whose node is behind or silent, price sources disagreeing',
+          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, or held by a refund whose approval was never recorded, refunds waiting for funds or failed, webhook URLs failing, chains whose node is behind or silent, price sources disagreeing',
         security,
         response: { 200: data(Type.Array(AttentionItem)) },
       },
     },
     async () => {
-      const [settlements, unapprovedHolds, unfunded, webhooks] = await Promise.all([
+      const [settlements, unapprovedHolds, unfunded, failedRefunds, webhooks] = await Promise.all([
         settlementsNeedingAttention(db),
         holdsWithoutApproval(db, ctx.clock.now(), 200),
-        refundsAwaitingFunds(db, 200),
+        refundsInStatus(db, 'awaiting_funds', 200),
+        refundsInStatus(db, 'failed', 200),
         failingWebhookTargets(ctx.database.db),
       ]);
       const chains = (ctx.chainConditions?.() ?? []).filter((c) => c.state !== 'ok');
@@ -338,6 +339,15 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
             chain: r.chain,
             reason: 'awaiting_funds',
             detail: `the merchant's refund wallet on ${r.chain} holds too little to pay ${r.amount} ${r.token}`,
+            since: new Date(r.updated_at).toISOString(),
+          })),
+          ...failedRefunds.map((r) => ({
+            kind: 'refund_failed',
+            merchantId: r.merchant_id,
+            subject: r.id,
+            chain: r.chain,
+            reason: r.failure_code ?? 'unknown',
+            detail: r.failure_reason,
             since: new Date(r.updated_at).toISOString(),
           })),
           ...webhooks.map((w) => ({

@@ -163,6 +163,7 @@ export function generateHistory(seed: number, merchantId: string, invoiceCount: 
         funded_from: status === 'canceled' ? null : fundedFrom,
         transaction_hash: status === 'completed' ? `0xrefund${n}` : null,
         failure_code: null,
+        failure_reason: null,
         created_at: at(lastConfirmed + 1000),
         updated_at: at(completedAt ?? lastConfirmed + 1000),
         approved_at: status === 'canceled' ? null : at(lastConfirmed + 2000),

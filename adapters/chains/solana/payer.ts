@@ -15,7 +15,9 @@
 // The amounts are the settlement's (`amount`, `fees`), never the balance's.
 // A refund (from a deposit before its settlement, or from a merchant's refund
 // wallet) is the same transaction without the rest: SOL, the payout and the
-// quoted fee back to the fee wallet, the payer keeping what is left; tokens,
+// quoted fee back to the fee wallet, the payer keeping what is left (a deposit
+// topped up to the rent-exempt minimum by the fee wallet where a late payment
+// would leave it less); tokens,
 // the customer's associated token account created when missing (rent paid by
 // the fee wallet, as for a merchant's) and the payout by transferChecked from
 // the payer's token accounts, none of them closed.
@@ -359,18 +361,24 @@ export class SolanaPayer {
     if (rest < 0n) {
       throw new TransactionRejectedError(`${deposit.toBase58()} holds ${balance} lamports, less than ${taken}`);
     }
+    // The runtime refuses to leave the payer with less than the minimum (0 is allowed), at every retry.
+    let topUp = 0n;
     if (rest > 0n && rest < rentExempt) {
-      // The runtime refuses to leave the payer with less than the minimum (0 is allowed), at every retry. A refund's
-      // rest is the settlement's, and was checked at the approval (canPay): for good. A sweep's rest is a late
-      // payment, the customer's: never given away to make the deposit 0. The settlement fails, on the operator's
-      // list, and is tried again; refunded from the deposit (it takes no hold while nothing is prepared), the
-      // late payment leaves 0 and the next attempt pays out.
       const what = `${isRefund(transfer) ? 'a refund' : 'a sweep'} of ${taken} lamports from ${deposit.toBase58()}, which holds ${balance}, leaves it ${rest}: under the rent-exempt minimum of ${rentExempt}`;
-      if (isRefund(transfer)) throw new PayoutRefusedError('fees_exceed_amount', what);
-      throw new TransactionRejectedError(`${what} (a late payment the deposit keeps, until it is refunded)`);
+      // A refund from a deposit (the one kind that keeps its fee exact) was approved leaving it 0 or at least the
+      // minimum (canPay); only a payment since (a late one, the customer's) leaves it in between. The fee wallet
+      // tops the deposit up to the minimum in the same transaction, as it pays a customer's token account's rent:
+      // the customer gets the amount, the late payment stays refundable, and the refund ends instead of failing.
+      if (isRefund(transfer) && transfer.exactNetworkFee) topUp = rentExempt - rest;
+      // A refund wallet's rest is the merchant's: the refund waits for funds (fees_exceed_amount, awaiting_funds).
+      else if (isRefund(transfer)) throw new PayoutRefusedError('fees_exceed_amount', what);
+      // A sweep's rest is a late payment, the customer's: never given away to make the deposit 0. The settlement
+      // fails, on the operator's list, and is tried again; refunded from the deposit (it takes no hold while
+      // nothing is prepared), the late payment leaves 0 and the next attempt pays out.
+      else throw new TransactionRejectedError(`${what} (a late payment the deposit keeps, until it is refunded)`);
     }
-    const send = (to: string | PublicKey, lamports: bigint) =>
-      SystemProgram.transfer({ fromPubkey: deposit, toPubkey: new PublicKey(to), lamports });
+    const send = (to: string | PublicKey, lamports: bigint, from: PublicKey = deposit) =>
+      SystemProgram.transfer({ fromPubkey: from, toPubkey: new PublicKey(to), lamports });
     const toTreasury = platform > 0n && treasuryHeld + platform >= rentExempt ? platform : 0n;
     const instructions = [
       ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
@@ -378,6 +386,7 @@ export class SolanaPayer {
       send(this.feePayer.publicKey, network + platform - toTreasury),
     ];
     if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
+    if (topUp > 0n) instructions.push(send(deposit, topUp, this.feePayer.publicKey));
     return { instructions, held: balance };
   }
 
@@ -538,7 +547,13 @@ export class SolanaPayer {
     const cached = answeredHeight <= record.lastValidBlockHeight - BLOCKHASH_VALID_BLOCKS + STATUS_CACHE_BLOCKS;
     if (record.deposit && !cached) {
       const held = await this.depositHeld(record.deposit, context.slot);
-      if (held !== BigInt(record.deposit.held)) return;
+      // Expired, it can never land from now on; but this node no longer says whether it landed before. Not
+      // replaced (the payout could be paid twice), and said so: the failure's reason is on the operator's list.
+      if (held !== BigInt(record.deposit.held)) {
+        throw new Error(
+          `${signature} expired (block height ${finalizedHeight} > ${record.lastValidBlockHeight}) and this node no longer says whether it landed: past its status cache, with no transaction history; ${record.deposit.address} held ${record.deposit.held} before it and ${held} now. Not replaced: check the signature on a node with history or an explorer`,
+        );
+      }
     }
     throw new TransactionRejectedError(
       `${signature} expired without landing (block height ${finalizedHeight} > ${record.lastValidBlockHeight})`,

@@ -224,7 +224,7 @@ export async function startService(
   // Started once the watchers are: it pays out what the log says is due.
   const payouts = new PayoutEngine(
     database,
-    [new SettlementPayouts(settlementDeps), new RefundPayouts({ ...settlementDeps, database })],
+    [new SettlementPayouts(settlementDeps), new RefundPayouts({ ...settlementDeps, database, addresses: depositAddresses })],
     [...settlementDeps.chains.keys()],
     clock,
     { onError: (error) => log?.error({ err: error }, 'payout step failed') },

@@ -10,6 +10,8 @@ import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { defaultConfirmations } from '../api/config.ts';
 import { catalogue } from '../domain/catalogue.ts';
 import { formatUnits, parseUnits } from '../domain/money.ts';
+import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
+import { handleCommand, loadState } from '../commands/handle.ts';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { runCli } from './support/process.ts';
 import { startTestService, type RunningService } from './support/service.ts';
@@ -188,6 +190,41 @@ describe('refund payouts', () => {
     const net = 120_000_000n - 20_000_000n - platformFee;
     assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', net]]);
     assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 20_000_000n]]);
+  });
+
+  it('a refund whose hold was given back between its approval and its payout takes it again before paying from the deposit', async () => {
+    const { key, merchantId, id } = await unsettled();
+    const created = await svc.call('POST', `/api/v1/invoices/${id}/refunds`, {
+      token: key,
+      body: { amount: '20', destination: CUSTOMER },
+    });
+    const refundId = created.body.data.id as string;
+    // The payouts held back, so that the hold goes before the refund's payout looks: as an approval
+    // stalled past the release of the hold it took (a slow process) records it after that release.
+    await svc.service.payouts.stop();
+    try {
+      const approved = await approve(key, refundId);
+      assert.equal(approved.body.data.fundedFrom, 'deposit', JSON.stringify(approved.body));
+      // On the business clock, the hold's: the sandbox's runs ahead of the wall clock.
+      const now = svc.service.sandbox!.clock.now().toISOString();
+      const stream = settlementStreamName(settlementIdOf(id));
+      await handleCommand(svc.service.store, settlementDecider, stream, {
+        type: 'ReleaseUnapprovedHold',
+        refundId,
+        heldBefore: now,
+        now,
+      });
+      const released = await loadState(svc.service.store, settlementDecider, stream);
+      assert.deepEqual(released?.refundHolds, [], 'released: the settlement waits for nothing and is not re-priced');
+    } finally {
+      svc.service.payouts.start();
+    }
+    const completed = await completedRefund(key, refundId);
+    assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 20_000_000n]]);
+    // Held again before it was paid: the settlement pays what is left, not the deposit's 120 a second time.
+    assert.equal((await settlementOf(key, id)).amount, '98.800000');
+    const net = 120_000_000n - 20_000_000n - 1_200_000n;
+    assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', net]]);
   });
 
   it('a full refund before settlement: the settlement ends completed with nothing to pay, never failed', async () => {

@@ -478,6 +478,46 @@ describe('the refund aggregate', () => {
       .thenError('conflict', 'Refund can no longer wait for funds');
   });
 
+  it('approved from the deposit, moves to the refund wallet only while nothing of it was ever prepared', () => {
+    const fromDeposit: RefundEvent = {
+      type: 'RefundApproved',
+      data: {
+        ...payer,
+        fromAddress: DEPOSIT,
+        fundedFrom: 'deposit',
+        merchantId: MERCHANT_ID,
+        chain: 'ethereum',
+        funded: true,
+        approvedAt: T1,
+      },
+    };
+    const reason = 'The deposit no longer held the refund';
+    const move = (funded: boolean): RefundCommand => ({ type: 'PayFromRefundWallet', payer, funded, reason, now: T1 });
+    const moved = (funded: boolean): RefundEvent => ({
+      type: 'RefundPayerChanged',
+      data: { ...payer, funded, reason, changedAt: T1 },
+    });
+    const before = [created(), claimed, fromDeposit];
+    given(refundDecider, before)
+      .when(move(false))
+      .then([moved(false)]);
+    const after = fold(refundDecider, [...before, moved(false)])!;
+    assert.equal(after.status, 'awaiting_funds');
+    assert.deepEqual(after.payer, payer);
+    assert.equal(statusAfter([...before, moved(true)]), 'sending');
+    // Once: moved already, nothing more.
+    given(refundDecider, [...before, moved(true)])
+      .when(move(true))
+      .then([]);
+    // A transaction from the deposit prepared (even one refused since): it may still land, the deposit keeps it.
+    given(refundDecider, [...before, prepared()])
+      .when(move(true))
+      .thenError('conflict', 'The refund is no longer waiting to be paid from the deposit');
+    given(refundDecider, [created(), claimed])
+      .when(move(true))
+      .thenError('conflict', 'The refund is no longer waiting to be paid from the deposit');
+  });
+
   it('can be canceled only before sending, and then gives its reservation back', () => {
     const canceled: RefundEvent = { type: 'RefundCanceled', data: { invoiceId: INVOICE_ID, canceledAt: T1 } };
     for (const before of [[created()], [created(), claimed], [created(), claimed, approved(false)]]) {

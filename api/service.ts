@@ -41,10 +41,11 @@ import { RenewalScheduler, migrateRenewals, renewalsProjector } from '../command
 import { subscriptionsProjector } from '../projections/subscriptions.ts';
 import { settlementsProjector } from '../projections/settlements.ts';
 import { refundsProjector } from '../projections/refunds.ts';
-import { refundHoldsProjector } from '../projections/refund-holds.ts';
+import { holdsToRelease, refundHoldsProjector } from '../projections/refund-holds.ts';
 import { activityProjector } from '../projections/activity.ts';
 import { RefundPayouts, refundCommands, refundManager } from '../commands/refunds.ts';
 import { RefundExpiry, migrateRefundClaims, refundClaimsProjector } from '../commands/refund-expiry.ts';
+import { RefundHoldRelease } from '../commands/refund-holds.ts';
 import { LiveInvoiceStatus } from '../projections/live-status.ts';
 import { invoiceCommands } from '../commands/invoices.ts';
 import { merchantCommands, type MerchantCommands } from '../commands/merchants.ts';
@@ -83,6 +84,8 @@ export interface Service {
   sandbox: Sandbox | undefined;
   /** The payout engine (settlements, refunds); tests run a pass of it at a moment of their choosing. */
   payouts: PayoutEngine;
+  /** Gives back the refund holds an approval left behind (commands/refund-holds.ts). */
+  holdRelease: RefundHoldRelease;
   /** How each watched chain stands (ok, behind, stale, silent), for GET /admin/v1/attention. */
   chainConditions(): WatcherCondition[];
   /** Stops accepting requests, lets the running ones finish, stops the workers, then closes the stores. */
@@ -224,7 +227,10 @@ export async function startService(
   // Started once the watchers are: it pays out what the log says is due.
   const payouts = new PayoutEngine(
     database,
-    [new SettlementPayouts(settlementDeps), new RefundPayouts({ ...settlementDeps, database })],
+    [
+      new SettlementPayouts(settlementDeps),
+      new RefundPayouts({ ...settlementDeps, database, addresses: depositAddresses }),
+    ],
     [...settlementDeps.chains.keys()],
     clock,
     { onError: (error) => log?.error({ err: error }, 'payout step failed') },
@@ -339,6 +345,12 @@ export async function startService(
     onError: (error) => log?.error({ err: error }, 'refund expiry failed'),
   });
   refundExpiry.start();
+  // Holds an approval left behind, given back past the grace (projections/refund-holds.ts finds them).
+  const holdRelease = new RefundHoldRelease(store, (now) => holdsToRelease(database.db, now, 100), clock, {
+    pollMs: 5_000,
+    onError: (error) => log?.error({ err: error }, 'refund hold release failed'),
+  });
+  holdRelease.start();
 
   const sandbox: Sandbox | undefined = sandboxClock && {
     ledgers,
@@ -348,6 +360,7 @@ export async function startService(
       expiry.poke();
       renewals.poke();
       refundExpiry.poke();
+      holdRelease.poke();
       for (const watcher of watchers) watcher.poke();
     },
   };
@@ -397,6 +410,7 @@ export async function startService(
     database,
     sandbox,
     payouts,
+    holdRelease,
     chainConditions: () => watchers.map((w) => w.condition()),
     async close() {
       await app.close();
@@ -404,6 +418,7 @@ export async function startService(
       await expiry.stop();
       await renewals.stop();
       await refundExpiry.stop();
+      await holdRelease.stop();
       await payouts.stop();
       await webhooks.stop();
       await Promise.all(watchers.map((w) => w.stop()));

@@ -165,6 +165,7 @@ async function applyRefundEvent(trx: Kysely<QueueTables>, recorded: RecordedEven
     case 'RefundAwaitingFunds':
       return; // the look that recorded it set when to ask the wallet again
     case 'RefundFunded':
+    case 'RefundPayerChanged':
     case 'RefundTransactionPrepared':
     case 'RefundSubmitted':
     case 'RefundRetried':

@@ -290,6 +290,9 @@ export function refundCommands(deps: RefundCommandDeps) {
 
 export type RefundCommands = ReturnType<typeof refundCommands>;
 
+/** What taking a hold on the settlement's stream needs. */
+type HoldDeps = Pick<RefundCommandDeps, 'store' | 'clock' | 'chains'>;
+
 /** Stands in for the payer when only asking whether an approval would be taken. */
 const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivationIndex: 0 };
 
@@ -305,13 +308,15 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  * from the deposit on its way), or when the chain says the deposit cannot
  * pay it.
  */
-async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<RefundPayer | undefined> {
+async function fromDeposit(deps: HoldDeps, refund: Refund, approved?: true): Promise<RefundPayer | undefined> {
   const { store } = deps;
   const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)));
   const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
   const settlement = requestedSettlement(state);
   if (!settlement)
-    return invoice ? beforeSettlement(deps, invoice, refund, isPendingHolds(state) ? state : null) : undefined;
+    return invoice
+      ? beforeSettlement(deps, invoice, refund, isPendingHolds(state) ? state : null, approved)
+      : undefined;
   if (settlement.chain !== refund.chain) return undefined;
   const paidTo = new Set(
     invoice?.payments
@@ -339,6 +344,7 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
     // (payoutSources), never the late one, so all of it comes out of the settlement.
     beyond: invoice && !chain?.spendsCoinsWhole ? beyondSettlementOf(invoice, refund, fromAddress) : 0n,
     ...(chain?.spendsCoinsWhole && { oneAtATime: true }),
+    ...(approved && { approved }),
   });
   if (!held) return undefined;
   return { fundedFrom: 'deposit', fromAddress: settlement.fromAddress, derivationIndex: settlement.derivationIndex };
@@ -356,10 +362,11 @@ async function fromDeposit(deps: RefundCommandDeps, refund: Refund): Promise<Ref
  * (coinsToSpend), all of it out of the settlement.
  */
 async function beforeSettlement(
-  deps: RefundCommandDeps,
+  deps: HoldDeps,
   invoice: Invoice,
   refund: Refund,
   pending: PendingHolds | null,
+  approved?: true,
 ): Promise<RefundPayer | undefined> {
   const chain = deps.chains.get(refund.chain as ChainName);
   const deposit = depositBeforeSettlement(invoice, refund);
@@ -379,6 +386,7 @@ async function beforeSettlement(
     ...(chain?.spendsCoinsWhole
       ? { beyond: 0n, oneAtATime: true }
       : { beyond: beyondSettlementOf(invoice, refund, deposit.address) }),
+    ...(approved && { approved }),
   });
   if (!held) return undefined;
   return { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
@@ -390,9 +398,12 @@ async function beforeSettlement(
  * another refund on its way): the refund wallet pays instead.
  */
 async function takeHold(
-  deps: RefundCommandDeps,
+  deps: HoldDeps,
   refund: Refund,
-  on: Pick<Extract<SettlementCommand, { type: 'HoldForRefund' }>, 'chain' | 'fromAddress' | 'beyond' | 'oneAtATime'>,
+  on: Pick<
+    Extract<SettlementCommand, { type: 'HoldForRefund' }>,
+    'chain' | 'fromAddress' | 'beyond' | 'oneAtATime' | 'approved'
+  >,
 ): Promise<boolean> {
   try {
     await handleCommand(deps.store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)), {
@@ -415,7 +426,13 @@ async function takeHold(
  * by the service at an index no deposit ever gets, assigned on the merchant's
  * stream the first time it is needed (the first one recorded stays).
  */
-function refundWallets({ store, database, clock, chains, addresses }: RefundCommandDeps) {
+function refundWallets({
+  store,
+  database,
+  clock,
+  chains,
+  addresses,
+}: Pick<RefundCommandDeps, 'store' | 'database' | 'clock' | 'chains' | 'addresses'>) {
   const indexes = new DerivationIndexes(store);
 
   async function walletOf(merchantId: string, chain: ChainName): Promise<RefundWallet> {
@@ -599,6 +616,8 @@ export interface RefundPayoutDeps {
   clock: Clock;
   chains: ReadonlyMap<ChainName, ChainAdapter>;
   requiredConfirmations: Record<ChainName, number>;
+  /** Derives a refund wallet's address, for a refund the deposit no longer holds (see keepsItsHold). */
+  addresses: DepositAddressDeriver;
 }
 
 /** A refund's standing in the payout's steps. */
@@ -616,6 +635,9 @@ function phaseOf(refund: Refund): PayoutStanding['phase'] {
  */
 export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, RefundPayoutDeps> {
   readonly kind = 'refund';
+
+  /** The merchant's refund wallets, for a refund the deposit no longer holds (see keepsItsHold). */
+  private readonly wallets = refundWallets(this.deps);
 
   private act(refundId: string, command: RefundCommand) {
     return handleCommand(this.deps.store, refundDecider, refundStreamName(refundId), command);
@@ -655,6 +677,56 @@ export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, R
   }
 
   /**
+   * Before a refund's first transaction from the deposit: whether the
+   * deposit still holds it. The hold found is marked approved on the
+   * settlement's stream, where the release of a hold an approval left
+   * behind (ReleaseUnapprovedHold) is decided too, so only one of them wins.
+   * A hold given back (the approval recorded after its hold was released)
+   * is taken again by the approval's own rules; refused (the settlement
+   * prepared meanwhile), the refund wallet pays, as the approval would have
+   * chosen: false, the refund moved there. Paying from the deposit without
+   * its hold would let the settlement, no longer waiting, spend it too.
+   */
+  private async keepsItsHold(refund: Refund): Promise<boolean> {
+    const { store } = this.deps;
+    const payer = refund.payer!;
+    const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
+    const settlement = requestedSettlement(await loadState(store, settlementDecider, stream));
+    // A deposit the requested settlement does not pay out (another chain or address): nothing else spends it.
+    if (settlement && (settlement.chain !== refund.chain || settlement.fromAddress !== payer.fromAddress)) return true;
+    try {
+      await handleCommand(store, settlementDecider, stream, {
+        type: 'ApproveRefundHold',
+        refundId: refund.id,
+        now: this.now(),
+      });
+      return true;
+    } catch (error) {
+      if (!(error instanceof DomainError)) throw error;
+    }
+    const again = await fromDeposit(this.deps, refund, true);
+    if (again?.fromAddress === payer.fromAddress) return true;
+    // Held on another address than the one approved: not this refund's to keep.
+    if (again) {
+      await handleCommand(store, settlementDecider, stream, {
+        type: 'ReleaseRefund',
+        refundId: refund.id,
+        paid: false,
+        now: this.now(),
+      });
+    }
+    const wallet = await this.wallets.payerOf(refund.merchantId, refund.chain);
+    await this.act(refund.id, {
+      type: 'PayFromRefundWallet',
+      payer: wallet,
+      funded: await this.wallets.holds(refund, wallet),
+      reason: 'The deposit no longer held the refund, and its settlement would not hold it again',
+      now: this.now(),
+    });
+    return false;
+  }
+
+  /**
    * The coins a refund spends, on a chain that names them (an account chain
    * ignores them): an earlier attempt's, so that at most one attempt can be
    * mined; else, from the deposit, the settlement's (a payment a refund spent
@@ -685,6 +757,11 @@ export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, R
     prepare: async (refund, chain) => {
       let ours: PreparedTransaction;
       try {
+        const depositPays = refund.payer!.fundedFrom === 'deposit';
+        // Its first transaction from the deposit, only while the deposit holds it (a later one's hold was found then).
+        if (depositPays && refund.preparedHashes.length === 0 && !(await this.keepsItsHold(refund))) {
+          return { waitMs: 0 };
+        }
         const sources = await this.coinsToSpend(refund);
         const fromWallet = refund.payer!.fundedFrom === 'refund_wallet';
         const fundedSince = fromWallet ? await refundWalletSince(this.deps.store, refund) : undefined;

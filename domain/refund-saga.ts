@@ -6,7 +6,7 @@
 // a refund paid out → recorded as refunded. A refund paid from the deposit
 // holds the invoice's settlement back; its end lets the settlement go on.
 import type { InvoiceCommand } from './invoice.ts';
-import type { RefundCommand, RefundEvent } from './refund.ts';
+import type { Refund, RefundCommand, RefundEvent } from './refund.ts';
 import { settlementIdOf, type RefundCoins, type SettlementCommand } from './settlement.ts';
 
 export type RefundSagaAction =
@@ -65,6 +65,37 @@ export function reactToRefundEvent(refundId: string, event: RefundEvent): Refund
     default:
       return [];
   }
+}
+
+/**
+ * How long a hold may wait for its refund's approval: an approval takes the
+ * hold first and records `Approve` a moment later (commands/refunds.ts
+ * `approve`), so a younger one may be an approval still on its way; an older
+ * one's approval stopped before it was recorded (a crash), or is stalled.
+ */
+export const UNRECORDED_APPROVAL_GRACE_MS = 5 * 60_000;
+
+/**
+ * What gives back a refund's hold on its deposit that nothing else will
+ * (commands/refund-holds.ts), the refund standing as `refund` at `now`:
+ * not approved (an approval that stopped after taking it), only once the
+ * hold is older than the grace and no payout of the refund found it, which
+ * the settlement's stream decides (ReleaseUnapprovedHold), so an approval
+ * recorded meanwhile either finds its hold first or takes it again; never to
+ * be paid, given back as the saga does. Nothing for a refund on its way or paid.
+ */
+export function releaseOfHold(refundId: string, refund: Refund | null, now: Date): SettlementCommand | undefined {
+  if (!refund) return undefined;
+  const at = now.toISOString();
+  if (refund.status === 'awaiting_approval' || refund.status === 'awaiting_destination') {
+    const heldBefore = new Date(now.getTime() - UNRECORDED_APPROVAL_GRACE_MS).toISOString();
+    return { type: 'ReleaseUnapprovedHold', refundId, heldBefore, now: at };
+  }
+  const ended =
+    refund.status === 'canceled' ||
+    refund.status === 'expired' ||
+    (refund.status === 'failed' && refund.retryAt === null);
+  return ended ? { type: 'ReleaseRefund', refundId, paid: false, now: at } : undefined;
 }
 
 /** The saga's compensation: a refund whose reservation the invoice refused is canceled, saying why. */

@@ -82,6 +82,17 @@ export type RefundApproved = DomainEvent<
 >;
 export type RefundFunded = DomainEvent<'RefundFunded', { fundedAt: string }>;
 /**
+ * Approved to be paid from the deposit, but its payout found the deposit's
+ * hold gone (given back: an approval recorded after the hold it took was
+ * released as left behind) and the settlement would not hold it again
+ * (prepared meanwhile): the refund wallet pays it instead, as the approval
+ * would have chosen then; `funded` false, it waits in `awaiting_funds`.
+ */
+export type RefundPayerChanged = DomainEvent<
+  'RefundPayerChanged',
+  RefundPayer & { funded: boolean; reason: string; changedAt: string }
+>;
+/**
  * The refund wallet could not pay after all when its transaction was to be
  * prepared (another refund spent from it since it was found funded): the
  * refund waits for funds again, `reason` being the chain's refusal.
@@ -135,6 +146,7 @@ export type RefundEvent =
   | RefundClaimed
   | RefundApproved
   | RefundFunded
+  | RefundPayerChanged
   | RefundAwaitingFunds
   | RefundTransactionPrepared
   | RefundSubmitted
@@ -152,6 +164,8 @@ export type RefundCommand =
   | { type: 'GiveDestination'; destination: string; now: string }
   | { type: 'Approve'; payer: RefundPayer; funded: boolean; now: string }
   | { type: 'MarkFunded'; now: string }
+  /** Refused unless from the deposit with no transaction ever prepared: nothing of it can be on its way. */
+  | { type: 'PayFromRefundWallet'; payer: RefundPayer; funded: boolean; reason: string; now: string }
   | { type: 'AwaitFunds'; reason: string; now: string }
   | { type: 'Cancel'; now: string; reason?: string }
   | { type: 'Expire'; now: string }
@@ -281,6 +295,14 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
     case 'MarkFunded':
       if (state.status !== 'awaiting_funds') return [];
       return [{ type: 'RefundFunded', data: { fundedAt: command.now } }];
+    case 'PayFromRefundWallet': {
+      if (state.payer?.fundedFrom === 'refund_wallet') return [];
+      if (state.status !== 'sending' || state.payer === null || state.preparedHashes.length > 0) {
+        throw new DomainError('conflict', 'The refund is no longer waiting to be paid from the deposit');
+      }
+      const { payer, funded, reason, now } = command;
+      return [{ type: 'RefundPayerChanged', data: { ...payer, funded, reason, changedAt: now } }];
+    }
     case 'AwaitFunds':
       if (state.status === 'awaiting_funds') return [];
       if (!mayAwaitFunds(state)) throw new DomainError('conflict', 'Refund can no longer wait for funds');
@@ -403,6 +425,15 @@ function evolve(state: RefundState, event: RefundEvent): RefundState {
     }
     case 'RefundFunded':
       return { ...state, status: 'sending', updatedAt: event.data.fundedAt };
+    case 'RefundPayerChanged': {
+      const { funded, changedAt, fundedFrom, fromAddress, derivationIndex } = event.data;
+      return {
+        ...state,
+        payer: { fundedFrom, fromAddress, derivationIndex },
+        status: funded ? 'sending' : 'awaiting_funds',
+        updatedAt: changedAt,
+      };
+    }
     case 'RefundAwaitingFunds':
       return { ...state, status: 'awaiting_funds', updatedAt: event.data.awaitingSince };
     case 'RefundTransactionPrepared':

@@ -175,8 +175,21 @@ export type SettlementRefundHeld = DomainEvent<
      * payments it pays out (a late payment); given only when less than `amount` (absent: all of it).
      */
     fromSettlement?: string;
+    /** Taken by the refund's payout, its approval recorded (see SettlementRefundHoldApproved); absent: by the approval. */
+    approved?: true;
     heldAt: string;
   }
+>;
+/**
+ * The refund's payout found its hold, the refund's approval recorded: from
+ * now on only the refund's end releases it, never the release of a hold
+ * left by an approval that stopped before it was recorded
+ * (ReleaseUnapprovedHold). Decided on this stream, so the payout and that
+ * release never both win.
+ */
+export type SettlementRefundHoldApproved = DomainEvent<
+  'SettlementRefundHoldApproved',
+  { refundId: string; approvedAt: string }
 >;
 /** The held refund was paid (its amount stays out of the settlement), or will never be (it comes back). */
 export type SettlementRefundReleased = DomainEvent<
@@ -203,6 +216,7 @@ export type SettlementEvent =
   | SettlementAttentionRaised
   | SettlementAttentionResolved
   | SettlementRefundHeld
+  | SettlementRefundHoldApproved
   | SettlementRefundReleased
   | SettlementRefundedInFull;
 
@@ -265,8 +279,25 @@ export type SettlementCommand =
       beyond?: bigint;
       /** The chain's payouts spend coins whole (Bitcoin): refused while another refund from the deposit is on its way. */
       oneAtATime?: boolean;
+      /**
+       * Asked by the refund's payout, its approval recorded: the hold, found or taken, is marked approved
+       * (SettlementRefundHoldApproved) and no longer released by ReleaseUnapprovedHold.
+       */
+      approved?: true;
       now: string;
     }
+  /**
+   * A hold taken at or before `heldBefore` whose refund's approval never
+   * found it (see SettlementRefundHoldApproved) is given back, as ReleaseRefund
+   * unpaid; any other (approved, paid, younger, none) is left as it is.
+   */
+  | { type: 'ReleaseUnapprovedHold'; refundId: string; heldBefore: string; now: string }
+  /**
+   * The refund's payout, its approval recorded, finds its hold before it prepares a transaction from the deposit
+   * and marks it approved; refused (conflict) when there is none (given back), and the payout then takes it again
+   * by the approval's rules (HoldForRefund `approved`) or pays from the refund wallet.
+   */
+  | { type: 'ApproveRefundHold'; refundId: string; now: string }
   /** `coins`: what the paid refund spent of the deposit and gave back as change (a UTXO chain). */
   | { type: 'ReleaseRefund'; refundId: string; paid: boolean; coins?: RefundCoins; now: string };
 
@@ -279,6 +310,8 @@ export interface RefundHold {
   /** What of `amount` the settlement gives, when less (the rest was beyond its payments, see HoldForRefund). */
   fromSettlement?: bigint;
   paid: boolean;
+  /** Its refund's payout found it (SettlementRefundHoldApproved): only the refund's end releases it. */
+  approved?: boolean;
   coins?: RefundCoins;
   /** When it was taken: a hold whose refund was not approved soon after is one whose approval was never recorded. */
   heldAt: string;
@@ -604,7 +637,8 @@ function priceNetworkFee(
  * both win) and only from this deposit's own asset and what is left of it.
  */
 function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefund' }>, state: Settlement) {
-  if (state.refundHolds.some((h) => h.refundId === command.refundId)) return [];
+  const found = state.refundHolds.find((h) => h.refundId === command.refundId);
+  if (found) return approvedOf(command, found);
   if (!holdsRefunds(state)) {
     throw new DomainError('conflict', 'The settlement is already being paid out');
   }
@@ -617,7 +651,8 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
   if (command.token !== state.token) {
     // The invoice's reservation already bounds it by what arrived of that token; the settlement only waits.
     const data = { refundId: command.refundId, amount: command.amount.toString(), token: command.token };
-    return [{ type: 'SettlementRefundHeld', data: { ...data, heldAt: command.now } } satisfies SettlementRefundHeld];
+    const held = { ...data, ...approvedField(command), heldAt: command.now };
+    return [{ type: 'SettlementRefundHeld', data: held } satisfies SettlementRefundHeld];
   }
   const ownHolds = state.refundHolds.filter((h) => h.token === undefined);
   const fromSettlement = takenFromSettlement(command.amount, command.beyond ?? 0n, ownHolds);
@@ -630,6 +665,7 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
       refundId: command.refundId,
       amount: command.amount.toString(),
       ...fromSettlementField(command.amount, fromSettlement),
+      ...approvedField(command),
       heldAt: command.now,
     },
   };
@@ -640,6 +676,36 @@ function holdForRefund(command: Extract<SettlementCommand, { type: 'HoldForRefun
   // Refunds taking everything leave nothing to fail for: the settlement waits for them, then ends (ReleaseRefund).
   if (refundsTakeAll(after)) return [held, repriced];
   return [held, ...withFeesFailure(after, repriced, command.now)];
+}
+
+/** A hold found again: marked approved when the refund's payout asks, once. */
+function approvedOf(command: { approved?: true; refundId: string; now: string }, hold: RefundHold) {
+  if (!command.approved || hold.approved || hold.paid) return [];
+  const data = { refundId: command.refundId, approvedAt: command.now };
+  return [{ type: 'SettlementRefundHoldApproved', data } satisfies SettlementRefundHoldApproved];
+}
+
+const approvedField = (command: { approved?: true }) => (command.approved ? { approved: true as const } : {});
+
+/** The hold may be given back without its refund's end: no payout found it, and it was taken by `heldBefore`. */
+export const isUnapprovedHold = (hold: RefundHold, heldBefore: string) =>
+  !hold.paid && !hold.approved && Date.parse(hold.heldAt) <= Date.parse(heldBefore);
+
+/** ApproveRefundHold: the hold found is marked approved (once); none is a refusal. */
+function approveHold(command: Extract<SettlementCommand, { type: 'ApproveRefundHold' }>, holds: readonly RefundHold[]) {
+  const hold = holds.find((h) => h.refundId === command.refundId);
+  if (!hold) throw new DomainError('conflict', 'The deposit no longer holds this refund');
+  return approvedOf({ approved: true, refundId: command.refundId, now: command.now }, hold);
+}
+
+/** ReleaseUnapprovedHold as the ReleaseRefund it is, when the hold may be given back; else nothing. */
+function unapprovedRelease(
+  command: Extract<SettlementCommand, { type: 'ReleaseUnapprovedHold' }>,
+  holds: readonly RefundHold[],
+): Extract<SettlementCommand, { type: 'ReleaseRefund' }> | undefined {
+  const hold = holds.find((h) => h.refundId === command.refundId);
+  if (!hold || !isUnapprovedHold(hold, command.heldBefore)) return undefined;
+  return { type: 'ReleaseRefund', refundId: command.refundId, paid: false, now: command.now };
 }
 
 /** Refunds from the deposit take all it received: no fee can be short of anything. */
@@ -658,7 +724,8 @@ function beforeRequest(command: SettlementCommand, before: PendingHolds | null):
     case 'RequestSettlement':
       return request(command, before);
     case 'HoldForRefund': {
-      if (holds.some((h) => h.refundId === command.refundId)) return [];
+      const found = holds.find((h) => h.refundId === command.refundId);
+      if (found) return approvedOf(command, found);
       if (command.chain === undefined) throw new DomainError('not_found', 'Settlement not found');
       if (command.amount <= 0n) throw new DomainError('bad_request', 'A refund amount must be greater than 0');
       const fromSameDeposit = (h: HoldBeforeRequest) =>
@@ -676,6 +743,7 @@ function beforeRequest(command: SettlementCommand, before: PendingHolds | null):
         chain,
         fromAddress,
         ...fromSettlementField(amount, fromSettlement),
+        ...approvedField(command),
         heldAt: now,
       };
       return [{ type: 'SettlementRefundHeld', data } satisfies SettlementRefundHeld];
@@ -685,6 +753,12 @@ function beforeRequest(command: SettlementCommand, before: PendingHolds | null):
       // Given back or paid: nothing to re-price, the settlement will start from what is left.
       return !hold || hold.paid ? [] : [releasedOf(command)];
     }
+    case 'ReleaseUnapprovedHold': {
+      const release = unapprovedRelease(command, holds);
+      return release ? beforeRequest(release, before) : [];
+    }
+    case 'ApproveRefundHold':
+      return approveHold(command, holds);
     default:
       throw new DomainError('not_found', 'Settlement not found');
   }
@@ -717,6 +791,12 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
       return [{ type: 'SettlementWalletSet', data: { merchantWallet: command.merchantWallet, setAt: command.now } }];
     case 'HoldForRefund':
       return holdForRefund(command, state);
+    case 'ReleaseUnapprovedHold': {
+      const release = unapprovedRelease(command, state.refundHolds);
+      return release ? decide(release, state) : [];
+    }
+    case 'ApproveRefundHold':
+      return approveHold(command, state.refundHolds);
     case 'ReleaseRefund': {
       const hold = state.refundHolds.find((h) => h.refundId === command.refundId);
       if (!hold || hold.paid) return [];
@@ -807,11 +887,12 @@ function next(state: SettlementState, event: SettlementEvent): Settlement {
 const holdsTakenOver = (before: PendingHolds | null, d: SettlementRequested['data']): RefundHold[] =>
   (before?.refundHolds ?? [])
     .filter((h) => h.chain === d.chain && h.fromAddress === d.fromAddress)
-    .map(({ refundId, amount, fromSettlement, paid, coins, token, heldAt }) => ({
+    .map(({ refundId, amount, fromSettlement, paid, approved, coins, token, heldAt }) => ({
       refundId,
       amount,
       ...(fromSettlement !== undefined && { fromSettlement }),
       paid,
+      ...(approved && { approved }),
       ...(coins && { coins }),
       ...(token !== d.token && { token }),
       heldAt,
@@ -825,8 +906,13 @@ function releasedHolds<H extends RefundHold>(holds: H[], d: SettlementRefundRele
     : holds.filter((h) => h.refundId !== refundId);
 }
 
-const fromSettlementHeld = ({ fromSettlement }: SettlementRefundHeld['data']) =>
-  fromSettlement !== undefined ? { fromSettlement: BigInt(fromSettlement) } : {};
+const fromSettlementHeld = ({ fromSettlement, approved }: SettlementRefundHeld['data']) => ({
+  ...(fromSettlement !== undefined && { fromSettlement: BigInt(fromSettlement) }),
+  ...(approved && { approved: true }),
+});
+
+const approvedHolds = <H extends RefundHold>(holds: H[], { refundId }: SettlementRefundHoldApproved['data']): H[] =>
+  holds.map((h) => (h.refundId === refundId ? { ...h, approved: true } : h));
 
 function evolveBeforeRequest(state: PendingHolds | null, event: SettlementEvent): PendingHolds {
   const holds = state?.refundHolds ?? [];
@@ -849,6 +935,9 @@ function evolveBeforeRequest(state: PendingHolds | null, event: SettlementEvent)
   }
   if (event.type === 'SettlementRefundReleased') {
     return { requested: false, refundHolds: releasedHolds(holds, event.data) };
+  }
+  if (event.type === 'SettlementRefundHoldApproved') {
+    return { requested: false, refundHolds: approvedHolds(holds, event.data) };
   }
   throw new Error(`${event.type} before SettlementRequested`);
 }
@@ -917,6 +1006,8 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       };
       return { ...state, refundHolds: [...state.refundHolds, hold], updatedAt: heldAt };
     }
+    case 'SettlementRefundHoldApproved':
+      return { ...state, refundHolds: approvedHolds(state.refundHolds, event.data), updatedAt: event.data.approvedAt };
     case 'SettlementRefundReleased':
       return { ...state, refundHolds: releasedHolds(state.refundHolds, event.data), updatedAt: event.data.releasedAt };
     case 'SettlementRefundedInFull':

@@ -1,6 +1,8 @@
 // Projects the refund holds on settlement streams into `refund_holds`, and
-// reads from it the holds whose approval was never recorded, for the
-// operator's attention list and the merchant's "Needs attention".
+// reads from it the holds the release gives back (commands/refund-holds.ts),
+// and those whose approval was never recorded and that the release did not
+// give back, for the operator's attention list and the merchant's "Needs
+// attention".
 //
 // Why a read-time query rather than an event (as SettlementAttentionRaised
 // is): a hold is stuck when its refund's approval did not follow it within a
@@ -12,6 +14,7 @@
 import type { Kysely } from 'kysely';
 import type { Projector } from '../adapters/event-store/followers.ts';
 import { settlementDecider, type SettlementEvent, type SettlementState } from '../domain/settlement.ts';
+import { UNRECORDED_APPROVAL_GRACE_MS } from '../domain/refund-saga.ts';
 import { streams } from '../domain/streams.ts';
 import { StreamFolds, upsertRows } from './batch.ts';
 import type { ReadModelTables, RefundHoldsTable } from './schema.ts';
@@ -41,18 +44,45 @@ export const refundHoldsProjector: Projector<Map<string, SettlementState>> = {
 };
 
 /**
- * How long a hold may wait for its refund's approval before it is reported:
- * an approval takes the hold first and records `Approve` a moment later
- * (commands/refunds.ts `approve`), so a younger one may be an approval still
- * on its way; an older one's approval stopped before it was recorded (a crash).
+ * How long after the grace a hold still unapproved is reported: the release
+ * (commands/refund-holds.ts) gives it back at the grace, within a pass; one
+ * still there this much later is one the release is not giving back (not
+ * running, or failing), and a person approves again or cancels.
  */
-export const UNRECORDED_APPROVAL_GRACE_MS = 5 * 60_000;
+export const RELEASE_OVERDUE_MS = 5 * 60_000;
+
+/**
+ * The holds the release looks at (commands/refund-holds.ts): those of a
+ * refund not approved and held longer than the grace, or of a refund that
+ * ended unpaid. The refund's and the settlement's streams decide; this only
+ * finds them. Oldest first.
+ */
+export function holdsToRelease(db: Kysely<ReadModelTables>, now: Date, limit: number) {
+  const heldBefore = new Date(now.getTime() - UNRECORDED_APPROVAL_GRACE_MS);
+  return db
+    .selectFrom('refund_holds')
+    .innerJoin('refunds', 'refunds.id', 'refund_holds.refund_id')
+    .select(['refund_holds.refund_id as refundId', 'refund_holds.settlement_id as settlementId'])
+    .where((eb) =>
+      eb.or([
+        eb.and([
+          eb('refunds.status', 'in', ['awaiting_destination', 'awaiting_approval']),
+          eb('refund_holds.held_at', '<=', heldBefore),
+        ]),
+        eb('refunds.status', 'in', ['canceled', 'expired', 'failed']),
+      ]),
+    )
+    .orderBy('refund_holds.held_at')
+    .limit(limit)
+    .execute();
+}
 
 /**
  * The refunds holding a deposit (and so the invoice's settlement, which
  * prepares nothing while a refund from its deposit is unpaid) without an
- * approval for longer than the grace: the merchant approves again (the
- * refund takes the hold it has) or cancels (the hold is given back).
+ * approval for longer than the grace and the release's overdue time (the
+ * release did not give it back): the merchant approves again (the refund
+ * takes the hold it has) or cancels (the hold is given back).
  * Oldest first; one merchant's (the dashboard) or every merchant's (the operator).
  */
 export function holdsWithoutApproval(db: Kysely<ReadModelTables>, now: Date, limit: number, merchantId?: string) {
@@ -62,7 +92,7 @@ export function holdsWithoutApproval(db: Kysely<ReadModelTables>, now: Date, lim
     .selectAll('refunds')
     .select(['refund_holds.settlement_id', 'refund_holds.held_at'])
     .where('refunds.status', '=', 'awaiting_approval')
-    .where('refund_holds.held_at', '<=', new Date(now.getTime() - UNRECORDED_APPROVAL_GRACE_MS));
+    .where('refund_holds.held_at', '<=', new Date(now.getTime() - UNRECORDED_APPROVAL_GRACE_MS - RELEASE_OVERDUE_MS));
   if (merchantId) query = query.where('refunds.merchant_id', '=', merchantId);
   return query.orderBy('refund_holds.held_at').limit(limit).execute();
 }

@@ -3,10 +3,10 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { defaultConfirmations } from '../api/config.ts';
-import { handleCommand } from '../commands/handle.ts';
+import { handleCommand, loadState } from '../commands/handle.ts';
 import { loadSettlement } from '../commands/settlements.ts';
 import { invoiceDecider, invoiceStreamName } from '../domain/invoice.ts';
-import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
+import { requestedSettlement, settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
 import { dashboardClient } from './support/dashboard.ts';
 import { eventually, merchantWithKey } from './support/merchant.ts';
 import { startTestService, type RunningService } from './support/service.ts';
@@ -258,10 +258,13 @@ describe('refunds API', () => {
     );
   });
 
-  it('raises a hold whose approval was never recorded, after a grace, for the operator and the merchant, until approved', async () => {
-    const { merchant, key: own } = await merchantWithKey(svc);
+  /**
+   * An overpaid invoice with no settlement wallet (its settlement waits, unprepared, and the deposit can pay a
+   * refund) and a refund of its excess holding the deposit, unapproved: what an approval that crashed after
+   * taking its hold leaves (commands/refunds.ts, refund:after-payer).
+   */
+  async function heldWithoutApproval(own: string) {
     const id = await overpaidInvoice(own);
-    // No settlement wallet: the settlement waits, unprepared, and the deposit can pay a refund.
     const settlement = await eventually(
       () => loadSettlement(svc.service.store, settlementIdOf(id)),
       (s) => s !== null,
@@ -270,8 +273,8 @@ describe('refunds API', () => {
       await createRefund(id, { chain: 'ethereum', token: 'USDT', kind: 'excess', destination: CUSTOMER }, own)
     ).body.data;
     assert.equal(refund.status, 'awaiting_approval', JSON.stringify(refund));
-    // What an approval that crashed after taking its hold leaves (commands/refunds.ts, refund:after-payer).
-    await handleCommand(svc.service.store, settlementDecider, settlementStreamName(settlement!.id), {
+    const stream = settlementStreamName(settlement!.id);
+    await handleCommand(svc.service.store, settlementDecider, stream, {
       type: 'HoldForRefund',
       refundId: refund.id,
       token: 'USDT',
@@ -279,35 +282,69 @@ describe('refunds API', () => {
       fromAddress: settlement!.fromAddress,
       now: svc.service.sandbox!.clock.now().toISOString(),
     });
+    await svc.service.projections.caughtUp();
+    return { id, refund, stream };
+  }
+
+  it('gives back a hold whose approval was never recorded, by itself, after the grace; approving then takes it again', async () => {
+    const { key: own } = await merchantWithKey(svc);
+    const { refund, stream } = await heldWithoutApproval(own);
+    // Who holds the deposit, and whether its payout found it (no amounts: a failure prints these).
+    const holds = async () =>
+      requestedSettlement(await loadState(svc.service.store, settlementDecider, stream))!.refundHolds.map(
+        ({ refundId, approved }) => ({ refundId, approved }),
+      );
+    await svc.service.holdRelease.releaseDue();
+    assert.equal((await holds()).length, 1, 'within the grace: an approval may still be on its way');
+    await admin('POST', '/dev/v1/clock/advance', { seconds: 5 * 60 + 1 });
+    await eventually(holds, (h) => h.length === 0);
+    // Released, the settlement is the whole deposit's again; approving takes a hold anew, paid from the deposit.
+    const approved = await svc.call('POST', `/api/v1/refunds/${refund.id}/approve`, { token: own });
+    assert.equal(approved.body.data?.fundedFrom, 'deposit', JSON.stringify(approved.body));
+    const [held] = await eventually(holds, (h) => h.length === 1 && h[0]!.approved === true);
+    assert.equal(held!.refundId, refund.id);
+  });
+
+  it('raises a hold whose approval was never recorded and the release did not give back, for the operator and the merchant, until approved', async () => {
+    const { merchant, key: own } = await merchantWithKey(svc);
+    const { id, refund } = await heldWithoutApproval(own);
     const attention = async () =>
       (await admin('GET', '/admin/v1/attention')).body.data as { kind: string; subject: string }[];
     const held = (items: { kind: string; subject: string }[]) =>
       items.filter((i) => i.kind === 'refund_hold_unapproved' && i.subject === refund.id);
-    await svc.service.projections.caughtUp();
     assert.deepEqual(held(await attention()), [], 'an approval may still be on its way');
 
-    await admin('POST', '/dev/v1/clock/advance', { seconds: 5 * 60 + 1 });
-    const [item] = held(await eventually(attention, (items) => held(items).length === 1));
-    assert.equal((item as unknown as { merchantId: string }).merchantId, merchant.id);
-    assert.equal((item as unknown as { chain: string }).chain, 'ethereum');
-    assert.equal((item as unknown as { reason: string }).reason, 'approval_not_recorded');
-    assert.match(
-      (item as unknown as { detail: string }).detail,
-      new RegExp(`holds the settlement of invoice ${id}.*approve refund ${refund.id} again, or cancel it`),
-    );
-    const owner = await dashboardClient(svc, merchant.id, 'owner@held.example', 'owner');
-    const overview = (await owner.get('/dashboard')).text;
-    const said = new RegExp(
-      `href="/dashboard/refunds/${refund.id}" class="refund-attention">Refund ${refund.id}[^<]*approve refund ${refund.id} again, or cancel it<`,
-    );
-    assert.match(overview, said);
-    assert.doesNotMatch(overview, /waiting for approval/, 'said once, as what it is');
+    // The release not running (stopped here), the hold stays past the grace; reported once it is overdue.
+    await svc.service.holdRelease.stop();
+    try {
+      await admin('POST', '/dev/v1/clock/advance', { seconds: 5 * 60 + 1 });
+      await svc.service.projections.caughtUp();
+      assert.deepEqual(held(await attention()), [], 'the release may still give it back');
+      await admin('POST', '/dev/v1/clock/advance', { seconds: 5 * 60 });
+      const [item] = held(await eventually(attention, (items) => held(items).length === 1));
+      assert.equal((item as unknown as { merchantId: string }).merchantId, merchant.id);
+      assert.equal((item as unknown as { chain: string }).chain, 'ethereum');
+      assert.equal((item as unknown as { reason: string }).reason, 'approval_not_recorded');
+      assert.match(
+        (item as unknown as { detail: string }).detail,
+        new RegExp(`holds the settlement of invoice ${id}.*approve refund ${refund.id} again, or cancel it`),
+      );
+      const owner = await dashboardClient(svc, merchant.id, 'owner@held.example', 'owner');
+      const overview = (await owner.get('/dashboard')).text;
+      const said = new RegExp(
+        `href="/dashboard/refunds/${refund.id}" class="refund-attention">Refund ${refund.id}[^<]*approve refund ${refund.id} again, or cancel it<`,
+      );
+      assert.match(overview, said);
+      assert.doesNotMatch(overview, /waiting for approval/, 'said once, as what it is');
 
-    // Approving again takes the hold it has: nothing is left to raise.
-    const approved = await svc.call('POST', `/api/v1/refunds/${refund.id}/approve`, { token: own });
-    assert.equal(approved.body.data?.fundedFrom, 'deposit', JSON.stringify(approved.body));
-    await eventually(attention, (items) => held(items).length === 0);
-    assert.doesNotMatch((await owner.get('/dashboard')).text, said);
+      // Approving again takes the hold it has: nothing is left to raise.
+      const approved = await svc.call('POST', `/api/v1/refunds/${refund.id}/approve`, { token: own });
+      assert.equal(approved.body.data?.fundedFrom, 'deposit', JSON.stringify(approved.body));
+      await eventually(attention, (items) => held(items).length === 0);
+      assert.doesNotMatch((await owner.get('/dashboard')).text, said);
+    } finally {
+      svc.service.holdRelease.start();
+    }
   });
 
   it('never reserves more than was received, whatever requests race', async () => {

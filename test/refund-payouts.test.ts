@@ -6,10 +6,13 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { Wallet } from 'ethers';
+import type { Kysely } from 'kysely';
 import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { defaultConfirmations } from '../api/config.ts';
 import { catalogue } from '../domain/catalogue.ts';
 import { formatUnits, parseUnits } from '../domain/money.ts';
+import { settlementDecider, settlementIdOf, settlementStreamName } from '../domain/settlement.ts';
+import { handleCommand, loadState } from '../commands/handle.ts';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
 import { runCli } from './support/process.ts';
 import { startTestService, type RunningService } from './support/service.ts';
@@ -188,6 +191,81 @@ describe('refund payouts', () => {
     const net = 120_000_000n - 20_000_000n - platformFee;
     assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', net]]);
     assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 20_000_000n]]);
+  });
+
+  /**
+   * A refund of 20 approved from the deposit, its hold then given back before its payout looks: as an approval
+   * stalled past the release of the hold it took (a slow process) records it after that release. The payouts
+   * must be held back (stopped) by the caller, so that the refund's payout does not look first.
+   */
+  async function approvedThenGivenBack(key: string, invoiceId: string) {
+    const created = await svc.call('POST', `/api/v1/invoices/${invoiceId}/refunds`, {
+      token: key,
+      body: { amount: '20', destination: CUSTOMER },
+    });
+    const refundId = created.body.data.id as string;
+    const approved = await approve(key, refundId);
+    assert.equal(approved.body.data.fundedFrom, 'deposit', JSON.stringify(approved.body));
+    // On the business clock, the hold's: the sandbox's runs ahead of the wall clock.
+    const now = svc.service.sandbox!.clock.now().toISOString();
+    const stream = settlementStreamName(settlementIdOf(invoiceId));
+    await handleCommand(svc.service.store, settlementDecider, stream, {
+      type: 'ReleaseUnapprovedHold',
+      refundId,
+      heldBefore: now,
+      now,
+    });
+    const released = await loadState(svc.service.store, settlementDecider, stream);
+    assert.deepEqual(released?.refundHolds, [], 'released: the settlement waits for nothing and is not re-priced');
+    return refundId;
+  }
+
+  it('a refund whose hold was given back between its approval and its payout takes it again before paying from the deposit', async () => {
+    const { key, merchantId, id } = await unsettled();
+    await svc.service.payouts.stop();
+    let refundId: string;
+    try {
+      refundId = await approvedThenGivenBack(key, id);
+    } finally {
+      svc.service.payouts.start();
+    }
+    const completed = await completedRefund(key, refundId);
+    assert.deepEqual(await paidBy(CUSTOMER, completed.transactionHash), [['USDT', 20_000_000n]]);
+    // Held again before it was paid: the settlement pays what is left, not the deposit's 120 a second time.
+    assert.equal((await settlementOf(key, id)).amount, '98.800000');
+    const net = 120_000_000n - 20_000_000n - 1_200_000n;
+    assert.deepEqual(await settledToWallet(key, merchantId, id), [['USDT', net]]);
+  });
+
+  it('a refund whose hold was given back and whose settlement was prepared meanwhile is paid from the refund wallet, never the deposit', async () => {
+    const { key, merchantId, id } = await unsettled();
+    const queue = svc.service.database.db as Kysely<{ payout_queue: { payout_id: string; due_at: Date } }>;
+    const refundDue = (refundId: string, at: Date) =>
+      queue.updateTable('payout_queue').set({ due_at: at }).where('payout_id', '=', refundId).execute();
+    await svc.service.payouts.stop();
+    let refundId: string;
+    try {
+      refundId = await approvedThenGivenBack(key, id);
+      // The settlement, no longer waiting, is prepared and sent before the refund's payout looks.
+      await admin('PATCH', `/admin/v1/merchants/${merchantId}`, { settlementWallets: { ethereum: MERCHANT_WALLET } });
+      await svc.service.projections.caughtUp();
+      await refundDue(refundId, new Date(Date.now() + 3_600_000));
+      await svc.service.payouts.pass();
+      assert.notEqual((await settlementOf(key, id)).transactionHash, null);
+      await refundDue(refundId, new Date(0));
+      await svc.service.payouts.pass();
+    } finally {
+      svc.service.payouts.start();
+    }
+    const moved = (await refundOf(key, refundId)).body.data;
+    assert.deepEqual([moved.fundedFrom, moved.status], ['refund_wallet', 'awaiting_funds']);
+    const settled = await eventuallyMining(
+      () => mine(),
+      () => settlementOf(key, id),
+      (s) => s?.status === 'completed',
+    );
+    // The whole deposit, less the platform fee: the refund took none of it.
+    assert.deepEqual(await paidBy(MERCHANT_WALLET, settled.transactionHash), [['USDT', 118_800_000n]]);
   });
 
   it('a full refund before settlement: the settlement ends completed with nothing to pay, never failed', async () => {

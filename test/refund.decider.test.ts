@@ -15,7 +15,7 @@ import {
 } from '../domain/invoice.ts';
 import { refundDecider, type RefundCommand, type RefundEvent, type RefundPayer } from '../domain/refund.ts';
 import { settlementIdOf } from '../domain/settlement.ts';
-import { reactToRefundEvent } from '../domain/refund-saga.ts';
+import { reactToRefundEvent, releaseOfHold } from '../domain/refund-saga.ts';
 import { given } from './support/decider.ts';
 
 const at = (minute: number) => new Date(Date.UTC(2026, 10, 1, 0, minute)).toISOString();
@@ -476,6 +476,68 @@ describe('the refund aggregate', () => {
     given(refundDecider, [created(), claimed, fromDeposit])
       .when({ type: 'AwaitFunds', reason: lacking, now: T1 })
       .thenError('conflict', 'Refund can no longer wait for funds');
+  });
+
+  it('approved from the deposit, moves to the refund wallet only while nothing of it was ever prepared', () => {
+    const fromDeposit: RefundEvent = {
+      type: 'RefundApproved',
+      data: {
+        ...payer,
+        fromAddress: DEPOSIT,
+        fundedFrom: 'deposit',
+        merchantId: MERCHANT_ID,
+        chain: 'ethereum',
+        funded: true,
+        approvedAt: T1,
+      },
+    };
+    const reason = 'The deposit no longer held the refund';
+    const move = (funded: boolean): RefundCommand => ({ type: 'PayFromRefundWallet', payer, funded, reason, now: T1 });
+    const moved = (funded: boolean): RefundEvent => ({
+      type: 'RefundPayerChanged',
+      data: { ...payer, funded, reason, changedAt: T1 },
+    });
+    const before = [created(), claimed, fromDeposit];
+    given(refundDecider, before)
+      .when(move(false))
+      .then([moved(false)]);
+    const after = fold(refundDecider, [...before, moved(false)])!;
+    assert.equal(after.status, 'awaiting_funds');
+    assert.deepEqual(after.payer, payer);
+    assert.equal(statusAfter([...before, moved(true)]), 'sending');
+    // Once: moved already, nothing more.
+    given(refundDecider, [...before, moved(true)])
+      .when(move(true))
+      .then([]);
+    // A transaction from the deposit prepared (even one refused since): it may still land, the deposit keeps it.
+    given(refundDecider, [...before, prepared()])
+      .when(move(true))
+      .thenError('conflict', 'The refund is no longer waiting to be paid from the deposit');
+    given(refundDecider, [created(), claimed])
+      .when(move(true))
+      .thenError('conflict', 'The refund is no longer waiting to be paid from the deposit');
+  });
+
+  it('gives back a hold by itself only for a refund not approved past the grace, or ended unpaid', () => {
+    const now = new Date(at(40));
+    const stateOf = (events: RefundEvent[]) => fold(refundDecider, events);
+    // Not approved: only a hold taken 5 minutes before now or earlier, as the settlement's stream decides.
+    assert.deepEqual(releaseOfHold(REFUND_ID, stateOf([created(), claimed]), now), {
+      type: 'ReleaseUnapprovedHold',
+      refundId: REFUND_ID,
+      heldBefore: at(35),
+      now: at(40),
+    });
+    // Approved and on its way, or paid: its payout and the saga have it.
+    assert.equal(releaseOfHold(REFUND_ID, stateOf([created(), claimed, approved(true)]), now), undefined);
+    assert.equal(releaseOfHold(REFUND_ID, null, now), undefined);
+    const canceled: RefundEvent = { type: 'RefundCanceled', data: { invoiceId: INVOICE_ID, canceledAt: T1 } };
+    assert.deepEqual(releaseOfHold(REFUND_ID, stateOf([created(), claimed, canceled]), now), {
+      type: 'ReleaseRefund',
+      refundId: REFUND_ID,
+      paid: false,
+      now: at(40),
+    });
   });
 
   it('can be canceled only before sending, and then gives its reservation back', () => {

@@ -740,6 +740,56 @@ describe('settlement decider: refunds held before the settlement is requested', 
       .then([requested('TWallet')]);
   });
 
+  it("gives back a hold its refund's payout never found once it is older than the grace; an approved one only the refund's end releases", () => {
+    const T2 = '2026-11-22T10:06:00.000Z';
+    const givenBack: SettlementEvent = {
+      type: 'SettlementRefundReleased',
+      data: { refundId: 'r1', paid: false, releasedAt: T2 },
+    };
+    const approved: SettlementEvent = {
+      type: 'SettlementRefundHoldApproved',
+      data: { refundId: 'r1', approvedAt: T1 },
+    };
+    const leftBehind = (heldBefore: string): SettlementCommand => ({
+      type: 'ReleaseUnapprovedHold',
+      refundId: 'r1',
+      heldBefore,
+      now: T2,
+    });
+    // Taken at T0: given back when asked for holds taken by T0 or later; a younger one may be an approval on its way.
+    given(settlementDecider, [r1.event]).when(leftBehind(T0)).then([givenBack]);
+    given(settlementDecider, [r1.event]).when(leftBehind('2026-11-22T09:59:59.000Z')).then([]);
+    given(settlementDecider, [r1.event, givenBack]).when(leftBehind(T2)).then([]);
+    given(settlementDecider, []).when(leftBehind(T2)).then([]);
+    // The refund's payout finds its hold and marks it, once: then it is no longer given back by itself.
+    const find: SettlementCommand = { type: 'ApproveRefundHold', refundId: 'r1', now: T1 };
+    given(settlementDecider, [r1.event]).when(find).then([approved]);
+    given(settlementDecider, [r1.event, approved]).when(find).then([]);
+    given(settlementDecider, [r1.event, approved]).when(leftBehind(T2)).then([]);
+    // None to find (given back): the payout must take it again, or pay from elsewhere.
+    given(settlementDecider, [r1.event, givenBack])
+      .when(find)
+      .thenError('conflict', 'The deposit no longer holds this refund');
+    // Taken again by the payout: approved from the start.
+    given(settlementDecider, [r1.event, givenBack])
+      .when({ ...r1.command, approved: true, now: T2 } as SettlementCommand)
+      .then([{ ...r1.event, data: { ...r1.event.data, approved: true, heldAt: T2 } } as SettlementEvent]);
+    // The mark goes with the hold when the settlement is requested: still not given back by itself.
+    const started = [r1.event, approved, requested('TWallet'), heldRepriced('1000000', '79000000')];
+    given(settlementDecider, started).when(leftBehind(T2)).then([]);
+    given(settlementDecider, started).when(find).then([]);
+    // Unapproved when requested: given back as ReleaseRefund would, the settlement re-priced to the whole deposit.
+    const unapproved = [r1.event, requested('TWallet'), heldRepriced('1000000', '79000000')];
+    const back = given(settlementDecider, unapproved).state;
+    assert.deepEqual(
+      settlementDecider.decide(leftBehind(T2), back),
+      settlementDecider.decide({ type: 'ReleaseRefund', refundId: 'r1', paid: false, now: T2 }, back),
+    );
+    given(settlementDecider, unapproved)
+      .when(find)
+      .then([{ ...approved }]);
+  });
+
   it('a settlement requested while a hold is unpaid starts re-priced, waits for the refund, then goes on', () => {
     given(settlementDecider, [r1.event])
       .when(request('TWallet'))

@@ -193,6 +193,22 @@ export function refundCommands(deps: RefundCommandDeps) {
     return address;
   }
 
+  /**
+   * The hold an approval took, given back at once when the refund will not
+   * be paid from the deposit after all: canceled or expired while the hold
+   * was being taken (its saga found no hold to give back then), or approved
+   * meanwhile by another request that chose the refund wallet. A refund
+   * still waiting for its approval (this one's failed) keeps it: approving
+   * again takes it, else it is released after the grace (refund-holds.ts).
+   */
+  async function giveBackUnusedHold(before: Refund) {
+    const refund = await loadState(store, refundDecider, refundStreamName(before.id));
+    if (!refund || refund.payer?.fundedFrom === 'deposit') return;
+    if (refund.payer === null && refund.status !== 'canceled' && refund.status !== 'expired') return;
+    const release: SettlementCommand = { type: 'ReleaseRefund', refundId: refund.id, paid: false, now: now() };
+    await handleCommand(store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)), release);
+  }
+
   return {
     /**
      * `id`: the refund's id when it follows from the request's Idempotency-Key;
@@ -278,7 +294,11 @@ export function refundCommands(deps: RefundCommandDeps) {
       // A crash here leaves a hold without its approval: approving again finds the hold and takes it.
       failpoint('refund:after-payer');
       const funded = payer.fundedFrom === 'deposit' || (await wallets.holds(refund, payer));
-      return act(refundId, { type: 'Approve', payer, funded, now: now() }, actor);
+      try {
+        return await act(refundId, { type: 'Approve', payer, funded, now: now() }, actor);
+      } finally {
+        if (payer.fundedFrom === 'deposit') await giveBackUnusedHold(refund);
+      }
     },
 
     refundWallets: wallets.list,

@@ -15,8 +15,7 @@ import {
   refundChangeOf,
   requestedSettlement,
   settlementDecider,
-  settlementIdOf,
-  settlementStreamName,
+  settlementStreamOf,
 } from '../domain/settlement.ts';
 import { paymentDecider, paymentStreamName, type PaymentEvent } from '../domain/payment.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
@@ -37,7 +36,7 @@ export interface WatchedAddress {
  */
 async function isChangeOfOwnPayout(store: EventStore, invoice: Invoice, spends: { txHash: string; index: number }[]) {
   const key = (c: { txHash: string; index: number }) => `${c.txHash}:${c.index}`;
-  const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));
+  const state = await loadState(store, settlementDecider, settlementStreamOf(invoice.id));
   const settlement = requestedSettlement(state);
   const coins = new Set([
     ...invoice.payments.flatMap((p) => (p.outputIndex === undefined ? [] : [key({ ...p, index: p.outputIndex })])),

@@ -42,18 +42,18 @@ import { cancelOverLimit, OVER_LIMIT, reactToRefundEvent, type RefundSagaAction 
 import {
   holdsRefunds,
   isPendingHolds,
+  type PayoutSource,
   payoutSources,
+  type PendingHolds,
+  type RefundCoins,
   requestedSettlement,
+  type SettlementCommand,
   settlementDecider,
-  settlementIdOf,
+  type SettlementState,
   settlementStreamName,
+  settlementStreamOf,
   sourcesBeforeRequest,
   unpaidHoldsOf,
-  type PendingHolds,
-  type SettlementCommand,
-  type SettlementState,
-  type PayoutSource,
-  type RefundCoins,
 } from '../domain/settlement.ts';
 import type { Reactor } from '../adapters/event-store/followers.ts';
 import type { SqlDatabase } from '../adapters/sql/database.ts';
@@ -146,7 +146,7 @@ function amountOf(input: NewRefund, asset: RefundableAsset): bigint {
  * good rather than let it hold the settlement back (bitcoin/payer.ts prepareTransfer).
  */
 async function coinsToQuote(store: EventStore, invoice: Invoice, asset: RefundableAsset): Promise<number> {
-  const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(invoice.id)));
+  const state = await loadState(store, settlementDecider, settlementStreamOf(invoice.id));
   const settlement = requestedSettlement(state);
   if (settlement && settlement.chain === asset.chain) {
     if (!holdsRefunds(settlement)) return 1;
@@ -206,7 +206,7 @@ export function refundCommands(deps: RefundCommandDeps) {
     if (!refund || refund.payer?.fundedFrom === 'deposit') return;
     if (refund.payer === null && refund.status !== 'canceled' && refund.status !== 'expired') return;
     const release: SettlementCommand = { type: 'ReleaseRefund', refundId: refund.id, paid: false, now: now() };
-    await handleCommand(store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)), release);
+    await handleCommand(store, settlementDecider, settlementStreamOf(refund.invoiceId), release);
   }
 
   return {
@@ -330,7 +330,7 @@ const NO_PAYER: RefundPayer = { fundedFrom: 'deposit', fromAddress: '', derivati
  */
 async function fromDeposit(deps: HoldDeps, refund: Refund, approved?: true): Promise<RefundPayer | undefined> {
   const { store } = deps;
-  const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)));
+  const state = await loadState(store, settlementDecider, settlementStreamOf(refund.invoiceId));
   const invoice = await loadState(store, invoiceDecider, invoiceStreamName(refund.invoiceId));
   const settlement = requestedSettlement(state);
   if (!settlement)
@@ -426,7 +426,7 @@ async function takeHold(
   >,
 ): Promise<boolean> {
   try {
-    await handleCommand(deps.store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)), {
+    await handleCommand(deps.store, settlementDecider, settlementStreamOf(refund.invoiceId), {
       type: 'HoldForRefund',
       refundId: refund.id,
       token: refund.token,
@@ -710,7 +710,7 @@ export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, R
   private async keepsItsHold(refund: Refund): Promise<boolean> {
     const { store } = this.deps;
     const payer = refund.payer!;
-    const stream = settlementStreamName(settlementIdOf(refund.invoiceId));
+    const stream = settlementStreamOf(refund.invoiceId);
     const settlement = requestedSettlement(await loadState(store, settlementDecider, stream));
     // A deposit the requested settlement does not pay out (another chain or address): nothing else spends it.
     if (settlement && (settlement.chain !== refund.chain || settlement.fromAddress !== payer.fromAddress)) return true;
@@ -758,7 +758,7 @@ export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, R
     if (earlier) return earlier.spent;
     if (refund.payer?.fundedFrom !== 'deposit') return undefined;
     const { store } = this.deps;
-    const state = await loadState(store, settlementDecider, settlementStreamName(settlementIdOf(refund.invoiceId)));
+    const state = await loadState(store, settlementDecider, settlementStreamOf(refund.invoiceId));
     const settlement = requestedSettlement(state);
     if (settlement) {
       // None recorded (an older settlement): none named, so a UTXO chain refuses rather than scans the deposit.

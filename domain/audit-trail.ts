@@ -15,13 +15,7 @@ import { fold } from './decider.ts';
 import { invoiceDecider, invoicePaymentView, invoiceStreamName, refundStatusOf, type InvoiceEvent } from './invoice.ts';
 import { refundDecider, type RefundEvent } from './refund.ts';
 import { formatUnits } from './money.ts';
-import {
-  requestedSettlement,
-  settlementDecider,
-  settlementIdOf,
-  settlementStreamName,
-  type SettlementEvent,
-} from './settlement.ts';
+import { requestedSettlement, settlementDecider, settlementStreamOf, type SettlementEvent } from './settlement.ts';
 import { streams } from './streams.ts';
 
 export interface AuditEvent {
@@ -184,7 +178,7 @@ export function replayAuditTrail(lines: readonly AuditEvent[]): ReplayedInvoice 
     fold(
       settlementDecider,
       lines
-        .filter((l) => l.streamId === settlementStreamName(settlementIdOf(invoice.id)))
+        .filter((l) => l.streamId === settlementStreamOf(invoice.id))
         .map((l) => ({ type: l.type, data: l.data }) as SettlementEvent),
     ),
   );

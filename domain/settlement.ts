@@ -22,6 +22,8 @@ const SETTLEMENT_ID_NAMESPACE = '3d4b8f6e-9a1c-4e2b-8c7d-5f0a1b2c3d4e';
 /** One settlement per invoice: its id follows from the invoice's. */
 export const settlementIdOf = (invoiceId: string) => uuidv5(`${invoiceId}/settlement`, SETTLEMENT_ID_NAMESPACE);
 export const settlementStreamName = streams.settlement.name;
+/** The stream of an invoice's one settlement (its refund holds before it is requested, too). */
+export const settlementStreamOf = (invoiceId: string) => settlementStreamName(settlementIdOf(invoiceId));
 
 export type SettlementStatus = 'pending' | 'submitted' | 'completed' | 'failed';
 

@@ -9,7 +9,7 @@ import type { EventStore, RecordedEvent } from '../../adapters/event-store/port.
 import { chainAuditTrail } from '../../domain/audit-trail.ts';
 import { loadState } from '../../commands/handle.ts';
 import { refundStreamName } from '../../domain/refund.ts';
-import { settlementIdOf, settlementStreamName } from '../../domain/settlement.ts';
+import { settlementStreamOf } from '../../domain/settlement.ts';
 import {
   invoiceDecider,
   invoiceStreamName,
@@ -585,7 +585,7 @@ export async function invoiceHistory(
   const streams = [
     invoiceStreamName(invoiceId),
     ...new Set(payments.map((p) => paymentStreamName(p.chain, p.tx_hash, p.output_index))),
-    settlementStreamName(settlementIdOf(invoiceId)),
+    settlementStreamOf(invoiceId),
     ...refunds.map((r) => refundStreamName(r.id)),
   ];
   const events = (await Promise.all(streams.map((s) => store.readStream(s)))).flat();

@@ -81,8 +81,10 @@ export const UNRECORDED_APPROVAL_GRACE_MS = 5 * 60_000;
  * not approved (an approval that stopped after taking it), only once the
  * hold is older than the grace and no payout of the refund found it, which
  * the settlement's stream decides (ReleaseUnapprovedHold), so an approval
- * recorded meanwhile either finds its hold first or takes it again; never to
- * be paid, given back as the saga does. Nothing for a refund on its way or paid.
+ * recorded meanwhile either finds its hold first or takes it again; canceled
+ * or expired, given back as the saga does (whose release may have come
+ * before the hold). Nothing for a refund on its way, paid, or failed (a
+ * failure for good is given back by the saga, after its hold).
  */
 export function releaseOfHold(refundId: string, refund: Refund | null, now: Date): SettlementCommand | undefined {
   if (!refund) return undefined;
@@ -91,10 +93,7 @@ export function releaseOfHold(refundId: string, refund: Refund | null, now: Date
     const heldBefore = new Date(now.getTime() - UNRECORDED_APPROVAL_GRACE_MS).toISOString();
     return { type: 'ReleaseUnapprovedHold', refundId, heldBefore, now: at };
   }
-  const ended =
-    refund.status === 'canceled' ||
-    refund.status === 'expired' ||
-    (refund.status === 'failed' && refund.retryAt === null);
+  const ended = refund.status === 'canceled' || refund.status === 'expired';
   return ended ? { type: 'ReleaseRefund', refundId, paid: false, now: at } : undefined;
 }
 

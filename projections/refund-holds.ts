@@ -53,9 +53,12 @@ export const RELEASE_OVERDUE_MS = 5 * 60_000;
 
 /**
  * The holds the release looks at (commands/refund-holds.ts): those of a
- * refund not approved and held longer than the grace, or of a refund that
- * ended unpaid. The refund's and the settlement's streams decide; this only
- * finds them. Oldest first.
+ * refund not approved and held longer than the grace, or of a refund
+ * canceled or expired (its saga found no hold when it took the hold after
+ * all). Not a failed one: a failure for good gives its hold back by the saga
+ * (RefundFailed), and those still to be retried would crowd the pass. The
+ * refund's and the settlement's streams decide; this only finds them.
+ * Oldest first.
  */
 export function holdsToRelease(db: Kysely<ReadModelTables>, now: Date, limit: number) {
   const heldBefore = new Date(now.getTime() - UNRECORDED_APPROVAL_GRACE_MS);
@@ -69,7 +72,7 @@ export function holdsToRelease(db: Kysely<ReadModelTables>, now: Date, limit: nu
           eb('refunds.status', 'in', ['awaiting_destination', 'awaiting_approval']),
           eb('refund_holds.held_at', '<=', heldBefore),
         ]),
-        eb('refunds.status', 'in', ['canceled', 'expired', 'failed']),
+        eb('refunds.status', 'in', ['canceled', 'expired']),
       ]),
     )
     .orderBy('refund_holds.held_at')

@@ -13,6 +13,7 @@ import { sql, type Kysely, type Migration } from 'kysely';
 import {
   PayoutNotFinalError,
   PayoutRefusedError,
+  PlatformFeeUncollectedError,
   TransactionRejectedError,
   type ChainAdapter,
   type PreparedTransaction,
@@ -25,7 +26,7 @@ import type { AdvisoryLock, SqlDatabase } from '../adapters/sql/database.ts';
 import { ddl, migrate } from '../adapters/sql/migrate.ts';
 import type { ChainName } from '../domain/catalogue.ts';
 import type { MerchantEvent } from '../domain/merchant.ts';
-import type { PayoutAttempts } from '../domain/payout-attempt.ts';
+import type { MarkCompleted, PayoutAttempts } from '../domain/payout-attempt.ts';
 import type { RefundEvent } from '../domain/refund.ts';
 import type { SettlementEvent, SettlementFailureReason } from '../domain/settlement.ts';
 import type { Projector } from '../adapters/event-store/followers.ts';
@@ -400,7 +401,13 @@ export interface PayoutRecorder<P extends PayoutStanding> extends PayoutSteps<P>
 /** The steps every kind records alike (see recordedSteps). */
 export interface PayoutSteps<P> {
   markSubmitted(payout: P, txHash: string): Promise<unknown>;
-  markCompleted(payout: P, txHash: string, onChain: TransactionStatus): Promise<unknown>;
+  /** `platformFeeUncollected`: the chain's words for a platform fee that never reached the treasury. */
+  markCompleted(
+    payout: P,
+    txHash: string,
+    onChain: TransactionStatus,
+    platformFeeUncollected?: string,
+  ): Promise<unknown>;
   retry(payout: P): Promise<unknown>;
   recordFailure(payout: P, error: unknown): Promise<unknown>;
 }
@@ -408,7 +415,7 @@ export interface PayoutSteps<P> {
 /** The commands every payout's decider takes alike for these steps (see domain/payout-attempt.ts). */
 type PayoutStepCommand<Code> =
   | { type: 'MarkSubmitted'; txHash: string; now: string }
-  | { type: 'MarkCompleted'; txHash: string; blockNumber: number; confirmations: number; now: string }
+  | MarkCompleted
   | { type: 'Retry'; now: string }
   | { type: 'MarkFailed'; reason: string; code: Code; rejected: boolean; retryAt: string | null; now: string };
 
@@ -426,8 +433,15 @@ export function recordedSteps<P extends Pick<PayoutStanding, 'id'> & Pick<Payout
   const now = () => clock().now().toISOString();
   return {
     markSubmitted: (p, txHash) => act(p.id, { type: 'MarkSubmitted', txHash, now: now() }),
-    markCompleted: (p, txHash, { blockNumber, confirmations }) =>
-      act(p.id, { type: 'MarkCompleted', txHash, blockNumber, confirmations, now: now() }),
+    markCompleted: (p, txHash, { blockNumber, confirmations }, platformFeeUncollected) =>
+      act(p.id, {
+        type: 'MarkCompleted',
+        txHash,
+        blockNumber,
+        confirmations,
+        ...(platformFeeUncollected && { platformFeeUncollected }),
+        now: now(),
+      }),
     retry: (p) => act(p.id, { type: 'Retry', now: now() }),
     recordFailure: (p, error) => {
       const code = codeOf(error);
@@ -478,16 +492,19 @@ async function advancePayout<P extends PayoutStanding>(
       // Sent once more, which the chain takes as a repeat: what a payout leaves to do once it is
       // final (Tron's platform fee, a token payout's leftover TRX back) is done even by a process
       // that restarted since, which learns of it only now (PayoutNotFinalError until it is done):
-      // the payout completes only after it. Should it fail, the look is tried again.
+      // the payout completes only after it. Should it fail, the look is tried again. A platform fee
+      // the chain could not collect completes it all the same (the merchant's money is out), with that said.
+      let feeUncollected: string | undefined;
       if (payout.prepared?.txHash === txHash) {
         try {
           await chain.broadcast(payout.prepared);
         } catch (error) {
           if (error instanceof PayoutNotFinalError) return { lookAgainInMs: CONFIRMATION_LOOK_MS };
-          throw error;
+          if (!(error instanceof PlatformFeeUncollectedError)) throw error;
+          feeUncollected = error.message;
         }
       }
-      await recorder.markCompleted(payout, txHash, onChain);
+      await recorder.markCompleted(payout, txHash, onChain, feeUncollected);
       return { lookAgainInMs: null };
     }
     return { lookAgainInMs: CONFIRMATION_LOOK_MS };
@@ -581,7 +598,8 @@ async function broadcastOrRecord<P extends PayoutStanding>(
     await chain.broadcast(prepared);
     return true;
   } catch (error) {
-    if (error instanceof PayoutNotFinalError) return true; // on the chain already
+    // On the chain already: the look that finds it final completes it.
+    if (error instanceof PayoutNotFinalError || error instanceof PlatformFeeUncollectedError) return true;
     await recorder.recordFailure(payout, error);
     return false;
   }

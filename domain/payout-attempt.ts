@@ -56,6 +56,17 @@ export const noAttemptYet: PayoutAttempts = {
   retryAt: null,
 };
 
+/** The payout's transaction is on the chain, deep enough: what completes every payout. */
+export interface MarkCompleted {
+  type: 'MarkCompleted';
+  txHash: string;
+  blockNumber: number;
+  confirmations: number;
+  /** The platform fee that goes after the payout could not be collected, in the chain's words (a settlement's). */
+  platformFeeUncollected?: string;
+  now: string;
+}
+
 /** Any of its prepared transactions is the payout; another one is not. */
 export const isOneOfItsTransactions = (state: PayoutAttempts, txHash: string) => state.preparedHashes.includes(txHash);
 

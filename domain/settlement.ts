@@ -104,8 +104,14 @@ export type SettlementRepriced = DomainEvent<
 export type SettlementAttentionRaised = DomainEvent<
   'SettlementAttentionRaised',
   {
-    /** paid_elsewhere: the invoice is now paid on another address (another token) than this settlement pays out from. */
-    reason: 'payment_reversed' | 'received_after_payout' | 'paid_elsewhere';
+    /**
+     * paid_elsewhere: the invoice is now paid on another address (another token) than this settlement pays out from.
+     * platform_fee_uncollected: the payout completed, but the platform fee the chain sends after it never reached
+     * the treasury (Tron: its call failed, out of energy, and failed again when sent once more): it stays on the
+     * deposit address; `detail` says so in the chain's words.
+     */
+    reason: 'payment_reversed' | 'received_after_payout' | 'paid_elsewhere' | 'platform_fee_uncollected';
+    detail?: string;
     /** The invoice's counted, confirmed total now, base units. */
     grossAmount: string;
     sources?: PayoutSource[];
@@ -249,7 +255,8 @@ export type SettlementCommand =
       now: string;
     }
   | { type: 'MarkSubmitted'; txHash: string; now: string }
-  | { type: 'MarkCompleted'; txHash: string; blockNumber: number; confirmations: number; now: string }
+  /** `platformFeeUncollected`: raised for a person, with the completion. */
+  | payout.MarkCompleted
   | {
       type: 'MarkFailed';
       reason: string;
@@ -839,20 +846,33 @@ function decide(command: SettlementCommand, state: SettlementState): SettlementE
           data: { attempt: state.attempt, txHash: command.txHash, submittedAt: command.now },
         },
       ];
-    case 'MarkCompleted':
+    case 'MarkCompleted': {
       if (state.status === 'completed') return [];
+      const completed: SettlementEvent = {
+        type: 'SettlementCompleted',
+        data: {
+          ...payout.landed(state, command, 'settlement'),
+          invoiceId: state.invoiceId,
+          netAmount: state.netAmount.toString(),
+          token: state.token,
+          tokenDecimals: state.tokenDecimals,
+        },
+      };
+      if (!command.platformFeeUncollected) return [completed];
+      // The merchant was paid; what the platform was not is for a person, in the same write.
       return [
+        completed,
         {
-          type: 'SettlementCompleted',
+          type: 'SettlementAttentionRaised',
           data: {
-            ...payout.landed(state, command, 'settlement'),
-            invoiceId: state.invoiceId,
-            netAmount: state.netAmount.toString(),
-            token: state.token,
-            tokenDecimals: state.tokenDecimals,
+            reason: 'platform_fee_uncollected',
+            grossAmount: state.grossAmount.toString(),
+            detail: command.platformFeeUncollected,
+            raisedAt: command.now,
           },
         },
       ];
+    }
     case 'MarkFailed':
       if (state.status === 'completed' || state.status === 'failed') return [];
       return [

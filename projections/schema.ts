@@ -129,7 +129,10 @@ export interface SettlementsTable {
   failure_code: string | null;
   /** Attempts that reached the chain or failed trying. */
   attempts: number;
-  /** The newest change a person must look at (payment_reversed, received_after_payout), when there is one. */
+  /**
+   * The newest change a person must look at (payment_reversed, received_after_payout, paid_elsewhere,
+   * platform_fee_uncollected), when there is one.
+   */
   attention: string | null;
   next_attempt_at: Date | null;
   initiated_at: Date | null;

@@ -27,7 +27,8 @@ export function listSettlements(db: Kysely<ReadModelTables>, filter: SettlementF
 }
 
 /** Why a settlement is on the operator's attention list. */
-export type SettlementAttentionKind = 'settlement_failed' | 'settlement_no_wallet' | 'settlement_changed_after_payout';
+export type SettlementAttentionKind =
+  'settlement_failed' | 'settlement_no_wallet' | 'settlement_changed_after_payout' | 'platform_fee_uncollected';
 
 /**
  * The settlements that need a person (operations.md §2, GET /admin/v1/attention):
@@ -51,18 +52,25 @@ export async function settlementsNeedingAttention(db: Kysely<ReadModelTables>, l
     .execute();
   return rows.map((row) => {
     const kind: SettlementAttentionKind =
-      row.attention !== null
-        ? 'settlement_changed_after_payout'
-        : row.status === 'failed'
-          ? 'settlement_failed'
-          : 'settlement_no_wallet';
+      row.attention === 'platform_fee_uncollected'
+        ? 'platform_fee_uncollected'
+        : row.attention !== null
+          ? 'settlement_changed_after_payout'
+          : row.status === 'failed'
+            ? 'settlement_failed'
+            : 'settlement_no_wallet';
     return {
       kind,
       merchantId: row.merchant_id,
       subject: row.id,
       chain: row.chain,
-      reason: kind === 'settlement_changed_after_payout' ? row.attention! : (row.failure_code ?? 'unknown'),
-      detail: kind === 'settlement_failed' ? row.failure_reason : null,
+      reason: row.attention ?? row.failure_code ?? 'unknown',
+      detail:
+        kind === 'settlement_failed'
+          ? row.failure_reason
+          : kind === 'platform_fee_uncollected'
+            ? `the payout completed; its platform and network fees (${row.platform_fee} + ${row.network_fee} ${row.currency}) did not reach the treasury and stay on ${row.from_address} (the settlement's SettlementAttentionRaised says why)`
+            : null,
       since: new Date(row.updated_at).toISOString(),
       settlement: settlementView(row),
     };

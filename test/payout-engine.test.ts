@@ -6,7 +6,12 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { after, describe, it } from 'node:test';
 import { CompiledQuery } from 'kysely';
-import type { ChainAdapter, OutgoingTransfer, PreparedTransaction } from '../adapters/chains/port.ts';
+import {
+  PlatformFeeUncollectedError,
+  type ChainAdapter,
+  type OutgoingTransfer,
+  type PreparedTransaction,
+} from '../adapters/chains/port.ts';
 import { SandboxLedger } from '../adapters/chains/sandbox/ledger.ts';
 import { SqlEventStore } from '../adapters/event-store/sql.ts';
 import { openPglite, openPostgres, type SqlDatabase } from '../adapters/sql/database.ts';
@@ -205,6 +210,37 @@ describe('payout engine', () => {
     const failed = await Promise.all([...stuck].map((id) => h.settlement(id)));
     assert.ok(failed.every((s) => s!.status === 'failed' && s!.failureCode === 'node_unavailable'));
     assert.ok(failed.every((s) => s!.failureReason === 'connect ECONNREFUSED' && s!.retryAt !== null));
+  });
+
+  it('completes a payout whose platform fee the chain could not collect after it, and raises that for a person', async () => {
+    const sent = new Set<string>();
+    const words = 'the platform fee call abc failed (OUT_OF_ENERGY), 3 time(s)';
+    const h = await harness({
+      chain: (ledger) =>
+        Object.assign(Object.create(ledger) as SandboxLedger, {
+          // Sent once; told again once final, the fee that goes after it cannot be collected.
+          async broadcast(prepared: PreparedTransaction) {
+            if (sent.has(prepared.txHash)) throw new PlatformFeeUncollectedError(words);
+            sent.add(prepared.txHash);
+            return ledger.broadcast(prepared);
+          },
+        }),
+    });
+    open.push(h);
+    await h.merchant({ tron: WALLET_A });
+    const id = await h.request(10_000_000n);
+    await h.pass();
+    await h.ledger.mine(1);
+    await h.pass();
+    const s = await h.settlement(id);
+    assert.equal(s!.status, 'completed', "the merchant's money is out");
+    assert.deepEqual(
+      s!.attention.map((a) => [a.reason, a.detail]),
+      [['platform_fee_uncollected', words]],
+    );
+    h.later(3_600_000);
+    await h.pass();
+    assert.equal((await h.settlement(id))!.attention.length, 1, 'raised once');
   });
 
   it('fails a payout the fees would eat, visibly and for good, and pays nothing', async () => {

@@ -110,6 +110,20 @@ const holdFor = (refundId: string, amount: bigint, token = 'USDT'): SettlementCo
 });
 
 /** The settlement the events leave (they request one). */
+/** 0xaa completed in block 9, 19 deep, at T1. */
+const completed: SettlementEvent = {
+  type: 'SettlementCompleted',
+  data: {
+    txHash: '0xaa',
+    blockNumber: 9,
+    confirmations: 19,
+    completedAt: T1,
+    invoiceId: '6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10',
+    netAmount: '99000000',
+    token: 'USDT',
+    tokenDecimals: 6,
+  },
+};
 const settled = (events: readonly SettlementEvent[]) => requestedSettlement(given(settlementDecider, events).state)!;
 
 describe('settlement decider', () => {
@@ -298,27 +312,33 @@ describe('settlement decider', () => {
     const history = [requested('TWallet'), prepared('0xaa'), failed, retried, prepared('0xbb', 2)];
     given(settlementDecider, history)
       .when({ type: 'MarkCompleted', txHash: '0xaa', blockNumber: 9, confirmations: 19, now: T1 })
-      .then([
-        {
-          type: 'SettlementCompleted',
-          data: {
-            txHash: '0xaa',
-            blockNumber: 9,
-            confirmations: 19,
-            completedAt: T1,
-            invoiceId: '6f1d6a4e-2c1b-4f7e-9a51-3c8e2b0d7a10',
-            netAmount: '99000000',
-            token: 'USDT',
-            tokenDecimals: 6,
-          },
-        },
-      ]);
+      .then([completed]);
     given(settlementDecider, [...history, submitted('0xaa', 2)])
       .when({ type: 'MarkSubmitted', txHash: '0xaa', now: T1 })
       .then([]);
     given(settlementDecider, history)
       .when({ type: 'MarkCompleted', txHash: '0xdd', blockNumber: 9, confirmations: 19, now: T1 })
       .thenError('conflict', "Transaction 0xdd is not one of this settlement's");
+  });
+
+  it('completes, and raises for a person in the same write, a payout whose platform fee the chain could not collect', () => {
+    const words = 'the platform fee call 0xfe failed (OUT_OF_ENERGY), 3 time(s)';
+    const history = [requested('TWallet'), prepared('0xaa'), submitted('0xaa')];
+    const raised: SettlementEvent = {
+      type: 'SettlementAttentionRaised',
+      data: { reason: 'platform_fee_uncollected', grossAmount: '100000000', detail: words, raisedAt: T1 },
+    };
+    const mark = { type: 'MarkCompleted', txHash: '0xaa', blockNumber: 9, confirmations: 19, now: T1 } as const;
+    given(settlementDecider, history)
+      .when({ ...mark, platformFeeUncollected: words })
+      .then([completed, raised]);
+    given(settlementDecider, [...history, completed, raised])
+      .when({ ...mark, platformFeeUncollected: words })
+      .then([]);
+    assert.equal(settled([...history, completed, raised]).status, 'completed');
+    given(settlementDecider, [...history, completed, raised])
+      .when({ type: 'ResolveAttention', note: 'fee collected by hand', now: T1 })
+      .then([{ type: 'SettlementAttentionResolved', data: { note: 'fee collected by hand', resolvedAt: T1 } }]);
   });
 
   it('fails with a retry time, and a retry starts the next attempt with no transaction', () => {

@@ -5,7 +5,12 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { fromHex, signTransaction } from 'tronweb/utils';
 import { parseTronBlock, type TransactionJson, type TronChain } from '../adapters/chains/tron/index.ts';
-import { TransactionRejectedError } from '../adapters/chains/port.ts';
+import {
+  PayoutNotFinalError,
+  PlatformFeeUncollectedError,
+  TransactionRejectedError,
+  type PreparedTransaction,
+} from '../adapters/chains/port.ts';
 import { randomTronKey, TRON_FEES, type TronKey, type TronTestNode } from './support/tron-node.ts';
 import { openTestChain, serviceKeyring, startTronNode, TEST_USDT } from './support/tron-flow.ts';
 
@@ -130,6 +135,40 @@ describe('the Tron adapter', () => {
     const key = keyring.deriveDepositKey('tron', index);
     node.fund(key.address, 20_000_000n);
     return { address: key.address, derivationIndex: index };
+  };
+
+  /** Sends a token payout as the engine does, a block every 50 ms meanwhile: it waits for its top-up to be mined. */
+  const broadcastMining = async (payer: TronChain, prepared: PreparedTransaction) => {
+    let sending = true;
+    const sent = payer.broadcast(prepared).finally(() => (sending = false));
+    while (sending) {
+      node.mine(1);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+    await sent;
+  };
+
+  /** A USDT payout of all deposit `index` holds (`held`) less `fees`, prepared, the fee wallet funded for it. */
+  const tokenPayout = async (
+    payer: TronChain,
+    index: number,
+    held: bigint,
+    fees: { platform: bigint; network: bigint },
+    payout?: 'refund',
+  ) => {
+    const from = { address: keyring.deriveDepositKey('tron', index).address, derivationIndex: index };
+    node.mintToken(TEST_USDT, from.address, held);
+    node.fund(payer.feeWallet, 2_000_000_000n);
+    const prepared = await payer.prepareTransfer({
+      from,
+      to: randomTronKey().address,
+      token: 'USDT',
+      amount: held - fees.platform - fees.network,
+      reference: `${payout === 'refund' ? 'r' : 's'}${index}/1`,
+      fees,
+      ...(payout && { payout }),
+    });
+    return { from, prepared };
   };
 
   it('prepares the same transactions for the same reference, and a repeated broadcast is harmless', async () => {
@@ -275,25 +314,8 @@ describe('the Tron adapter', () => {
   });
 
   it("a leftover's way back lost before it was mined (a fork) is sent again once it can never be mined", async () => {
-    const from = { address: keyring.deriveDepositKey('tron', 10).address, derivationIndex: 10 };
-    node.mintToken(TEST_USDT, from.address, 5_000_000n);
-    node.fund(chain.feeWallet, 100_000_000n);
-    const prepared = await chain.prepareTransfer({
-      from,
-      to: randomTronKey().address,
-      token: 'USDT',
-      amount: 5_000_000n,
-      reference: 'r10/1',
-      fees: { platform: 0n, network: 0n },
-      payout: 'refund',
-    });
-    let sending = true;
-    const sent = chain.broadcast(prepared).finally(() => (sending = false));
-    while (sending) {
-      node.mine(1);
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
-    await sent;
+    const { from, prepared } = await tokenPayout(chain, 10, 5_000_000n, { platform: 0n, network: 0n }, 'refund');
+    await broadcastMining(chain, prepared);
     node.mine(20);
     const final = async () => (await chain.transactionStatus(prepared.txHash))!.confirmations >= 19;
     assert.equal(await final(), false, 'its leftover goes back first');
@@ -311,6 +333,137 @@ describe('the Tron adapter', () => {
     assert.equal(await final(), true);
     assert.equal(node.trxTransfers({ from: from.address, to: chain.feeWallet }).length, 1);
     assert.equal(node.balance(from.address), 0n, "nothing of the fee wallet's left on the payer");
+  });
+
+  describe("a USDT settlement's platform fee call mined out of energy", () => {
+    // The chain's energy price raised (by proposal) after the adapter read it, which it does every 10 minutes:
+    // the fee call's fee_limit and the TRX its top-up left fall short. java-tron mines the call all the same,
+    // failed (receipt and contractRet OUT_OF_ENERGY, the TRX it could use burnt, no token moved), as the test
+    // node does (VMActuator, ReceiptCapsule.payEnergyBill).
+    const settle = async (payer: TronChain, index: number) => {
+      const fees = { platform: 500_000n, network: 1_000_000n };
+      const { from, prepared } = await tokenPayout(payer, index, 10_000_000n, fees);
+      await broadcastMining(payer, prepared);
+      node.mine(20);
+      return { from: from.address, prepared };
+    };
+    /** The payout engine's looks, a block between each, until the payout is final: then told once more. */
+    const untilFinal = async (payer: TronChain, prepared: PreparedTransaction, between = () => {}) => {
+      for (let look = 0; look < 40; look++) {
+        if ((await payer.transactionStatus(prepared.txHash))!.confirmations >= 19) return payer.broadcast(prepared);
+        between();
+        node.mine(1);
+      }
+      assert.fail('not final after 40 looks');
+    };
+    const topUps = (payer: TronChain, from: string) => node.trxTransfers({ from: payer.feeWallet, to: from });
+    /** What the fee wallet's TRX paid on the chain for this payout: every charge of its transactions. */
+    const charges = (payer: TronChain, from: string) =>
+      [...topUps(payer, from), ...node.calls(from), ...node.trxTransfers({ from, to: payer.feeWallet })].reduce(
+        (sum, tx) => sum + node.feeOf(tx.txid),
+        0n,
+      );
+    const treasuryUsdt = (payer: TronChain) => node.tokenBalance(TEST_USDT, payer.treasury);
+
+    it('is sent again with the TRX it lacks at the prices read anew: the treasury gets the fee once, the fee wallet its TRX back', async () => {
+      const payer = await openTestChain(node);
+      try {
+        const { from, prepared } = await settle(payer, 20);
+        const [treasury, feeWallet] = [treasuryUsdt(payer), node.balance(payer.feeWallet)];
+        node.fees.getEnergyFee = 200;
+        await untilFinal(payer, prepared);
+        assert.deepEqual(
+          node.calls(from).map((c) => c.result),
+          ['SUCCESS', 'OUT_OF_ENERGY', 'SUCCESS'],
+        );
+        assert.equal(treasuryUsdt(payer) - treasury, 1_500_000n, 'the platform and network fees, once');
+        assert.equal(node.tokenBalance(TEST_USDT, from), 0n);
+        assert.equal(topUps(payer, from).length, 2, "the payout's top-up, and one for the call sent again");
+        assert.equal(node.balance(from), 0n, "nothing of the fee wallet's left on the deposit");
+        // Read after the payout's top-up went: its amount and its charge (creating the deposit's account) added back.
+        const [topUp] = topUps(payer, from);
+        const spent = feeWallet + topUp!.amount + node.feeOf(topUp!.txid) - node.balance(payer.feeWallet);
+        assert.equal(spent, charges(payer, from), "the fee wallet lost the chain's charges, to the sun");
+      } finally {
+        node.fees.getEnergyFee = TRON_FEES.getEnergyFee;
+        payer.close();
+      }
+    });
+
+    for (const [index, killed, atCalls, atTopUps] of [
+      [21, 'after it failed', 2, 1],
+      [22, 'after the TRX it lacked was sent', 2, 2],
+      [23, 'after it was sent again', 3, 2],
+    ] as const) {
+      it(`a restart ${killed} sends the fee once, with one top-up for it at most`, async () => {
+        const first = await openTestChain(node);
+        const { from, prepared } = await settle(first, index);
+        const treasury = treasuryUsdt(first);
+        node.fees.getEnergyFee = 200;
+        try {
+          for (let look = 0; node.calls(from).length < atCalls || topUps(first, from).length < atTopUps; look++) {
+            assert.ok(look < 20, 'the first process never got there');
+            await first.transactionStatus(prepared.txHash);
+            node.mine(1);
+          }
+          first.close(); // killed: what it remembered is gone
+          const second = await openTestChain(node);
+          try {
+            // After the restart the engine finds the payout final and tells it once more: the fee is still to go.
+            await untilFinal(second, prepared).catch(async (error) => {
+              if (!(error instanceof PayoutNotFinalError)) throw error;
+              await untilFinal(second, prepared);
+            });
+            assert.deepEqual(
+              node.calls(from).map((c) => c.result),
+              ['SUCCESS', 'OUT_OF_ENERGY', 'SUCCESS'],
+            );
+            assert.equal(treasuryUsdt(second) - treasury, 1_500_000n, 'the fees, once');
+            assert.equal(topUps(second, from).length, 2, 'one top-up for the call sent again');
+            // Not known after a restart: what the top-up for the call sent again gave, which may stay there.
+            assert.ok(node.balance(from) <= topUps(second, from)[1]!.amount);
+          } finally {
+            second.close();
+          }
+        } finally {
+          node.fees.getEnergyFee = TRON_FEES.getEnergyFee;
+        }
+      });
+    }
+
+    it('failing each time it is sent again, is given up visibly: the payout completes, the fee stays on the deposit', async () => {
+      const payer = await openTestChain(node);
+      try {
+        const { from, prepared } = await settle(payer, 24);
+        const treasury = treasuryUsdt(payer);
+        // The price rises at every block: each call is built at a price already old when it runs.
+        const rise = () => void (node.fees.getEnergyFee += 100);
+        rise();
+        await assert.rejects(
+          untilFinal(payer, prepared, rise),
+          (error: Error) =>
+            error instanceof PlatformFeeUncollectedError &&
+            /OUT_OF_ENERGY/.test(error.message) &&
+            error.message.includes(from) &&
+            error.message.includes('1500000'),
+        );
+        assert.deepEqual(
+          node.calls(from).map((c) => c.result),
+          ['SUCCESS', 'OUT_OF_ENERGY', 'OUT_OF_ENERGY', 'OUT_OF_ENERGY'],
+          'sent again twice, then given up',
+        );
+        assert.equal(treasuryUsdt(payer), treasury);
+        assert.equal(node.tokenBalance(TEST_USDT, from), 1_500_000n);
+        // Each failed call burnt all its fee_limit let it; what is left is less than a way back's own bytes.
+        assert.ok(node.balance(from) < 300_000n, `${node.balance(from)} sun left on the deposit`);
+        // Told again (the engine's next look, should it not have recorded it yet): said again, nothing sent.
+        await assert.rejects(payer.broadcast(prepared), PlatformFeeUncollectedError);
+        assert.equal(node.calls(from).length, 4);
+      } finally {
+        node.fees.getEnergyFee = TRON_FEES.getEnergyFee;
+        payer.close();
+      }
+    });
   });
 
   it('refuses a payout larger than the deposit holds', async () => {

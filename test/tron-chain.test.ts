@@ -3,7 +3,8 @@
 // and settled with the merchant's and the treasury's balances exact to the
 // sun; a reverted or out-of-energy USDT transfer pays nothing; a transfer
 // made through another contract is seen by its Transfer log; a fork
-// withdraws a detected payment; a node of another network stops start-up.
+// withdraws a detected payment; a node of another network stops start-up; a
+// platform fee call that keeps running out of energy is on the operator's list.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { eventually, eventuallyMining, merchantWithKey } from './support/merchant.ts';
@@ -56,6 +57,16 @@ describe('payments and settlement on the Tron test node', () => {
       () => status(id),
       (s) => s.hasDetectedPayment,
     );
+
+  /** A USDT invoice of `amount` USD, paid in full and detected. */
+  const paidInUsdt = async (key: string, amount: string) => {
+    const p = await invoice(key, 'USDT', amount);
+    const units = baseUnits(p.cryptoAmount, 6);
+    await node.sendToken(payer, TEST_USDT, p.address, units);
+    node.mine(1);
+    await detected(p.paymentId);
+    return { p, units };
+  };
 
   it('lists the Tron fee wallet and treasury with their TRX balances', async () => {
     const [tron] = await wallets();
@@ -126,11 +137,7 @@ describe('payments and settlement on the Tron test node', () => {
     const [{ feeWallet, treasury }] = await wallets();
     const feeBefore = node.balance(feeWallet);
     const treasuryBefore = node.tokenBalance(TEST_USDT, treasury);
-    const p = await invoice(key, 'USDT', '40');
-    const units = baseUnits(p.cryptoAmount, 6);
-    await node.sendToken(payer, TEST_USDT, p.address, units);
-    node.mine(1);
-    await detected(p.paymentId);
+    const { p, units } = await paidInUsdt(key, '40');
     assert.equal(node.exists(p.address), false, 'receiving a token creates no account');
     const settled = await mineUntil(
       () => status(p.paymentId),
@@ -225,5 +232,66 @@ describe('payments and settlement on the Tron test node', () => {
       assert.equal(error.message.split('\n').length, 1);
       return true;
     });
+  });
+
+  // Last: it leaves the service's prices high (read every 10 minutes).
+  it("a USDT settlement whose platform fee call keeps running out of energy completes, on the operator's list", async () => {
+    const { key, wallet } = await merchant();
+    const [{ feeWallet, treasury }] = await wallets();
+    node.fund(feeWallet, 10_000_000_000n);
+    const { p } = await paidInUsdt(key, '40');
+    const settlement = await mineUntil(
+      async () => (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/settlement`, { token: key })).body.data,
+      (s) => s?.status === 'submitted',
+    );
+    // The energy price raised (by proposal) once the payout went, and again each time the service reads the
+    // prices anew: every fee call is built at a price already old when it runs, and is mined OUT_OF_ENERGY.
+    const pricesRead = () => node.requests.get('/wallet/getchainparameters') ?? 0;
+    let read = pricesRead();
+    node.fees.getEnergyFee = 200;
+    try {
+      const attention = await eventuallyMining(
+        () => {
+          if (pricesRead() > read) [read, node.fees.getEnergyFee] = [pricesRead(), node.fees.getEnergyFee * 2];
+          node.mine(1);
+        },
+        async () => (await admin('GET', '/admin/v1/attention')).body.data as any[],
+        (items) => items.some((a) => a.subject === settlement.id),
+        120_000,
+      );
+      const item = attention.find((a) => a.subject === settlement.id);
+      assert.equal(item.kind, 'platform_fee_uncollected');
+      assert.equal(item.reason, 'platform_fee_uncollected');
+      assert.ok(item.detail.includes(p.address), item.detail);
+      const { platformFee, networkFee, net } = await requested(p.paymentId, key);
+      // The merchant's money is out (the invoice's read model may follow a moment later).
+      await eventually(
+        () => status(p.paymentId),
+        (s) => s.status === 'settled',
+      );
+      assert.equal(node.tokenBalance(TEST_USDT, wallet), net);
+      // Other settlements' fees may reach the treasury meanwhile: none of this deposit's calls did.
+      const calls = new Set(node.calls(p.address).map((c) => c.txid));
+      assert.ok(
+        !node.tokenTransfersTo(TEST_USDT, treasury).some((t) => calls.has(t.txid)),
+        'no fee reached the treasury',
+      );
+      assert.equal(node.tokenBalance(TEST_USDT, p.address), platformFee + networkFee, 'it stays on the deposit');
+      assert.deepEqual(
+        node.calls(p.address).map((c) => c.result),
+        ['SUCCESS', 'OUT_OF_ENERGY', 'OUT_OF_ENERGY', 'OUT_OF_ENERGY'],
+      );
+      const raised = (await events(p.paymentId, key)).find((e) => e.type === 'SettlementAttentionRaised');
+      assert.equal(raised?.data.reason, 'platform_fee_uncollected');
+      assert.match(raised.data.detail, /OUT_OF_ENERGY/);
+      const resolved = await admin('POST', `/admin/v1/settlements/${settlement.id}/resolve`, {
+        note: 'fee swept to the treasury by hand',
+      });
+      assert.equal(resolved.status, 200);
+      const after = (await admin('GET', '/admin/v1/attention')).body.data as any[];
+      assert.ok(!after.some((a) => a.subject === settlement.id));
+    } finally {
+      node.fees.getEnergyFee = 100;
+    }
   });
 });

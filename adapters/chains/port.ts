@@ -201,6 +201,18 @@ export class PayoutNotFinalError extends Error {
 }
 
 /**
+ * From `broadcast`, once the payout is final: the merchant's payout is done,
+ * but the platform fee that the chain sends after it (Tron) could not be
+ * collected (its call mined and failed, tried again and failed again, or
+ * failed in a way no retry changes). The payout completes; the message says
+ * what is left where, for an operator (settlement attention
+ * `platform_fee_uncollected`), rather than the payout completing in silence.
+ */
+export class PlatformFeeUncollectedError extends Error {
+  override name = 'PlatformFeeUncollectedError';
+}
+
+/**
  * The adapter will not prepare a payout, for a reason no node call can
  * change by itself: too little left after the chain's own costs (below its
  * dust limit), or a fee wallet too low to pay gas or energy. The payout is
@@ -274,7 +286,7 @@ export interface ChainAdapter {
    * error. Throws TransactionRejectedError when the chain refuses it for good.
    * Sent again once the payout is final, it does what the payout leaves to do
    * after it (Tron sends the platform fee only then); the settlement completes
-   * only when that call succeeds.
+   * only when that call succeeds, or throws PlatformFeeUncollectedError.
    */
   broadcast(transaction: PreparedTransaction): Promise<void>;
   /**

@@ -184,7 +184,7 @@ export interface ChainCondition {
 const AttentionItem = Type.Object({
   kind: Type.String({
     description:
-      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, refund_hold_unapproved, refund_awaiting_funds, refund_failed, webhook_failing, chain_behind or rate_disagreement',
+      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, platform_fee_uncollected, refund_hold_unapproved, refund_awaiting_funds, refund_failed, webhook_failing, chain_behind or rate_disagreement',
   }),
   merchantId: Nullable(Type.String()),
   /** The settlement id, the refund id, the webhook URL or the chain. */

@@ -951,6 +951,16 @@ export class TronTestNode {
     );
   }
 
+  /** Every contract call on the chain from an address, oldest first, with its result (SUCCESS, REVERT, OUT_OF_ENERGY). */
+  calls(from: string): { txid: string; result: string }[] {
+    return this.blocks.flatMap((b) =>
+      b.transactions
+        .filter((t) => t.raw_data.contract[0]!.type === 'TriggerSmartContract')
+        .filter((t) => String(t.raw_data.contract[0]!.parameter.value.owner_address).toLowerCase() === hexOf(from))
+        .map((t) => ({ txid: t.txID, result: t.ret[0]!.contractRet })),
+    );
+  }
+
   /** The TRX fee a transaction paid, from its result. */
   feeOf(txid: string): bigint {
     const info = this.infoOf(txid, this.head.number) as TransactionInfoJson;

@@ -14,7 +14,12 @@
 //     the energy burn of both token calls and their bandwidth (and creates
 //     the deposit account, which receiving a token does not), mined before
 //     the payout call; after the fee call, the TRX the energy did not burn
-//     goes back to the fee wallet. With CHAIN_TRON_ENERGY_DELEGATION the
+//     goes back to the fee wallet. A fee call mined but failed out of energy
+//     (a price raised since it was read) is sent again, twice at most, with
+//     the TRX it lacks topped up at the prices read anew; after that (or
+//     another failure) the payout completes with the fee left on the deposit,
+//     said to the payout engine (PlatformFeeUncollectedError), which raises
+//     it for an operator. With CHAIN_TRON_ENERGY_DELEGATION the
 //     energy is delegated from the fee wallet's Stake 2.0 stake instead
 //     (after the top-up, before the payout) and taken back after the fee
 //     call. The settlement's network fee is all that TRX, quoted in USDT at
@@ -42,6 +47,7 @@ import type { RateProvider } from '../../rates/port.ts';
 import { sleep } from '../node.ts';
 import {
   PayoutNotFinalError,
+  PlatformFeeUncollectedError,
   TransactionRejectedError,
   type OutgoingTransfer,
   type PreparedTransaction,
@@ -63,6 +69,12 @@ const RESULT_BYTES = 64;
 const QUOTE_FIAT = 'USD';
 /** Decimals a rate is read to: exact integers for the conversion (rates are decimal strings). */
 const RATE_DECIMALS = 18;
+/**
+ * Times a token payout's platform fee call that was mined out of energy is sent again, each with the TRX it
+ * lacks topped up at the chain's prices read anew. Worth it: the call carries the network fee too, which
+ * repays both calls' TRX, so one more call costs the fee wallet less than the tokens it brings.
+ */
+const FEE_CALL_RETRIES = 2;
 
 /** The chain's prices, from /wallet/getchainparameters. */
 interface FeeSchedule {
@@ -182,6 +194,17 @@ export class TronPayer {
    * payment to the address (the customer's, to refund).
    */
   private readonly feesDone = new Set<string>();
+  /**
+   * Token payouts' platform fee calls mined and failed (out of energy: a price raised since it was read), by
+   * payout id: how many, the TRX they burnt, and what the fee wallet topped up for the calls sent again and
+   * the top-up on its way, so that the leftover's way back counts them.
+   */
+  private readonly feeRetries = new Map<
+    string,
+    { failed: number; burnt: bigint; given: bigint; topUp?: Sent & { amount: bigint } }
+  >();
+  /** Payouts whose platform fee was given up, why (broadcast says so: PlatformFeeUncollectedError). */
+  private readonly feesUncollected = new Map<string, string>();
   private treasuryExists = false;
   private topUps: Promise<unknown> = Promise.resolve();
   /** Bytes of a signed TRX transfer with the largest amount (the quote's unit). */
@@ -714,6 +737,8 @@ export class TronPayer {
       if (!done && (landed.blockNumber ?? Infinity) <= (await this.reader.heads()).solid.height) {
         throw new PayoutNotFinalError(`payout ${payout.txID}: its fee or leftover is not done yet`);
       }
+      const uncollected = this.feesUncollected.get(payout.txID);
+      if (done && uncollected) throw new PlatformFeeUncollectedError(uncollected);
       return;
     }
     await this.refuseIfExpired(payout);
@@ -795,11 +820,7 @@ export class TronPayer {
 
   /** Sends one of the fee wallet's transactions and waits until it is mined. */
   private async sendMined(tx: TransactionJson, what: string): Promise<void> {
-    const refused = await this.offer(tx);
-    if (refused) {
-      const fund = /balance is not sufficient/i.test(refused.reason) ? `; fund the fee wallet ${this.feeWallet}` : '';
-      throw new Error(`${what} ${tx.txID} not taken: ${refused.reason}${fund}`);
-    }
+    await this.sendFromFeeWallet(tx, what);
     const deadline = Date.now() + (this.options.topUpTimeoutMs ?? 120_000);
     for (;;) {
       if ('id' in (await this.info(tx.txID))) return;
@@ -828,27 +849,68 @@ export class TronPayer {
       const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
       await this.sendTrxOut(from, this.treasury, treasury.exists, owed, header);
     } else {
-      const feeCall = this.feeCalls.get(bundle.payout.txID);
+      const id = bundle.payout.txID;
+      const feeCall = this.feeCalls.get(id);
+      const retries = this.feeRetries.get(id);
       let feeCallInfo: TransactionInfoJson | undefined;
-      if (!feeCall) {
+      if (!feeCall && !this.feesUncollected.has(id)) {
+        // A top-up for the call on its way: the call goes once it is mined (or worked out again if it never is).
+        if (retries?.topUp) {
+          if (!('id' in (await this.info(retries.topUp.txID)))) {
+            if (await this.neverMined(retries.topUp)) {
+              retries.given -= retries.topUp.amount;
+              delete retries.topUp;
+            }
+            return false;
+          }
+          delete retries.topUp;
+        }
         const token = this.tokenOf(fee.token);
-        const held = await this.balanceOf(fee.from, token.symbol);
-        const owed = BigInt(fee.platform) + BigInt(fee.network);
-        const amount = held < owed ? held : owed;
+        const amount = await this.feeLeft(bundle);
         if (amount > 0n) {
-          const call = (await this.tokenCall(key.privateKey, fee.from, token, this.treasury, amount, header)).tx;
-          await this.send(call);
-          this.feeCalls.set(bundle.payout.txID, { txID: call.txID, expiration: call.raw_data.expiration });
+          const call = await this.tokenCall(key.privateKey, fee.from, token, this.treasury, amount, header);
+          // Its TRX: the payout's top-up gave it, unless a failed call burnt it (or the prices rose since).
+          const lacking = await this.trxLacking(bundle, call.need);
+          if (lacking > 0n) {
+            const topUp = await this.feeTopUp(fee.from, lacking, header);
+            const entry = retries ?? { failed: 0, burnt: 0n, given: 0n };
+            entry.given += lacking;
+            entry.topUp = { txID: topUp.txID, expiration: topUp.raw_data.expiration, amount: lacking };
+            this.feeRetries.set(id, entry);
+            return false;
+          }
+          await this.send(call.tx);
+          this.feeCalls.set(id, { txID: call.tx.txID, expiration: call.tx.raw_data.expiration });
           return false;
         }
-      } else {
+      } else if (feeCall) {
         const info = await this.info(feeCall.txID);
         if (!('id' in info)) {
           // Taken and then lost (a backend that dropped it, a fork): worked out again from the balance.
-          if (await this.neverMined(feeCall)) this.feeCalls.delete(bundle.payout.txID);
+          if (await this.neverMined(feeCall)) this.feeCalls.delete(id);
           return false;
         }
         feeCallInfo = info as TransactionInfoJson;
+        const result = feeCallInfo.receipt?.result;
+        if (result !== undefined && result !== 'SUCCESS') {
+          // Mined and failed: its tokens are still on the deposit, its TRX burnt. Out of energy, it is sent
+          // again (FEE_CALL_RETRIES) at the chain's prices read anew; else given up, visibly.
+          const entry = retries ?? { failed: 0, burnt: 0n, given: 0n };
+          entry.failed++;
+          entry.burnt += BigInt(feeCallInfo.fee ?? 0);
+          this.feeRetries.set(id, entry);
+          this.feeCalls.delete(id);
+          feeCallInfo = undefined;
+          if (result === 'OUT_OF_ENERGY' && entry.failed <= FEE_CALL_RETRIES) {
+            await this.refreshFees();
+            return false;
+          }
+          const left = await this.feeLeft(bundle);
+          this.feesUncollected.set(
+            id,
+            `the platform fee call ${feeCall.txID} of payout ${id} failed (${result}), ${entry.failed} time(s): ${left} base units of ${fee.token} (platform and network fees) stay on ${fee.from}`,
+          );
+        }
       }
       // The delegated energy back to the fee wallet's stake (looked at again until it has gone).
       if (!(await this.undelegated(fee.from, header))) return false;
@@ -859,9 +921,15 @@ export class TronPayer {
       // call this process no longer knows) finds nothing more to send. Mined before the payout counts as
       // final: the settlement a refund from a deposit leaves records the deposit's TRX before its own top-up.
       const back = this.leftoversBack.get(bundle.payout.txID);
+      const retried = this.feeRetries.get(bundle.payout.txID);
       if (back === undefined) {
         const deposit = await this.account(fee.from);
-        const unspent = givenBy(bundle) - BigInt(payoutInfo.fee ?? 0) - BigInt(feeCallInfo?.fee ?? 0);
+        const unspent =
+          givenBy(bundle) +
+          (retried?.given ?? 0n) -
+          BigInt(payoutInfo.fee ?? 0) -
+          BigInt(feeCallInfo?.fee ?? 0) -
+          (retried?.burnt ?? 0n);
         const above = deposit.balance - BigInt(bundle.topUp?.before ?? 0);
         const ours = above < unspent ? above : unspent;
         const from = { privateKey: key.privateKey, address: fee.from, holds: deposit.balance, after: payoutInfo };
@@ -876,10 +944,58 @@ export class TronPayer {
       }
       this.leftoversBack.delete(bundle.payout.txID);
       this.feeCalls.delete(bundle.payout.txID);
+      this.feeRetries.delete(bundle.payout.txID);
     }
     this.feesOwed.delete(bundle.payout.txID);
     this.feesDone.add(bundle.payout.txID);
     return true;
+  }
+
+  /** What of a token payout's platform and network fees is still on its deposit, to go to the treasury. */
+  private async feeLeft(bundle: Bundle): Promise<bigint> {
+    const held = await this.balanceOf(bundle.fee.from, bundle.fee.token);
+    const owed = BigInt(bundle.fee.platform) + BigInt(bundle.fee.network);
+    return held < owed ? held : owed;
+  }
+
+  /**
+   * The TRX a platform fee call that may burn `need` sun lacks on its deposit:
+   * all the payer holds above its own TRX (`before`) is the fee wallet's, for
+   * the call; with the fee wallet's energy delegated, that energy counts too,
+   * at the burn price.
+   */
+  private async trxLacking(bundle: Bundle, need: bigint): Promise<bigint> {
+    const from = bundle.fee.from;
+    let has = (await this.account(from)).balance - BigInt(bundle.topUp?.before ?? 0);
+    if (this.options.energyDelegation) {
+      const resources = await this.resources(from);
+      const energy = BigInt(resources.EnergyLimit ?? 0) - BigInt(resources.EnergyUsed ?? 0);
+      if (energy > 0n) has += energy * this.schedule.energyPrice;
+    }
+    return need - has;
+  }
+
+  /** Sends `sun` of the fee wallet's TRX to a deposit for its platform fee call (not waited for: the next look). */
+  private async feeTopUp(
+    to: string,
+    sun: bigint,
+    header: Awaited<ReturnType<TronPayer['blockHeader']>>,
+  ): Promise<TransactionJson> {
+    const feeKey = this.options.keyring.deriveTronServiceKey('fee');
+    const tx = await this.signed(
+      feeKey.privateKey,
+      await this.builder.sendTrx(to, Number(sun), feeKey.address, { blockHeader: header }),
+    );
+    await this.sendFromFeeWallet(tx, 'platform fee top-up');
+    return tx;
+  }
+
+  /** Offers one of the fee wallet's transactions; a refusal says so, and to fund the wallet when it is short. */
+  private async sendFromFeeWallet(tx: TransactionJson, what: string): Promise<void> {
+    const refused = await this.offer(tx);
+    if (!refused) return;
+    const fund = /balance is not sufficient/i.test(refused.reason) ? `; fund the fee wallet ${this.feeWallet}` : '';
+    throw new Error(`${what} ${tx.txID} not taken: ${refused.reason}${fund}`);
   }
 
   /**

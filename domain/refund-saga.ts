@@ -83,8 +83,10 @@ export const UNRECORDED_APPROVAL_GRACE_MS = 5 * 60_000;
  * the settlement's stream decides (ReleaseUnapprovedHold), so an approval
  * recorded meanwhile either finds its hold first or takes it again; canceled
  * or expired, given back as the saga does (whose release may have come
- * before the hold). Nothing for a refund on its way, paid, or failed (a
- * failure for good is given back by the saga, after its hold).
+ * before the hold); paid from the refund wallet, given back whatever its
+ * status (a hold left by a second approval that stopped after taking it).
+ * Nothing for a refund paid from the deposit, or failed (a failure for
+ * good is given back by the saga, after its hold).
  */
 export function releaseOfHold(refundId: string, refund: Refund | null, now: Date): SettlementCommand | undefined {
   if (!refund) return undefined;
@@ -93,8 +95,11 @@ export function releaseOfHold(refundId: string, refund: Refund | null, now: Date
     const heldBefore = new Date(now.getTime() - UNRECORDED_APPROVAL_GRACE_MS).toISOString();
     return { type: 'ReleaseUnapprovedHold', refundId, heldBefore, now: at };
   }
-  const ended = refund.status === 'canceled' || refund.status === 'expired';
-  return ended ? { type: 'ReleaseRefund', refundId, paid: false, now: at } : undefined;
+  const neverPaid = refund.status === 'canceled' || refund.status === 'expired';
+  // Paid from the refund wallet (another approval chose it, or its payout moved it there before any
+  // transaction from the deposit): a hold on the deposit is no longer its own, whatever its status.
+  const paidElsewhere = refund.payer?.fundedFrom === 'refund_wallet';
+  return neverPaid || paidElsewhere ? { type: 'ReleaseRefund', refundId, paid: false, now: at } : undefined;
 }
 
 /** The saga's compensation: a refund whose reservation the invoice refused is canceled, saying why. */

@@ -55,7 +55,8 @@ export const RELEASE_OVERDUE_MS = 5 * 60_000;
  * The holds the release looks at (commands/refund-holds.ts): those of a
  * refund not approved and held longer than the grace, or of a refund
  * canceled or expired (its saga found no hold when it took the hold after
- * all). Not a failed one: a failure for good gives its hold back by the saga
+ * all), or of a refund paid from the refund wallet (another approval chose
+ * it). Not a failed one: a failure for good gives its hold back by the saga
  * (RefundFailed), and those still to be retried would crowd the pass. The
  * refund's and the settlement's streams decide; this only finds them.
  * Oldest first.
@@ -73,6 +74,7 @@ export function holdsToRelease(db: Kysely<ReadModelTables>, now: Date, limit: nu
           eb('refund_holds.held_at', '<=', heldBefore),
         ]),
         eb('refunds.status', 'in', ['canceled', 'expired']),
+        eb('refunds.funded_from', '=', 'refund_wallet'),
       ]),
     )
     .orderBy('refund_holds.held_at')

@@ -518,7 +518,7 @@ describe('the refund aggregate', () => {
       .thenError('conflict', 'The refund is no longer waiting to be paid from the deposit');
   });
 
-  it('gives back a hold by itself only for a refund not approved past the grace, or ended unpaid', () => {
+  it('gives back a hold by itself only for a refund not approved past the grace, ended unpaid, or paid from its wallet', () => {
     const now = new Date(at(40));
     const stateOf = (events: RefundEvent[]) => fold(refundDecider, events);
     // Not approved: only a hold taken 5 minutes before now or earlier, as the settlement's stream decides.
@@ -528,16 +528,25 @@ describe('the refund aggregate', () => {
       heldBefore: at(35),
       now: at(40),
     });
-    // Approved and on its way, or paid: its payout and the saga have it.
-    assert.equal(releaseOfHold(REFUND_ID, stateOf([created(), claimed, approved(true)]), now), undefined);
+    // Approved from the deposit, on its way or paid: its payout and the saga have it.
+    const fromDeposit: RefundEvent = {
+      type: 'RefundApproved',
+      data: {
+        ...payer,
+        fundedFrom: 'deposit',
+        merchantId: MERCHANT_ID,
+        chain: 'ethereum',
+        funded: true,
+        approvedAt: T1,
+      },
+    };
+    assert.equal(releaseOfHold(REFUND_ID, stateOf([created(), claimed, fromDeposit]), now), undefined);
     assert.equal(releaseOfHold(REFUND_ID, null, now), undefined);
+    const released = { type: 'ReleaseRefund', refundId: REFUND_ID, paid: false, now: at(40) };
     const canceled: RefundEvent = { type: 'RefundCanceled', data: { invoiceId: INVOICE_ID, canceledAt: T1 } };
-    assert.deepEqual(releaseOfHold(REFUND_ID, stateOf([created(), claimed, canceled]), now), {
-      type: 'ReleaseRefund',
-      refundId: REFUND_ID,
-      paid: false,
-      now: at(40),
-    });
+    assert.deepEqual(releaseOfHold(REFUND_ID, stateOf([created(), claimed, canceled]), now), released);
+    // Approved from the refund wallet (by another request): a hold on the deposit is not its own.
+    assert.deepEqual(releaseOfHold(REFUND_ID, stateOf([created(), claimed, approved(true)]), now), released);
   });
 
   it('can be canceled only before sending, and then gives its reservation back', () => {

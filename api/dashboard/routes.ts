@@ -377,11 +377,14 @@ export async function dashboardRoutes(scope: FastifyInstance, ctx: DashboardRout
             what: `Invoice ${i.id.slice(0, 8)}: ${[i.payment_issue_type, i.paid_late && 'paid late'].filter(Boolean).join(', ')}`,
             since: i.updated_at,
           })),
-          settlementsAttention: settlementIssues.map((s) => ({
-            id: s.subject,
-            invoiceId: s.settlement.invoiceId,
-            what: `Settlement: ${s.reason}`,
-          })),
+          // The platform's own fee left on a deposit is the operator's to move, not the merchant's.
+          settlementsAttention: settlementIssues
+            .filter((s) => s.kind !== 'platform_fee_uncollected')
+            .map((s) => ({
+              id: s.subject,
+              invoiceId: s.settlement.invoiceId,
+              what: `Settlement: ${s.reason}`,
+            })),
           refundsAttention: [
             // Said once, as what it is: a refund holding its settlement is also one waiting for approval.
             ...unapprovedHolds.map((r) => ({ id: r.id, what: unapprovedHoldWhat(r) })),

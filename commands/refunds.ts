@@ -358,7 +358,7 @@ async function fromDeposit(deps: HoldDeps, refund: Refund, approved?: true): Pro
     const owed = refund.amount + unpaidHoldsOf(settlement, refund.token, refund.id);
     if (!(await chain.canPay(fromAddress, refund.token, owed))) return undefined;
   }
-  const held = await takeHold(deps, refund, {
+  return takeHold(deps, refund, settlement, {
     fromAddress,
     // Not on a chain whose payouts spend coins whole (Bitcoin): the refund spends the settlement's own coins
     // (payoutSources), never the late one, so all of it comes out of the settlement.
@@ -366,8 +366,6 @@ async function fromDeposit(deps: HoldDeps, refund: Refund, approved?: true): Pro
     ...(chain?.spendsCoinsWhole && { oneAtATime: true }),
     ...(approved && { approved }),
   });
-  if (!held) return undefined;
-  return { fundedFrom: 'deposit', fromAddress: settlement.fromAddress, derivationIndex: settlement.derivationIndex };
 }
 
 /**
@@ -400,7 +398,8 @@ async function beforeSettlement(
     const owed = refund.amount + unpaidRefundsOf(invoice, refund, refund.id);
     if (!(await chain.canPay(deposit.address, refund.token, owed))) return undefined;
   }
-  const held = await takeHold(deps, refund, {
+  const payer = { fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
+  return takeHold(deps, refund, payer, {
     chain: refund.chain,
     fromAddress: deposit.address,
     ...(chain?.spendsCoinsWhole
@@ -408,23 +407,23 @@ async function beforeSettlement(
       : { beyond: beyondSettlementOf(invoice, refund, deposit.address) }),
     ...(approved && { approved }),
   });
-  if (!held) return undefined;
-  return { fundedFrom: 'deposit', fromAddress: deposit.address, derivationIndex: deposit.derivationIndex };
 }
 
 /**
  * Asks the invoice's settlement stream to hold the refund's amount on the
- * deposit; false when it refuses (already being paid out, another address,
- * another refund on its way): the refund wallet pays instead.
+ * deposit, which then pays the refund; undefined when it refuses (already
+ * being paid out, another address, another refund on its way): the refund
+ * wallet pays instead.
  */
 async function takeHold(
   deps: HoldDeps,
   refund: Refund,
+  deposit: Pick<RefundPayer, 'fromAddress' | 'derivationIndex'>,
   on: Pick<
     Extract<SettlementCommand, { type: 'HoldForRefund' }>,
     'chain' | 'fromAddress' | 'beyond' | 'oneAtATime' | 'approved'
   >,
-): Promise<boolean> {
+): Promise<RefundPayer | undefined> {
   try {
     await handleCommand(deps.store, settlementDecider, settlementStreamOf(refund.invoiceId), {
       type: 'HoldForRefund',
@@ -434,9 +433,9 @@ async function takeHold(
       ...on,
       now: deps.clock.now().toISOString(),
     });
-    return true;
+    return { fundedFrom: 'deposit', fromAddress: deposit.fromAddress, derivationIndex: deposit.derivationIndex };
   } catch (error) {
-    if (error instanceof DomainError) return false;
+    if (error instanceof DomainError) return undefined;
     throw error;
   }
 }

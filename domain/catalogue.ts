@@ -34,84 +34,49 @@ const native = (symbol: string, name: string, decimals: number): TokenOnChain =>
   standard: 'NATIVE',
   iconUrl: null,
 });
-const token = (
-  symbol: 'USDT' | 'USDC',
-  standard: TokenStandard,
-  contractAddress: string,
-  decimals: number,
-): TokenOnChain => ({
-  symbol,
-  name: symbol === 'USDT' ? 'Tether USD' : 'USD Coin',
-  contractAddress,
-  decimals,
-  standard,
-  iconUrl: null,
+
+// The stablecoins' mainnet contracts: [standard, contract, decimals], per chain.
+type Contract = [standard: TokenStandard, contractAddress: string, decimals: number];
+const usdt: Partial<Record<ChainName, Contract>> = {
+  ethereum: ['ERC20', '0xdAC17F958D2ee523a2206206994597C13D831ec7', 6],
+  // Binance-Peg stablecoins on BSC use 18 decimals, not 6.
+  bsc: ['BEP-20', '0x55d398326f99059fF775485246999027B3197955', 18],
+  polygon: ['ERC20', '0xc2132D05D31c914a87C6611C10748AEb04B58e8F', 6],
+  solana: ['SPL', 'Es9vMFrzaCERmJfrF4H2FYD4KCoNkY11McCe8BenwNYB', 6],
+  tron: ['TRC20', 'TR7NHqjeKQxGTCi8q8ZY4pL8otSzgjLj6t', 6],
+};
+// No USDC on Tron: Circle ended USDC support there, so it is not accepted.
+const usdc: Partial<Record<ChainName, Contract>> = {
+  ethereum: ['ERC20', '0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48', 6],
+  bsc: ['BEP-20', '0x8AC76a51cc950d9822D68b83fE1Ad97B32Cd580d', 18],
+  // Circle's native USDC, not the bridged USDC.e.
+  polygon: ['ERC20', '0x3c499c542cEF5E3811e1192ce70d8cC03d5c3359', 6],
+  solana: ['SPL', 'EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v', 6],
+};
+const stablecoin = (symbol: 'USDT' | 'USDC', name: string, on: Contract | undefined): TokenOnChain[] =>
+  on ? [{ symbol, name, contractAddress: on[1], decimals: on[2], standard: on[0], iconUrl: null }] : [];
+
+const chain = (name: ChainName, displayName: string, chainType: ChainType, coin: TokenOnChain): Chain => ({
+  name,
+  displayName,
+  chainType,
+  nativeCurrency: coin.symbol,
+  supportedTokens: [
+    coin,
+    ...stablecoin('USDT', 'Tether USD', usdt[name]),
+    ...stablecoin('USDC', 'USD Coin', usdc[name]),
+  ],
 });
 
 // Icons are not served from any third-party host, so iconUrl stays null and
 // clients build their own from `icon`.
 export const catalogue: readonly Chain[] = [
-  {
-    name: 'ethereum',
-    displayName: 'Ethereum',
-    chainType: 'evm',
-    nativeCurrency: 'ETH',
-    supportedTokens: [
-      native('ETH', 'Ether', 18),
-      token('USDT', 'ERC20', '0xdAC17F958D2ee523a2206206994597C13D831ec7', 6),
-      token('USDC', 'ERC20', '0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48', 6),
-    ],
-  },
-  {
-    name: 'bsc',
-    displayName: 'BNB Smart Chain',
-    chainType: 'evm',
-    nativeCurrency: 'BNB',
-    supportedTokens: [
-      native('BNB', 'BNB', 18),
-      // Binance-Peg stablecoins on BSC use 18 decimals, not 6.
-      token('USDT', 'BEP-20', '0x55d398326f99059fF775485246999027B3197955', 18),
-      token('USDC', 'BEP-20', '0x8AC76a51cc950d9822D68b83fE1Ad97B32Cd580d', 18),
-    ],
-  },
-  {
-    name: 'polygon',
-    displayName: 'Polygon PoS',
-    chainType: 'evm',
-    nativeCurrency: 'POL',
-    supportedTokens: [
-      native('POL', 'Polygon Ecosystem Token', 18),
-      token('USDT', 'ERC20', '0xc2132D05D31c914a87C6611C10748AEb04B58e8F', 6),
-      // Circle's native USDC, not the bridged USDC.e.
-      token('USDC', 'ERC20', '0x3c499c542cEF5E3811e1192ce70d8cC03d5c3359', 6),
-    ],
-  },
-  {
-    name: 'solana',
-    displayName: 'Solana',
-    chainType: 'solana',
-    nativeCurrency: 'SOL',
-    supportedTokens: [
-      native('SOL', 'Solana', 9),
-      token('USDT', 'SPL', 'Es9vMFrzaCERmJfrF4H2FYD4KCoNkY11McCe8BenwNYB', 6),
-      token('USDC', 'SPL', 'EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v', 6),
-    ],
-  },
-  {
-    name: 'tron',
-    displayName: 'Tron',
-    chainType: 'tron',
-    nativeCurrency: 'TRX',
-    // No USDC: Circle ended USDC support on Tron, so it is not accepted here.
-    supportedTokens: [native('TRX', 'Tronix', 6), token('USDT', 'TRC20', 'TR7NHqjeKQxGTCi8q8ZY4pL8otSzgjLj6t', 6)],
-  },
-  {
-    name: 'bitcoin',
-    displayName: 'Bitcoin',
-    chainType: 'bitcoin',
-    nativeCurrency: 'BTC',
-    supportedTokens: [native('BTC', 'Bitcoin', 8)],
-  },
+  chain('ethereum', 'Ethereum', 'evm', native('ETH', 'Ether', 18)),
+  chain('bsc', 'BNB Smart Chain', 'evm', native('BNB', 'BNB', 18)),
+  chain('polygon', 'Polygon PoS', 'evm', native('POL', 'Polygon Ecosystem Token', 18)),
+  chain('solana', 'Solana', 'solana', native('SOL', 'Solana', 9)),
+  chain('tron', 'Tron', 'tron', native('TRX', 'Tronix', 6)),
+  chain('bitcoin', 'Bitcoin', 'bitcoin', native('BTC', 'Bitcoin', 8)),
 ];
 
 /** The EIP-155 chain id of each EVM chain's mainnet: what its payment links and signatures carry unless configured. */

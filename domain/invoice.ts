@@ -578,6 +578,14 @@ export function settlementReceipts(invoice: Invoice): (Receipts & { chain: strin
   return quote && { chain: quote.chain, token: quote.token, ...confirmedReceipts(invoice, quote) };
 }
 
+/** What a confirmation and a later change of its receipts both carry: the chain and token paid with, the total, the receipts. */
+const paidWith = (quote: AssignedAddress, totalReceived: bigint, receipts: Receipts) => ({
+  chain: quote.chain,
+  token: quote.token,
+  totalReceived: totalReceived.toString(),
+  ...receipts,
+});
+
 const receiptsTotal = (receipts: Receipts) => receipts.payments.reduce((total, p) => total + BigInt(p.amount), 0n);
 
 /**
@@ -593,13 +601,7 @@ function withConfirmationIfDue(invoice: Invoice, events: InvoiceEvent[], at: str
   if (isReadyToConfirm(after)) {
     const confirmed: InvoiceConfirmed = {
       type: 'InvoiceConfirmed',
-      data: {
-        confirmedAt: at,
-        chain: quote.chain,
-        token: quote.token,
-        totalReceived: countedTotal(after).toString(),
-        ...receipts,
-      },
+      data: { confirmedAt: at, ...paidWith(quote, countedTotal(after), receipts) },
     };
     return [...events, confirmed];
   }
@@ -609,13 +611,7 @@ function withConfirmationIfDue(invoice: Invoice, events: InvoiceEvent[], at: str
   if (before === receiptsTotal(receipts) && beforeQuote?.address === quote.address) return events;
   const changed: InvoiceReceiptsChanged = {
     type: 'InvoiceReceiptsChanged',
-    data: {
-      changedAt: at,
-      chain: quote.chain,
-      token: quote.token,
-      totalReceived: receiptsTotal(receipts).toString(),
-      ...receipts,
-    },
+    data: { changedAt: at, ...paidWith(quote, receiptsTotal(receipts), receipts) },
   };
   return [...events, changed];
 }

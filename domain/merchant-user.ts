@@ -117,10 +117,7 @@ export const merchantUserDecider: Decider<MerchantUserCommand, MerchantUserState
   decide(command, state) {
     if (command.type === 'InviteUser') {
       // Sign-in is by e-mail alone, so an address belongs to one user of one merchant.
-      if (state && state.status !== 'invited') {
-        throw new DomainError('conflict', 'A user with this email already exists');
-      }
-      if (state && state.merchantId !== command.merchantId) {
+      if (state && (state.status !== 'invited' || state.merchantId !== command.merchantId)) {
         throw new DomainError('conflict', 'A user with this email already exists');
       }
       // Inviting again an address not yet accepted replaces the invitation (a lost link, another role).

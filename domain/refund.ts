@@ -309,9 +309,7 @@ function decide(command: RefundCommand, state: RefundState): RefundEvent[] {
       return [{ type: 'RefundAwaitingFunds', data: { reason: command.reason, awaitingSince: command.now } }];
     case 'Cancel':
       if (state.status === 'canceled') return [];
-      if (!mayCancel(state)) {
-        throw new DomainError('conflict', 'Refund can no longer be canceled');
-      }
+      if (!mayCancel(state)) throw new DomainError('conflict', 'Refund can no longer be canceled');
       return [
         {
           type: 'RefundCanceled',

@@ -63,6 +63,12 @@ export function page(title: string, body: Html, session?: DashboardSession): str
 `.value;
 }
 
+/** The first facts of a refund's or a settlement's page, by the ids the tests find them by. */
+export const payoutFacts = (kind: 'refund' | 'settlement', id: string, status: string, invoiceId: string) =>
+  markup`<dt>Id</dt><dd id="${kind}-id">${id}</dd>
+      <dt>Status</dt><dd id="${kind}-status">${status}</dd>
+      <dt>Invoice</dt><dd><a href="/dashboard/invoices/${invoiceId}">${invoiceId}</a></dd>`;
+
 export const errorLine = (error: string | undefined) =>
   error && markup`<p class="error" id="form-error" role="alert">${error}</p>`;
 

@@ -5,7 +5,7 @@
 import { roleAllows } from '../../domain/merchant-user.ts';
 import type { RefundView } from '../../projections/contract/refund.ts';
 import { markup } from '../routes/checkout.ts';
-import { csrfField, errorLine, page, reauthenticationFields } from './pages.ts';
+import { csrfField, errorLine, page, payoutFacts, reauthenticationFields } from './pages.ts';
 import type { DashboardSession } from './sessions.ts';
 
 type Html = ReturnType<typeof markup>;
@@ -102,9 +102,7 @@ export function refundPage(
   return page(
     `Refund ${refund.amount} ${refund.token}`,
     markup`<dl class="facts" id="refund">
-      <dt>Id</dt><dd id="refund-id">${refund.id}</dd>
-      <dt>Status</dt><dd id="refund-status">${refund.status}</dd>
-      <dt>Invoice</dt><dd><a href="/dashboard/invoices/${refund.invoiceId}">${refund.invoiceId}</a></dd>
+      ${payoutFacts('refund', refund.id, refund.status, refund.invoiceId)}
       <dt>Amount</dt><dd>${refund.amount} ${refund.token} on ${refund.chain} (${refund.fiatAmount} ${refund.fiatCurrency})</dd>
       <dt>Network fee</dt><dd>${refund.networkFee} ${refund.token}</dd>
       <dt>Customer receives</dt><dd id="refund-net">${refund.netAmount} ${refund.token}</dd>

@@ -4,7 +4,7 @@
 import { roleAllows } from '../../domain/merchant-user.ts';
 import type { ActivityTable, SettlementsTable } from '../../projections/schema.ts';
 import { markup } from '../routes/checkout.ts';
-import { csrfField, errorLine, page, reauthenticationFields } from './pages.ts';
+import { csrfField, errorLine, page, payoutFacts, reauthenticationFields } from './pages.ts';
 import type { DashboardSession } from './sessions.ts';
 
 type Html = ReturnType<typeof markup>;
@@ -95,9 +95,7 @@ export function settlementPage(session: DashboardSession, s: SettlementsTable): 
   return page(
     `Settlement ${s.amount} ${s.currency}`,
     markup`<dl class="facts" id="settlement">
-      <dt>Id</dt><dd id="settlement-id">${s.id}</dd>
-      <dt>Status</dt><dd id="settlement-status">${s.status}</dd>
-      <dt>Invoice</dt><dd><a href="/dashboard/invoices/${s.invoice_id}">${s.invoice_id}</a></dd>
+      ${payoutFacts('settlement', s.id, s.status, s.invoice_id)}
       <dt>Received</dt><dd>${s.gross_amount} ${s.currency} on ${s.chain}</dd>
       <dt>Platform fee</dt><dd>${s.platform_fee} ${s.currency}</dd>
       <dt>Network fee</dt><dd>${s.network_fee} ${s.currency}</dd>

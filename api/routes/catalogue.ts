@@ -1,4 +1,4 @@
-import { Type } from 'typebox';
+import { Type, type TSchema } from 'typebox';
 import type { FastifyInstance } from 'fastify';
 import { catalogue, listTokens } from '../../domain/catalogue.ts';
 import type { Authentication } from '../auth.ts';
@@ -44,28 +44,16 @@ export interface CatalogueRouteDeps {
 export async function catalogueRoutes(app: FastifyInstance, { config, auth }: CatalogueRouteDeps) {
   const chains = catalogue.filter((c) => config.chains.includes(c.name));
   const tokens = listTokens(config.chains);
-  app.get(
-    '/api/v1/chains',
-    {
-      preHandler: auth.public,
-      schema: {
-        tags: ['public'],
-        summary: 'List enabled chains',
-        response: { 200: Type.Object({ data: Type.Array(Chain) }) },
+  // Both lists are public, fixed at start-up and answered whole.
+  const publicList = (url: string, summary: string, item: TSchema, data: unknown[]) =>
+    app.get(
+      url,
+      {
+        preHandler: auth.public,
+        schema: { tags: ['public'], summary, response: { 200: Type.Object({ data: Type.Array(item) }) } },
       },
-    },
-    async () => ({ data: chains }),
-  );
-  app.get(
-    '/api/v1/tokens',
-    {
-      preHandler: auth.public,
-      schema: {
-        tags: ['public'],
-        summary: 'List tokens: BTC, ETH, USDT, USDC, then the rest by symbol',
-        response: { 200: Type.Object({ data: Type.Array(Token) }) },
-      },
-    },
-    async () => ({ data: tokens }),
-  );
+      async () => ({ data }),
+    );
+  publicList('/api/v1/chains', 'List enabled chains', Chain, chains);
+  publicList('/api/v1/tokens', 'List tokens: BTC, ETH, USDT, USDC, then the rest by symbol', Token, tokens);
 }

@@ -83,17 +83,10 @@ export const invoiceViewOf = (invoice: Invoice, baseUrl: string) => invoiceView(
 /** `data.invoice` of a webhook: the invoice, its metadata and where its payment stands. */
 export function invoicePayload(invoice: Invoice) {
   const view = invoicePaymentView(invoice);
+  // The invoice's own fields as they are and in the contract's order, then where its payment stands.
+  const { id, merchantId, amount, currency, status, description, expiresAt, createdAt, updatedAt, metadata } = invoice;
   return {
-    id: invoice.id,
-    merchantId: invoice.merchantId,
-    amount: invoice.amount,
-    currency: invoice.currency,
-    status: invoice.status,
-    description: invoice.description,
-    expiresAt: invoice.expiresAt,
-    createdAt: invoice.createdAt,
-    updatedAt: invoice.updatedAt,
-    metadata: invoice.metadata,
+    ...{ id, merchantId, amount, currency, status, description, expiresAt, createdAt, updatedAt, metadata },
     subscriberId: invoice.subscriberId ?? null,
     chain: view.chain,
     cryptoCurrency: view.token,

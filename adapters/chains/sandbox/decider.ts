@@ -372,14 +372,9 @@ export function sandboxLedgerDecider(
   return {
     initialState,
     decide(command, state) {
-      switch (command.type) {
-        case 'MineBlock':
-          return mineBlock(command, state);
-        case 'MineEmptyBlocks':
-          return mineEmptyBlocks(command, state);
-        case 'Reorg':
-          return reorg(command, state);
-      }
+      if (command.type === 'MineBlock') return mineBlock(command, state);
+      if (command.type === 'MineEmptyBlocks') return mineEmptyBlocks(command, state);
+      return reorg(command, state);
     },
     evolve(state, event) {
       const nextRevision = state.nextRevision + 1;

@@ -373,6 +373,10 @@ const approved = (funded: boolean): RefundEvent => ({
   type: 'RefundApproved',
   data: { ...payer, merchantId: MERCHANT_ID, chain: 'ethereum', funded, approvedAt: T1 },
 });
+const fromDeposit: RefundEvent = {
+  type: 'RefundApproved',
+  data: { ...payer, fundedFrom: 'deposit', merchantId: MERCHANT_ID, chain: 'ethereum', funded: true, approvedAt: T1 },
+};
 const prepared = (txHash = '0xaa', attempt = 1): RefundEvent => ({
   type: 'RefundTransactionPrepared',
   data: { attempt, txHash, raw: '{}', preparedAt: T1 },
@@ -462,17 +466,6 @@ describe('the refund aggregate', () => {
     given(refundDecider, [created(), claimed, approved(true), prepared()])
       .when({ type: 'AwaitFunds', reason: lacking, now: T1 })
       .thenError('conflict', 'Refund can no longer wait for funds');
-    const fromDeposit: RefundEvent = {
-      type: 'RefundApproved',
-      data: {
-        ...payer,
-        fundedFrom: 'deposit',
-        merchantId: MERCHANT_ID,
-        chain: 'ethereum',
-        funded: true,
-        approvedAt: T1,
-      },
-    };
     given(refundDecider, [created(), claimed, fromDeposit])
       .when({ type: 'AwaitFunds', reason: lacking, now: T1 })
       .thenError('conflict', 'Refund can no longer wait for funds');
@@ -529,17 +522,6 @@ describe('the refund aggregate', () => {
       now: at(40),
     });
     // Approved from the deposit, on its way or paid: its payout and the saga have it.
-    const fromDeposit: RefundEvent = {
-      type: 'RefundApproved',
-      data: {
-        ...payer,
-        fundedFrom: 'deposit',
-        merchantId: MERCHANT_ID,
-        chain: 'ethereum',
-        funded: true,
-        approvedAt: T1,
-      },
-    };
     assert.equal(releaseOfHold(REFUND_ID, stateOf([created(), claimed, fromDeposit]), now), undefined);
     assert.equal(releaseOfHold(REFUND_ID, null, now), undefined);
     const released = { type: 'ReleaseRefund', refundId: REFUND_ID, paid: false, now: at(40) };

@@ -414,6 +414,29 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
       await lagging.broadcast(prepared);
     });
 
+    it('a refund that landed, sent again to a node that checks the tip before the nonce, is not taken as refused', async () => {
+      const { prepared } = await nativeRefund(909);
+      const ours = Transaction.from(JSON.parse(prepared.raw).steps[0]);
+      await lagging.broadcast(prepared);
+      await node.mine(3);
+      proxy.minTip = ours.maxPriorityFeePerGas! + 1n;
+      try {
+        // The reads lag too: the nonce is not used yet as read, at a block behind one already read. Unknown.
+        proxy.lag = 5;
+        await assert.rejects(lagging.broadcast(prepared), notRefused);
+        // The reads are current: the block that used the nonce holds this transaction, so it is there.
+        proxy.lag = 0;
+        await lagging.broadcast(prepared);
+
+        // A transaction the node never had is refused for its tip all the same.
+        const { prepared: never } = await nativeRefund(910);
+        proxy.minTip = Transaction.from(JSON.parse(never.raw).steps[0]).maxPriorityFeePerGas! + 1n;
+        await assert.rejects(lagging.broadcast(never), { name: 'TransactionRejectedError', message: /underpriced/ });
+      } finally {
+        proxy.minTip = 0n;
+      }
+    });
+
     it('a refund whose nonce another transaction took is refused, once the reads show it', async () => {
       const { key, prepared } = await nativeRefund(906);
       const ours = Transaction.from(JSON.parse(prepared.raw).steps[0]);

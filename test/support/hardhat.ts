@@ -9,7 +9,7 @@ import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
-import { ContractFactory, JsonRpcProvider, Network, NonceManager, Wallet, type Contract } from 'ethers';
+import { ContractFactory, JsonRpcProvider, Network, NonceManager, Transaction, Wallet, type Contract } from 'ethers';
 import { freePort, root } from './process.ts';
 
 /** Hardhat's default accounts (test/fixtures/hardhat.config.cjs), each with 10,000 ETH. */
@@ -166,6 +166,13 @@ export async function laggingProxy(nodeUrl: string) {
     lag: 0,
     /** Only reads of the latest block lag: a backend asked for a block by number or hash is one that has it. */
     latestOnly: false,
+    /**
+     * The backend that takes transactions refuses a tip below this (geth's --txpool.pricelimit), and checks it
+     * before the nonce (core/txpool/validation.go: ValidateTransaction, then ValidateTransactionWithState; the
+     * words are geth 1.13's ErrUnderpriced, later ErrTxGasPriceTooLow): a transaction mined already is refused
+     * for its tip, not as known.
+     */
+    minTip: 0n,
     lagging: new Set([
       'eth_getTransactionReceipt',
       'eth_getTransactionByHash',
@@ -177,10 +184,16 @@ export async function laggingProxy(nodeUrl: string) {
     close: () => new Promise<void>((r) => server.close(() => r())),
   };
   const hex = (n: number) => '0x' + n.toString(16);
-  const notFound = (id: unknown, message: string) => ({ jsonrpc: '2.0', id, error: { code: -32000, message } });
+  const nodeError = (id: unknown, message: string) => ({ jsonrpc: '2.0', id, error: { code: -32000, message } });
   async function answer(request: { id: unknown; method: string; params?: any[] }) {
     const { id, method } = request;
     const params = [...(request.params ?? [])];
+    if (method === 'eth_sendRawTransaction') {
+      const tip = Transaction.from(params[0]).maxPriorityFeePerGas ?? Transaction.from(params[0]).gasPrice!;
+      if (tip < proxy.minTip) {
+        return nodeError(id, `transaction underpriced: tip needed ${proxy.minTip}, tip permitted ${tip}`);
+      }
+    }
     if (proxy.lag === 0 || !proxy.lagging.has(method)) return call(request);
     const latest = (tag: unknown) => typeof tag === 'string' && !tag.startsWith('0x');
     const head = Number((await call({ jsonrpc: '2.0', id: 0, method: 'eth_blockNumber' })).result) - proxy.lag;
@@ -209,11 +222,11 @@ export async function laggingProxy(nodeUrl: string) {
     if (at && typeof at === 'object' && 'blockHash' in at) {
       const block = (await call({ jsonrpc: '2.0', id: 0, method: 'eth_getBlockByHash', params: [at.blockHash, false] }))
         .result;
-      if (!block || Number(block.number) > head) return notFound(id, 'header for hash not found');
+      if (!block || Number(block.number) > head) return nodeError(id, 'header for hash not found');
       return call(request);
     }
     const height = heightOf(at && typeof at === 'object' ? at.blockNumber : at);
-    if (height > head) return notFound(id, 'header not found');
+    if (height > head) return nodeError(id, 'header not found');
     params[params.length - 1] = hex(height);
     return call({ ...request, params });
   }

@@ -64,6 +64,16 @@ interface FeeQuote {
 /** A transaction can never be mined: the chain shows its nonce used by another transaction. */
 class NonceUsedError extends TransactionRejectedError {}
 
+/**
+ * The node refusing a transaction: its nonce used or funds short (which the
+ * sender's own transaction may have done), its gas or fee below what the
+ * node or the next block takes (geth's "transaction underpriced", renamed
+ * "transaction gas price below minimum"; Hardhat's "too low for the next
+ * block"), or its signature.
+ */
+const REFUSAL =
+  /nonce too low|nonce has already been used|insufficient funds|intrinsic gas|exceeds block gas limit|gas limit reached|invalid sender|underpriced|gas price below minimum|too low for the next block|less than block base fee|fee cap less than/;
+
 /** Every message an ethers or node error carries, lower-cased, to recognise a refusal. */
 function errorText(error: unknown): string {
   const e = error as { message?: string; shortMessage?: string; info?: { error?: { message?: string } } };
@@ -89,6 +99,8 @@ export interface EvmPayerOptions {
 export class EvmPayer {
   private fee?: FeeQuote;
   private tipFetchedAt = 0;
+  /** The highest block this payer has read: a read from below it comes from a node that lags. */
+  private highestSeen = 0;
   /** The fee wallet's top-ups, one at a time: its nonces never collide. */
   private topUps: Promise<unknown> = Promise.resolve();
   /** Prepared bundles by reference: preparing one again gives the same transaction. */
@@ -119,6 +131,7 @@ export class EvmPayer {
 
   /** From the latest block's base fee (twice it, for headroom, plus the node's tip) or the gas price. */
   async refreshFee(latest: RpcBlock): Promise<void> {
+    this.highestSeen = Math.max(this.highestSeen, Number(latest.number));
     try {
       if (latest.baseFeePerGas !== undefined) {
         const now = Date.now();
@@ -344,30 +357,24 @@ export class EvmPayer {
       }
       // Another transaction with the same nonce is pending (perhaps an earlier attempt's): the outcome is open.
       if (/replacement|replace/.test(text)) throw this.node.redacted(error);
+      if (!REFUSAL.test(text)) throw this.node.redacted(error);
       const refusal = this.node.redacted(text.split(' | ')[0]!).message.slice(0, 300);
-      // The nonce used, or the funds spent, may be this very transaction's doing: a load-balanced
-      // provider takes it on an up-to-date backend and answers the receipt from a lagging one.
-      if (/nonce too low|nonce has already been used|insufficient funds/.test(text)) {
-        const taken = await this.nonceTakenBy(tx);
-        if (taken === 'ours') return;
-        if (taken !== 'open') {
-          throw new NonceUsedError(
-            `${refusal} (nonce ${tx.nonce} was used by another transaction, in block ${Number(taken.number)} ${taken.hash})`,
-          );
-        }
-        if (!/insufficient funds/.test(text)) {
-          throw new Error(`${refusal}, but the chain as read has not used nonce ${tx.nonce} yet: reads lag`);
-        }
-        throw new TransactionRejectedError(refusal);
+      // Any refusal may be of this very transaction, mined already: a load-balanced provider takes it on an
+      // up-to-date backend and answers the receipt from a lagging one, and a node that checks the fee before
+      // the nonce refuses a mined transaction for its fee (geth, core/txpool/validation.go: ValidateTransaction,
+      // the intrinsic gas and the pool's minimum tip, runs before ValidateTransactionWithState, the nonce and
+      // the funds). Only the chain's record of the nonce tells.
+      const taken = await this.nonceTakenBy(tx);
+      if (taken === 'ours') return;
+      if (taken !== 'open') {
+        throw new NonceUsedError(
+          `${refusal} (nonce ${tx.nonce} was used by another transaction, in block ${Number(taken.number)} ${taken.hash})`,
+        );
       }
-      if (
-        /intrinsic gas|exceeds block gas limit|gas limit reached|invalid sender|underpriced|too low for the next block|less than block base fee|fee cap less than/.test(
-          text,
-        )
-      ) {
-        throw new TransactionRejectedError(refusal);
+      if (/nonce too low|nonce has already been used/.test(text)) {
+        throw new Error(`${refusal}, but the chain as read has not used nonce ${tx.nonce} yet: reads lag`);
       }
-      throw this.node.redacted(error);
+      throw new TransactionRejectedError(refusal);
     }
   }
 
@@ -387,9 +394,19 @@ export class EvmPayer {
       BigInt(await this.node.rpc<string>('eth_getTransactionCount', [from, at])) > BigInt(tx.nonce);
     const latest = await this.node.rpc<RpcBlock | null>('eth_getBlockByNumber', ['latest', false]);
     if (!latest) throw new Error(`${this.options.chain}: the node has no latest block`);
-    if (!(await usedAt({ blockHash: latest.hash, requireCanonical: true }))) return 'open';
+    const height = Number(latest.number);
+    if (!(await usedAt({ blockHash: latest.hash, requireCanonical: true }))) {
+      // Not used as of a block older than one already read: a node that lags cannot say so.
+      if (height < this.highestSeen) {
+        throw new Error(
+          `${this.options.chain}: nonce ${tx.nonce} read at block ${height}, behind ${this.highestSeen}: reads lag`,
+        );
+      }
+      return 'open';
+    }
+    this.highestSeen = Math.max(this.highestSeen, height);
     // Used at `after`, not yet at `before`: stepping back by doubling steps, then halving the gap, finds the block.
-    let after = Number(latest.number);
+    let after = height;
     let before = after - 1;
     for (let back = 1; before >= 0 && (await usedAt('0x' + before.toString(16))); back *= 2) {
       after = before;

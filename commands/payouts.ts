@@ -93,8 +93,6 @@ export async function queuedPayouts(
   return rows.map((r) => r.payout_id);
 }
 
-const settlementIdOfStream = streams.settlement.idOf;
-
 /**
  * Keeps `payout_queue` as the payout events say: a new payout is due at
  * once, a failure when its retry is, a final failure is parked, a completed
@@ -107,73 +105,109 @@ export const payoutQueueProjector: Projector = {
   name: 'payout-queue',
   tables: ['payout_queue'],
   async apply(trx: Kysely<QueueTables>, recorded: RecordedEvent) {
-    const now = recorded.recordedAt;
     if (recorded.type === 'MerchantUpdated') {
       const { changes } = recorded.data as Extract<MerchantEvent, { type: 'MerchantUpdated' }>['data'];
       const chains = Object.keys(changes.settlementWallets ?? {});
       if (chains.length === 0) return;
       await trx
         .updateTable('payout_queue')
-        .set({ due_at: now, looks: 0, version: sql`version + 1` })
+        .set({ due_at: recorded.recordedAt, looks: 0, version: sql`version + 1` })
         .where('merchant_id', '=', streams.merchant.idOf(recorded.streamId))
         .where('chain', 'in', chains)
         .where('state', '=', 'open')
         .execute();
       return;
     }
-    if (streams.refund.holds(recorded.streamId)) return applyRefundEvent(trx, recorded);
-    if (!streams.settlement.holds(recorded.streamId)) return;
-    const payoutId = settlementIdOfStream(recorded.streamId);
-    const event = { type: recorded.type, data: recorded.data } as SettlementEvent;
-    switch (event.type) {
-      case 'SettlementRequested':
-        await enqueue(trx, payoutId, 'settlement', event.data, now);
-        return;
-      case 'SettlementCompleted':
-      case 'SettlementRefundedInFull':
-        await trx.deleteFrom('payout_queue').where('payout_id', '=', payoutId).execute();
-        return;
-      case 'SettlementFailed':
-        await dueAfterFailure(trx, payoutId, event.data.retryAt, now);
-        return;
-      case 'SettlementAttentionRaised':
-      case 'SettlementAttentionResolved':
-        return; // for a person; it changes nothing the worker could do
-      default:
-        // Anything else moved the payout on (re-priced, a wallet, a transaction, a retry): look now.
-        await setDue(trx, payoutId, 'open', now);
-    }
+    if (streams.settlement.holds(recorded.streamId)) return applyPayoutEvent(trx, settlementQueueMoves, recorded);
+    if (streams.refund.holds(recorded.streamId)) return applyPayoutEvent(trx, refundQueueMoves, recorded);
   },
 };
 
+/**
+ * What a payout event does to the payout's row: `enqueue` a new payout, due at
+ * once; `leave` at its end; `dueAfterFailure`; `lookNow` when it moved on;
+ * `none` when it changes nothing the worker could do.
+ */
+type QueueMove = 'enqueue' | 'leave' | 'dueAfterFailure' | 'lookNow' | 'none';
+
+/** The moves an event's data allows: a new payout names its merchant and chain, a failure its retry. */
+type QueueMoveOf<Data> =
+  | 'leave'
+  | 'lookNow'
+  | 'none'
+  | (Data extends { merchantId: string; chain: string } ? 'enqueue' : never)
+  | (Data extends { retryAt: string | null } ? 'dueAfterFailure' : never);
+
+/** One kind of payout's queue rule: the move each event type makes, `otherwise` for the rest. */
+interface PayoutQueueMoves<Event extends { type: string; data: unknown }> {
+  kind: string;
+  idOf: (streamId: string) => string;
+  moves: { [Type in Event['type']]?: QueueMoveOf<Extract<Event, { type: Type }>['data']> };
+  otherwise: QueueMove;
+}
+
+const settlementQueueMoves: PayoutQueueMoves<SettlementEvent> = {
+  kind: 'settlement',
+  idOf: streams.settlement.idOf,
+  moves: {
+    SettlementRequested: 'enqueue',
+    SettlementCompleted: 'leave',
+    SettlementRefundedInFull: 'leave',
+    SettlementFailed: 'dueAfterFailure',
+    // For a person; it changes nothing the worker could do.
+    SettlementAttentionRaised: 'none',
+    SettlementAttentionResolved: 'none',
+  },
+  // Anything else moved the payout on (re-priced, a wallet, a transaction, a retry): look now.
+  otherwise: 'lookNow',
+};
+
 /** A refund is a payout from its approval to its end (refunds.md); before that there is nothing to pay. */
-async function applyRefundEvent(trx: Kysely<QueueTables>, recorded: RecordedEvent) {
+const refundQueueMoves: PayoutQueueMoves<RefundEvent> = {
+  kind: 'refund',
+  idOf: streams.refund.idOf,
+  moves: {
+    RefundApproved: 'enqueue',
+    RefundCompleted: 'leave',
+    RefundCanceled: 'leave',
+    RefundExpired: 'leave',
+    RefundFailed: 'dueAfterFailure',
+    // The look that recorded it set when to ask the wallet again.
+    RefundAwaitingFunds: 'none',
+    RefundFunded: 'lookNow',
+    RefundPayerChanged: 'lookNow',
+    RefundTransactionPrepared: 'lookNow',
+    RefundSubmitted: 'lookNow',
+    RefundRetried: 'lookNow',
+  },
+  // Before its approval: not a payout yet.
+  otherwise: 'none',
+};
+
+async function applyPayoutEvent<Event extends { type: string; data: unknown }>(
+  trx: Kysely<QueueTables>,
+  rule: PayoutQueueMoves<Event>,
+  recorded: RecordedEvent,
+) {
   const now = recorded.recordedAt;
-  const payoutId = streams.refund.idOf(recorded.streamId);
-  const event = { type: recorded.type, data: recorded.data } as RefundEvent;
-  switch (event.type) {
-    case 'RefundApproved':
-      await enqueue(trx, payoutId, 'refund', event.data, now);
+  const payoutId = rule.idOf(recorded.streamId);
+  // What each move reads of the data is there: QueueMoveOf allows it only on events that have it.
+  const data = recorded.data as { merchantId: string; chain: string; retryAt: string | null };
+  switch (rule.moves[recorded.type as Event['type']] ?? rule.otherwise) {
+    case 'enqueue':
+      await enqueue(trx, payoutId, rule.kind, data, now);
       return;
-    case 'RefundCompleted':
-    case 'RefundCanceled':
-    case 'RefundExpired':
+    case 'leave':
       await trx.deleteFrom('payout_queue').where('payout_id', '=', payoutId).execute();
       return;
-    case 'RefundFailed':
-      await dueAfterFailure(trx, payoutId, event.data.retryAt, now);
+    case 'dueAfterFailure':
+      await dueAfterFailure(trx, payoutId, data.retryAt, now);
       return;
-    case 'RefundAwaitingFunds':
-      return; // the look that recorded it set when to ask the wallet again
-    case 'RefundFunded':
-    case 'RefundPayerChanged':
-    case 'RefundTransactionPrepared':
-    case 'RefundSubmitted':
-    case 'RefundRetried':
+    case 'lookNow':
       await setDue(trx, payoutId, 'open', now);
       return;
-    default:
-      return; // before its approval: not a payout yet
+    case 'none':
+      return;
   }
 }
 

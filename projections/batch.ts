@@ -4,30 +4,59 @@
 // replay would leave, and replaying any prefix of the log gives the same rows.
 import { sql, type Kysely } from 'kysely';
 import type { Projector } from '../adapters/event-store/followers.ts';
+import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { StreamFolds, type Fold } from '../adapters/event-store/stream-folds.ts';
 // The stream folds sit with the log's followers, which the workers' to-do tables use too.
 export { eventsByStream, foldsOf, StreamFolds, type Fold, type Folded } from '../adapters/event-store/stream-folds.ts';
 import type { ReadModelTables } from './schema.ts';
 
 /**
- * The projector of one kind of stream into one table of its own, a row a
- * stream keyed by `id`: each stream's row once a batch, as of its last event
- * in the batch.
+ * A table of a row a stream of one kind, keyed by `id`, for
+ * rowPerStreamProjector: the streams it holds, their fold, and the row of a
+ * stream's state.
  */
-export function rowPerStreamProjector<State, Event, Table extends keyof ReadModelTables>(
+export interface StreamTable {
+  readonly table: keyof ReadModelTables;
+  /**
+   * Folds the streams `batch` touches, each up to its last event in the
+   * batch (a projector's `prepare`), and gives the write of their rows.
+   */
+  prepare(batch: readonly RecordedEvent[], store: EventStore): Promise<(trx: Kysely<ReadModelTables>) => Promise<void>>;
+}
+
+export function streamTable<State, Event, Table extends keyof ReadModelTables>(
   table: Table,
   holds: (streamId: string) => boolean,
   fold: Fold<State | null, Event>,
   /** null: the stream has no row (yet). */
   rowOf: (state: State) => ReadModelTables[Table] | null,
-): Projector<Map<string, State | null>> {
+): StreamTable {
   const folds = new StreamFolds<State | null, Event>(holds, fold);
   return {
-    name: table,
-    tables: [table],
-    prepare: (batch, store) => folds.ofBatch(batch, store),
-    async applyBatch(trx: Kysely<ReadModelTables>, _batch, states) {
-      await upsertRows(trx, table, ['id' as keyof ReadModelTables[Table] & string], rowsOf(states.values(), rowOf));
+    table,
+    async prepare(batch, store) {
+      const states = await folds.ofBatch(batch, store);
+      return (trx) =>
+        upsertRows(trx, table, ['id' as keyof ReadModelTables[Table] & string], rowsOf(states.values(), rowOf));
+    },
+  };
+}
+
+/**
+ * The projector of kinds of streams into tables of their own, a row a stream
+ * keyed by `id` (streamTable): each stream's row once a batch, as of its last
+ * event in the batch; the tables are written in the order given.
+ */
+export function rowPerStreamProjector(
+  name: string,
+  ...tables: StreamTable[]
+): Projector<((trx: Kysely<ReadModelTables>) => Promise<void>)[]> {
+  return {
+    name,
+    tables: tables.map((t) => t.table),
+    prepare: (batch, store) => Promise.all(tables.map((t) => t.prepare(batch, store))),
+    async applyBatch(trx: Kysely<ReadModelTables>, _batch, writes) {
+      for (const write of writes) await write(trx);
     },
   };
 }

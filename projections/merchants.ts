@@ -5,30 +5,17 @@ import type { Kysely } from 'kysely';
 import { apiKeyDecider, type ApiKey } from '../domain/api-key.ts';
 import { merchantDecider, type Merchant } from '../domain/merchant.ts';
 import { merchantUserDecider, type MerchantUser } from '../domain/merchant-user.ts';
-import { dateOrNull, foldsOf, rowsOf, StreamFolds, upsertRows, type Folded } from './batch.ts';
-import type { Projector } from '../adapters/event-store/followers.ts';
+import { dateOrNull, rowPerStreamProjector, streamTable } from './batch.ts';
 import type { ReadModelTables } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 
-/** The merchants, API keys and users a batch touches, each as of the batch's last event of it. */
-const folds = {
-  merchants: new StreamFolds(streams.merchant.holds, merchantDecider),
-  apiKeys: new StreamFolds(streams.apiKey.holds, apiKeyDecider),
-  users: new StreamFolds(streams.merchantUser.holds, merchantUserDecider),
-};
-
-export const merchantsProjector: Projector<Folded<typeof folds>> = {
-  name: 'merchants',
-  tables: ['merchants', 'api_keys', 'merchant_users'],
-  prepare: foldsOf(folds),
-
-  // Each merchant's and key's row once, as of its last event in the batch (see batch.ts).
-  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { merchants, apiKeys, users }) {
-    await upsertRows(trx, 'merchants', ['id'], rowsOf(merchants.values(), merchantRowOf));
-    await upsertRows(trx, 'api_keys', ['id'], rowsOf(apiKeys.values(), apiKeyRowOf));
-    await upsertRows(trx, 'merchant_users', ['id'], rowsOf(users.values(), userRowOf));
-  },
-};
+// Each merchant's, key's and user's row once, as of its last event in the batch (see batch.ts).
+export const merchantsProjector = rowPerStreamProjector(
+  'merchants',
+  streamTable('merchants', streams.merchant.holds, merchantDecider, merchantRowOf),
+  streamTable('api_keys', streams.apiKey.holds, apiKeyDecider, apiKeyRowOf),
+  streamTable('merchant_users', streams.merchantUser.holds, merchantUserDecider, userRowOf),
+);
 
 function merchantRowOf(m: Merchant) {
   return {

@@ -3,12 +3,15 @@
 import type { Kysely } from 'kysely';
 import { formatUnits } from '../domain/money.ts';
 import { refundDecider, type Refund } from '../domain/refund.ts';
-import { dateOrNull, rowPerStreamProjector } from './batch.ts';
+import { dateOrNull, rowPerStreamProjector, streamTable } from './batch.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, RefundsTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 
-export const refundsProjector = rowPerStreamProjector('refunds', streams.refund.holds, refundDecider, refundRowOf);
+export const refundsProjector = rowPerStreamProjector(
+  'refunds',
+  streamTable('refunds', streams.refund.holds, refundDecider, refundRowOf),
+);
 
 export function refundRowOf(r: Refund): RefundsTable {
   // Exact, in the token's own decimals: a refund is never shown rounded.

@@ -2,19 +2,22 @@
 // the operator's attention list read.
 import { formatUnits } from '../domain/money.ts';
 import { requestedSettlement, settlementDecider, type Settlement } from '../domain/settlement.ts';
-import { dateOrNull, rowPerStreamProjector } from './batch.ts';
+import { dateOrNull, rowPerStreamProjector, streamTable } from './batch.ts';
 import type { SettlementsTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 
 export const settlementsProjector = rowPerStreamProjector(
   'settlements',
-  streams.settlement.holds,
-  settlementDecider,
-  // A stream with only refund holds (the settlement not yet requested) has no row.
-  (state) => {
-    const settlement = requestedSettlement(state);
-    return settlement && settlementRowOf(settlement);
-  },
+  streamTable(
+    'settlements',
+    streams.settlement.holds,
+    settlementDecider,
+    // A stream with only refund holds (the settlement not yet requested) has no row.
+    (state) => {
+      const settlement = requestedSettlement(state);
+      return settlement && settlementRowOf(settlement);
+    },
+  ),
 );
 
 export function settlementRowOf(s: Settlement): SettlementsTable {

@@ -10,34 +10,22 @@ import {
   type Subscriber,
   type SubscriberStatus,
 } from '../domain/subscriber.ts';
-import { dateOrNull, foldsOf, rowsOf, StreamFolds, upsertRows, type Folded } from './batch.ts';
-import type { Projector } from '../adapters/event-store/followers.ts';
+import { dateOrNull, rowPerStreamProjector, streamTable } from './batch.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables, SubscribersTable, SubscriptionPlansTable } from './schema.ts';
 import { streams } from '../domain/streams.ts';
 
 const iso = (value: Date | string) => new Date(value).toISOString();
-const isPlanStream = streams.plan.holds;
-const isSubscriberStream = streams.subscriber.holds;
-
-/** The plans and subscribers a batch touches, each as of the batch's last event of it. */
-const folds = {
-  plans: new StreamFolds(isPlanStream, planDecider),
-  subscribers: new StreamFolds(isSubscriberStream, subscriberDecider),
-};
-
-export const subscriptionsProjector: Projector<Folded<typeof folds>> = {
-  name: 'subscriptions',
-  tables: ['subscription_plans', 'subscribers'],
-  prepare: foldsOf(folds),
-
-  // Each plan's and subscriber's row once, as of its last event in the batch (see batch.ts).
-  async applyBatch(trx: Kysely<ReadModelTables>, _batch, { plans, subscribers }) {
-    await upsertRows(trx, 'subscription_plans', ['id'], rowsOf(plans.values(), planRowOf));
-    const enrolled = [...subscribers.values()].map(subscriberIn);
-    await upsertRows(trx, 'subscribers', ['id'], rowsOf(enrolled, subscriberRowOf));
-  },
-};
+// Each plan's and subscriber's row once, as of its last event in the batch (see batch.ts).
+export const subscriptionsProjector = rowPerStreamProjector(
+  'subscriptions',
+  streamTable('subscription_plans', streams.plan.holds, planDecider, planRowOf),
+  // An abandoned enrollment has no row.
+  streamTable('subscribers', streams.subscriber.holds, subscriberDecider, (state) => {
+    const subscriber = subscriberIn(state);
+    return subscriber && subscriberRowOf(subscriber);
+  }),
+);
 
 function planRowOf(plan: Plan) {
   return {

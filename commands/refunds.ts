@@ -12,7 +12,7 @@ import type { Clock } from '../adapters/clock.ts';
 import { failpoint } from '../adapters/failpoints.ts';
 import type { EventStore, RecordedEvent } from '../adapters/event-store/port.ts';
 import { DomainError } from '../domain/decider.ts';
-import { canPay, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
+import { canPay, PayerBusyError, type ChainAdapter, type PreparedTransaction } from '../adapters/chains/port.ts';
 import type { DepositAddressDeriver } from '../adapters/keys/derivation.ts';
 import { findChain, type ChainName } from '../domain/catalogue.ts';
 import { merchantDecider, merchantStream, type RefundWallet } from '../domain/merchant.ts';
@@ -627,6 +627,8 @@ const coinsTakenBy = (others: readonly Refund[]) =>
 
 /** How soon a refund waiting for its wallet to be funded looks at the balance again. */
 const FUNDS_LOOK_MS = 5_000;
+/** How soon a refund waiting behind another from the same payer (PayerBusyError) looks again. */
+const PAYER_BUSY_LOOK_MS = 2_000;
 
 export interface RefundPayoutDeps {
   store: EventStore;
@@ -806,8 +808,15 @@ export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, R
           // From a refund wallet, coins found on the chain (no earlier attempt names them): none another refund took.
           ...(fromWallet && !sources && chain.spendsCoinsWhole && { taken: coinsTakenBy(others) }),
           ...(othersPrepared.length > 0 && { othersPrepared }),
+          ...(refund.refusedAttempts.length > 0 && { refusedAttempts: refund.refusedAttempts }),
         });
+        // Two payouts alike in all (payer, customer, amount, fee) may be built alike: one transaction would then
+        // complete both, the customer paid once. The chains' payers make theirs differ; never record one that does not.
+        const twin = others.find((o) => o.preparedHashes.includes(ours.txHash));
+        if (twin) throw new Error(`${ours.txHash} is refund ${twin.id}'s transaction too: not recorded twice`);
       } catch (error) {
+        // Another refund from the payer is on its way, ahead of this one: not a failure.
+        if (error instanceof PayerBusyError) return { waitMs: PAYER_BUSY_LOOK_MS };
         if (await this.walletLacksFunds(refund, chain)) {
           const reason = error instanceof Error ? error.message : String(error);
           await this.act(refund.id, { type: 'AwaitFunds', reason, now: this.now() });

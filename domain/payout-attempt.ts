@@ -19,6 +19,12 @@ export interface PayoutAttempts {
   rejected: boolean;
   /** Every transaction ever prepared, so that none is forgotten when a later attempt is made. */
   preparedHashes: string[];
+  /**
+   * The recorded transactions (`raw`) of the attempts the chain refused, oldest first. A refused attempt may
+   * still have had a part mined (EVM: its platform fee), or its refusal be proved wrong later: the next
+   * attempt is prepared knowing them.
+   */
+  refusedAttempts: string[];
   txHash: string | null;
   retryAt: string | null;
 }
@@ -52,6 +58,7 @@ export const noAttemptYet: PayoutAttempts = {
   prepared: null,
   rejected: false,
   preparedHashes: [],
+  refusedAttempts: [],
   txHash: null,
   retryAt: null,
 };
@@ -134,6 +141,8 @@ export const afterFailed = (state: PayoutAttempts, failure: AttemptFailure) => (
 export const afterRetried = (state: PayoutAttempts, retry: AttemptRetried) => ({
   attempt: retry.attempt,
   prepared: state.rejected ? null : state.prepared,
+  refusedAttempts:
+    state.rejected && state.prepared ? [...state.refusedAttempts, state.prepared.raw] : state.refusedAttempts,
   rejected: false,
   retryAt: null,
   updatedAt: retry.retriedAt,

@@ -347,11 +347,6 @@ export interface Settlement extends SettlementSource, payout.PayoutAttempts {
   attention: SettlementAttentionRaised['data'][];
   /** Refunds paid from the deposit: their amounts are not the merchant's. */
   refundHolds: RefundHold[];
-  /**
-   * The recorded transactions (`raw`) of the attempts the chain refused, oldest first. A refused bundle may
-   * still have had a part mined (EVM: its platform fee): the next attempt is prepared knowing them.
-   */
-  refusedAttempts: string[];
   createdAt: string;
   updatedAt: string;
   initiatedAt: string | null;
@@ -989,7 +984,6 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
       failureCode: d.merchantWallet === null ? 'no_wallet' : null,
       attention: [],
       refundHolds: holdsTakenOver(isPendingHolds(state) ? state : null, d),
-      refusedAttempts: [],
       createdAt: d.requestedAt,
       updatedAt: d.requestedAt,
       initiatedAt: null,
@@ -1074,7 +1068,6 @@ function evolve(state: SettlementState, event: SettlementEvent): SettlementState
         ...state,
         ...payout.afterRetried(state, event.data),
         status: 'pending',
-        ...(state.rejected && state.prepared && { refusedAttempts: [...state.refusedAttempts, state.prepared.raw] }),
       };
   }
 }

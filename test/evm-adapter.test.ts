@@ -382,17 +382,33 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
       const key = keyring.deriveDepositKey('ethereum', derivationIndex);
       await (await node.payer.sendTransaction({ to: key.address, value: 10n ** 17n })).wait();
       await lagging.head();
-      const network = lagging.networkFee('ETH', 'refund');
-      const prepared = await lagging.prepareTransfer({
+      const transfer: OutgoingTransfer = {
         from: { address: key.address, derivationIndex },
         to: Wallet.createRandom().address,
         token: 'ETH',
         amount: 3n * 10n ** 16n,
         reference: `adapter-test/lag-${derivationIndex}`,
-        fees: { platform: 0n, network },
+        fees: { platform: 0n, network: lagging.networkFee('ETH', 'refund') },
         payout: 'refund',
+      };
+      return { key, transfer, prepared: await lagging.prepareTransfer(transfer) };
+    }
+    const nonceOf = (prepared: PreparedTransaction) => Transaction.from(JSON.parse(prepared.raw).steps[0]).nonce;
+
+    /** Another transaction from the refund's payer at its nonce, mined: the refund can never be. */
+    async function anotherAtItsNonce(key: { privateKey: Uint8Array }, prepared: PreparedTransaction) {
+      const ours = Transaction.from(JSON.parse(prepared.raw).steps[0]);
+      const other = await new Wallet(hexlify(key.privateKey)).signTransaction({
+        to: Wallet.createRandom().address,
+        value: 1n,
+        nonce: ours.nonce,
+        gasLimit: 21_000n,
+        type: 2,
+        maxFeePerGas: ours.maxFeePerGas,
+        maxPriorityFeePerGas: ours.maxPriorityFeePerGas,
+        chainId: HARDHAT_CHAIN_ID,
       });
-      return { key, prepared };
+      await node.rpc('eth_sendRawTransaction', [other]);
     }
 
     const notRefused = (error: unknown) => !(error instanceof TransactionRejectedError);
@@ -439,19 +455,7 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
 
     it('a refund whose nonce another transaction took is refused, once the reads show it', async () => {
       const { key, prepared } = await nativeRefund(906);
-      const ours = Transaction.from(JSON.parse(prepared.raw).steps[0]);
-      // The same payer, the same nonce, another transaction: ours can never be mined.
-      const other = await new Wallet(hexlify(key.privateKey)).signTransaction({
-        to: Wallet.createRandom().address,
-        value: 1n,
-        nonce: ours.nonce,
-        gasLimit: 21_000n,
-        type: 2,
-        maxFeePerGas: ours.maxFeePerGas,
-        maxPriorityFeePerGas: ours.maxPriorityFeePerGas,
-        chainId: HARDHAT_CHAIN_ID,
-      });
-      await node.rpc('eth_sendRawTransaction', [other]);
+      await anotherAtItsNonce(key, prepared);
       await node.mine(2);
 
       proxy.lag = 5; // the reads have not seen the other transaction yet: unknown
@@ -462,6 +466,52 @@ describe('EVM chain adapter on a local Hardhat node', { skip }, () => {
         message: /nonce \d+ was used by another transaction, in block \d+ 0x/,
       });
       assert.equal(await lagging.transactionStatus(prepared.txHash), undefined);
+    });
+
+    it('a refund whose nonce another transaction took before the state the node keeps is refused, not unknown for ever', async () => {
+      const { key, prepared } = await nativeRefund(911);
+      await anotherAtItsNonce(key, prepared);
+      // One at a time: hardhat_mine's blocks are made lazily, with no parent hash a search by hash can follow.
+      for (let i = 0; i < 12; i++) await node.rpc('evm_mine');
+      proxy.stateKept = 5; // a full node's 128 blocks of state, scaled down
+      try {
+        await assert.rejects(lagging.broadcast(prepared), {
+          name: 'TransactionRejectedError',
+          message: /was used by another transaction, in a block older than the state the node keeps/,
+        });
+      } finally {
+        proxy.stateKept = 0;
+      }
+    });
+
+    it('a new attempt after a refusal read wrong is never signed past the earlier one that landed', async () => {
+      const { transfer, prepared } = await nativeRefund(912);
+      await lagging.broadcast(prepared);
+      await node.mine(2);
+      const again = { ...transfer, reference: `${transfer.reference}/2`, refusedAttempts: [prepared.raw] };
+      // Its receipt lags, the state does not: the nonce read is the next one, and the earlier attempt is mined.
+      proxy.lagging = new Set(['eth_getTransactionReceipt', 'eth_getTransactionByHash']);
+      proxy.lag = 5;
+      await assert.rejects(lagging.prepareTransfer(again), /is mined, but its receipt is not read yet/);
+      proxy.lag = 0;
+      await assert.rejects(lagging.prepareTransfer(again), /an earlier attempt's payout 0x[0-9a-f]+ is on the chain/);
+
+      // An earlier attempt never mined: the new one takes its nonce, so at most one of the two is.
+      const { transfer: other, prepared: refused } = await nativeRefund(914);
+      const replacing = await lagging.prepareTransfer({
+        ...other,
+        reference: `${other.reference}/2`,
+        refusedAttempts: [refused.raw],
+      });
+      assert.equal(nonceOf(replacing), nonceOf(refused));
+    });
+
+    it('a refund from a payer with another on its way waits for it, then takes the next nonce', async () => {
+      const { transfer, prepared: first } = await nativeRefund(913);
+      const second = { ...transfer, reference: `${transfer.reference}/b`, othersPrepared: [first.raw] };
+      await assert.rejects(lagging.prepareTransfer(second), { name: 'PayerBusyError' });
+      await lagging.broadcast(first);
+      assert.equal(nonceOf(await lagging.prepareTransfer(second)), nonceOf(first) + 1);
     });
 
     it('a token refund whose gas top-up, read stale, finds its fee wallet nonce used by another top-up is not refused', async () => {

@@ -16,6 +16,8 @@ import { baseUnits, randomWallet, tokenBalance, type EvmFixture } from './suppor
 import { hardhatOrSkip, serviceOnNode } from './support/evm-service.ts';
 import { refundFlow } from './support/refund-flow.ts';
 import { formatUnits } from '../domain/money.ts';
+import { loadState } from '../commands/handle.ts';
+import { refundDecider, refundStreamName } from '../domain/refund.ts';
 
 const { node, skip } = await hardhatOrSkip('EVM refund tests');
 
@@ -379,5 +381,36 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     const receipt = (await node.provider.getTransactionReceipt(done.transactionHash))!;
     assert.equal(receipt.gasUsed * receipt.gasPrice, networkFee, 'one transfer, its gas exactly the fee');
     assert.equal(await node.provider.getBalance(wallet.address), 0n, 'the refund wallet spent exactly what it held');
+  });
+
+  it('two equal refunds to one customer from the refund wallet, approved while blocks are slow: each paid once, in turn, none failed', async () => {
+    const { key, merchant } = await merchantWithKey(svc);
+    await flow.setWallet(merchant.id, randomWallet());
+    const p = await flow.invoice(key, undefined, '12');
+    await (await node.payer.sendTransaction({ to: p.address, value: baseUnits(p.cryptoAmount, 18) })).wait();
+    await flow.settled(p.paymentId, key);
+    const wallet = (await flow.refundWallets(key)).find((w) => w.chain === 'ethereum')!;
+    await (await node.payer.sendTransaction({ to: wallet.address, value: 10n ** 16n })).wait();
+
+    // A block only when the test mines one: the first refund is still pending when the second is prepared.
+    await node.rpc('evm_setAutomine', [false]);
+    try {
+      const customer = randomWallet();
+      const body = { amount: '0.001', destination: customer };
+      const refunds = [await flow.refund(key, p.paymentId, body), await flow.refund(key, p.paymentId, body)];
+      // Longer than the payout engine takes to look at both (a look a pass, passes every second or sooner) before a block.
+      await new Promise((resolve) => setTimeout(resolve, 4_000));
+      const done = await Promise.all(refunds.map((r) => flow.completed(r.id, key)));
+
+      assert.notEqual(done[0].transactionHash, done[1].transactionHash);
+      const net = baseUnits(done[0].netAmount, 18);
+      assert.equal(await node.provider.getBalance(customer), 2n * net, 'paid twice, once for each');
+      for (const r of refunds) {
+        const state = await loadState(svc.service.store, refundDecider, refundStreamName(r.id));
+        assert.equal(state?.attempts, 1, 'the second waited for the first: no attempt failed');
+      }
+    } finally {
+      await node.rpc('evm_setAutomine', [true]);
+    }
   });
 });

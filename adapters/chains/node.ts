@@ -41,8 +41,10 @@ export async function retried<T>(
  * in a settlement's failure reason.
  */
 export function withoutRpcUrl(error: unknown, rpcUrl: string): Error {
-  const e = error as { shortMessage?: string; message?: string; code?: string };
-  const text = String(e?.shortMessage ?? e?.message ?? error);
+  const e = error as { shortMessage?: string; message?: string; code?: string; error?: { message?: string } };
+  // ethers' short message of a JSON-RPC error ("could not coalesce error") leaves out the node's own words.
+  const answer = e?.shortMessage && e.error?.message;
+  const text = String(e?.shortMessage ?? e?.message ?? error) + (answer ? `: ${answer}` : '');
   const hide = (secret: string, as: string, within: string) =>
     within.replace(new RegExp(secret.replace(/[.*+?^${}()|[\]\\]/g, '\\$&'), 'gi'), as);
   let redacted = hide(rpcUrl, '<rpc url>', text);

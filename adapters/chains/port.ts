@@ -137,7 +137,9 @@ export interface OutgoingTransfer {
    * other payouts from the same payer still on their way. An account chain
    * whose payouts lend the payer coins (Tron: the fee wallet's TRX top-up of
    * a token call) counts what those may still hold there as not the
-   * payer's own, from the chain, so that a restart forgets none of them.
+   * payer's own, from the chain, so that a restart forgets none of them; one
+   * whose transactions are mined in order (EVM: by nonce) prepares this one
+   * only once theirs are mined (PayerBusyError).
    */
   othersPrepared?: string[];
   /**
@@ -146,7 +148,9 @@ export interface OutgoingTransfer {
    * payout is several transactions (EVM: the platform fee, then the payout)
    * reads from the chain which of theirs were mined all the same, and does
    * not send those again: a new attempt pays only the platform fee still owed,
-   * never from a payment that reached the deposit since.
+   * never from a payment that reached the deposit since. One whose refusals
+   * may be read from a lagging node (EVM) checks that none of them landed,
+   * and competes with them for their nonce rather than sign past it.
    */
   refusedAttempts?: string[];
 }
@@ -210,6 +214,16 @@ export class PayoutNotFinalError extends Error {
  */
 export class PlatformFeeUncollectedError extends Error {
   override name = 'PlatformFeeUncollectedError';
+}
+
+/**
+ * From `prepareTransfer`: the payer has another payout on its way that this
+ * one must follow (EVM: a payer's transactions are mined in nonce order, and
+ * one signed behind a transaction that may never be mined waits behind it).
+ * Not a failure: the payout is prepared once that one is mined.
+ */
+export class PayerBusyError extends Error {
+  override name = 'PayerBusyError';
 }
 
 /**

@@ -173,6 +173,11 @@ export async function laggingProxy(nodeUrl: string) {
      * for its tip, not as known.
      */
     minTip: 0n,
+    /**
+     * Blocks of state the backends keep (0: all, as Hardhat does; a geth full node keeps 128): state asked of
+     * an older block is geth's trie.MissingNodeError (trie/errors.go), "missing trie node …".
+     */
+    stateKept: 0,
     lagging: new Set([
       'eth_getTransactionReceipt',
       'eth_getTransactionByHash',
@@ -194,8 +199,24 @@ export async function laggingProxy(nodeUrl: string) {
         return nodeError(id, `transaction underpriced: tip needed ${proxy.minTip}, tip permitted ${tip}`);
       }
     }
-    if (proxy.lag === 0 || !proxy.lagging.has(method)) return call(request);
     const latest = (tag: unknown) => typeof tag === 'string' && !tag.startsWith('0x');
+    if (proxy.stateKept > 0 && stateReads.has(method)) {
+      const at = params[params.length - 1];
+      const tip = Number((await call({ jsonrpc: '2.0', id: 0, method: 'eth_blockNumber' })).result);
+      const byHash = at && typeof at === 'object' && 'blockHash' in at;
+      const height = byHash
+        ? Number(
+            (await call({ jsonrpc: '2.0', id: 0, method: 'eth_getBlockByHash', params: [at.blockHash, false] })).result
+              ?.number ?? tip,
+          )
+        : latest(at)
+          ? tip
+          : Number(at && typeof at === 'object' ? at.blockNumber : at);
+      if (tip - height >= proxy.stateKept) {
+        return nodeError(id, `missing trie node ${'0'.repeat(64)} (owner ${'0'.repeat(64)}) (path ) <nil>`);
+      }
+    }
+    if (proxy.lag === 0 || !proxy.lagging.has(method)) return call(request);
     const head = Number((await call({ jsonrpc: '2.0', id: 0, method: 'eth_blockNumber' })).result) - proxy.lag;
     const heightOf = (tag: unknown) => (latest(tag) ? head : Number(tag));
     const mined = (result: { blockNumber?: string | null } | null) =>

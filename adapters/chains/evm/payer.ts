@@ -29,7 +29,7 @@ import { AbiCoder, getAddress, hexlify, Transaction, type TransactionRequest, Wa
 import type { ChainName } from '../../../domain/catalogue.ts';
 import type { DepositKeyring } from '../../keys/derivation.ts';
 import { sleep } from '../node.ts';
-import { TransactionRejectedError, type OutgoingTransfer, type PreparedTransaction } from '../port.ts';
+import { PayerBusyError, TransactionRejectedError, type OutgoingTransfer, type PreparedTransaction } from '../port.ts';
 import { depositKeyOf } from '../node-adapter.ts';
 import type { EvmNode } from './node.ts';
 import type { EvmToken, RpcBlock } from './reader.ts';
@@ -73,6 +73,19 @@ class NonceUsedError extends TransactionRejectedError {}
  */
 const REFUSAL =
   /nonce too low|nonce has already been used|insufficient funds|intrinsic gas|exceeds block gas limit|gas limit reached|invalid sender|underpriced|gas price below minimum|too low for the next block|less than block base fee|fee cap less than/;
+
+/**
+ * A node's answer for state it no longer keeps, as against a block it does
+ * not have yet ("header not found"): geth's hash scheme "missing trie node",
+ * its path scheme "historical state … is not available"; reth "state at
+ * block … is pruned"; Nethermind "missing trie node" too.
+ */
+const STATE_PRUNED =
+  /missing trie node|historical state|state at block .* is pruned|state is pruned|state not available/;
+
+/** The amount of a token step's transfer(address,uint256) call. */
+const transferAmountOf = (step: Transaction) =>
+  AbiCoder.defaultAbiCoder().decode(['address', 'uint256'], '0x' + step.data.slice(10))[1] as bigint;
 
 /** Every message an ethers or node error carries, lower-cased, to recognise a refusal. */
 function errorText(error: unknown): string {
@@ -222,10 +235,9 @@ export class EvmPayer {
         throw new TransactionRejectedError(`${to} is a contract: native payouts go to plain accounts`);
     }
     const from = wallet.address;
-    const [balance, nonce, feeOwed] = await Promise.all([
+    const [balance, { nonce, feeOwed }] = await Promise.all([
       this.balanceOf(from),
-      this.nonceOf(from),
-      this.platformFeeOwed(platform, transfer),
+      this.nextAttempt(from, platform, transfer),
     ]);
     const gas = NATIVE_GAS * perGas;
     const fee: FeeQuote = { maxFeePerGas: perGas, maxPriorityFeePerGas: perGas, eip1559: this.fee?.eip1559 ?? true };
@@ -263,11 +275,10 @@ export class EvmPayer {
       );
     }
     const from = wallet.address;
-    const [balance, nonce, before, feeOwed] = await Promise.all([
+    const [balance, { nonce, feeOwed }, before] = await Promise.all([
       this.balanceOf(from, token.symbol),
-      this.nonceOf(from),
+      this.nextAttempt(from, platform, transfer),
       this.balanceOf(from),
-      this.platformFeeOwed(platform, transfer),
     ]);
     if (balance < transfer.amount + feeOwed) {
       throw new TransactionRejectedError(
@@ -301,26 +312,51 @@ export class EvmPayer {
   }
 
   /**
-   * The platform fee less what the payout's refused attempts paid of it all
-   * the same: every step of theirs but the last is a platform fee, and one
-   * mined and successful went to the treasury. Read from the chain, not from
-   * the deposit's balance, since a payment that reached the deposit after
-   * the settlement was priced (a late one) is not the treasury's.
+   * The nonce a new attempt starts at, and the platform fee it still owes.
+   * - Not beyond another payout from the payer still on its way
+   *   (`othersPrepared`): transactions are mined in nonce order, and one
+   *   signed behind a transaction that may never be mined would wait behind
+   *   it for ever. The payer is busy until that one is mined.
+   * - Not beyond a nonce of an earlier attempt's that the chain has not used
+   *   (`refusedAttempts`): the two then compete for it and at most one is
+   *   mined. A refusal read from a lagging node may be wrong, and a nonce
+   *   read from a fresher one would otherwise sign a second payout.
+   * - Never after an earlier attempt's payout that is on the chain: that is
+   *   the payout (the engine's look finds it once its receipt is read).
+   * - The platform fee less what the earlier attempts' fee steps (every step
+   *   but the last) paid, read from the chain, never from the deposit's
+   *   balance: a payment that reached it late is not the treasury's.
    */
-  private async platformFeeOwed(platform: bigint, transfer: OutgoingTransfer): Promise<bigint> {
-    let owed = platform;
-    for (const raw of transfer.refusedAttempts ?? []) {
-      const steps = (JSON.parse(raw) as Bundle).steps.map((s) => Transaction.from(s));
-      for (const step of steps.slice(0, -1)) {
-        const receipt = await this.node.receipt(step.hash!);
-        if (receipt?.status !== '0x1') continue;
-        owed -=
-          step.data === '0x'
-            ? step.value
-            : (AbiCoder.defaultAbiCoder().decode(['address', 'uint256'], '0x' + step.data.slice(10))[1] as bigint);
+  private async nextAttempt(
+    from: string,
+    platform: bigint,
+    transfer: OutgoingTransfer,
+  ): Promise<{ nonce: number; feeOwed: bigint }> {
+    let nonce = await this.nonceOf(from);
+    const stepsOf = (raw: string) => (JSON.parse(raw) as Bundle).steps.map((s) => Transaction.from(s));
+    for (const raw of transfer.othersPrepared ?? []) {
+      const waiting = stepsOf(raw).find((s) => s.from === from && s.nonce >= nonce);
+      if (waiting) {
+        throw new PayerBusyError(
+          `${from} has ${waiting.hash} (nonce ${waiting.nonce}) on its way: this payout follows it`,
+        );
       }
     }
-    return owed > 0n ? owed : 0n;
+    let owed = platform;
+    for (const raw of transfer.refusedAttempts ?? []) {
+      const steps = stepsOf(raw);
+      for (const [i, step] of steps.entries()) {
+        const taken = await this.nonceTakenBy(step);
+        if (taken === 'open') nonce = Math.min(nonce, step.nonce);
+        if (taken !== 'ours') continue;
+        const receipt = await this.node.receipt(step.hash!);
+        if (!receipt) throw new Error(`${step.hash} of an earlier attempt is mined, but its receipt is not read yet`);
+        if (receipt.status !== '0x1') continue;
+        if (i === steps.length - 1) throw new Error(`an earlier attempt's payout ${step.hash} is on the chain`);
+        owed -= step.data === '0x' ? step.value : transferAmountOf(step);
+      }
+    }
+    return { nonce, feeOwed: owed > 0n ? owed : 0n };
   }
 
   private bundle(steps: Transaction[], topUp?: Bundle['topUp']): PreparedTransaction {
@@ -367,9 +403,7 @@ export class EvmPayer {
       const taken = await this.nonceTakenBy(tx);
       if (taken === 'ours') return;
       if (taken !== 'open') {
-        throw new NonceUsedError(
-          `${refusal} (nonce ${tx.nonce} was used by another transaction, in block ${Number(taken.number)} ${taken.hash})`,
-        );
+        throw new NonceUsedError(`${refusal} (nonce ${tx.nonce} was used by another transaction, in ${taken.usedIn})`);
       }
       if (/nonce too low|nonce has already been used/.test(text)) {
         throw new Error(`${refusal}, but the chain as read has not used nonce ${tx.nonce} yet: reads lag`);
@@ -380,15 +414,17 @@ export class EvmPayer {
 
   /**
    * Whether `tx`'s nonce is used on the chain, and by what: 'ours' when the
-   * block that used it holds `tx`, that block when it does not (another
-   * transaction used it), 'open' when the latest block read has not used it.
-   * Found from the sender's count at blocks (EIP-1898), searched back from
-   * the latest, and proved on the block found, by its hash: the count passes
-   * the nonce in it and not in its parent. A node that lacks a block or its
-   * state (a lagging backend; a full node keeps about 128 blocks of state)
-   * throws: the outcome stays unknown.
+   * block that used it holds `tx`, `usedIn` (where) when another transaction
+   * used it, 'open' when the latest block read has not used it. Found from
+   * the sender's count at blocks (EIP-1898), searched back from the latest,
+   * and proved on the block found, by its hash: the count passes the nonce
+   * in it and not in its parent. A node that lacks a block (a lagging
+   * backend) throws: the outcome stays unknown. One that no longer keeps the
+   * state the search reaches (a full node keeps about 128 blocks) says the
+   * nonce was used long before any lag: then `tx` mined has a receipt, and
+   * without one another transaction used it.
    */
-  private async nonceTakenBy(tx: Transaction): Promise<'ours' | 'open' | RpcBlock> {
+  private async nonceTakenBy(tx: Transaction): Promise<'ours' | 'open' | { usedIn: string }> {
     const from = tx.from!;
     const usedAt = async (at: string | { blockHash: string; requireCanonical: true }) =>
       BigInt(await this.node.rpc<string>('eth_getTransactionCount', [from, at])) > BigInt(tx.nonce);
@@ -405,6 +441,24 @@ export class EvmPayer {
       return 'open';
     }
     this.highestSeen = Math.max(this.highestSeen, height);
+    let block: RpcBlock;
+    try {
+      block = await this.blockThatUsed(tx, height, usedAt);
+    } catch (error) {
+      if (!STATE_PRUNED.test(errorText(error))) throw error;
+      if (await this.node.receipt(tx.hash!)) return 'ours';
+      return { usedIn: `a block older than the state the node keeps, and ${tx.hash} is not on the chain` };
+    }
+    const ours = block.transactions.some((t) => (typeof t === 'string' ? t : t.hash).toLowerCase() === tx.hash);
+    return ours ? 'ours' : { usedIn: `block ${Number(block.number)} ${block.hash}` };
+  }
+
+  /** The block in which `tx`'s sender used its nonce, at or below `height` where it is used (see nonceTakenBy). */
+  private async blockThatUsed(
+    tx: Transaction,
+    height: number,
+    usedAt: (at: string | { blockHash: string; requireCanonical: true }) => Promise<boolean>,
+  ): Promise<RpcBlock> {
     // Used at `after`, not yet at `before`: stepping back by doubling steps, then halving the gap, finds the block.
     let after = height;
     let before = after - 1;
@@ -422,9 +476,9 @@ export class EvmPayer {
     const proved =
       (await usedAt({ blockHash: block.hash, requireCanonical: true })) &&
       !(await usedAt({ blockHash: block.parentHash, requireCanonical: true }));
-    if (!proved) throw new Error(`${this.options.chain}: the node's answers on nonce ${tx.nonce} of ${from} disagree`);
-    const ours = block.transactions.some((t) => (typeof t === 'string' ? t : t.hash).toLowerCase() === tx.hash);
-    return ours ? 'ours' : block;
+    if (!proved)
+      throw new Error(`${this.options.chain}: the node's answers on nonce ${tx.nonce} of ${tx.from} disagree`);
+    return block;
   }
 
   /**

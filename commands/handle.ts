@@ -39,6 +39,12 @@ export interface HandleOptions {
 export interface Handled<State, Event> {
   state: State;
   events: Event[];
+  /**
+   * The ids `events` were appended with, in order: a process manager that
+   * repeats a step run inline (with one of them as its causationId) then
+   * derives the same ids as the inline run did.
+   */
+  eventIds: string[];
   /** Global position of the stream's last event after the command; undefined for an untouched, empty stream. */
   position: string | undefined;
 }
@@ -115,7 +121,7 @@ export async function handleCommands<Command, State, Event extends DomainEvent>(
       events.push(...decided);
     }
     const lastPosition = recorded.at(-1)?.position;
-    if (events.length === 0) return { state, events, position: lastPosition };
+    if (events.length === 0) return { state, events, eventIds: [], position: lastPosition };
     const metadata: EventMetadata = {};
     if (options.causationId) metadata.causationId = options.causationId;
     if (options.correlationId) metadata.correlationId = options.correlationId;
@@ -130,7 +136,7 @@ export async function handleCommands<Command, State, Event extends DomainEvent>(
     }));
     try {
       const result = await store.append(streamId, toAppend, recorded.length === 0 ? 'no_stream' : recorded.length - 1);
-      return { state, events, position: result.position };
+      return { state, events, eventIds: toAppend.map((e) => e.id), position: result.position };
     } catch (error) {
       if (!(error instanceof ConcurrencyError) || attempt >= attempts) throw error;
     }

@@ -5,7 +5,8 @@
 // the invoice, where the limit is decided. The request does both, so that a
 // merchant who asks for too much hears it at once; the saga's manager does
 // the reservation again from the recorded RefundCreated, so a crash between
-// the two leaves no refund without its reservation. A refund that loses a
+// the two leaves no refund without its reservation (both caused by that
+// event, so their events' ids are the same). A refund that loses a
 // race for the last of the refundable amount is canceled, saying why.
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { Clock } from '../adapters/clock.ts';
@@ -258,9 +259,12 @@ export function refundCommands(deps: RefundCommandDeps) {
         },
         actor,
       );
-      // The saga's first step, taken now so that a refund over the limit is refused in this answer.
+      // The saga's first step, taken now so that a refund over the limit is refused in this answer. Caused by
+      // the recorded RefundCreated, as the manager's run of it is: the two derive the same event ids, so the
+      // manager's, repeated after a crash once a cancel has released the claim, cannot reserve it again.
       const [recorded] = created.events as RefundEvent[];
-      for (const action of reactToRefundEvent(refundId, recorded!)) await runRefusable(store, action, now());
+      const cause = created.eventIds[0]!;
+      for (const action of reactToRefundEvent(refundId, recorded!)) await runRefusable(store, action, now(), cause);
       const refund = (await loadState(store, refundDecider, refundStreamName(refundId)))!;
       if (refund.status === 'canceled') throw bad(OVER_LIMIT);
       return { refundId, position: created.position };

@@ -50,3 +50,31 @@ describe('handleCommand on a new stream', () => {
     assert.equal((await store.readStream(invoiceStreamName(id))).length, 1);
   });
 });
+
+describe('handleCommand answers with the ids its events were appended with', () => {
+  it('random ones, or those derived from the causationId', async () => {
+    const store = new MemoryEventStore();
+    const id = randomUUID();
+    const stream = invoiceStreamName(id);
+    const { eventIds } = await handleCommand(store, invoiceDecider, stream, createInvoice(id));
+    assert.deepEqual(
+      eventIds,
+      (await store.readStream(stream)).map((e) => e.id),
+    );
+
+    const other = randomUUID();
+    const caused = await handleCommand(store, invoiceDecider, invoiceStreamName(other), createInvoice(other), {
+      causationId: eventIds[0],
+    });
+    assert.deepEqual(
+      caused.eventIds,
+      (await store.readStream(invoiceStreamName(other))).map((e) => e.id),
+    );
+    const decidedNothing = await handleCommand(store, invoiceDecider, stream, {
+      type: 'ReleaseRefund',
+      refundId: randomUUID(),
+      now: '2026-01-01T00:01:00.000Z',
+    });
+    assert.deepEqual(decidedNothing.eventIds, []);
+  });
+});

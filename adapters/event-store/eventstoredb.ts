@@ -11,11 +11,14 @@
 // check (IndexWriter.CheckCommit) serialises them and makes a repeated batch
 // idempotent while its committed-event cache remembers the ids; every `any`
 // append of this service carries fresh random ids. An exact revision (or
-// no_stream) first reads only the events past that revision, as many as
-// the batch: all of them ours is a repeat (nothing written), none is the
-// ordinary case (appended at exactly that revision). Only when EventStoreDB
-// refuses (another writer, or a batch that repeats some of its events) is
-// the append decided again on the stream's last DEDUPE_WINDOW events: ids
+// no_stream) first reads the stream's newest events, the batch's count and
+// REPEAT_WINDOW more: at that revision with none of the batch's ids among
+// them is the ordinary case (appended at exactly that revision). EventStoreDB
+// itself writes a batch at the current revision whatever ids came before it,
+// and a process manager's replayed step, decided again on a stream that
+// moved on, repeats ids a few events back. Otherwise, and when EventStoreDB
+// refuses (another writer, or a batch that repeats some of its events), the
+// append is decided again on the stream's last DEDUPE_WINDOW events: ids
 // already there are dropped, the caller's expectation is checked, the rest
 // appended at the revision read; so an id is never stored twice in a stream
 // whose repeats come within its last DEDUPE_WINDOW events.
@@ -72,6 +75,11 @@ import {
 
 /** How many of a stream's last events an append refused by EventStoreDB looks at for ids already stored. */
 export const DEDUPE_WINDOW = 1000;
+/**
+ * How many events before an exact-revision append's expectation it looks at for its ids first: a replayed
+ * process manager's step comes back after the few events its batch appended to the stream.
+ */
+export const REPEAT_WINDOW = 64;
 /** Every call has this long; a read past it is cancelled, a subscription not confirmed by then is started again. */
 export const DEFAULT_DEADLINE_MS = 10_000;
 /** Failures in a row, none of them a conflict, after which the client is replaced by a fresh one. */
@@ -238,13 +246,13 @@ export class EventStoreDbStore implements EventStore {
       return { nextRevision: current, position: '0/0', written: false };
     }
     if (typeof expected === 'number' || expected === 'no_stream') {
+      // A decision on the stream as read, which a process manager may repeat after the stream moved on: its ids
+      // are looked for among the stream's newest events first (EventStoreDB itself writes a batch at the current
+      // revision whatever ids came before it: IndexWriter.CheckCommit).
       const revision = expected === 'no_stream' ? -1 : expected;
-      // Only the events past the caller's expectation, as many as the batch.
-      const past = await this.readFrom(streamId, revision + 1, events.length);
-      if (past.length === events.length && past.every((event, i) => event.id === events[i]!.id)) {
-        return { nextRevision: past.at(-1)!.revision, position: past.at(-1)!.position, written: false };
-      }
-      if (past.length === 0) {
+      const newest = await this.readTail(streamId, events.length + REPEAT_WINDOW);
+      const stored = new Set(newest.map((event) => event.id));
+      if ((newest.at(-1)?.revision ?? -1) === revision && !events.some((event) => stored.has(event.id))) {
         const written = await this.tryAppend(streamId, events, revision === -1 ? NO_STREAM : BigInt(revision), options);
         if (written) return written;
       }

@@ -7,6 +7,16 @@ export type ChainName = (typeof chainNames)[number];
 export type ChainType = 'evm' | 'solana' | 'tron' | 'bitcoin';
 export type TokenStandard = 'NATIVE' | 'ERC20' | 'BEP-20' | 'TRC20' | 'SPL';
 
+/** Each chain's usual time between blocks on mainnet, in seconds: how long a payout's confirmations take. */
+export const blockSeconds: Record<ChainName, number> = {
+  ethereum: 12,
+  bsc: 3,
+  polygon: 2,
+  solana: 0.4,
+  tron: 3,
+  bitcoin: 600,
+};
+
 export interface TokenOnChain {
   symbol: string;
   name: string;

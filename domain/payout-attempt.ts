@@ -6,6 +6,7 @@
 // whichever prepared transaction lands is the one payout. The aggregates keep
 // these fields flat in their state, decide their payout steps and fold their
 // own events through these.
+import { blockSeconds, type ChainName } from './catalogue.ts';
 import { DomainError, type DomainEvent } from './decider.ts';
 
 export interface PayoutAttempts {
@@ -147,3 +148,14 @@ export const afterRetried = (state: PayoutAttempts, retry: AttemptRetried) => ({
   retryAt: null,
   updatedAt: retry.retriedAt,
 });
+
+/**
+ * How long after its transaction was sent a payout not yet completed is
+ * overdue, for an operator to look at: three times the usual time of its
+ * confirmations, and never under 30 minutes. Sent again at every look, a
+ * transaction the chain will not mine (an EVM fee cap below a risen base
+ * fee, which geth keeps in its pool) records nothing: only its age says so.
+ */
+export function overdueAfterMs(chain: ChainName, confirmations: number): number {
+  return Math.max(30 * 60_000, 3 * confirmations * blockSeconds[chain] * 1000);
+}

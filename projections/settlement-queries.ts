@@ -1,6 +1,8 @@
 // Reads of the settlements read model: the settlement endpoints' list and the
 // operator's attention list.
 import type { Kysely } from 'kysely';
+import type { ChainName } from '../domain/catalogue.ts';
+import { overdueAfterMs } from '../domain/payout-attempt.ts';
 import { settlementView } from './contract/settlement.ts';
 import { newestFirst, type Page } from './paging.ts';
 import type { ReadModelTables } from './schema.ts';
@@ -75,4 +77,41 @@ export async function settlementsNeedingAttention(db: Kysely<ReadModelTables>, l
       settlement: settlementView(row),
     };
   });
+}
+
+/**
+ * Payouts sent and not completed long after (overdueAfterMs), for the
+ * operator's attention list: settlements `submitted`, refunds `sending` with
+ * a transaction; oldest first.
+ */
+export async function payoutsOverdue(
+  db: Kysely<ReadModelTables>,
+  now: Date,
+  confirmations: Record<ChainName, number>,
+  limit = 200,
+) {
+  const overdue = <Row extends { chain: string; updated_at: Date }>(rows: Row[]) =>
+    rows.filter(
+      (row) =>
+        now.getTime() - new Date(row.updated_at).getTime() >
+        overdueAfterMs(row.chain as ChainName, confirmations[row.chain as ChainName]),
+    );
+  const [settlements, refunds] = await Promise.all([
+    db
+      .selectFrom('settlements')
+      .selectAll()
+      .where('status', '=', 'submitted')
+      .orderBy('updated_at')
+      .limit(limit)
+      .execute(),
+    db
+      .selectFrom('refunds')
+      .selectAll()
+      .where('status', '=', 'sending')
+      .where('transaction_hash', 'is not', null)
+      .orderBy('updated_at')
+      .limit(limit)
+      .execute(),
+  ]);
+  return { settlements: overdue(settlements), refunds: overdue(refunds) };
 }

@@ -246,4 +246,27 @@ describe('the money path on the sandbox chains', () => {
     assert.equal(again.body.message, 'Nothing about this settlement needs attention');
     assert.ok((await historyOf(p.paymentId, key)).includes('SettlementAttentionResolved'));
   });
+
+  // Last in the file: it moves the sandbox clock on.
+  it('lists a payout sent long ago and not confirmed for the operator, and not before', async () => {
+    const { key } = await merchant({ tron: TRON_WALLET });
+    const p = await payment(key, 'tron', 'USDT', '10');
+    await send('tron', p.address, '10', 'USDT');
+    await mine('tron', 3);
+    // Sent, then no block: the payout is never confirmed.
+    const sent = await eventually(
+      () => settlementOf(p.paymentId, key),
+      (s) => s?.status === 'submitted',
+    );
+    const unconfirmed = async () =>
+      (
+        (await admin('GET', '/admin/v1/attention')).body.data as { kind: string; subject: string; detail: string }[]
+      ).find((a) => a.subject === sent.id);
+    await admin('POST', '/dev/v1/clock/advance', { seconds: 29 * 60 });
+    assert.equal(await unconfirmed(), undefined, 'not within its 30 minutes');
+    await admin('POST', '/dev/v1/clock/advance', { seconds: 2 * 60 });
+    const item = await unconfirmed();
+    assert.equal(item?.kind, 'settlement_unconfirmed');
+    assert.match(item!.detail, new RegExp(`^${sent.transactionHash} was sent .* and is not confirmed`));
+  });
 });

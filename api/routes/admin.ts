@@ -24,7 +24,7 @@ import { data, Nullable, PageQuery, Paged, StatusQuery } from './schemas.ts';
 import { failingWebhookTargets } from '../../commands/webhook-delivery.ts';
 import { newestFirst } from '../../projections/paging.ts';
 import { merchantApiKeys, merchantUsers } from '../../projections/merchants.ts';
-import { settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
+import { payoutsOverdue, settlementsNeedingAttention } from '../../projections/settlement-queries.ts';
 import { holdsWithoutApproval, unapprovedHoldWhat } from '../../projections/refund-holds.ts';
 import { refundsInStatus } from '../../projections/refunds.ts';
 import { settlementView } from '../../projections/contract/settlement.ts';
@@ -184,7 +184,7 @@ export interface ChainCondition {
 const AttentionItem = Type.Object({
   kind: Type.String({
     description:
-      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, platform_fee_uncollected, refund_hold_unapproved, refund_awaiting_funds, refund_failed, webhook_failing, chain_behind or rate_disagreement',
+      'settlement_failed, settlement_no_wallet, settlement_changed_after_payout, platform_fee_uncollected, settlement_unconfirmed, refund_hold_unapproved, refund_awaiting_funds, refund_failed, refund_unconfirmed, webhook_failing, chain_behind or rate_disagreement',
   }),
   merchantId: Nullable(Type.String()),
   /** The settlement id, the refund id, the webhook URL or the chain. */
@@ -287,18 +287,19 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
       schema: {
         tags: ['operator'],
         summary:
-          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, or held by a refund whose approval was never recorded, refunds waiting for funds or failed, webhook URLs failing, chains whose node is behind or silent, price sources disagreeing',
+          'What needs a person: settlements failed, waiting for a wallet or changed after their payout, or held by a refund whose approval was never recorded, refunds waiting for funds or failed, payouts sent long ago and not confirmed, webhook URLs failing, chains whose node is behind or silent, price sources disagreeing',
         security,
         response: { 200: data(Type.Array(AttentionItem)) },
       },
     },
     async () => {
-      const [settlements, unapprovedHolds, unfunded, failedRefunds, webhooks] = await Promise.all([
+      const [settlements, unapprovedHolds, unfunded, failedRefunds, webhooks, overdue] = await Promise.all([
         settlementsNeedingAttention(db),
         holdsWithoutApproval(db, ctx.clock.now(), 200),
         refundsInStatus(db, 'awaiting_funds', 200),
         refundsInStatus(db, 'failed', 200),
         failingWebhookTargets(ctx.database.db),
+        payoutsOverdue(db, ctx.clock.now(), ctx.config.requiredConfirmations),
       ]);
       const chains = (ctx.chainConditions?.() ?? []).filter((c) => c.state !== 'ok');
       const rates = ctx.rateDisagreements?.() ?? [];
@@ -340,6 +341,20 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
             reason: 'awaiting_funds',
             detail: `the merchant's refund wallet on ${r.chain} holds too little to pay ${r.amount} ${r.token}`,
             since: new Date(r.updated_at).toISOString(),
+          })),
+          ...[
+            ...overdue.settlements.map((row) => ({ kind: 'settlement_unconfirmed', row })),
+            ...overdue.refunds.map((row) => ({ kind: 'refund_unconfirmed', row })),
+          ].map(({ kind, row }) => ({
+            kind,
+            merchantId: row.merchant_id,
+            subject: row.id,
+            chain: row.chain,
+            reason: 'not_confirmed',
+            detail:
+              `${row.transaction_hash} was sent ${new Date(row.updated_at).toISOString()} and is not confirmed: ` +
+              `the chain may not mine it (a fee below what it takes now), or the node may be behind`,
+            since: new Date(row.updated_at).toISOString(),
           })),
           ...failedRefunds.map((r) => ({
             kind: 'refund_failed',

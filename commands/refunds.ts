@@ -629,10 +629,8 @@ async function othersOnPayer(
 const coinsTakenBy = (others: readonly Refund[]) =>
   others.flatMap((o) => Object.values(o.coins).flatMap((c) => c.spent.map(({ txHash, index }) => ({ txHash, index }))));
 
-/** How soon a refund waiting for its wallet to be funded looks at the balance again. */
-const FUNDS_LOOK_MS = 5_000;
-/** How soon a refund waiting behind another from the same payer (PayerBusyError) looks again. */
-const PAYER_BUSY_LOOK_MS = 2_000;
+/** How soon a refund that waits (for its wallet to be funded, behind another from its payer) looks again. */
+const WAITING_LOOK_MS = 5_000;
 
 export interface RefundPayoutDeps {
   store: EventStore;
@@ -674,9 +672,9 @@ export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, R
     const refund = await loadState(store, refundDecider, refundStreamName(refundId));
     if (refund?.status === 'awaiting_funds') {
       const chain = chains.get(refund.chain as ChainName);
-      if (!chain) return { lookAgainInMs: FUNDS_LOOK_MS };
+      if (!chain) return { lookAgainInMs: WAITING_LOOK_MS };
       if (!(await walletPays(this.deps, chain, refund, refund.payer!.fromAddress))) {
-        return { lookAgainInMs: FUNDS_LOOK_MS };
+        return { lookAgainInMs: WAITING_LOOK_MS };
       }
       await this.act(refundId, { type: 'MarkFunded', now: this.now() });
     }
@@ -820,11 +818,11 @@ export class RefundPayouts extends RecordedPayoutKind<Refund & PayoutStanding, R
         if (twin) throw new Error(`${ours.txHash} is refund ${twin.id}'s transaction too: not recorded twice`);
       } catch (error) {
         // Another refund from the payer is on its way, ahead of this one: not a failure.
-        if (error instanceof PayerBusyError) return { waitMs: PAYER_BUSY_LOOK_MS };
+        if (error instanceof PayerBusyError) return { waitMs: WAITING_LOOK_MS };
         if (await this.walletLacksFunds(refund, chain)) {
           const reason = error instanceof Error ? error.message : String(error);
           await this.act(refund.id, { type: 'AwaitFunds', reason, now: this.now() });
-          return { waitMs: FUNDS_LOOK_MS };
+          return { waitMs: WAITING_LOOK_MS };
         }
         await this.recorder.recordFailure(refund, error);
         return { waitMs: 0 };

@@ -80,9 +80,10 @@ export async function settlementsNeedingAttention(db: Kysely<ReadModelTables>, l
 }
 
 /**
- * Payouts sent and not completed long after (overdueAfterMs), for the
- * operator's attention list: settlements `submitted`, refunds `sending` with
- * a transaction; oldest first.
+ * Payouts on their way and not completed long after (overdueAfterMs), for
+ * the operator's attention list: settlements `submitted`, refunds `sending`
+ * (approved, with a transaction or still waiting to make one: behind another
+ * refund from its payer, say); oldest first, by their last change.
  */
 export async function payoutsOverdue(
   db: Kysely<ReadModelTables>,
@@ -104,14 +105,7 @@ export async function payoutsOverdue(
       .orderBy('updated_at')
       .limit(limit)
       .execute(),
-    db
-      .selectFrom('refunds')
-      .selectAll()
-      .where('status', '=', 'sending')
-      .where('transaction_hash', 'is not', null)
-      .orderBy('updated_at')
-      .limit(limit)
-      .execute(),
+    db.selectFrom('refunds').selectAll().where('status', '=', 'sending').orderBy('updated_at').limit(limit).execute(),
   ]);
   return { settlements: overdue(settlements), refunds: overdue(refunds) };
 }

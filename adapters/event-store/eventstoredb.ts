@@ -20,8 +20,10 @@
 // refuses (another writer, or a batch that repeats some of its events), the
 // append is decided again on the stream's last DEDUPE_WINDOW events: ids
 // already there are dropped, the caller's expectation is checked, the rest
-// appended at the revision read; so an id is never stored twice in a stream
-// whose repeats come within its last DEDUPE_WINDOW events.
+// appended at the revision read. So an id is never stored twice in a stream
+// whose repeats come within its newest REPEAT_WINDOW events (an append at
+// the stream's current revision: a step replayed after its stream moved on
+// by more than that is stored again) or DEDUPE_WINDOW events (any other).
 //
 // Every call asks for the leader (requires-leader): a follower answers
 // NotLeader with the leader's endpoint, the client moves there, and the call

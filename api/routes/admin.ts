@@ -351,9 +351,9 @@ export async function adminRoutes(scope: FastifyInstance, ctx: AdminRouteDeps) {
             subject: row.id,
             chain: row.chain,
             reason: 'not_confirmed',
-            detail:
-              `${row.transaction_hash} was sent ${new Date(row.updated_at).toISOString()} and is not confirmed: ` +
-              `the chain may not mine it (a fee below what it takes now), or the node may be behind`,
+            detail: row.transaction_hash
+              ? `its transaction ${row.transaction_hash} is not confirmed: the chain may not mine it (a fee below what it takes now), or the node may be behind`
+              : 'no transaction is sent yet: it waits behind another payout from its payer, or for its node',
             since: new Date(row.updated_at).toISOString(),
           })),
           ...failedRefunds.map((r) => ({

@@ -31,7 +31,7 @@ import type { DepositKeyring } from '../../keys/derivation.ts';
 import { sleep } from '../node.ts';
 import { PayerBusyError, TransactionRejectedError, type OutgoingTransfer, type PreparedTransaction } from '../port.ts';
 import { depositKeyOf } from '../node-adapter.ts';
-import type { EvmNode } from './node.ts';
+import type { EvmNode, RpcReceipt } from './node.ts';
 import type { EvmToken, RpcBlock } from './reader.ts';
 
 const NATIVE_GAS = 21_000n;
@@ -335,22 +335,31 @@ export class EvmPayer {
     let nonce = await this.nonceOf(from);
     const stepsOf = (raw: string) => (JSON.parse(raw) as Bundle).steps.map((s) => Transaction.from(s));
     for (const raw of transfer.othersPrepared ?? []) {
-      const waiting = stepsOf(raw).find((s) => s.from === from && s.nonce >= nonce);
-      if (waiting) {
-        throw new PayerBusyError(
-          `${from} has ${waiting.hash} (nonce ${waiting.nonce}) on its way: this payout follows it`,
-        );
+      for (const step of stepsOf(raw).filter((s) => s.from === from && s.nonce >= nonce)) {
+        // One the node does not have (refused, dropped, not sent yet) is not waited for: this one may take its
+        // nonce, and of the two the chain mines one, the other then refused on the nonce and prepared again.
+        if (await this.node.rpc('eth_getTransactionByHash', [step.hash])) {
+          throw new PayerBusyError(`${from} has ${step.hash} (nonce ${step.nonce}) on its way: this payout follows it`);
+        }
       }
     }
+    const attempts = (transfer.refusedAttempts ?? []).map(stepsOf);
+    const receipts = new Map<string, RpcReceipt | null>();
+    for (const step of attempts.flat()) receipts.set(step.hash!, await this.node.receipt(step.hash!));
+    // A nonce one of its attempts' transactions was mined at is used by no other of them.
+    const minedAt = new Set(attempts.flat().flatMap((s) => (receipts.get(s.hash!) ? [s.nonce] : [])));
     let owed = platform;
-    for (const raw of transfer.refusedAttempts ?? []) {
-      const steps = stepsOf(raw);
+    for (const steps of attempts) {
       for (const [i, step] of steps.entries()) {
-        const taken = await this.nonceTakenBy(step);
-        if (taken === 'open') nonce = Math.min(nonce, step.nonce);
-        if (taken !== 'ours') continue;
-        const receipt = await this.node.receipt(step.hash!);
-        if (!receipt) throw new Error(`${step.hash} of an earlier attempt is mined, but its receipt is not read yet`);
+        const receipt = receipts.get(step.hash!);
+        if (!receipt) {
+          if (minedAt.has(step.nonce)) continue;
+          const taken = await this.nonceTakenBy(step);
+          if (taken === 'open') nonce = Math.min(nonce, step.nonce);
+          if (taken === 'ours')
+            throw new Error(`${step.hash} of an earlier attempt is mined, but its receipt is not read yet`);
+          continue;
+        }
         if (receipt.status !== '0x1') continue;
         if (i === steps.length - 1) throw new Error(`an earlier attempt's payout ${step.hash} is on the chain`);
         owed -= step.data === '0x' ? step.value : transferAmountOf(step);
@@ -419,10 +428,10 @@ export class EvmPayer {
    * the sender's count at blocks (EIP-1898), searched back from the latest,
    * and proved on the block found, by its hash: the count passes the nonce
    * in it and not in its parent. A node that lacks a block (a lagging
-   * backend) throws: the outcome stays unknown. One that no longer keeps the
-   * state the search reaches (a full node keeps about 128 blocks) says the
-   * nonce was used long before any lag: then `tx` mined has a receipt, and
-   * without one another transaction used it.
+   * backend) throws: the outcome stays unknown. So does one that no longer
+   * keeps the state the search reaches (a full node keeps about 128 blocks),
+   * unless `tx` has a receipt: a node that prunes state may prune receipts
+   * too, so none is no proof that another transaction used the nonce.
    */
   private async nonceTakenBy(tx: Transaction): Promise<'ours' | 'open' | { usedIn: string }> {
     const from = tx.from!;
@@ -447,7 +456,11 @@ export class EvmPayer {
     } catch (error) {
       if (!STATE_PRUNED.test(errorText(error))) throw error;
       if (await this.node.receipt(tx.hash!)) return 'ours';
-      return { usedIn: `a block older than the state the node keeps, and ${tx.hash} is not on the chain` };
+      // No receipt proves nothing: a node that prunes state may prune receipts too (reth --full).
+      throw new Error(
+        `nonce ${tx.nonce} of ${tx.from} was used before the oldest state the node keeps, and it has no receipt of ` +
+          `${tx.hash}: whether that landed is unknown here (a node that keeps all state can tell)`,
+      );
     }
     const ours = block.transactions.some((t) => (typeof t === 'string' ? t : t.hash).toLowerCase() === tx.hash);
     return ours ? 'ours' : { usedIn: `block ${Number(block.number)} ${block.hash}` };

@@ -270,6 +270,40 @@ describe('the Tron adapter', () => {
     assert.notEqual(a!.transaction.txID, b!.transaction.txID, "the second's top-up is its own transaction");
   });
 
+  it('two payouts alike (payer, customer, amount), prepared on one head, are two transactions, TRX and USDT', async () => {
+    const trxFrom = deposit(11);
+    const customer = randomTronKey().address;
+    node.fund(customer, 1n);
+    const tokenFrom = { address: keyring.deriveDepositKey('tron', 12).address, derivationIndex: 12 };
+    node.mintToken(TEST_USDT, tokenFrom.address, 10_000_000n);
+    node.fund(chain.feeWallet, 2_000_000_000n);
+    // Two refunds from one refund wallet: each is told of the others' recorded bundles.
+    for (const [from, token, amount] of [
+      [trxFrom, 'TRX', 5_000_000n],
+      [tokenFrom, 'USDT', 3_000_000n],
+    ] as const) {
+      const refund = (reference: string, othersPrepared?: string[]) =>
+        chain.prepareTransfer({
+          from,
+          to: customer,
+          token,
+          amount,
+          reference,
+          fees: { platform: 0n, network: token === 'TRX' ? 300_000n : 0n },
+          payout: 'refund',
+          ...(othersPrepared && { othersPrepared }),
+        });
+      const first = await refund(`${token}/A/1`);
+      const second = await refund(`${token}/B/1`, [first.raw]);
+      const third = await refund(`${token}/C/1`, [first.raw, second.raw]);
+      assert.equal(new Set([first.txHash, second.txHash, third.txHash]).size, 3, `${token}: three transactions`);
+      const expirations = [first, second, third].map(
+        (p) => (JSON.parse(p.raw) as { payout: TransactionJson }).payout.raw_data.expiration,
+      );
+      assert.equal(new Set(expirations).size, 1, `${token}: built on one head`);
+    }
+  });
+
   it('two token payouts from one payer that burnt alike each send their own leftover back, though the two are equal', async () => {
     const key = keyring.deriveDepositKey('tron', 9);
     const from = { address: key.address, derivationIndex: 9 };

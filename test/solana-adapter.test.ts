@@ -748,6 +748,47 @@ describe('the Solana adapter', () => {
     return { wallet, customer, refund };
   }
 
+  it('two payouts alike (payer, customer, amount, fee), on one blockhash, are two transactions: the customer is paid twice, SOL and USDT', async () => {
+    const index = 45;
+    const wallet = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, wallet, 50_000_000n);
+    await node.mintTokens(new PublicKey(wallet), 'USDT', 10_000_000n);
+    await node.mine();
+    const customer = Keypair.generate().publicKey.toBase58();
+    // A quoted priority fee (2,000 lamports beyond the two signatures): the second's must not cost more.
+    for (const [token, amount, network] of [
+      ['SOL', 9_988_000n, 12_000n],
+      ['USDT', 3_000_000n, 0n],
+    ] as const) {
+      const refund = (id: string, othersPrepared?: string[]) =>
+        chain.prepareTransfer({
+          from: { address: wallet, derivationIndex: index },
+          to: customer,
+          token,
+          amount,
+          reference: `refund/${token}${id}/1/${customer}/${amount}`,
+          fees: { platform: 0n, network },
+          payout: 'refund',
+          ...(othersPrepared && { othersPrepared }),
+        });
+      // Each told of the others' recorded transactions, as the refund engine does.
+      const first = await refund('A');
+      const second = await refund('B', [first.raw]);
+      const third = await refund('C', [first.raw, second.raw]);
+      assert.equal(new Set([first.txHash, second.txHash, third.txHash]).size, 3, `${token}: three transactions`);
+      for (const p of [first, second, third]) await chain.broadcast(p);
+      await node.mine();
+      const paid = token === 'SOL' ? node.paymentsTo(customer) : [];
+      if (token === 'SOL') {
+        assert.deepEqual(
+          paid.map((p) => p.amount),
+          [amount, amount, amount],
+        );
+        for (const p of [first, second, third]) assert.ok(node.feeOf(p.txHash) <= network, 'never more than quoted');
+      } else assert.equal(await node.tokenBalance(customer, 'USDT'), 3n * amount);
+    }
+  });
+
   it('replaces an expired refund whose payer the merchant funded again meanwhile: the customer is paid once', async () => {
     const { wallet, customer, refund } = await refundWallet(43);
     const first = await refund(1);

@@ -102,9 +102,11 @@ interface SweepRecord {
   deposit?: { address: string; mint?: string; held: string };
 }
 
-/** The instructions of a sweep, and what the deposit held before it. */
+/** The instructions of a sweep (its compute budget apart), the compute units and unit price it asks, and what the deposit held before it. */
 interface Sweep {
   instructions: TransactionInstruction[];
+  units: bigint;
+  price: bigint;
   held: bigint;
 }
 
@@ -299,7 +301,7 @@ export class SolanaPayer {
     if (earlier) return earlier;
     const key = depositKeyOf(this.options.keyring, 'solana', transfer.from);
     const deposit = Keypair.fromSeed(key.privateKey);
-    const { instructions, held } =
+    const { instructions, units, price, held } =
       transfer.token === 'SOL'
         ? await this.solSweep(deposit.publicKey, transfer)
         : await this.tokenSweep(deposit.publicKey, transfer);
@@ -308,14 +310,25 @@ export class SolanaPayer {
       'getLatestBlockhash',
       [{ commitment: 'finalized' }],
     );
-    const transaction = new Transaction({
-      feePayer: this.feePayer.publicKey,
-      blockhash: value.blockhash,
-      lastValidBlockHeight: value.lastValidBlockHeight,
-    }).add(...instructions);
-    transaction.sign(this.feePayer, deposit);
+    // Never another payout's transaction: two payouts alike (payer, recipient, amount, fee) on one finalized
+    // blockhash would be one transaction (ed25519 signs alike), which would complete both, the recipient paid
+    // once. Theirs are the recorded ones of the payer's other payouts on their way; this one then asks a compute
+    // unit less, which its instructions never need, and whose priority fee is never more than the quoted one.
+    const taken = new Set((transfer.othersPrepared ?? []).map((raw) => (JSON.parse(raw) as SweepRecord).transaction));
+    let transaction: Transaction;
+    let serialized: string;
+    for (let less = 0n; ; less++) {
+      transaction = new Transaction({
+        feePayer: this.feePayer.publicKey,
+        blockhash: value.blockhash,
+        lastValidBlockHeight: value.lastValidBlockHeight,
+      }).add(...computeBudget(units - less, price), ...instructions);
+      transaction.sign(this.feePayer, deposit);
+      serialized = transaction.serialize().toString('base64');
+      if (!taken.has(serialized)) break;
+    }
     const record: SweepRecord = {
-      transaction: transaction.serialize().toString('base64'),
+      transaction: serialized,
       lastValidBlockHeight: value.lastValidBlockHeight,
       deposit: {
         address: transfer.from.address,
@@ -381,13 +394,12 @@ export class SolanaPayer {
       SystemProgram.transfer({ fromPubkey: from, toPubkey: new PublicKey(to), lamports });
     const toTreasury = platform > 0n && treasuryHeld + platform >= rentExempt ? platform : 0n;
     const instructions = [
-      ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
       send(transfer.to, transfer.amount),
       send(this.feePayer.publicKey, network + platform - toTreasury),
     ];
     if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
     if (topUp > 0n) instructions.push(send(deposit, topUp, this.feePayer.publicKey));
-    return { instructions, held: balance };
+    return { instructions, units: SOL_SWEEP_COMPUTE_UNITS, price, held: balance };
   }
 
   /** The least a System account with no data may hold (890,880 lamports on mainnet today), asked once. */
@@ -448,15 +460,15 @@ export class SolanaPayer {
         `${deposit.toBase58()} holds ${held} ${token.symbol}, less than ${transfer.amount + toTreasury}`,
       );
     // Enough compute for the account creations, the transfers and the closes, whatever the default.
-    const budget = computeBudget(BigInt(200_000 + others.length * 30_000), this.priorityPrice.microLamports);
+    const budget = { units: BigInt(200_000 + others.length * 30_000), price: this.priorityPrice.microLamports, held };
     if (isRefund(transfer)) {
-      return { instructions: [...budget, ...tokenRefund(deposit, accounts, source, transfer, token, payer)], held };
+      return { instructions: tokenRefund(deposit, accounts, source, transfer, token, payer), ...budget };
     }
     const merchant = new PublicKey(transfer.to);
     const merchantAccount = getAssociatedTokenAddressSync(mint, merchant, true);
     const treasury = new PublicKey(this.treasury);
     const treasuryAccount = getAssociatedTokenAddressSync(mint, treasury, true);
-    const instructions: TransactionInstruction[] = [...budget];
+    const instructions: TransactionInstruction[] = [];
     if (others.length > 0) {
       instructions.push(createAssociatedTokenAccountIdempotentInstruction(payer, source, deposit, mint));
       for (const other of others) {
@@ -478,7 +490,7 @@ export class SolanaPayer {
       );
     }
     if (rest === 0n) instructions.push(createCloseAccountInstruction(source, treasury, deposit));
-    return { instructions, held };
+    return { instructions, ...budget };
   }
 
   async broadcast(prepared: PreparedTransaction): Promise<void> {

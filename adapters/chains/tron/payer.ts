@@ -61,6 +61,18 @@ import type { TronReader, TronToken } from './reader.ts';
 const FEES_MS = 10 * 60 * 1000;
 /** How long a settlement's transactions stay valid; the node refuses more than a day. */
 const EXPIRATION_MS = 10 * 60 * 1000;
+/**
+ * How far past a transaction's expiration the solidified chain must be
+ * before "unknown" counts as never mined: 100 blocks (5 minutes). java-tron
+ * answers `/walletsolidity/gettransactioninfobyid` from the answering node's
+ * own solidified view (WalletOnSolidity.futureGet: dbManager.setMode(false)),
+ * and an unknown id as `{}`, with no height: behind a load balancer the
+ * backend that says "unknown" may not have solidified the block that holds
+ * it. Past this margin, it would have to lag the one whose solidified block
+ * was read by more than that (and the full node's answer, asked first, by
+ * more again: its head is 19 blocks past its solidified block).
+ */
+const LAGGING_BACKEND_MS = 100 * 3000;
 /** Room over the node's energy estimate in a call's fee_limit (the energy price or a contract's factor may rise). */
 const ENERGY_MARGIN_PERCENT = 110n;
 /** A transaction's bandwidth counts this many bytes beyond its serialisation (java-tron's MAX_RESULT_SIZE_IN_TX). */
@@ -791,11 +803,13 @@ export class TronPayer {
 
   /**
    * A transaction past its expiration can never be taken by a node; once the
-   * solidified chain is past it without holding it, it never will be.
+   * solidified chain is past it without holding it, it never will be. Past
+   * it by LAGGING_BACKEND_MS: the solidity answer carries no height, and a
+   * backend behind the others in rotation has not solidified every block yet.
    */
   private async neverMined({ txID, expiration }: Sent): Promise<boolean> {
     const { solid } = await this.reader.heads();
-    return solid.timestamp > expiration && !('id' in (await this.info(txID, 'walletsolidity')));
+    return solid.timestamp > expiration + LAGGING_BACKEND_MS && !('id' in (await this.info(txID, 'walletsolidity')));
   }
 
   /** Offers one signed transaction to the node: undefined when taken (or already known), else its refusal. */

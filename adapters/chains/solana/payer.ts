@@ -84,6 +84,8 @@ const BLOCKHASH_VALID_BLOCKS = 150;
  * MAX_RECENT_BLOCKHASHES; `purge_roots` drops the oldest root past it).
  */
 const STATUS_CACHE_BLOCKS = 300;
+/** How many unsent signatures are remembered; the oldest forgotten counts as perhaps sent (far more than are open). */
+const UNSENT_REMEMBERED = 10_000;
 /** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
 const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
 /** A sweep's transaction fits the deposit's associated token account and this many others (1,232 bytes). */
@@ -170,6 +172,13 @@ export class SolanaPayer {
   private readonly feePayer: Keypair;
   private readonly tokens: readonly SolanaToken[];
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
+  /**
+   * Signatures this process prepared and has not sent yet (a node refused
+   * them in preflight, or none was asked): a preflight failure refuses only
+   * those. Any other (sent, perhaps taken, or prepared before a restart or by
+   * another instance) may be on its way to a leader.
+   */
+  private readonly unsent = new Set<string>();
 
   constructor(
     private readonly node: SolanaNode,
@@ -337,6 +346,8 @@ export class SolanaPayer {
       },
     };
     const prepared = { txHash: bs58.encode(transaction.signature!), raw: JSON.stringify(record) };
+    this.unsent.add(prepared.txHash);
+    if (this.unsent.size > UNSENT_REMEMBERED) this.unsent.delete(this.unsent.values().next().value!);
     this.preparedByReference.set(transfer.reference, prepared);
     return prepared;
   }
@@ -501,13 +512,24 @@ export class SolanaPayer {
         record.transaction,
         { encoding: 'base64', preflightCommitment: 'confirmed', maxRetries: 0 },
       ]);
+      this.unsent.delete(prepared.txHash);
       return;
     } catch (error) {
-      if (!(error instanceof SolanaRpcError)) throw error; // unknown outcome: sent again later
+      if (!(error instanceof SolanaRpcError)) {
+        this.unsent.delete(prepared.txHash); // perhaps taken and forwarded: unknown outcome, sent again later
+        throw error;
+      }
       const err = JSON.stringify(error.error.data?.err ?? error.error.message);
       if (/AlreadyProcessed|already been processed/.test(err)) return;
-      // A blockhash the node does not know (yet, or any more) decides nothing by itself.
-      if (!/BlockhashNotFound|Blockhash not found/i.test(err) && error.error.code === -32002) {
+      // A preflight failure is the answering backend's bank refusing it now (agave rpc.rs send_transaction:
+      // the transaction is simulated on the bank at preflightCommitment, and an error answers -32002 before
+      // anything is forwarded). For a transaction never sent, that is final. Once sent (by this process, or
+      // before a restart: one it did not prepare), a copy may be on its way to the leader, and the bank that
+      // refuses it may be a lagging backend's (up to 128 slots behind, without the funding the first send
+      // saw): only the expiry evidence decides (refuseIfExpired). A blockhash the node does not know (yet, or
+      // any more) decides nothing by itself either.
+      const preflight = error.error.code === -32002 && !/BlockhashNotFound|Blockhash not found/i.test(err);
+      if (preflight && this.unsent.has(prepared.txHash)) {
         throw new TransactionRejectedError(`${prepared.txHash} refused: ${err.slice(0, 300)}`);
       }
       if (error.error.code === -32003) throw new TransactionRejectedError(`${prepared.txHash}: ${error.message}`);

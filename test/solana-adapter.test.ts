@@ -748,6 +748,47 @@ describe('the Solana adapter', () => {
     return { wallet, customer, refund };
   }
 
+  it('two payouts alike (payer, customer, amount, fee), on one blockhash, are two transactions: the customer is paid twice, SOL and USDT', async () => {
+    const index = 45;
+    const wallet = keyring.deriveDepositKey('solana', index).address;
+    await node.sendSol(payer, wallet, 50_000_000n);
+    await node.mintTokens(new PublicKey(wallet), 'USDT', 10_000_000n);
+    await node.mine();
+    const customer = Keypair.generate().publicKey.toBase58();
+    // A quoted priority fee (2,000 lamports beyond the two signatures): the second's must not cost more.
+    for (const [token, amount, network] of [
+      ['SOL', 9_988_000n, 12_000n],
+      ['USDT', 3_000_000n, 0n],
+    ] as const) {
+      const refund = (id: string, othersPrepared?: string[]) =>
+        chain.prepareTransfer({
+          from: { address: wallet, derivationIndex: index },
+          to: customer,
+          token,
+          amount,
+          reference: `refund/${token}${id}/1/${customer}/${amount}`,
+          fees: { platform: 0n, network },
+          payout: 'refund',
+          ...(othersPrepared && { othersPrepared }),
+        });
+      // Each told of the others' recorded transactions, as the refund engine does.
+      const first = await refund('A');
+      const second = await refund('B', [first.raw]);
+      const third = await refund('C', [first.raw, second.raw]);
+      assert.equal(new Set([first.txHash, second.txHash, third.txHash]).size, 3, `${token}: three transactions`);
+      for (const p of [first, second, third]) await chain.broadcast(p);
+      await node.mine();
+      const paid = token === 'SOL' ? node.paymentsTo(customer) : [];
+      if (token === 'SOL') {
+        assert.deepEqual(
+          paid.map((p) => p.amount),
+          [amount, amount, amount],
+        );
+        for (const p of [first, second, third]) assert.ok(node.feeOf(p.txHash) <= network, 'never more than quoted');
+      } else assert.equal(await node.tokenBalance(customer, 'USDT'), 3n * amount);
+    }
+  });
+
   it('replaces an expired refund whose payer the merchant funded again meanwhile: the customer is paid once', async () => {
     const { wallet, customer, refund } = await refundWallet(43);
     const first = await refund(1);
@@ -762,6 +803,58 @@ describe('the Solana adapter', () => {
     assert.equal(node.findTransaction(first.txHash), undefined);
     assert.deepEqual(node.paymentsTo(customer), [{ signature: second.txHash, amount: 9_990_000n }]);
     assert.equal(await node.balance(wallet), 55_000_000n - 10_000_000n);
+  });
+
+  it('a re-send refused in preflight (a lagging backend without the funding) waits for the expiry evidence: the customer is paid once', async () => {
+    // agave rpc.rs send_transaction simulates on the answering backend's bank at preflightCommitment and answers
+    // -32002 before forwarding: a backend 128 slots behind, without the refund wallet's funding, refuses a
+    // re-send of a transaction an up-to-date one took. (The test node's lagging backend runs preflight on the
+    // current state: its answer is staged.)
+    const laggingPreflight = {
+      code: -32002,
+      message: 'Transaction simulation failed: Attempt to debit an account but found no record of a prior credit.',
+    };
+    const notRefused = (error: Error) => !(error instanceof TransactionRejectedError);
+    const { customer, refund } = await refundWallet(46);
+    const sent = await refund(1);
+    await chain.broadcast(sent); // taken, not landed yet
+    node.failNextSends.push(laggingPreflight);
+    await assert.rejects(chain.broadcast(sent), notRefused);
+    await node.mine();
+    await chain.broadcast(sent);
+    assert.deepEqual(node.paymentsTo(customer), [{ signature: sent.txHash, amount: 9_990_000n }]);
+
+    // Sent before a restart: the new process does not know it was sent, nor that it was not.
+    const beforeRestart = await refundWallet(48);
+    const recorded = await beforeRestart.refund(1);
+    await chain.broadcast(recorded);
+    const restarted = await SolanaChain.open({ rpcUrl: node.url, keyring, pollMs: 50 });
+    try {
+      node.failNextSends.push(laggingPreflight);
+      await assert.rejects(restarted.broadcast(recorded), notRefused);
+      await node.mine();
+      await restarted.broadcast(recorded);
+    } finally {
+      restarted.close();
+    }
+    assert.deepEqual(node.paymentsTo(beforeRestart.customer), [{ signature: recorded.txHash, amount: 9_990_000n }]);
+
+    // Taken and then never scheduled (a bid below what others pay): refused only once expired and unknown.
+    const other = await refundWallet(47);
+    const dropped = await other.refund(1);
+    node.congestionFee = 1;
+    try {
+      await chain.broadcast(dropped);
+      await node.mine();
+    } finally {
+      node.congestionFee = 0;
+    }
+    node.failNextSends.push(laggingPreflight);
+    await assert.rejects(chain.broadcast(dropped), notRefused);
+    await node.mine(200);
+    node.failNextSends.push(laggingPreflight);
+    await assert.rejects(chain.broadcast(dropped), TransactionRejectedError);
+    assert.deepEqual(node.paymentsTo(other.customer), []);
   });
 
   it('never replaces a landed refund past the status cache of a node without history, its payer moved since', async () => {

@@ -137,6 +137,15 @@ describe('the Tron adapter', () => {
     return { address: key.address, derivationIndex: index };
   };
 
+  /** A TRX payout of `amount` from deposit `index` to a new wallet (an account holding 1 sun), prepared. */
+  const trxPayout = async (index: number, amount: bigint, fees: { platform: bigint; network: bigint }) => {
+    const from = deposit(index);
+    const to = randomTronKey().address;
+    node.fund(to, 1n);
+    const prepared = await chain.prepareTransfer({ from, to, token: 'TRX', amount, reference: `s${index}/1`, fees });
+    return { from, to, prepared };
+  };
+
   /** Sends a token payout as the engine does, a block every 50 ms meanwhile: it waits for its top-up to be mined. */
   const broadcastMining = async (payer: TronChain, prepared: PreparedTransaction) => {
     let sending = true;
@@ -199,17 +208,7 @@ describe('the Tron adapter', () => {
   });
 
   it("a payment to the deposit after its payout's fee went stays there, however often the payout is told again", async () => {
-    const from = deposit(6);
-    const to = randomTronKey().address;
-    node.fund(to, 1n);
-    const prepared = await chain.prepareTransfer({
-      from,
-      to,
-      token: 'TRX',
-      amount: 19_000_000n,
-      reference: 's6/1',
-      fees: { platform: 1_000_000n, network: 0n },
-    });
+    const { from, prepared } = await trxPayout(6, 19_000_000n, { platform: 1_000_000n, network: 0n });
     await chain.broadcast(prepared);
     node.mine(20);
     // The payout engine's look: final (the fee goes), then the payout told once more as it completes.
@@ -270,6 +269,40 @@ describe('the Tron adapter', () => {
     assert.notEqual(a!.transaction.txID, b!.transaction.txID, "the second's top-up is its own transaction");
   });
 
+  it('two payouts alike (payer, customer, amount), prepared on one head, are two transactions, TRX and USDT', async () => {
+    const trxFrom = deposit(11);
+    const customer = randomTronKey().address;
+    node.fund(customer, 1n);
+    const tokenFrom = { address: keyring.deriveDepositKey('tron', 12).address, derivationIndex: 12 };
+    node.mintToken(TEST_USDT, tokenFrom.address, 10_000_000n);
+    node.fund(chain.feeWallet, 2_000_000_000n);
+    // Two refunds from one refund wallet: each is told of the others' recorded bundles.
+    for (const [from, token, amount] of [
+      [trxFrom, 'TRX', 5_000_000n],
+      [tokenFrom, 'USDT', 3_000_000n],
+    ] as const) {
+      const refund = (reference: string, othersPrepared?: string[]) =>
+        chain.prepareTransfer({
+          from,
+          to: customer,
+          token,
+          amount,
+          reference,
+          fees: { platform: 0n, network: token === 'TRX' ? 300_000n : 0n },
+          payout: 'refund',
+          ...(othersPrepared && { othersPrepared }),
+        });
+      const first = await refund(`${token}/A/1`);
+      const second = await refund(`${token}/B/1`, [first.raw]);
+      const third = await refund(`${token}/C/1`, [first.raw, second.raw]);
+      assert.equal(new Set([first.txHash, second.txHash, third.txHash]).size, 3, `${token}: three transactions`);
+      const expirations = [first, second, third].map(
+        (p) => (JSON.parse(p.raw) as { payout: TransactionJson }).payout.raw_data.expiration,
+      );
+      assert.equal(new Set(expirations).size, 1, `${token}: built on one head`);
+    }
+  });
+
   it('two token payouts from one payer that burnt alike each send their own leftover back, though the two are equal', async () => {
     const key = keyring.deriveDepositKey('tron', 9);
     const from = { address: key.address, derivationIndex: 9 };
@@ -325,7 +358,7 @@ describe('the Tron adapter', () => {
     assert.equal(await final(), false, 'the way back is not on the chain');
     assert.equal(node.trxTransfers({ from: from.address, to: chain.feeWallet }).length, 0);
     // Past its expiration on the solidified chain it can never be mined: the leftover is worked out again.
-    node.advance(11 * 60_000);
+    node.advance(16 * 60_000); // past its expiration, and the 5 minutes a lagging backend may be behind
     node.mine(20);
     assert.equal(await final(), false);
     assert.equal(await final(), false, 'sent again');
@@ -486,8 +519,9 @@ describe('the Tron adapter', () => {
     node.fund(to, 1n);
     const transfer = { from, to, token: 'TRX', amount: 15_000_000n, fees: { platform: 0n, network: 0n } };
     const first = await chain.prepareTransfer({ ...transfer, reference: 's4/1' });
-    // Eleven minutes pass before it is ever sent (the service was down).
-    node.advance(11 * 60_000);
+    // Sixteen minutes pass before it is ever sent (the service was down): its ten, and the five a lagging backend
+    // may be behind.
+    node.advance(16 * 60_000);
     node.mine(1);
     await assert.rejects(chain.broadcast(first), (e: Error) => !(e instanceof TransactionRejectedError));
     node.mine(20); // the solidified block is past the expiration too
@@ -504,6 +538,42 @@ describe('the Tron adapter', () => {
     const stale = (JSON.parse(first.raw) as { payout: TransactionJson }).payout;
     assert.equal(node.balance(to), 15_000_001n);
     assert.throws(() => node.accept(stale), /expiration/i);
+  });
+
+  it('never declares a payout mined just before its expiration refused through a lagging backend', async () => {
+    const { to, prepared } = await trxPayout(13, 15_000_000n, { platform: 0n, network: 0n });
+    const { expiration } = (JSON.parse(prepared.raw) as { payout: TransactionJson }).payout.raw_data;
+    // Mined in the last seconds before its expiration.
+    node.advance(600_000 - 10_000);
+    node.mine(1);
+    await chain.broadcast(prepared);
+    node.mine(1);
+    const minedAt = node.head.number;
+    assert.ok(node.head.timestamp < expiration);
+    const lagged = async () => {
+      // The heads read (the solidified block past the expiration); then every read reaches a backend 25 blocks
+      // behind, which has neither the block with the payout nor its solidified view.
+      await chain.transactionStatus(prepared.txHash);
+      Object.assign(node, { lagging: true, lagBlocks: 25, lagEvery: 1 });
+      try {
+        await chain.broadcast(prepared);
+      } catch (error) {
+        assert.ok(!(error instanceof TransactionRejectedError), (error as Error).message);
+      } finally {
+        Object.assign(node, { lagging: false, lagBlocks: 3, lagEvery: 4 });
+      }
+    };
+    // Resent each block from the one whose solidified block is past the expiration, until a backend 25 blocks
+    // behind has solidified it.
+    node.advance(20_000);
+    node.mine(20);
+    assert.ok(node.solidified.timestamp > expiration);
+    while (node.solidified.number - 25 < minedAt) {
+      await lagged();
+      node.mine(1);
+    }
+    assert.equal(node.balance(to), 15_000_001n, 'paid once');
+    assert.equal((await chain.transactionStatus(prepared.txHash))?.blockNumber, minedAt);
   });
 
   it('reads a block whose token call has no result yet again rather than half', () => {

@@ -174,12 +174,17 @@ describe('refunds paid on the Tron test node', () => {
     assert.equal(node.tokenBalance(TEST_USDT, p.address), 0n);
   });
 
-  /** A 10 USD USDT invoice paid and settled to a new wallet of a new merchant. */
-  async function settledUsdtInvoice() {
+  /** A settled 10-USD invoice paid in `token`; its merchant's wallet (for TRX an account with 1 TRX) set first. */
+  async function settledInvoice(token: 'TRX' | 'USDT') {
     const { key, merchant } = await merchantWithKey(svc);
-    await flow.setWallet(merchant.id, randomTronKey().address);
-    const p = await flow.invoice(key, 'USDT', '10');
-    await node.sendToken(payer, TEST_USDT, p.address, baseUnits(p.cryptoAmount, 6));
+    const merchantWallet = randomTronKey().address;
+    if (token === 'TRX') await node.sendTrx(payer, merchantWallet, 1_000_000n);
+    await flow.setWallet(merchant.id, merchantWallet);
+    const p = await flow.invoice(key, token === 'USDT' ? 'USDT' : undefined, '10');
+    const units = baseUnits(p.cryptoAmount, 6);
+    await (token === 'USDT'
+      ? node.sendToken(payer, TEST_USDT, p.address, units)
+      : node.sendTrx(payer, p.address, units));
     await eventuallyMining(
       mine,
       () => flow.invoiceOf(p.paymentId, key),
@@ -188,6 +193,8 @@ describe('refunds paid on the Tron test node', () => {
     );
     return { key, p };
   }
+  const settledUsdtInvoice = () => settledInvoice('USDT');
+  const settledTrxInvoice = () => settledInvoice('TRX');
 
   // The merchant's TRX kept in the refund wallet for TRX refunds (more than the call's energy would burn) is
   // never spent on a USDT refund: the fee wallet pays its energy.
@@ -258,6 +265,33 @@ describe('refunds paid on the Tron test node', () => {
     assert.equal(feeBefore - node.balance(feeWallet), charges, "the fee wallet's TRX all back but the chain's charges");
   });
 
+  it('two equal TRX refunds to one customer from one refund wallet are two transactions: the customer is paid twice', async () => {
+    const { key, p } = await settledTrxInvoice();
+    const customer = randomTronKey().address;
+    await node.sendTrx(payer, customer, 1_000_000n);
+    node.mine(1);
+    const customerBefore = node.balance(customer);
+    // Alike in all: payer, customer, amount (the engine prepares both on one cached head).
+    const approved = [];
+    for (let i = 0; i < 2; i++)
+      approved.push(await flow.refund(key, p.paymentId, { amount: '3', destination: customer }));
+    const wallet = await refundWallet(key);
+    await node.sendTrx(payer, wallet.address, 6_000_000n);
+    node.mine(1);
+    const done = await Promise.all(approved.map((r) => flow.completed(r.id, key)));
+    node.mine(1);
+    assert.notEqual(done[0].transactionHash, done[1].transactionHash);
+    const net = done.reduce((sum, d) => sum + baseUnits(d.netAmount, 6), 0n);
+    assert.equal(node.balance(customer) - customerBefore, net, 'the customer got both');
+    for (const d of done) assert.equal((await trxPayout(d.transactionHash)).to, customer);
+    // Built apart at once, not refused by the engine as a twin and built again later.
+    const events = (await svc.call('GET', `/api/v1/invoices/${p.paymentId}/events`, { token: key })).body.data as any[];
+    assert.deepEqual(
+      events.filter((e) => e.type === 'RefundFailed').map((e) => e.data.reason),
+      [],
+    );
+  });
+
   it("a USDT deposit's settlement leaves a wrong-token TRX payment on it to the sun", async () => {
     const { key, merchant } = await merchantWithKey(svc);
     const merchantWallet = randomTronKey().address;
@@ -323,18 +357,7 @@ describe('refunds paid on the Tron test node', () => {
   });
 
   it('a TRX refund from the refund wallet spends exactly its amount; to an address with no account it waits', async () => {
-    const { key, merchant } = await merchantWithKey(svc);
-    const merchantWallet = randomTronKey().address;
-    await node.sendTrx(payer, merchantWallet, 1_000_000n);
-    await flow.setWallet(merchant.id, merchantWallet);
-    const p = await flow.invoice(key, undefined, '10');
-    await node.sendTrx(payer, p.address, baseUnits(p.cryptoAmount, 6));
-    await eventuallyMining(
-      mine,
-      () => flow.invoiceOf(p.paymentId, key),
-      (i) => i.status === 'settled',
-      90_000,
-    );
+    const { key, p } = await settledTrxInvoice();
 
     const customer = randomTronKey().address; // no account yet: creating it costs 1.1 TRX, more than the fee
     const approved = await flow.refund(key, p.paymentId, { amount: '5', destination: customer });

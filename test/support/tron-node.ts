@@ -26,9 +26,10 @@
 //   - the free allowance drawn from the chain's public free-bandwidth pool as
 //     well (BandwidthProcessor.useFreeNet: publicNetLimit), which
 //     `exhaustPublicBandwidth()` spends: then bytes are burnt;
-//   - `lagging`: one read in four is answered by a backend three blocks
-//     behind (an older head, no block above it, an empty result list for
-//     the blocks it lacks), as a load-balanced provider does;
+//   - `lagging`: one read in four (`lagEvery`) is answered by a backend three
+//     blocks (`lagBlocks`) behind (an older head, no block above it, an
+//     empty result list for the blocks it lacks; its solidified view as far
+//     behind, `/walletsolidity/*` included), as a load-balanced provider does;
 //   - `rateLimit`: TronGrid's limit per second; over it every request is
 //     answered 403 for 30 s (the key is suspended);
 //   - TRX sent on by a router contract's `forward(address)` (payable),
@@ -173,6 +174,10 @@ export class TronTestNode {
   /** One read in four comes from a backend three blocks behind. */
   lagging = false;
   private lagTick = 0;
+  private solidityLagTick = 0;
+  /** While `lagging`: how many blocks the lagging backend is behind, and one read in how many it answers. */
+  lagBlocks = 3;
+  lagEvery = 4;
   /** Requests a second before TronGrid's answer (403, then 30 s suspended); undefined: no limit. */
   rateLimit?: number;
   private window = { second: 0, count: 0 };
@@ -312,10 +317,25 @@ export class TronTestNode {
   // The HTTP API
   // -------------------------------------------------------------------------
 
-  /** The head of the backend answering this read: while `lagging`, one read in four is three blocks behind. */
-  private answering(): Block {
-    if (!this.lagging || this.lagTick++ % 4 !== 3) return this.head;
-    return this.blocks[Math.max(0, this.head.number - 3)]!;
+  /**
+   * The head of the backend answering this read: while `lagging`, one read in
+   * `lagEvery` is `lagBlocks` behind.
+   */
+  private answering(tick: 'lagTick' | 'solidityLagTick' = 'lagTick'): Block {
+    if (!this.lagging || this[tick]++ % this.lagEvery !== this.lagEvery - 1) return this.head;
+    return this.blocks[Math.max(0, this.head.number - this.lagBlocks)]!;
+  }
+
+  /**
+   * The solidified block of the backend answering this read: its own head's,
+   * as a lagging backend's is behind too. java-tron serves `/walletsolidity/*`
+   * from the answering node's solidified view (WalletOnSolidity.futureGet:
+   * dbManager.setMode(false)): a transaction in a block above it is unknown
+   * there (`{}`), and its getblock/getnowblock is that block. Its port's
+   * reads draw their own turns (the full node's reads keep theirs).
+   */
+  private answeringSolidified(): Block {
+    return this.blocks[Math.max(0, this.answering('solidityLagTick').number - SOLIDIFIED_DEPTH)]!;
   }
 
   private answer(path: string, input: any): unknown {
@@ -323,11 +343,11 @@ export class TronTestNode {
       case '/wallet/getblock':
         return this.blockJson(this.blockByIdOrNum(input.id_or_num, this.answering()), input.detail === true);
       case '/walletsolidity/getblock':
-        return this.blockJson(this.blockByIdOrNum(input.id_or_num, this.solidified), input.detail === true);
+        return this.blockJson(this.blockByIdOrNum(input.id_or_num, this.answeringSolidified()), input.detail === true);
       case '/wallet/getnowblock':
         return this.blockJson(this.head, true);
       case '/walletsolidity/getnowblock':
-        return this.blockJson(this.solidified, true);
+        return this.blockJson(this.answeringSolidified(), true);
       case '/wallet/getblockbynum': {
         const num = Number(input.num);
         return this.blockJson(num <= this.answering().number ? this.blocks[num] : undefined, true);
@@ -340,7 +360,7 @@ export class TronTestNode {
       case '/wallet/gettransactioninfobyid':
         return this.infoOf(String(input.value), this.answering().number);
       case '/walletsolidity/gettransactioninfobyid':
-        return this.infoOf(String(input.value), this.solidified.number);
+        return this.infoOf(String(input.value), this.answeringSolidified().number);
       case '/wallet/getaccount':
         return this.accountJson(String(input.address), input.visible === true);
       case '/wallet/getaccountresource':

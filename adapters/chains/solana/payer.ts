@@ -84,6 +84,8 @@ const BLOCKHASH_VALID_BLOCKS = 150;
  * MAX_RECENT_BLOCKHASHES; `purge_roots` drops the oldest root past it).
  */
 const STATUS_CACHE_BLOCKS = 300;
+/** How many unsent signatures are remembered; the oldest forgotten counts as perhaps sent (far more than are open). */
+const UNSENT_REMEMBERED = 10_000;
 /** Token-2022 puts an account's type (1: mint, 2: token account) after a classic token account's 165 bytes. */
 const TOKEN_2022_ACCOUNT_TYPE_OFFSET = 165;
 /** A sweep's transaction fits the deposit's associated token account and this many others (1,232 bytes). */
@@ -102,9 +104,11 @@ interface SweepRecord {
   deposit?: { address: string; mint?: string; held: string };
 }
 
-/** The instructions of a sweep, and what the deposit held before it. */
+/** The instructions of a sweep (its compute budget apart), the compute units and unit price it asks, and what the deposit held before it. */
 interface Sweep {
   instructions: TransactionInstruction[];
+  units: bigint;
+  price: bigint;
   held: bigint;
 }
 
@@ -168,6 +172,13 @@ export class SolanaPayer {
   private readonly feePayer: Keypair;
   private readonly tokens: readonly SolanaToken[];
   private readonly preparedByReference = new Map<string, PreparedTransaction>();
+  /**
+   * Signatures this process prepared and has not sent yet (a node refused
+   * them in preflight, or none was asked): a preflight failure refuses only
+   * those. Any other (sent, perhaps taken, or prepared before a restart or by
+   * another instance) may be on its way to a leader.
+   */
+  private readonly unsent = new Set<string>();
 
   constructor(
     private readonly node: SolanaNode,
@@ -299,7 +310,7 @@ export class SolanaPayer {
     if (earlier) return earlier;
     const key = depositKeyOf(this.options.keyring, 'solana', transfer.from);
     const deposit = Keypair.fromSeed(key.privateKey);
-    const { instructions, held } =
+    const { instructions, units, price, held } =
       transfer.token === 'SOL'
         ? await this.solSweep(deposit.publicKey, transfer)
         : await this.tokenSweep(deposit.publicKey, transfer);
@@ -308,14 +319,25 @@ export class SolanaPayer {
       'getLatestBlockhash',
       [{ commitment: 'finalized' }],
     );
-    const transaction = new Transaction({
-      feePayer: this.feePayer.publicKey,
-      blockhash: value.blockhash,
-      lastValidBlockHeight: value.lastValidBlockHeight,
-    }).add(...instructions);
-    transaction.sign(this.feePayer, deposit);
+    // Never another payout's transaction: two payouts alike (payer, recipient, amount, fee) on one finalized
+    // blockhash would be one transaction (ed25519 signs alike), which would complete both, the recipient paid
+    // once. Theirs are the recorded ones of the payer's other payouts on their way; this one then asks a compute
+    // unit less, which its instructions never need, and whose priority fee is never more than the quoted one.
+    const taken = new Set((transfer.othersPrepared ?? []).map((raw) => (JSON.parse(raw) as SweepRecord).transaction));
+    let transaction: Transaction;
+    let serialized: string;
+    for (let less = 0n; ; less++) {
+      transaction = new Transaction({
+        feePayer: this.feePayer.publicKey,
+        blockhash: value.blockhash,
+        lastValidBlockHeight: value.lastValidBlockHeight,
+      }).add(...computeBudget(units - less, price), ...instructions);
+      transaction.sign(this.feePayer, deposit);
+      serialized = transaction.serialize().toString('base64');
+      if (!taken.has(serialized)) break;
+    }
     const record: SweepRecord = {
-      transaction: transaction.serialize().toString('base64'),
+      transaction: serialized,
       lastValidBlockHeight: value.lastValidBlockHeight,
       deposit: {
         address: transfer.from.address,
@@ -324,6 +346,8 @@ export class SolanaPayer {
       },
     };
     const prepared = { txHash: bs58.encode(transaction.signature!), raw: JSON.stringify(record) };
+    this.unsent.add(prepared.txHash);
+    if (this.unsent.size > UNSENT_REMEMBERED) this.unsent.delete(this.unsent.values().next().value!);
     this.preparedByReference.set(transfer.reference, prepared);
     return prepared;
   }
@@ -381,13 +405,12 @@ export class SolanaPayer {
       SystemProgram.transfer({ fromPubkey: from, toPubkey: new PublicKey(to), lamports });
     const toTreasury = platform > 0n && treasuryHeld + platform >= rentExempt ? platform : 0n;
     const instructions = [
-      ...computeBudget(SOL_SWEEP_COMPUTE_UNITS, price),
       send(transfer.to, transfer.amount),
       send(this.feePayer.publicKey, network + platform - toTreasury),
     ];
     if (toTreasury > 0n) instructions.push(send(this.treasury, toTreasury));
     if (topUp > 0n) instructions.push(send(deposit, topUp, this.feePayer.publicKey));
-    return { instructions, held: balance };
+    return { instructions, units: SOL_SWEEP_COMPUTE_UNITS, price, held: balance };
   }
 
   /** The least a System account with no data may hold (890,880 lamports on mainnet today), asked once. */
@@ -448,15 +471,15 @@ export class SolanaPayer {
         `${deposit.toBase58()} holds ${held} ${token.symbol}, less than ${transfer.amount + toTreasury}`,
       );
     // Enough compute for the account creations, the transfers and the closes, whatever the default.
-    const budget = computeBudget(BigInt(200_000 + others.length * 30_000), this.priorityPrice.microLamports);
+    const budget = { units: BigInt(200_000 + others.length * 30_000), price: this.priorityPrice.microLamports, held };
     if (isRefund(transfer)) {
-      return { instructions: [...budget, ...tokenRefund(deposit, accounts, source, transfer, token, payer)], held };
+      return { instructions: tokenRefund(deposit, accounts, source, transfer, token, payer), ...budget };
     }
     const merchant = new PublicKey(transfer.to);
     const merchantAccount = getAssociatedTokenAddressSync(mint, merchant, true);
     const treasury = new PublicKey(this.treasury);
     const treasuryAccount = getAssociatedTokenAddressSync(mint, treasury, true);
-    const instructions: TransactionInstruction[] = [...budget];
+    const instructions: TransactionInstruction[] = [];
     if (others.length > 0) {
       instructions.push(createAssociatedTokenAccountIdempotentInstruction(payer, source, deposit, mint));
       for (const other of others) {
@@ -478,7 +501,7 @@ export class SolanaPayer {
       );
     }
     if (rest === 0n) instructions.push(createCloseAccountInstruction(source, treasury, deposit));
-    return { instructions, held };
+    return { instructions, ...budget };
   }
 
   async broadcast(prepared: PreparedTransaction): Promise<void> {
@@ -489,13 +512,24 @@ export class SolanaPayer {
         record.transaction,
         { encoding: 'base64', preflightCommitment: 'confirmed', maxRetries: 0 },
       ]);
+      this.unsent.delete(prepared.txHash);
       return;
     } catch (error) {
-      if (!(error instanceof SolanaRpcError)) throw error; // unknown outcome: sent again later
+      if (!(error instanceof SolanaRpcError)) {
+        this.unsent.delete(prepared.txHash); // perhaps taken and forwarded: unknown outcome, sent again later
+        throw error;
+      }
       const err = JSON.stringify(error.error.data?.err ?? error.error.message);
       if (/AlreadyProcessed|already been processed/.test(err)) return;
-      // A blockhash the node does not know (yet, or any more) decides nothing by itself.
-      if (!/BlockhashNotFound|Blockhash not found/i.test(err) && error.error.code === -32002) {
+      // A preflight failure is the answering backend's bank refusing it now (agave rpc.rs send_transaction:
+      // the transaction is simulated on the bank at preflightCommitment, and an error answers -32002 before
+      // anything is forwarded). For a transaction never sent, that is final. Once sent (by this process, or
+      // before a restart: one it did not prepare), a copy may be on its way to the leader, and the bank that
+      // refuses it may be a lagging backend's (up to 128 slots behind, without the funding the first send
+      // saw): only the expiry evidence decides (refuseIfExpired). A blockhash the node does not know (yet, or
+      // any more) decides nothing by itself either.
+      const preflight = error.error.code === -32002 && !/BlockhashNotFound|Blockhash not found/i.test(err);
+      if (preflight && this.unsent.has(prepared.txHash)) {
         throw new TransactionRejectedError(`${prepared.txHash} refused: ${err.slice(0, 300)}`);
       }
       if (error.error.code === -32003) throw new TransactionRejectedError(`${prepared.txHash}: ${error.message}`);

@@ -61,6 +61,18 @@ import type { TronReader, TronToken } from './reader.ts';
 const FEES_MS = 10 * 60 * 1000;
 /** How long a settlement's transactions stay valid; the node refuses more than a day. */
 const EXPIRATION_MS = 10 * 60 * 1000;
+/**
+ * How far past a transaction's expiration the solidified chain must be
+ * before "unknown" counts as never mined: 100 blocks (5 minutes). java-tron
+ * answers `/walletsolidity/gettransactioninfobyid` from the answering node's
+ * own solidified view (WalletOnSolidity.futureGet: dbManager.setMode(false)),
+ * and an unknown id as `{}`, with no height: behind a load balancer the
+ * backend that says "unknown" may not have solidified the block that holds
+ * it. Past this margin, it would have to lag the one whose solidified block
+ * was read by more than that (and the full node's answer, asked first, by
+ * more again: its head is 19 blocks past its solidified block).
+ */
+const LAGGING_BACKEND_MS = 100 * 3000;
 /** Room over the node's energy estimate in a call's fee_limit (the energy price or a contract's factor may rise). */
 const ENERGY_MARGIN_PERCENT = 110n;
 /** A transaction's bandwidth counts this many bytes beyond its serialisation (java-tron's MAX_RESULT_SIZE_IN_TX). */
@@ -447,10 +459,14 @@ export class TronPayer {
       throw new TransactionRejectedError(`${transfer.amount} is more than one Tron transaction can carry here`);
     }
     const header = await this.blockHeader();
+    // Never another payout's transaction: two payouts alike (payer, recipient, amount) prepared on one cached
+    // head would be one transaction (its id the hash of its content), which would complete both, the
+    // recipient paid once. Theirs are the recorded ones of the payer's other payouts on their way.
+    const taken = new Set((transfer.othersPrepared ?? []).map((raw) => (JSON.parse(raw) as Bundle).payout.txID));
     const prepared =
       transfer.token === 'TRX'
-        ? await this.prepareTrx(key.privateKey, transfer, header)
-        : await this.prepareToken(key.privateKey, transfer, header);
+        ? await this.prepareTrx(key.privateKey, transfer, header, taken)
+        : await this.prepareToken(key.privateKey, transfer, header, taken);
     if (this.preparedByReference.size > 1000) this.preparedByReference.clear();
     this.preparedByReference.set(transfer.reference, prepared);
     return prepared;
@@ -460,6 +476,7 @@ export class TronPayer {
     privateKey: Uint8Array,
     transfer: OutgoingTransfer,
     header: Awaited<ReturnType<TronPayer['blockHeader']>>,
+    taken: ReadonlySet<string>,
   ): Promise<PreparedTransaction> {
     const from = transfer.from.address;
     const fees = this.schedule;
@@ -467,9 +484,14 @@ export class TronPayer {
     if (merchant.contract) {
       throw new TransactionRejectedError(`${transfer.to} is a contract: Tron refuses TRX transfers to contracts`);
     }
-    const payout = await this.signed(
-      privateKey,
-      await this.builder.sendTrx(transfer.to, Number(transfer.amount), from, { blockHeader: header }),
+    const payout = await this.apart(
+      header,
+      (txID) => taken.has(txID),
+      async (blockHeader) =>
+        this.signed(
+          privateKey,
+          await this.builder.sendTrx(transfer.to, Number(transfer.amount), from, { blockHeader }),
+        ),
     );
     // The most the payout can cost: its bytes burnt (the free allowance is the chain's public pool too,
     // which runs out: BandwidthProcessor), or creating the merchant's account.
@@ -499,6 +521,7 @@ export class TronPayer {
     privateKey: Uint8Array,
     transfer: OutgoingTransfer,
     header: Awaited<ReturnType<TronPayer['blockHeader']>>,
+    taken: ReadonlySet<string>,
   ): Promise<PreparedTransaction> {
     const token = this.tokenOf(transfer.token);
     const from = transfer.from.address;
@@ -516,7 +539,7 @@ export class TronPayer {
         `${from} holds ${balance} ${token.symbol} base units, less than the payout of ${transfer.amount}`,
       );
     }
-    const payout = await this.tokenCall(privateKey, from, token, transfer.to, transfer.amount, header);
+    const payout = await this.tokenCall(privateKey, from, token, transfer.to, transfer.amount, header, taken);
     // Enough for both calls (the fee call goes out once the payout is final): with energy delegated their
     // bytes, else their energy too, up to their fee_limit.
     const calls = [payout];
@@ -530,15 +553,12 @@ export class TronPayer {
     // would take the first's, mined, for its own and send its call with too little TRX (out of energy). The
     // timestamp is the client's own (java-tron checks the expiration, not it): one millisecond on each time.
     const othersTopUps = new Set(others.map((b) => b.topUp!.transaction.txID));
-    let topUp: TransactionJson;
-    for (let ms = 0; ; ms++) {
-      const blockHeader = { ...header, timestamp: header.timestamp + ms };
-      topUp = await this.signed(
-        feeKey.privateKey,
-        await this.builder.sendTrx(from, Number(need), feeKey.address, { blockHeader }),
-      );
-      if (!othersTopUps.has(topUp.txID)) break;
-    }
+    const topUp = await this.apart(
+      header,
+      (txID) => othersTopUps.has(txID),
+      async (blockHeader) =>
+        this.signed(feeKey.privateKey, await this.builder.sendTrx(from, Number(need), feeKey.address, { blockHeader })),
+    );
     // The payer's own TRX: not another payout's top-up still there (two refunds at once from one refund wallet).
     let before = deposit.balance;
     for (const [i, other] of others.entries()) before -= await this.topUpHeld(other, charged[i]!);
@@ -645,7 +665,28 @@ export class TronPayer {
     return false;
   }
 
-  /** A signed token transfer() call with a fee_limit over the node's energy estimate, and the TRX it may burn. */
+  /**
+   * The transaction `build` signs on `header`, its timestamp moved on by a
+   * millisecond while its id is `taken` (another's). The timestamp is the
+   * client's own: java-tron checks a transaction's expiration, not it
+   * (TransactionCapsule, Manager.validateCommon).
+   */
+  private async apart(
+    header: Awaited<ReturnType<TronPayer['blockHeader']>>,
+    taken: (txID: string) => boolean | Promise<boolean>,
+    build: (blockHeader: Awaited<ReturnType<TronPayer['blockHeader']>>) => Promise<TransactionJson>,
+  ): Promise<TransactionJson> {
+    for (let ms = 0; ; ms++) {
+      const tx = await build({ ...header, timestamp: header.timestamp + ms });
+      if (!(await taken(tx.txID))) return tx;
+    }
+  }
+
+  /**
+   * A signed token transfer() call with a fee_limit over the node's energy
+   * estimate, and the TRX it may burn; never one of `taken` (moved on by a
+   * millisecond: apart).
+   */
   private async tokenCall(
     privateKey: Uint8Array,
     from: string,
@@ -653,6 +694,7 @@ export class TronPayer {
     to: string,
     amount: bigint,
     header: Awaited<ReturnType<TronPayer['blockHeader']>>,
+    taken: ReadonlySet<string> = new Set(),
   ): Promise<{ tx: TransactionJson; need: bigint; burn: bigint; energy: bigint; bandwidth: bigint }> {
     const fees = this.schedule;
     const estimate = await this.node.rpc<{ energy_used?: number; result?: { result?: boolean; message?: string } }>(
@@ -671,17 +713,23 @@ export class TronPayer {
       );
     }
     const feeLimit = (BigInt(estimate.energy_used) * fees.energyPrice * ENERGY_MARGIN_PERCENT) / 100n;
-    const built = await this.builder.triggerSmartContract(
-      token.contract,
-      'transfer(address,uint256)',
-      { feeLimit: Number(feeLimit), txLocal: true, blockHeader: header },
-      [
-        { type: 'address', value: to },
-        { type: 'uint256', value: amount.toString() },
-      ],
-      from,
+    const tx = await this.apart(
+      header,
+      (txID) => taken.has(txID),
+      async (blockHeader) => {
+        const built = await this.builder.triggerSmartContract(
+          token.contract,
+          'transfer(address,uint256)',
+          { feeLimit: Number(feeLimit), txLocal: true, blockHeader },
+          [
+            { type: 'address', value: to },
+            { type: 'uint256', value: amount.toString() },
+          ],
+          from,
+        );
+        return this.signed(privateKey, built.transaction);
+      },
     );
-    const tx = await this.signed(privateKey, built.transaction);
     // The energy at the limit, and the bandwidth should the free allowance not cover it; what it burns as estimated.
     const bandwidth = BigInt(bandwidthOf(tx)) * fees.bandwidthPrice;
     const energy = BigInt(estimate.energy_used);
@@ -755,11 +803,13 @@ export class TronPayer {
 
   /**
    * A transaction past its expiration can never be taken by a node; once the
-   * solidified chain is past it without holding it, it never will be.
+   * solidified chain is past it without holding it, it never will be. Past
+   * it by LAGGING_BACKEND_MS: the solidity answer carries no height, and a
+   * backend behind the others in rotation has not solidified every block yet.
    */
   private async neverMined({ txID, expiration }: Sent): Promise<boolean> {
     const { solid } = await this.reader.heads();
-    return solid.timestamp > expiration && !('id' in (await this.info(txID, 'walletsolidity')));
+    return solid.timestamp > expiration + LAGGING_BACKEND_MS && !('id' in (await this.info(txID, 'walletsolidity')));
   }
 
   /** Offers one signed transaction to the node: undefined when taken (or already known), else its refusal. */
@@ -1024,13 +1074,13 @@ export class TronPayer {
     // back would be one transaction, which the node takes once (a duplicate after that), and each payout would
     // count it as its own. A transfer already on its way, or on the chain, is another's: this one moves by a
     // millisecond. (One of ours mined already is never built again: its leftover is no longer on the payer.)
-    const sign = async (amount: bigint) => {
-      for (let ms = 0; ; ms++) {
-        const blockHeader = { ...header, timestamp: header.timestamp + ms };
-        const tx = await this.signed(privateKey, await this.builder.sendTrx(to, Number(amount), from, { blockHeader }));
-        if (!(await this.sentAlready(tx.txID))) return tx;
-      }
-    };
+    const sign = (amount: bigint) =>
+      this.apart(
+        header,
+        (txID) => this.sentAlready(txID),
+        async (blockHeader) =>
+          this.signed(privateKey, await this.builder.sendTrx(to, Number(amount), from, { blockHeader })),
+      );
     const sent = async (tx: TransactionJson) => (await this.send(tx), tx.txID);
     if (!toExists) {
       const amount = available - fees.createNewAccountFee - fees.createAccountFee;

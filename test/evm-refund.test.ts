@@ -348,12 +348,18 @@ describe('refunds paid on a local EVM node', { skip }, () => {
     assert.equal(await tokenBalance(fx.usdt, p.address), 0n);
   });
 
-  it('a settled ETH invoice is refunded from the refund wallet, funded with exactly the amount and left empty', async () => {
+  /** A merchant with a settlement wallet and a 12 USD ETH invoice paid in full and settled. */
+  async function settledEthInvoice() {
     const { key, merchant } = await merchantWithKey(svc);
     await flow.setWallet(merchant.id, randomWallet());
     const p = await flow.invoice(key, undefined, '12');
     await (await node.payer.sendTransaction({ to: p.address, value: baseUnits(p.cryptoAmount, 18) })).wait();
     await flow.settled(p.paymentId, key);
+    return { key, p };
+  }
+
+  it('a settled ETH invoice is refunded from the refund wallet, funded with exactly the amount and left empty', async () => {
+    const { key, p } = await settledEthInvoice();
 
     const customer = randomWallet();
     const approved = await flow.refund(key, p.paymentId, { amount: '0.001', destination: customer });
@@ -384,11 +390,7 @@ describe('refunds paid on a local EVM node', { skip }, () => {
   });
 
   it('two equal refunds to one customer from the refund wallet, approved while blocks are slow: each paid once, in turn, none failed', async () => {
-    const { key, merchant } = await merchantWithKey(svc);
-    await flow.setWallet(merchant.id, randomWallet());
-    const p = await flow.invoice(key, undefined, '12');
-    await (await node.payer.sendTransaction({ to: p.address, value: baseUnits(p.cryptoAmount, 18) })).wait();
-    await flow.settled(p.paymentId, key);
+    const { key, p } = await settledEthInvoice();
     const wallet = (await flow.refundWallets(key)).find((w) => w.chain === 'ethereum')!;
     await (await node.payer.sendTransaction({ to: wallet.address, value: 10n ** 16n })).wait();
 
